@@ -1,0 +1,3 @@
+"""parallax: a nightly regression runner that compares a frozen reference with a candidate."""
+
+__version__ = "0.1.0"

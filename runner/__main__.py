@@ -1,0 +1,5 @@
+"""Allow `python -m runner` as well as the `parallax` console script."""
+
+from runner.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""The user-facing error tree. Each class carries its exit code; the CLI prints one line.
+
+    ParallaxError            exit_code 1 (never raised directly)
+    ├── UsageError           64  wrong arguments, missing run directory, refused action
+    ├── DataError            65  a data file parallax reads is broken (ledger, snapshot, cassette)
+    │   └── FixtureError     65  a fixture row is malformed: path:line: reason
+    └── ConfigError          78  the TOML config, an env var or a grader module is wrong
+
+Transport failures are never exceptions that escape a call: they are stamps (data).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ParallaxError(Exception):
+    """Base of every error parallax reports to a user as one line."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(ParallaxError):
+    """The command line asked for something that cannot be done as asked."""
+
+    exit_code = 64
+
+
+class DataError(ParallaxError):
+    """A data file (ledger, snapshot, cassette) cannot be read; names the file and line."""
+
+    exit_code = 65
+
+    def __init__(self, path: str | Path, reason: str, line: int | None = None) -> None:
+        self.path = str(path)
+        self.line = line
+        self.reason = reason
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {reason}")
+
+
+class FixtureError(DataError):
+    """A fixture row is malformed; the message reads `path:line: reason`."""
+
+
+class ConfigError(ParallaxError):
+    """The config (or something it names) is wrong; the message names the file and key."""
+
+    exit_code = 78
+
+    def __init__(self, path: str | Path, key: str | None, reason: str) -> None:
+        self.path = str(path)
+        self.key = key
+        self.reason = reason
+        where = f"{self.path}: {key}" if key else self.path
+        super().__init__(f"{where}: {reason}")

@@ -1,0 +1,246 @@
+"""The values that flow between stages. Frozen dataclasses inside; JSON at file boundaries.
+
+A `Case` comes out of `fixtures`, an `Exchange` out of an endpoint (live or recorded), an
+`Outcome` out of `stamps` + `grading`. Everything above the Exchange is a pure function of it,
+which is what makes `replay` byte-identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+STRATA: tuple[str, ...] = ("easy", "medium", "stretch")
+SIDES: tuple[str, ...] = ("reference", "candidate")
+LEDGER_VERSION = 1
+
+
+class Transport(StrEnum):
+    """Transport stamp of one call, decided from exception class or status, never the body."""
+
+    OK = "ok"
+    TIMEOUT = "timeout"
+    CONNECT_ERROR = "connect_error"
+    CONNECTION_LOST = "connection_lost"
+    RATE_LIMITED = "rate_limited"
+    HTTP_ERROR = "http_error"
+    TOO_LARGE = "too_large"
+    CANCELLED = "cancelled"
+
+
+class Schema(StrEnum):
+    """Schema stamp: only given when transport is ok; `skipped` otherwise."""
+
+    OK = "ok"
+    FAIL = "fail"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One golden case, normalised from any of the accepted fixture shapes."""
+
+    id: str
+    prompt: str
+    expect: Mapping[str, Any]
+    fixture_sha: str
+    path: str  # fixture file and 1-based line of the row, for error messages
+    line: int
+    stratum: str | None = None  # None when the row names none
+    system: str | None = None
+    grader: str | None = None
+    completion: str | None = None  # a recorded offline reply (seed 000 rows)
+    owner: str | None = None
+    tags: tuple[str, ...] = ()
+
+    @property
+    def expects_json(self) -> bool:
+        """A case with JSON expectations needs a JSON answer to pass the schema stamp."""
+        return "json_fields" in self.expect or "json_schema" in self.expect
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try of a call: every attempt is recorded, retried or not."""
+
+    n: int
+    transport: str
+    elapsed_ms: int
+    status: int | None = None
+    error: str | None = None  # exception class name
+    message: str | None = None
+    retry_after: float | None = None  # seconds the server asked us to wait
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """The final response as received: body kept as UTF-8 text, or base64 when not UTF-8."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: str
+    encoding: str = "utf-8"  # "utf-8" or "base64"
+    truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """Raw request and response of one (case, side, sample) call: a line of raw.jsonl."""
+
+    case_id: str
+    side: str
+    sample: int
+    fixture_sha: str
+    endpoint: str  # endpoint name from the config
+    adapter: str  # wire format of the body: openai-chat, anthropic-messages, http-json
+    model_alias: str | None
+    request: Mapping[str, Any]  # {"method", "url", "body"}; never headers with secrets
+    attempts: tuple[Attempt, ...]
+    transport: str  # stamp of the final attempt
+    response: Response | None
+    started_at: str  # UTC ISO-8601
+    elapsed_ms: int
+    answer_pointer: str | None = None  # http-json: where the answer sits in the body
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.case_id, self.side, self.sample)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["version"] = LEDGER_VERSION
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Exchange:
+        """Rebuild from a raw.jsonl row; raises KeyError/TypeError/ValueError on bad rows."""
+        response = data.get("response")
+        return cls(
+            case_id=str(data["case_id"]),
+            side=str(data["side"]),
+            sample=int(data["sample"]),
+            fixture_sha=str(data["fixture_sha"]),
+            endpoint=str(data["endpoint"]),
+            adapter=str(data["adapter"]),
+            model_alias=data.get("model_alias"),
+            request=dict(data["request"]),
+            attempts=tuple(Attempt(**a) for a in data["attempts"]),
+            transport=str(data["transport"]),
+            response=Response(**response) if response is not None else None,
+            started_at=str(data["started_at"]),
+            elapsed_ms=int(data["elapsed_ms"]),
+            answer_pointer=data.get("answer_pointer"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One row of outcomes.jsonl: the three stamps of one call and its grade."""
+
+    case_id: str
+    side: str
+    sample: int
+    fixture_sha: str
+    stratum: str | None
+    model_alias: str | None
+    response_model: str | None
+    response_id: str | None
+    system_fingerprint: str | None
+    transport: str
+    schema: str
+    task_score: float | None
+    misses: tuple[str, ...]
+    detail: str
+    http_status: int | None
+    attempts: int
+    elapsed_ms: int
+    usage: Mapping[str, Any] | None = None
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.case_id, self.side, self.sample)
+
+    @property
+    def admitted(self) -> bool:
+        """The admission rule: only these rows enter any score comparison."""
+        return (
+            self.transport == Transport.OK
+            and self.schema == Schema.OK
+            and self.task_score is not None
+        )
+
+    @property
+    def passed(self) -> bool:
+        return self.admitted and not self.misses
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["misses"] = list(self.misses)
+        data["version"] = LEDGER_VERSION
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Outcome:
+        """Rebuild from an outcomes.jsonl row; raises KeyError/TypeError/ValueError."""
+        score = data.get("task_score")
+        return cls(
+            case_id=str(data["case_id"]),
+            side=str(data["side"]),
+            sample=int(data.get("sample", 0)),
+            fixture_sha=str(data["fixture_sha"]),
+            stratum=data.get("stratum"),
+            model_alias=data.get("model_alias"),
+            response_model=data.get("response_model"),
+            response_id=data.get("response_id"),
+            system_fingerprint=data.get("system_fingerprint"),
+            transport=str(data["transport"]),
+            schema=str(data["schema"]),
+            task_score=float(score) if score is not None else None,
+            misses=tuple(str(m) for m in data.get("misses") or ()),
+            detail=str(data.get("detail", "")),
+            http_status=data.get("http_status"),
+            attempts=int(data.get("attempts", 1)),
+            elapsed_ms=int(data.get("elapsed_ms", 0)),
+            usage=data.get("usage"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Grade:
+    """What the graders say of one admitted reply."""
+
+    misses: tuple[str, ...]
+    checks: int
+    passed_checks: int
+
+    @property
+    def task_score(self) -> float:
+        return self.passed_checks / self.checks if self.checks else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What an adapter pulled out of a well-formed body (the schema stamp passed)."""
+
+    text: str
+    answer: Any = None  # parsed JSON answer when the case expects JSON
+    response_model: str | None = None
+    response_id: str | None = None
+    system_fingerprint: str | None = None
+    usage: Mapping[str, Any] | None = field(default=None)
+
+
+class Endpoint(Protocol):
+    """Anything that turns a case into an Exchange: a live HTTP client or a recorded cassette.
+
+    `call` never raises for transport trouble; it stamps it. Only cancellation propagates
+    (after the attempt is recorded by the caller's scope).
+    """
+
+    name: str
+
+    async def call(self, case: Case, side: str, sample: int) -> Exchange: ...
+
+    async def aclose(self) -> None: ...
