@@ -1,0 +1,187 @@
+"""Wire formats: how a case becomes a request body, and how a body becomes a Reply.
+
+`parse` is the schema stamp's only judge. It runs on a stored body, so the same code grades a
+live call, a recorded cassette and a replay. It never raises: a hostile body is a detail string.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from runner.config import EndpointConfig
+from runner.model import Case, Reply, Response
+
+OPENAI_CHAT = "openai-chat"
+ANTHROPIC = "anthropic-messages"
+HTTP_JSON = "http-json"
+
+
+def request_url(cfg: EndpointConfig) -> str:
+    base = (cfg.base_url or "").rstrip("/")
+    if cfg.kind == OPENAI_CHAT:
+        return base + "/chat/completions"
+    if cfg.kind == ANTHROPIC:
+        return base + "/v1/messages"
+    return cfg.base_url or ""
+
+
+def request_body(cfg: EndpointConfig, case: Case) -> dict[str, Any]:
+    """The JSON body for one call; temperature 0 by default so nights stay comparable."""
+    if cfg.kind == OPENAI_CHAT:
+        messages = []
+        if case.system:
+            messages.append({"role": "system", "content": case.system})
+        messages.append({"role": "user", "content": case.prompt})
+        return {
+            "model": cfg.model,
+            "messages": messages,
+            "temperature": cfg.temperature,
+            "max_tokens": cfg.max_tokens,
+        }
+    if cfg.kind == ANTHROPIC:
+        body: dict[str, Any] = {
+            "model": cfg.model,
+            "max_tokens": cfg.max_tokens,
+            "temperature": cfg.temperature,
+            "messages": [{"role": "user", "content": case.prompt}],
+        }
+        if case.system:
+            body["system"] = case.system
+        return body
+    values = {"prompt": case.prompt, "system": case.system or "", "model": cfg.model or ""}
+    filled: dict[str, Any] = _fill(cfg.body_template or {}, values)
+    return filled
+
+
+def auth_headers(cfg: EndpointConfig, api_key: str | None) -> dict[str, str]:
+    """Headers that carry the secret; the caller must never record them."""
+    if api_key is None:
+        return {}
+    if cfg.kind == ANTHROPIC:
+        return {"x-api-key": api_key}
+    return {"Authorization": f"Bearer {api_key}"}
+
+
+def protocol_headers(cfg: EndpointConfig) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if cfg.kind == ANTHROPIC:
+        headers["anthropic-version"] = cfg.anthropic_version
+    headers.update(cfg.headers)
+    return headers
+
+
+def _fill(template: Any, values: Mapping[str, str]) -> Any:
+    if isinstance(template, str):
+        out = template
+        for name, value in values.items():
+            out = out.replace("{{" + name + "}}", value)
+        return out
+    if isinstance(template, Mapping):
+        return {k: _fill(v, values) for k, v in template.items()}
+    if isinstance(template, list):
+        return [_fill(v, values) for v in template]
+    return template
+
+
+def _pointer(doc: Any, pointer: str) -> tuple[bool, Any]:
+    """Resolve an RFC 6901 JSON pointer; (False, None) when any step is missing."""
+    if pointer == "":
+        return True, doc
+    node = doc
+    for raw in pointer.lstrip("/").split("/"):
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return False, None
+    return True, node
+
+
+def _strip_fence(text: str) -> str:
+    """Models often wrap JSON in a ``` fence; a fenced object is still a JSON answer."""
+    stripped = text.strip()
+    if stripped.startswith("```") and stripped.endswith("```") and len(stripped) >= 6:
+        inner = stripped[3:-3]
+        newline = inner.find("\n")
+        return inner[newline + 1 :] if newline >= 0 else inner
+    return stripped
+
+
+def _loads(text: str) -> tuple[bool, Any]:
+    try:
+        return True, json.loads(text)
+    except (ValueError, RecursionError):
+        return False, None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def parse(
+    adapter: str, response: Response, *, expects_json: bool, answer_pointer: str | None = None
+) -> Reply | str:
+    """Return a Reply, or the schema-failure detail (`not_json`, `missing_choices`, ...)."""
+    if response.encoding != "utf-8":
+        try:
+            base64.b64decode(response.body, validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return "not_utf8"
+    ok, doc = _loads(response.body)
+    if not ok:
+        return "not_json"
+    if not isinstance(doc, dict):
+        return "not_object"
+    answer: Any = None
+    if adapter == OPENAI_CHAT:
+        choices = doc.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return "missing_choices"
+        message = choices[0].get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, str):
+            return "missing_content"
+        text = content
+    elif adapter == ANTHROPIC:
+        blocks = doc.get("content")
+        if not isinstance(blocks, list):
+            return "missing_content"
+        parts = [
+            b["text"]
+            for b in blocks
+            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        ]
+        if not parts and blocks:
+            return "missing_content"
+        text = "".join(parts)
+    elif adapter == HTTP_JSON:
+        found, value = _pointer(doc, answer_pointer or "")
+        if not found:
+            return "missing_answer"
+        if isinstance(value, str):
+            text = value
+        elif isinstance(value, dict | list):
+            text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+            answer = value
+        else:
+            return "answer_not_text"
+    else:
+        return f"unknown_adapter:{adapter}"
+    if expects_json and answer is None:
+        ok, answer = _loads(_strip_fence(text))
+        if not ok or not isinstance(answer, dict | list):
+            return "answer_not_json"
+    usage = doc.get("usage")
+    return Reply(
+        text=text,
+        answer=answer,
+        response_model=_str_or_none(doc.get("model")),
+        response_id=_str_or_none(doc.get("id")),
+        system_fingerprint=_str_or_none(doc.get("system_fingerprint")),
+        usage=usage if isinstance(usage, dict) else None,
+    )

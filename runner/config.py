@@ -1,0 +1,263 @@
+"""Load and validate the TOML config.
+
+Every error names the config file and the dotted key, so a broken nightly job says what to
+fix in one line. `${VAR}` (or `${VAR:-default}`) in any string is read from the environment;
+API keys are never written in the file, only the name of the variable that holds them.
+Relative paths are resolved against the config file's folder, so a run works from any cwd.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from runner.errors import ConfigError
+
+ENDPOINT_KINDS = ("recorded", "openai-chat", "anthropic-messages", "http-json")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Timeouts(_Strict):
+    """One timeout per phase; LLM replies outlast httpx's 5 s default, so defaults are long."""
+
+    connect: float = Field(10.0, gt=0)
+    read: float = Field(120.0, gt=0)
+    write: float = Field(30.0, gt=0)
+    pool: float = Field(30.0, gt=0)
+
+
+class RetryPolicy(_Strict):
+    """Explicit, bounded retries; only DESIGN's retryable stamps are ever retried."""
+
+    attempts: int = Field(4, ge=1, le=20)
+    backoff_base: float = Field(0.5, ge=0)
+    backoff_max: float = Field(30.0, ge=0)
+    jitter: float = Field(0.5, ge=0, le=1)  # fraction of the backoff drawn at random
+    retry_after_cap: float = Field(60.0, ge=0)  # never wait longer than this for Retry-After
+
+
+class EndpointConfig(_Strict):
+    """One endpoint: a live HTTP API or a recorded cassette, behind the same interface."""
+
+    kind: Literal["recorded", "openai-chat", "anthropic-messages", "http-json"]
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    cassette: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    temperature: float = Field(0.0, ge=0)
+    max_tokens: int = Field(512, ge=1)
+    concurrency: int = Field(8, ge=1, le=4096)
+    rpm: float | None = Field(None, gt=0)
+    timeout: Timeouts = Field(default_factory=Timeouts)
+    deadline: float = Field(180.0, gt=0)  # wall-clock bound on one attempt, slow drips included
+    max_response_bytes: int = Field(4_000_000, ge=1024)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    body_template: dict[str, Any] | None = None
+    answer_pointer: str = "/answer"
+    anthropic_version: str = "2023-06-01"
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> EndpointConfig:
+        if self.kind == "recorded":
+            return self
+        if not self.base_url:
+            raise ValueError(f"a {self.kind} endpoint needs base_url")
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"base_url must be an http(s) URL, got {self.base_url!r}")
+        if self.kind == "http-json" and self.body_template is None:
+            raise ValueError("an http-json endpoint needs body_template")
+        if self.kind != "http-json" and not self.model:
+            raise ValueError(f"a {self.kind} endpoint needs model")
+        if not self.answer_pointer.startswith("/") and self.answer_pointer != "":
+            raise ValueError("answer_pointer must be a JSON pointer such as /answer")
+        return self
+
+
+class Thresholds(_Strict):
+    """Ceiling-detector thresholds (seed 000's proposals); tune them from your own history."""
+
+    easy_floor: float = Field(1.0, ge=0, le=1)
+    medium_floor: float = Field(0.85, ge=0, le=1)
+    stretch_high: float = Field(0.80, ge=0, le=1)
+    retire_after: int = Field(7, ge=1)
+
+
+class SuiteConfig(_Strict):
+    """A suite: one fixture file graded on a reference and a candidate endpoint."""
+
+    fixtures: str
+    reference: str
+    candidate: str
+    graders: str | None = None
+    samples: int = Field(1, ge=1, le=100)
+    schedule: str | None = None  # five-field cron, used by `parallax serve`
+    timezone: str = "UTC"
+    thresholds: Thresholds | None = None  # overrides the top-level [thresholds]
+
+
+class Config(_Strict):
+    """The whole file, after interpolation, with paths still as written."""
+
+    runs_dir: str = "runs"
+    snapshots_dir: str = "snapshots"
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    endpoints: dict[str, EndpointConfig]
+    suites: dict[str, SuiteConfig]
+
+    @model_validator(mode="after")
+    def _check_refs(self) -> Config:
+        if not self.suites:
+            raise ValueError("no [suites.<name>] table")
+        for name in (*self.suites, *self.endpoints):
+            if not _NAME.match(name):
+                raise ValueError(f"name {name!r} must be letters, digits, '_', '.' or '-'")
+        return self
+
+
+class LoadedConfig:
+    """A validated config plus where it came from, with paths resolved."""
+
+    def __init__(self, path: Path, config: Config, digest: str) -> None:
+        self.path = path
+        self.config = config
+        self.digest = digest
+        self.base_dir = path.parent
+
+    def resolve(self, relative: str) -> Path:
+        candidate = Path(relative)
+        return candidate if candidate.is_absolute() else self.base_dir / candidate
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.resolve(self.config.runs_dir)
+
+    @property
+    def snapshots_dir(self) -> Path:
+        return self.resolve(self.config.snapshots_dir)
+
+    def thresholds(self, suite: str) -> Thresholds:
+        return self.config.suites[suite].thresholds or self.config.thresholds
+
+    def endpoint(self, name: str) -> EndpointConfig:
+        return self.config.endpoints[name]
+
+    def suite_names(self, only: str | None = None) -> list[str]:
+        if only is None:
+            return list(self.config.suites)
+        if only not in self.config.suites:
+            known = ", ".join(self.config.suites)
+            raise ConfigError(self.path, f"suites.{only}", f"no such suite (known: {known})")
+        return [only]
+
+    def api_key(self, endpoint: str) -> str | None:
+        """Read an endpoint's key from its env var at call time; it never enters the config."""
+        env = self.config.endpoints[endpoint].api_key_env
+        if env is None:
+            return None
+        value = os.environ.get(env)
+        if not value:
+            raise ConfigError(
+                self.path,
+                f"endpoints.{endpoint}.api_key_env",
+                f"environment variable {env} is not set",
+            )
+        return value
+
+
+def _interpolate(value: Any, path: Path, key: str) -> Any:
+    if isinstance(value, str):
+
+        def repl(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            found = os.environ.get(name)
+            if found is not None:
+                return found
+            if default is not None:
+                return default
+            raise ConfigError(path, key, f"environment variable {name} is not set")
+
+        return _VAR.sub(repl, value)
+    if isinstance(value, Mapping):
+        return {k: _interpolate(v, path, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, path, f"{key}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _first_error(path: Path, exc: ValidationError) -> ConfigError:
+    errors = exc.errors()
+    first = errors[0]
+    key = ".".join(str(p) for p in first["loc"])
+    if first["type"] == "extra_forbidden":
+        leaf = str(first["loc"][-1]) if first["loc"] else key
+        reason = "unknown key"
+        if leaf in ("api_key", "key", "token"):
+            reason = (
+                "unknown key; put the secret in an environment variable and name it in api_key_env"
+            )
+    elif first["type"] == "missing":
+        reason = "required key is missing"
+    else:
+        reason = str(first["msg"]).removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return ConfigError(path, key or None, reason + more)
+
+
+def load_config(path: Path) -> LoadedConfig:
+    """Parse, interpolate and validate `path`; raise ConfigError naming file and key."""
+    import hashlib
+
+    try:
+        raw_bytes = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(path, None, "no such config file") from None
+    except OSError as exc:
+        raise ConfigError(path, None, f"cannot read: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw_bytes.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, None, f"not UTF-8 at byte {exc.start}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, None, f"invalid TOML: {exc}") from None
+    data = _interpolate(data, path, "")
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(path, exc) from None
+    for suite_name, suite in config.suites.items():
+        for side in ("reference", "candidate"):
+            endpoint = getattr(suite, side)
+            if endpoint not in config.endpoints:
+                raise ConfigError(
+                    path, f"suites.{suite_name}.{side}", f"no endpoint named {endpoint!r}"
+                )
+    digest = hashlib.sha256(raw_bytes).hexdigest()[:16]
+    return LoadedConfig(path, config, digest)
+
+
+def check_files(loaded: LoadedConfig) -> None:
+    """Every file the config names must exist; found by `validate` and before any run."""
+    for suite_name, suite in loaded.config.suites.items():
+        if not loaded.resolve(suite.fixtures).is_file():
+            raise ConfigError(
+                loaded.path, f"suites.{suite_name}.fixtures", f"no such file: {suite.fixtures}"
+            )
+    for name, endpoint in loaded.config.endpoints.items():
+        if endpoint.cassette is not None and not loaded.resolve(endpoint.cassette).is_file():
+            raise ConfigError(
+                loaded.path, f"endpoints.{name}.cassette", f"no such file: {endpoint.cassette}"
+            )

@@ -1,0 +1,107 @@
+"""structlog, configured once. Event names are an API people alert on: they live here only.
+
+Every line is one JSON object on stdout with `timestamp` (UTC ISO-8601), `level`, `event`,
+and the bound `run_id` / `suite`. A scrubbing processor removes secrets before rendering, so
+neither an API key nor an Authorization header can reach a log line by accident.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+import structlog
+
+# run lifecycle
+RUN_STARTED = "run.started"
+RUN_FINISHED = "run.finished"
+RUN_RESUMED = "run.resumed"
+# alerts (the paging contract)
+ALERT_DISAGREEMENT_CHANGED = "alert.disagreement_changed"
+ALERT_TRANSPORT = "alert.transport"
+ALERT_SCHEMA = "alert.schema"
+ALERT_ALIAS_DRIFT = "alert.alias_drift"
+ALERT_REFERENCE_MOVED = "alert.reference_moved"
+ALERT_STRATUM = "alert.stratum"
+ALERT_CEILING_CANDIDATES = "alert.ceiling_candidates"
+# endpoint behaviour
+ENDPOINT_BACKOFF = "endpoint.backoff"  # AIMD: concurrency cut after a 429
+ENDPOINT_RECOVER = "endpoint.recover"  # AIMD: concurrency grown back
+# scheduler
+SCHEDULER_STARTED = "scheduler.started"
+SCHEDULER_NEXT_FIRE = "scheduler.next_fire"
+SCHEDULER_JOB_STARTED = "scheduler.job_started"
+SCHEDULER_JOB_FINISHED = "scheduler.job_finished"
+SCHEDULER_JOB_SKIPPED = "scheduler.job_skipped"
+SCHEDULER_MISFIRE = "scheduler.misfire"
+SCHEDULER_JOB_CRASHED = "scheduler.job_crashed"
+SCHEDULER_STOPPED = "scheduler.stopped"
+SCHEDULER_CRASHED = "scheduler.crashed"
+
+EVENTS: tuple[str, ...] = tuple(
+    value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)
+)
+
+_SECRET_KEYS = re.compile(r"(authorization|api[_-]?key|x-api-key|token|secret|password)", re.I)
+_BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]+", re.I)
+_known_secrets: set[str] = set()
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a secret's value so any log line that contains it gets it masked."""
+    if value and len(value) >= 4:
+        _known_secrets.add(value)
+
+
+def scrub_text(text: str) -> str:
+    for secret in _known_secrets:
+        text = text.replace(secret, "***")
+    return _BEARER.sub(r"\1***", text)
+
+
+def _is_secret_key(key: object) -> bool:
+    return isinstance(key, str) and key != "api_key_env" and bool(_SECRET_KEYS.search(key))
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return scrub_text(value)
+    if isinstance(value, dict):
+        return {k: "***" if _is_secret_key(k) else _scrub(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v) for v in value]
+    return value
+
+
+def _scrub_processor(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    return {k: _scrub(v) if k != "event" else v for k, v in event_dict.items()}
+
+
+def configure(*, json: bool | None = None) -> None:
+    """JSON lines when stdout is not a TTY (containers, CI); a readable console otherwise."""
+    if json is None:
+        json = not sys.stdout.isatty()
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if json
+        else structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _scrub_processor,
+            renderer,
+        ],
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stdout),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger() -> Any:
+    return structlog.get_logger("parallax")
