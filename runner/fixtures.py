@@ -1,0 +1,423 @@
+"""Golden cases: read every accepted fixture shape into `Case` values, each pinned by fixture_sha.
+
+Fixture files are reviewed like code, so every rejection names `file:line` and the key at fault
+(exit 65), and nothing here guesses: a row is either one of the documented shapes or an error.
+The hash is taken over the row exactly as written, before any normalisation, so that seed 004's
+pinned files keep their hashes and a shape change in this loader can never move a pin.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jsonschema import SchemaError
+from jsonschema.validators import validator_for
+
+from runner.errors import DataError, FixtureError
+from runner.model import STRATA, Case
+
+__all__ = ["fixture_sha", "load_cases", "pin_lines"]
+
+_OPTIONAL_TEXT_KEYS = ("system", "grader", "owner", "completion")
+_SEED000_KEYS = ("must_include", "must_not_include", "max_chars")
+_CANONICAL_KEYS = frozenset(
+    {"id", "prompt", "stratum", "expect", "tags", "fixture_sha", *_OPTIONAL_TEXT_KEYS}
+)
+_SEED004_KEYS = (_CANONICAL_KEYS - {"id"}) | {"case_id"}
+_JSON_WS = " \t\r\n"
+
+
+def fixture_sha(row: Mapping[str, Any]) -> str:
+    """Pin a row by its content, ignoring any pin it already carries.
+
+    The rule is seed 004's byte for byte (default `ensure_ascii`, compact separators), so files
+    pinned by the seed's own script keep validating here.
+    """
+    body = {key: value for key, value in row.items() if key != "fixture_sha"}
+    raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """A parsed row and where it sat, kept apart from `Case` so `pin` can print it untouched."""
+
+    data: dict[str, Any]
+    line: int
+
+
+def load_cases(path: Path) -> list[Case]:
+    """Read a JSONL or JSON-document fixture file into validated, normalised cases.
+
+    A row's own `fixture_sha` is ignored and recomputed: the pin is an output of the content,
+    not a claim about it, so a stale pin can never make an edited case look unchanged.
+    Unknown `expect` keys pass here because only the suite knows its custom graders; see
+    `runner.grading.check_cases`.
+    """
+    return [case for _, case in _load(path)]
+
+
+def pin_lines(path: Path) -> Iterator[str]:
+    """Yield each row with its computed `fixture_sha`, formatted like seed 004's `pin`.
+
+    The whole file is validated before the first line is yielded, so a bad row never leaves
+    half a pinned file behind.
+    """
+    rows = _load(path)
+    for row, case in rows:
+        pinned = dict(row.data)
+        pinned["fixture_sha"] = case.fixture_sha
+        yield json.dumps(pinned, sort_keys=True)
+
+
+def _load(path: Path) -> list[tuple[_Row, Case]]:
+    where = str(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(where, "no such file") from None
+    except IsADirectoryError:
+        raise DataError(where, "is a directory, not a fixture file") from None
+    except OSError as exc:
+        raise DataError(where, f"cannot read: {exc.strerror or exc}") from None
+    text = _decode(where, data)
+    rows = _parse(where, text)
+    seen: dict[str, int] = {}
+    loaded: list[tuple[_Row, Case]] = []
+    for row in rows:
+        case = _to_case(where, row)
+        first = seen.get(case.id)
+        if first is not None:
+            raise _fail(where, row.line, f"duplicate id {case.id!r} (first on line {first})")
+        seen[case.id] = row.line
+        loaded.append((row, case))
+    return loaded
+
+
+def _decode(where: str, data: bytes) -> str:
+    """Decode once, but report a bad byte on its own line rather than as a file offset."""
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise _fail(
+            where, line, f"not UTF-8: byte 0x{data[exc.start]:02x} cannot be decoded"
+        ) from None
+
+
+def _parse(where: str, text: str) -> list[_Row]:
+    """Tell a JSON document from JSONL, then return its rows with their line numbers.
+
+    The first line of JSONL also opens with `{`, so the first character decides nothing: the
+    file is a document only when the whole text parses as one object. A one-line object
+    without `cases` is an ordinary single-row JSONL file.
+    """
+    stripped = text.strip(_JSON_WS)
+    if not stripped.startswith("{"):
+        return _parse_jsonl(where, text)
+    try:
+        whole = json.loads(stripped)
+    except ValueError:
+        return _parse_jsonl(where, text)
+    if not isinstance(whole, dict) or ("cases" not in whole and "\n" not in stripped):
+        return _parse_jsonl(where, text)
+    if not isinstance(whole.get("cases"), list):
+        start = len(text) - len(text.lstrip(_JSON_WS))
+        raise _fail(where, _line_at(text, start), "JSON document without a 'cases' list")
+    return _parse_document(where, text)
+
+
+def _parse_jsonl(where: str, text: str) -> list[_Row]:
+    rows: list[_Row] = []
+    lines = text.split("\n")
+    last = len(lines)
+    while last > 0 and not lines[last - 1].strip(_JSON_WS):
+        last -= 1
+    torn_possible = not text.endswith("\n")
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip(_JSON_WS):
+            continue
+        try:
+            value = _loads(raw)
+        except _DuplicateKeyError as exc:
+            raise _fail(where, number, f"duplicate key {exc.key!r} in one row") from None
+        except json.JSONDecodeError as exc:
+            reason = f"invalid JSON: {exc.msg} (column {exc.colno})"
+            if torn_possible and number == last:
+                reason = f"truncated last line (no newline at end; {reason})"
+            raise _fail(where, number, reason) from None
+        except ValueError as exc:
+            raise _fail(where, number, f"invalid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            kind = _json_kind(value)
+            raise _fail(where, number, f"row is not a JSON object (got {kind})")
+        rows.append(_Row(value, number))
+    return rows
+
+
+def _parse_document(where: str, text: str) -> list[_Row]:
+    """Decode each case where it starts, so its errors and its `Case.line` point at it."""
+    rows: list[_Row] = []
+    for index, start in enumerate(_case_offsets(text)):
+        line = _line_at(text, start)
+        try:
+            value, _ = _DECODER.raw_decode(text, start)
+        except _DuplicateKeyError as exc:
+            raise _fail(where, line, f"duplicate key {exc.key!r} in one case") from None
+        except ValueError as exc:
+            raise _fail(where, line, f"invalid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            kind = _json_kind(value)
+            raise _fail(where, line, f"case {index} is not a JSON object (got {kind})")
+        rows.append(_Row(value, line))
+    return rows
+
+
+def _case_offsets(text: str) -> list[int]:
+    """Find where each element of the top-level `cases` array starts, by walking the document.
+
+    Searching for `"id"` text would be fooled by a prompt that quotes JSON; walking with
+    `raw_decode` follows the real structure. Like `json.loads`, the last `cases` key wins.
+    """
+    decoder = json.JSONDecoder()
+    pos = _skip_ws(text, 0) + 1  # past the opening brace
+    found: list[int] = []
+    while True:
+        pos = _skip_ws(text, pos)
+        if pos >= len(text) or text[pos] == "}":
+            return found
+        if text[pos] == ",":
+            pos += 1
+            continue
+        key, pos = decoder.raw_decode(text, pos)
+        pos = _skip_ws(text, pos) + 1  # past the colon
+        pos = _skip_ws(text, pos)
+        if key == "cases" and text.startswith("[", pos):
+            found = []
+            pos += 1
+            while True:
+                pos = _skip_ws(text, pos)
+                if text[pos] == "]":
+                    pos += 1
+                    break
+                if text[pos] == ",":
+                    pos += 1
+                    continue
+                found.append(pos)
+                _, pos = decoder.raw_decode(text, pos)
+        else:
+            _, pos = decoder.raw_decode(text, pos)
+
+
+def _fail(where: str, line: int, reason: str) -> FixtureError:
+    """Build the one-line `path:line: reason` error that exits 65."""
+    return FixtureError(where, reason, line=line)
+
+
+def _to_case(where: str, row: _Row) -> Case:
+    """Validate one raw row and normalise it; the hash is taken before anything is rewritten."""
+    data = row.data
+    line = row.line
+
+    def fail(reason: str) -> FixtureError:
+        return _fail(where, line, reason)
+
+    if "case_id" in data and "id" in data:
+        raise fail("row has both 'id' and 'case_id'; use one")
+    seed004 = "case_id" in data
+    id_key = "case_id" if seed004 else "id"
+    allowed = _SEED004_KEYS if seed004 else _CANONICAL_KEYS | set(_SEED000_KEYS)
+    unknown = [key for key in data if key not in allowed]
+    if unknown:
+        raise fail(f"unknown key {unknown[0]!r}")
+
+    case_id = data.get(id_key)
+    if case_id is None:
+        raise fail(f"missing {id_key!r}")
+    if not isinstance(case_id, str) or not case_id.strip():
+        raise fail(f"{id_key!r} must be a non-empty string")
+    if "prompt" not in data:
+        raise fail("missing 'prompt'")
+    if not isinstance(data["prompt"], str):
+        raise fail(f"'prompt' must be a string, got {_json_kind(data['prompt'])}")
+
+    stratum = data.get("stratum")
+    if stratum is not None and stratum not in STRATA:
+        raise fail(f"unknown stratum {stratum!r} (allowed: {', '.join(STRATA)})")
+    text_fields: dict[str, str | None] = {}
+    for key in _OPTIONAL_TEXT_KEYS:
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            raise fail(f"{key!r} must be a string, got {_json_kind(value)}")
+        text_fields[key] = value
+    if text_fields["grader"] is not None and not text_fields["grader"].strip():
+        raise fail("'grader' must not be empty")
+    tags = data.get("tags", [])
+    if not _is_str_list(tags):
+        raise fail("'tags' must be a list of strings")
+
+    expect = _expect_of(data, seed004, fail)
+    return Case(
+        id=case_id,
+        prompt=data["prompt"],
+        expect=expect,
+        fixture_sha=fixture_sha(data),
+        path=where,
+        line=line,
+        stratum=stratum,
+        system=text_fields["system"],
+        grader=text_fields["grader"],
+        completion=text_fields["completion"],
+        owner=text_fields["owner"],
+        tags=tuple(tags),
+    )
+
+
+def _expect_of(
+    data: Mapping[str, Any], seed004: bool, fail: Callable[[str], FixtureError]
+) -> dict[str, Any]:
+    """Bring all three shapes to one `expect` mapping, checking the built-in keys' types.
+
+    The copy is deep so that normalising (or a grader mutating its expect) never alters the
+    raw row that `pin` prints and the hash was taken over.
+    """
+    if seed004:
+        if "expect" not in data:
+            raise fail("missing 'expect' (a case_id row expects JSON fields)")
+        fields = data["expect"]
+        if not isinstance(fields, dict):
+            raise fail(f"'expect' must be an object, got {_json_kind(fields)}")
+        return {"json_fields": copy.deepcopy(fields)}
+    top = [key for key in _SEED000_KEYS if key in data]
+    if top and "expect" in data:
+        raise fail(f"{top[0]!r} at top level and an 'expect' object; put it in 'expect'")
+    if top:
+        expect = {key: copy.deepcopy(data[key]) for key in top}
+        prefix = ""
+    else:
+        raw = data.get("expect", {})
+        if not isinstance(raw, dict):
+            raise fail(f"'expect' must be an object, got {_json_kind(raw)}")
+        expect = copy.deepcopy(raw)
+        prefix = "expect."
+    for key, check in _BUILTIN_CHECKS.items():
+        if key in expect:
+            problem = check(expect[key])
+            if problem:
+                raise fail(f"{prefix}{key!r} {problem}")
+    return expect
+
+
+def _check_str_list(value: Any) -> str | None:
+    return None if _is_str_list(value) else "must be a list of strings"
+
+
+def _check_positive_int(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return f"must be a positive integer, got {json.dumps(value)}"
+    return None
+
+
+def _check_patterns(value: Any) -> str | None:
+    patterns = [value] if isinstance(value, str) else value
+    if not _is_str_list(patterns):
+        return "must be a string or a list of strings"
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            return f"has an invalid pattern {pattern!r}: {exc}"
+    return None
+
+
+def _check_object(value: Any) -> str | None:
+    return None if isinstance(value, dict) else f"must be an object, got {_json_kind(value)}"
+
+
+def _check_schema(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return f"must be a JSON Schema object, got {_json_kind(value)}"
+    try:
+        validator_for(value).check_schema(value)
+    except SchemaError as exc:
+        return f"is not a valid JSON Schema: {exc.message}"
+    return None
+
+
+# Types of the built-in expectation keys (see `runner.grading.BUILTIN_KEYS`). Checked at load
+# time so a typo in a fixture fails `validate`, not a grader in the middle of a nightly run.
+_BUILTIN_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "must_include": _check_str_list,
+    "must_not_include": _check_str_list,
+    "max_chars": _check_positive_int,
+    "max_sentences": _check_positive_int,
+    "regex": _check_patterns,
+    "not_regex": _check_patterns,
+    "json_fields": _check_object,
+    "json_schema": _check_schema,
+}
+
+
+class _DuplicateKeyError(ValueError):
+    """Two equal keys in one object: `json` would silently keep the last."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKeyError(key)
+        result[key] = value
+    return result
+
+
+def _reject_constant(name: str) -> Any:
+    """NaN and Infinity are not JSON; accepting them would make the hash non-portable."""
+    raise ValueError(f"{name} is not valid JSON")
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_reject_constant)
+
+
+def _loads(text: str) -> Any:
+    return _DECODER.decode(text)
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in _JSON_WS:
+        pos += 1
+    return pos
+
+
+def _line_at(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
