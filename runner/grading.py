@@ -1,0 +1,297 @@
+"""The task stamp: code graders turn one admitted reply into miss codes and a task_score.
+
+Graders are plain functions `(text, expect) -> list[str]`, never a model: a judge saturates just
+like the suite it grades. Grading is a pure function of (case, reply, graders) so that `replay`
+reproduces outcomes byte for byte; nothing here reads the clock, the network or global state
+after the grader modules are loaded.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib
+import importlib.util
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from jsonschema.validators import validator_for
+
+from runner.errors import ConfigError, FixtureError
+from runner.model import Case, Grade, Reply
+
+__all__ = [
+    "BUILTIN_KEYS",
+    "DEFAULT_MAX_CHARS",
+    "Grader",
+    "GraderSet",
+    "check_cases",
+    "grade",
+    "load_graders",
+]
+
+Grader = Callable[[str, Mapping[str, Any]], list[str]]
+
+# In the order their misses appear, so a miss list reads the same way on every run.
+BUILTIN_KEYS: tuple[str, ...] = (
+    "must_include",
+    "must_not_include",
+    "max_chars",
+    "max_sentences",
+    "regex",
+    "not_regex",
+    "json_fields",
+    "json_schema",
+)
+DEFAULT_MAX_CHARS = 1200
+
+_SENTENCE_END = re.compile(r"[.!?]")
+
+
+@dataclass(frozen=True, slots=True)
+class GraderSet:
+    """A suite's custom graders, plus where `case.grader` references are resolved from.
+
+    Modules named by `module:function` on a case are loaded once and cached here, so grading
+    thousands of rows does not re-execute a grader file.
+    """
+
+    base_dir: Path
+    module: ModuleType | None = None
+    config_path: str = "<config>"
+    key: str = "graders"
+    _extra: dict[str, ModuleType] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def empty(cls, base_dir: Path | None = None) -> GraderSet:
+        """For suites without a graders module; `module:function` refs still resolve."""
+        return cls(base_dir=base_dir if base_dir is not None else Path())
+
+    def resolve(self, case: Case) -> Grader | None:
+        """Find the custom grader of a case: explicit `grader` first, then `GRADERS[id]`.
+
+        Raises ConfigError when the case names a grader that does not exist, because a
+        silently skipped grader would make a failing case look like a passing one.
+        """
+        where = f"{case.path}:{case.line}"
+        if case.grader is not None and ":" in case.grader:
+            source, _, name = case.grader.rpartition(":")
+            module = self._extra.get(source)
+            if module is None:
+                module = _import(source, self.base_dir, config_path=where, key="grader")
+                self._extra[source] = module
+            return _function(module, name, where, f"in {source}")
+        if case.grader is not None:
+            if self.module is None:
+                raise ConfigError(
+                    where,
+                    "grader",
+                    f"case {case.id!r} names grader {case.grader!r} "
+                    "but the suite has no graders module",
+                )
+            return _function(self.module, case.grader, where, "in the suite's graders module")
+        if self.module is not None:
+            return _registry(self.module, self.config_path, self.key).get(case.id)
+        return None
+
+
+def load_graders(spec: str | None, base_dir: Path, *, config_path: str, key: str) -> GraderSet:
+    """Load a suite's graders from a Python file (relative to base_dir) or a module name.
+
+    Any failure while importing becomes a one-line ConfigError naming the file, so a typo in a
+    grader module exits 78 before a single request is sent.
+    """
+    if spec is None or not spec.strip():
+        return GraderSet(base_dir=base_dir, config_path=config_path, key=key)
+    module = _import(spec.strip(), base_dir, config_path=config_path, key=key)
+    _registry(module, config_path, key)  # reject a malformed GRADERS now, not mid-run
+    return GraderSet(base_dir=base_dir, module=module, config_path=config_path, key=key)
+
+
+def check_cases(cases: Sequence[Case], graders: GraderSet) -> None:
+    """Refuse expectation keys that nothing would grade, before any call is made.
+
+    An unknown key without a custom grader is almost always a typo (`must_includes`), and
+    ignoring it would turn a strict case into one that always passes.
+    """
+    for case in cases:
+        grader = graders.resolve(case)
+        if grader is not None:
+            continue
+        unknown = [key for key in case.expect if key not in BUILTIN_KEYS]
+        if unknown:
+            raise FixtureError(
+                case.path,
+                f"unknown expect key {unknown[0]!r} and no custom grader for case {case.id!r}",
+                line=case.line,
+            )
+
+
+def grade(case: Case, reply: Reply, graders: GraderSet) -> Grade:
+    """Grade one admitted reply: built-in checks first, then the case's custom grader.
+
+    A custom grader that raises or returns garbage yields `grader_error:<Class>` instead of
+    crashing the run: one broken grader must not cost the whole night's ledger. Expectation
+    keys that are neither built-in nor handled by a grader are ignored here; `check_cases`
+    refuses them at load time.
+    """
+    tally = _Tally()
+    text = reply.text
+    expect = case.expect
+    tally.check(bool(text.strip()), "empty_completion")
+    folded = text.casefold()
+    for needle in expect.get("must_include", ()):
+        tally.check(needle.casefold() in folded, f"missing:{needle}")
+    for needle in expect.get("must_not_include", ()):
+        tally.check(needle.casefold() not in folded, f"forbidden:{needle}")
+    max_chars = expect.get("max_chars", DEFAULT_MAX_CHARS)
+    tally.check(len(text) <= max_chars, f"over_budget:{len(text)}>{max_chars}")
+    if "max_sentences" in expect:
+        limit = expect["max_sentences"]
+        count = sum(1 for piece in _SENTENCE_END.split(text) if piece.strip())
+        tally.check(count <= limit, f"too_verbose:{count}>{limit}")
+    for pattern in _patterns(expect.get("regex")):
+        tally.check(re.search(pattern, text) is not None, f"regex_mismatch:{pattern}")
+    for pattern in _patterns(expect.get("not_regex")):
+        tally.check(re.search(pattern, text) is None, f"regex_forbidden:{pattern}")
+    if "json_fields" in expect:
+        _grade_fields(tally, reply.answer, expect["json_fields"])
+    if "json_schema" in expect:
+        tally.checks += 1
+        violations = _schema_violations(reply.answer, expect["json_schema"])
+        tally.misses.extend(violations)
+        tally.passed += not violations
+
+    grader = graders.resolve(case)
+    if grader is not None:
+        custom = _run_custom(grader, text, expect)
+        checks = max(1, sum(1 for key in expect if key not in BUILTIN_KEYS))
+        tally.checks += checks
+        tally.passed += checks - min(len(custom), checks)
+        tally.misses.extend(custom)
+    return Grade(misses=tuple(tally.misses), checks=tally.checks, passed_checks=tally.passed)
+
+
+@dataclass(slots=True)
+class _Tally:
+    """Counts checks as they run, so the score and the miss list cannot disagree."""
+
+    misses: list[str] = field(default_factory=list)
+    checks: int = 0
+    passed: int = 0
+
+    def check(self, ok: bool, miss: str) -> None:
+        self.checks += 1
+        if ok:
+            self.passed += 1
+        else:
+            self.misses.append(miss)
+
+
+def _grade_fields(tally: _Tally, answer: Any, fields: Mapping[str, Any]) -> None:
+    """One check per expected field, as in seed 004; extra fields in the answer earn nothing."""
+    for name in sorted(fields):
+        if not isinstance(answer, dict) or name not in answer:
+            tally.check(False, f"field_missing:{name}")
+        else:
+            tally.check(_json_equal(answer[name], fields[name]), f"field_mismatch:{name}")
+
+
+def _json_equal(left: Any, right: Any) -> bool:
+    """JSON equality: unlike Python's `==`, `true` is not `1` and `1.0` is `1`."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left == right
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(_json_equal(left[k], right[k]) for k in left)
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(map(_json_equal, left, right))
+    if isinstance(left, int | float) and isinstance(right, int | float):
+        return left == right
+    return type(left) is type(right) and bool(left == right)
+
+
+def _schema_violations(answer: Any, schema: Mapping[str, Any]) -> list[str]:
+    """One miss per failing location, sorted so the list is stable across jsonschema versions.
+
+    Several errors at one path (two missing required keys both sit at `$`) collapse into one
+    code: the code names where the answer is wrong, and repeating it would add nothing.
+    """
+    validator = validator_for(schema)(schema)
+    paths = {error.json_path for error in validator.iter_errors(answer)}
+    return [f"schema_violation:{path}" for path in sorted(paths)]
+
+
+def _patterns(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _run_custom(grader: Grader, text: str, expect: Mapping[str, Any]) -> list[str]:
+    """Call a user grader on a private copy of expect, so it cannot change later grades."""
+    try:
+        result = grader(text, copy.deepcopy(dict(expect)))
+    except Exception as exc:
+        return [f"grader_error:{type(exc).__name__}"]
+    if not isinstance(result, list) or not all(isinstance(miss, str) for miss in result):
+        return ["grader_error:TypeError"]
+    return list(result)
+
+
+def _import(source: str, base_dir: Path, *, config_path: str, key: str) -> ModuleType:
+    """Import a graders file under a name derived from its path, or an importable module.
+
+    The derived name keeps two suites' `graders.py` files from shadowing each other in
+    `sys.modules`, while reloading the same file stays idempotent.
+    """
+    if source.endswith(".py") or "/" in source or "\\" in source:
+        path = (base_dir / source).resolve()
+        if not path.is_file():
+            raise ConfigError(config_path, key, f"grader file {path} not found")
+        digest = hashlib.sha256(str(path).encode("utf-8")).hexdigest()[:12]
+        name = f"_parallax_graders_{path.stem}_{digest}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ConfigError(config_path, key, f"cannot import {path}: not a Python file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except (Exception, SystemExit) as exc:
+            sys.modules.pop(name, None)
+            raise ConfigError(config_path, key, f"cannot import {path}: {_one_line(exc)}") from None
+        return module
+    try:
+        return importlib.import_module(source)
+    except (Exception, SystemExit) as exc:
+        raise ConfigError(config_path, key, f"cannot import {source}: {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    detail = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
+def _registry(module: ModuleType, config_path: str, key: str) -> dict[str, Grader]:
+    registry = getattr(module, "GRADERS", None)
+    if registry is None:
+        return {}
+    if not isinstance(registry, dict) or not all(
+        isinstance(case_id, str) and callable(fn) for case_id, fn in registry.items()
+    ):
+        origin = getattr(module, "__file__", None) or module.__name__
+        raise ConfigError(config_path, key, f"GRADERS in {origin} must map case ids to functions")
+    return registry
+
+
+def _function(module: ModuleType, name: str, where: str, place: str) -> Grader:
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ConfigError(where, "grader", f"no grader function {name!r} {place}")
+    grader: Grader = fn
+    return grader
