@@ -1,0 +1,385 @@
+"""Specification of the fixture loader: accepted shapes, fixture_sha, pin output and errors."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runner.errors import DataError, FixtureError
+from runner.fixtures import fixture_sha, load_cases, pin_lines
+from runner.model import Case
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+CITY_07 = (
+    '{"case_id":"city-07","prompt":"Return a JSON object with city and country for the '
+    'capital of France.","expect":{"city":"Paris","country":"France"}}'
+)
+CITY_09 = (
+    '{"case_id":"city-09","prompt":"Return a JSON object with city and country for the '
+    'capital of Japan.","expect":{"city":"Tokyo","country":"Japan"}}'
+)
+
+
+def write(tmp_path: Path, text: str | bytes, name: str = "cases.jsonl") -> Path:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def fixture_error(path: Path) -> str:
+    with pytest.raises(FixtureError) as info:
+        load_cases(path)
+    assert info.value.exit_code == 65
+    return str(info.value)
+
+
+# --- fixture_sha -------------------------------------------------------------------------
+
+
+def test_seed_004_rows_hash_to_the_seed_pins() -> None:
+    """Seed 004's two city rows hash exactly as the seed's own pin rule does."""
+    expected = ["6c4336d172e6e214", "d8c8b2f09aaad00d"]
+    assert expected == [fixture_sha(json.loads(CITY_07)), fixture_sha(json.loads(CITY_09))]
+
+
+def test_fixture_sha_ignores_an_existing_pin() -> None:
+    """A row's own fixture_sha, stale or not, does not enter its hash."""
+    row = json.loads(CITY_07)
+    assert fixture_sha(row) == fixture_sha({**row, "fixture_sha": "placeholder-hash"})
+
+
+json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=8,
+)
+rows = st.dictionaries(st.text(max_size=8), json_values, max_size=6)
+
+
+@given(row=rows, seed=st.integers())
+def test_fixture_sha_is_stable_under_key_order(row: dict[str, object], seed: int) -> None:
+    """Reordering a row's keys never changes its fixture_sha."""
+    keys = list(row)
+    random.Random(seed).shuffle(keys)
+    assert fixture_sha(row) == fixture_sha({key: row[key] for key in keys})
+
+
+@given(row=rows, prompt=st.text(max_size=20), other=st.text(max_size=20))
+def test_fixture_sha_moves_when_the_prompt_changes(
+    row: dict[str, object], prompt: str, other: str
+) -> None:
+    """Editing a prompt changes the pin; keeping it does not."""
+    before = fixture_sha({**row, "prompt": prompt})
+    after = fixture_sha({**row, "prompt": other})
+    assert (prompt == other) == (before == after)
+
+
+# --- accepted shapes ---------------------------------------------------------------------
+
+
+def test_canonical_row_loads_every_field(tmp_path: Path) -> None:
+    """A canonical row becomes a Case with each optional field carried over."""
+    row = {
+        "id": "medium-sku-contract",
+        "stratum": "medium",
+        "prompt": "Name the SKU that ships.",
+        "system": "Be brief.",
+        "expect": {"must_include": ["SKU-9"], "max_chars": 160},
+        "grader": "graders.py:grade_sku",
+        "owner": "ops",
+        "tags": ["sku", "contract"],
+    }
+    path = write(tmp_path, "\n" + json.dumps(row) + "\n")
+    [case] = load_cases(path)
+    expected = (
+        "medium-sku-contract",
+        "Name the SKU that ships.",
+        {"must_include": ["SKU-9"], "max_chars": 160},
+        fixture_sha(row),
+        str(path),
+        2,
+        "medium",
+        "Be brief.",
+        "graders.py:grade_sku",
+        None,
+        "ops",
+        ("sku", "contract"),
+    )
+    actual = (
+        case.id,
+        case.prompt,
+        dict(case.expect),
+        case.fixture_sha,
+        case.path,
+        case.line,
+        case.stratum,
+        case.system,
+        case.grader,
+        case.completion,
+        case.owner,
+        case.tags,
+    )
+    assert expected == actual
+
+
+def test_seed_000_rows_normalise_top_level_checks_into_expect() -> None:
+    """Seed 000's rows load unchanged, their checks moved into expect, completion kept."""
+    cases = load_cases(FIXTURES / "ceiling.jsonl")
+    expected = [
+        ("easy-empty-guard", "easy", 1),
+        ("easy-no-apology-loop", "easy", 2),
+        ("medium-sku-contract", "medium", 3),
+        ("medium-budget", "medium", 4),
+        ("stretch-policy-cite", "stretch", 5),
+        ("stretch-missing-field", "stretch", 6),
+    ]
+    assert expected == [(case.id, case.stratum, case.line) for case in cases]
+    expected_first = (
+        {"must_include": ["1842"], "must_not_include": ["as an AI"], "max_chars": 240},
+        "Order 1842 ships two blue mugs to Denver tomorrow.",
+    )
+    assert expected_first == (dict(cases[0].expect), cases[0].completion)
+
+
+def test_seed_000_hash_is_taken_before_normalisation() -> None:
+    """A seed 000 case is pinned by the row as written, not by its normalised expect."""
+    raw = (FIXTURES / "ceiling.jsonl").read_text(encoding="utf-8").splitlines()[0]
+    assert fixture_sha(json.loads(raw)) == load_cases(FIXTURES / "ceiling.jsonl")[0].fixture_sha
+
+
+def test_seed_001_document_loads_with_case_lines() -> None:
+    """Seed 001's document loads both cases, custom keys intact, lines at each case object."""
+    cases = load_cases(FIXTURES / "support.json")
+    expected = [("refund.policy.v3", 4, None), ("tool.tracking.missing_carrier", 13, None)]
+    assert expected == [(case.id, case.line, case.stratum) for case in cases]
+    expected_expect = {
+        "must_refuse_instant_refund": True,
+        "must_cite_order_id": True,
+        "max_sentences": 4,
+    }
+    assert expected_expect == dict(cases[0].expect)
+
+
+def test_seed_004_rows_become_json_field_expectations() -> None:
+    """Seed 004's case_id rows load with their flat expect under json_fields."""
+    cases = load_cases(FIXTURES / "cities.jsonl")
+    expected = [
+        ("city-07", "6c4336d172e6e214", True),
+        ("city-09", "d8c8b2f09aaad00d", True),
+        ("city-11", "8e4f116f1a0ef848", True),
+    ]
+    assert expected == [(case.id, case.fixture_sha, case.expects_json) for case in cases]
+    expected_expect = {"json_fields": {"city": "Paris", "country": "France"}}
+    assert expected_expect == dict(cases[0].expect)
+
+
+def test_a_stale_pin_in_the_file_is_recomputed(tmp_path: Path) -> None:
+    """A pinned row whose fixture_sha is stale gets the hash of its content."""
+    row = {**json.loads(CITY_07), "fixture_sha": "placeholder-hash"}
+    [case] = load_cases(write(tmp_path, json.dumps(row) + "\n"))
+    expected = "6c4336d172e6e214"
+    assert expected == case.fixture_sha
+
+
+def test_a_single_line_file_is_jsonl_not_a_document(tmp_path: Path) -> None:
+    """A one-row JSONL file (its only line an object without cases) loads as one case."""
+    [case] = load_cases(write(tmp_path, CITY_07))
+    expected = ("city-07", 1)
+    assert expected == (case.id, case.line)
+
+
+def test_a_one_line_document_is_a_document(tmp_path: Path) -> None:
+    """A document written on one line is still read as a document."""
+    doc = {"version": 1, "cases": [{"id": "a", "prompt": "p"}, {"id": "b", "prompt": "q"}]}
+    cases = load_cases(write(tmp_path, json.dumps(doc), "suite.json"))
+    expected = [("a", 1), ("b", 1)]
+    assert expected == [(case.id, case.line) for case in cases]
+
+
+def test_document_line_points_at_the_case_not_at_quoted_json(tmp_path: Path) -> None:
+    """A case's line is where its object starts, even if an earlier prompt quotes an id."""
+    text = (
+        '{"version": 2,\n'
+        ' "cases": [\n'
+        '  {"id": "a", "prompt": "say {\\"id\\": \\"b\\"}"},\n'
+        "\n"
+        '  {"id": "b",\n'
+        '   "prompt": "q"}\n'
+        " ]}\n"
+    )
+    cases = load_cases(write(tmp_path, text, "suite.json"))
+    expected = [3, 5]
+    assert expected == [case.line for case in cases]
+
+
+def test_empty_file_has_no_cases(tmp_path: Path) -> None:
+    """An empty (or blank) file is a suite with zero cases, not an error."""
+    expected: list[Case] = []
+    assert expected == load_cases(write(tmp_path, ""))
+    assert expected == load_cases(write(tmp_path, "\n  \n", "blank.jsonl"))
+
+
+def test_null_optional_fields_count_as_absent(tmp_path: Path) -> None:
+    """JSON null for an optional field reads as if the key were absent."""
+    row = {"id": "a", "prompt": "p", "stratum": None, "system": None, "completion": None}
+    [case] = load_cases(write(tmp_path, json.dumps(row) + "\n"))
+    expected = (None, None, None, {})
+    assert expected == (case.stratum, case.system, case.completion, case.expect)
+
+
+def test_unknown_expect_keys_are_left_for_grading(tmp_path: Path) -> None:
+    """The loader keeps custom expect keys; only the suite's graders can judge them."""
+    row = {"id": "a", "prompt": "p", "expect": {"must_sound_kind": True}}
+    [case] = load_cases(write(tmp_path, json.dumps(row) + "\n"))
+    expected = {"must_sound_kind": True}
+    assert expected == dict(case.expect)
+
+
+# --- pin ---------------------------------------------------------------------------------
+
+
+def test_pin_prints_seed_004_format(tmp_path: Path) -> None:
+    """pin prints each row with its fixture_sha, sorted keys and default separators."""
+    path = write(tmp_path, CITY_07 + "\n\n" + CITY_09 + "\n")
+    expected = [
+        '{"case_id": "city-07", "expect": {"city": "Paris", "country": "France"}, '
+        '"fixture_sha": "6c4336d172e6e214", "prompt": "Return a JSON object with city and '
+        'country for the capital of France."}',
+        '{"case_id": "city-09", "expect": {"city": "Tokyo", "country": "Japan"}, '
+        '"fixture_sha": "d8c8b2f09aaad00d", "prompt": "Return a JSON object with city and '
+        'country for the capital of Japan."}',
+    ]
+    assert expected == list(pin_lines(path))
+
+
+def test_pinning_a_pinned_file_changes_nothing(tmp_path: Path) -> None:
+    """Pinning is idempotent: a pinned file pins to itself."""
+    first = list(pin_lines(FIXTURES / "cities.jsonl"))
+    again = list(pin_lines(write(tmp_path, "\n".join(first) + "\n")))
+    assert first == again
+
+
+def test_pin_prints_every_case_of_a_document() -> None:
+    """pin on a document prints one pinned line per case."""
+    lines = list(pin_lines(FIXTURES / "support.json"))
+    cases = load_cases(FIXTURES / "support.json")
+    assert [case.fixture_sha for case in cases] == [json.loads(x)["fixture_sha"] for x in lines]
+
+
+def test_pin_validates_before_printing(tmp_path: Path) -> None:
+    """pin refuses a bad file before yielding any line."""
+    path = write(tmp_path, CITY_07 + "\n" + "{broken\n")
+    lines = pin_lines(path)
+    with pytest.raises(FixtureError):
+        next(lines)
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+def test_missing_file_is_a_data_error(tmp_path: Path) -> None:
+    """A fixture path that does not exist is a DataError naming the file."""
+    path = tmp_path / "nope.jsonl"
+    with pytest.raises(DataError) as info:
+        load_cases(path)
+    assert f"{path}: no such file" == str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "reason"),
+    [
+        ('{"id": "a", "prompt": "p"}\n{"id": "b", "prompt": }\n', 2, "invalid JSON"),
+        ('{"id": "a", "prompt": "p"}\n{"id": "b", "pro', 2, "truncated last line"),
+        ('{"id": "a", "prompt": "p"}\n["a", "b"]\n', 2, "not a JSON object"),
+        ('{"prompt": "p"}\n', 1, "missing 'id'"),
+        ('{"id": "  ", "prompt": "p"}\n', 1, "'id' must be a non-empty string"),
+        ('{"case_id": "", "prompt": "p", "expect": {}}\n', 1, "'case_id' must be a non-empty"),
+        ('{"id": "a"}\n', 1, "missing 'prompt'"),
+        ('{"id": "a", "prompt": 3}\n', 1, "'prompt' must be a string"),
+        ('{"id": "a", "prompt": "p", "must_include": "x"}\n', 1, "'must_include' must be a list"),
+        ('{"id": "a", "prompt": "p", "max_chars": 0}\n', 1, "'max_chars' must be a positive"),
+        ('{"id": "a", "prompt": "p", "max_chars": true}\n', 1, "'max_chars' must be a positive"),
+        ('{"id": "a", "prompt": "p", "expect": {"max_sentences": 2.5}}\n', 1, "'max_sentences'"),
+        ('{"id": "a", "prompt": "p", "expect": {"regex": "("}}\n', 1, "invalid pattern '('"),
+        ('{"id": "a", "prompt": "p", "expect": {"json_schema": {"type": 5}}}\n', 1, "JSON Schema"),
+        ('{"id": "a", "prompt": "p", "expect": []}\n', 1, "'expect' must be an object"),
+        ('{"id": "a", "prompt": "p", "tags": ["x", 1]}\n', 1, "'tags' must be a list of strings"),
+        ('{"id": "a", "prompt": "p", "system": 1}\n', 1, "'system' must be a string"),
+        ('{"id": "a", "prompt": "p", "stratum": "hard"}\n', 1, "unknown stratum 'hard'"),
+        ('{"id": "a", "prompt": "p", "promt": "x"}\n', 1, "unknown key 'promt'"),
+        ('{"id": "a", "case_id": "a", "prompt": "p"}\n', 1, "both 'id' and 'case_id'"),
+        ('{"case_id": "a", "prompt": "p"}\n', 1, "missing 'expect'"),
+        ('{"id": "a", "prompt": "p", "prompt": "q"}\n', 1, "duplicate key 'prompt'"),
+        ('{"id": "a", "prompt": "p", "max_chars": NaN}\n', 1, "invalid JSON"),
+        (
+            '{"id": "a", "prompt": "p", "max_chars": 5, "expect": {}}\n',
+            1,
+            "'max_chars' at top level and an 'expect' object",
+        ),
+        (
+            '{"id": "a", "prompt": "p"}\n\n{"id": "a", "prompt": "q"}\n',
+            3,
+            "duplicate id 'a' (first on line 1)",
+        ),
+    ],
+)
+def test_malformed_rows_name_file_and_line(
+    tmp_path: Path, text: str, line: int, reason: str
+) -> None:
+    """Each malformed row is a FixtureError reading `path:line: reason`."""
+    path = write(tmp_path, text)
+    message = fixture_error(path)
+    assert message.startswith(f"{path}:{line}: ")
+    assert reason in message
+
+
+def test_invalid_json_that_ends_with_a_newline_is_not_called_truncated(tmp_path: Path) -> None:
+    """A bad last line that does end in a newline is plain invalid JSON."""
+    message = fixture_error(write(tmp_path, '{"id": "a", "pro\n'))
+    assert "truncated" not in message
+    assert "invalid JSON" in message
+
+
+def test_non_utf8_bytes_name_their_line(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8 are reported on the line they sit on."""
+    path = write(tmp_path, b'{"id": "a", "prompt": "p"}\n{"id": "b", "prompt": "caf\xe9"}\n')
+    message = fixture_error(path)
+    assert message.startswith(f"{path}:2: not UTF-8")
+
+
+def test_a_utf8_bom_is_tolerated(tmp_path: Path) -> None:
+    """A leading UTF-8 byte-order mark, as some editors write, is not an error."""
+    [case] = load_cases(write(tmp_path, b'\xef\xbb\xbf{"id": "a", "prompt": "p"}\n'))
+    expected = "a"
+    assert expected == case.id
+
+
+def test_document_without_cases_list_is_an_error(tmp_path: Path) -> None:
+    """A JSON document whose `cases` is missing or not a list is refused at its first line."""
+    missing = write(tmp_path, '{\n  "version": 1\n}\n', "a.json")
+    not_list = write(tmp_path, '{"version": 1, "cases": {"id": "a"}}', "b.json")
+    assert f"{missing}:1: JSON document without a 'cases' list" == fixture_error(missing)
+    assert f"{not_list}:1: JSON document without a 'cases' list" == fixture_error(not_list)
+
+
+def test_document_case_errors_point_at_the_case(tmp_path: Path) -> None:
+    """A bad case inside a document is reported at the line where that case starts."""
+    text = '{"cases": [\n  {"id": "a", "prompt": "p"},\n  {"id": "a",\n   "prompt": "q"}\n]}\n'
+    path = write(tmp_path, text, "suite.json")
+    assert f"{path}:3: duplicate id 'a' (first on line 2)" == fixture_error(path)
+
+
+def test_document_case_that_is_not_an_object_is_an_error(tmp_path: Path) -> None:
+    """A document case that is not an object is refused at its own line."""
+    path = write(tmp_path, '{"cases": [\n  {"id": "a", "prompt": "p"},\n  "b"\n]}\n', "s.json")
+    assert f"{path}:3: case 1 is not a JSON object (got string)" == fixture_error(path)
