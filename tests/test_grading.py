@@ -1,0 +1,417 @@
+"""Specification of grading: built-in miss codes, task_score, and custom grader resolution."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.errors import ConfigError, FixtureError
+from runner.fixtures import load_cases
+from runner.grading import (
+    BUILTIN_KEYS,
+    GraderSet,
+    check_cases,
+    grade,
+    load_graders,
+)
+from runner.model import Case, Grade, Reply
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+NONE = GraderSet.empty()
+
+
+def case(expect: Mapping[str, Any], *, case_id: str = "c1", grader: str | None = None) -> Case:
+    return Case(
+        id=case_id,
+        prompt="p",
+        expect=expect,
+        fixture_sha="0" * 16,
+        path="suite.jsonl",
+        line=7,
+        grader=grader,
+    )
+
+
+def graded(expect: Mapping[str, Any], text: str, answer: Any = None) -> Grade:
+    return grade(case(expect), Reply(text=text, answer=answer), NONE)
+
+
+def write_module(tmp_path: Path, name: str, source: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source), encoding="utf-8")
+    return path
+
+
+def load(tmp_path: Path, spec: str | None) -> GraderSet:
+    return load_graders(spec, tmp_path, config_path="parallax.toml", key="suites.s.graders")
+
+
+# --- built-in keys -----------------------------------------------------------------------
+
+
+def test_builtin_keys_are_the_documented_table() -> None:
+    """BUILTIN_KEYS lists the design's keys in the order their misses appear."""
+    expected = (
+        "must_include",
+        "must_not_include",
+        "max_chars",
+        "max_sentences",
+        "regex",
+        "not_regex",
+        "json_fields",
+        "json_schema",
+    )
+    assert expected == BUILTIN_KEYS
+
+
+def test_a_clean_reply_passes_every_check() -> None:
+    """With nothing expected, a non-empty reply passes its two standing checks."""
+    expected = Grade(misses=(), checks=2, passed_checks=2)
+    assert expected == graded({}, "Fine.")
+
+
+def test_empty_completion_is_a_miss() -> None:
+    """A blank reply misses `empty_completion` (one of two standing checks)."""
+    result = graded({}, "  \n")
+    expected = (("empty_completion",), 0.5)
+    assert expected == (result.misses, result.task_score)
+
+
+def test_must_include_is_case_insensitive_per_needle() -> None:
+    """Each needle is one check; a needle found in any case passes."""
+    result = graded({"must_include": ["SKU-9", "denver"]}, "sku-9 leaves Denver")
+    assert not result.misses
+    result = graded({"must_include": ["SKU-9", "Paris"]}, "SKU-9 leaves Denver")
+    expected = (("missing:Paris",), 4, 3)
+    assert expected == (result.misses, result.checks, result.passed_checks)
+
+
+def test_must_not_include_is_case_insensitive() -> None:
+    """A forbidden needle in any case is a `forbidden:` miss."""
+    result = graded({"must_not_include": ["As an AI"]}, "as an ai, I cannot")
+    expected = (("forbidden:As an AI",), 3, 2)
+    assert expected == (result.misses, result.checks, result.passed_checks)
+
+
+def test_max_chars_defaults_to_1200() -> None:
+    """Without max_chars, a reply over 1200 characters is over budget."""
+    expected = ("over_budget:1201>1200",)
+    assert expected == graded({}, "x" * 1201).misses
+    assert not graded({}, "x" * 1200).misses
+
+
+def test_max_chars_names_length_and_budget() -> None:
+    """max_chars reports the reply's length against the budget."""
+    expected = ("over_budget:11>10",)
+    assert expected == graded({"max_chars": 10}, "hello world").misses
+
+
+def test_max_sentences_counts_non_blank_pieces() -> None:
+    """Sentences are the non-blank pieces between `.`, `!` and `?`."""
+    expected = ("too_verbose:3>2",)
+    assert expected == graded({"max_sentences": 2}, "One. Two!  Three?  ").misses
+    assert not graded({"max_sentences": 2}, "One... Two!").misses
+
+
+def test_regex_and_not_regex_accept_a_string_or_a_list() -> None:
+    """Each pattern is one check; regex must match and not_regex must not."""
+    expect = {"regex": [r"SKU-\d+", r"^Order"], "not_regex": r"(?i)sorry"}
+    result = graded(expect, "Sorry, SKU-9 ships")
+    expected = (("regex_mismatch:^Order", "regex_forbidden:(?i)sorry"), 5, 3)
+    assert expected == (result.misses, result.checks, result.passed_checks)
+
+
+def test_json_fields_score_one_check_per_field() -> None:
+    """Seed 004's rule: a wrong field and a missing field each cost one check."""
+    expect = {"json_fields": {"city": "Paris", "country": "France", "iso": "FR"}}
+    result = graded(expect, '{"city": "Lyon"}', {"city": "Lyon", "country": "France"})
+    expected = (("field_mismatch:city", "field_missing:iso"), 5, 3)
+    assert expected == (result.misses, result.checks, result.passed_checks)
+
+
+def test_json_fields_of_a_non_object_answer_are_all_missing() -> None:
+    """An answer that is not an object misses every expected field."""
+    result = graded({"json_fields": {"city": "Paris", "country": "France"}}, "[]", [])
+    expected = ("field_missing:city", "field_missing:country")
+    assert expected == result.misses
+
+
+def test_json_fields_compare_as_json_values() -> None:
+    """`true` is not `1`, but `1.0` is `1`."""
+    expect = {"json_fields": {"flag": 1, "n": 1}}
+    expected = ("field_mismatch:flag",)
+    assert expected == graded(expect, "{}", {"flag": True, "n": 1.0}).misses
+
+
+def test_json_schema_names_each_failing_path_once() -> None:
+    """A schema violation is reported per JSON path, as one check."""
+    schema = {
+        "type": "object",
+        "required": ["city", "country"],
+        "properties": {"city": {"type": "string"}, "pop": {"type": "integer"}},
+    }
+    result = graded({"json_schema": schema}, "{}", {"city": 5, "pop": "many"})
+    expected = (("schema_violation:$", "schema_violation:$.city", "schema_violation:$.pop"), 3, 2)
+    assert expected == (result.misses, result.checks, result.passed_checks)
+    assert not graded({"json_schema": schema}, "{}", {"city": "Rome", "country": "IT"}).misses
+
+
+def test_misses_follow_the_table_order() -> None:
+    """Misses from several keys appear in table order, whatever the order of expect."""
+    expect = {"max_chars": 5, "must_not_include": ["x"], "must_include": ["y"]}
+    expected = ("missing:y", "forbidden:x", "over_budget:6>5")
+    assert expected == graded(expect, "xxxxxx").misses
+
+
+def test_ceiling_fixture_completions_grade_as_the_seed_intends() -> None:
+    """Seed 000's recorded completions: easy and medium pass, stretch miss on purpose."""
+    results = {
+        c.id: grade(c, Reply(text=c.completion or ""), NONE).misses
+        for c in load_cases(FIXTURES / "ceiling.jsonl")
+    }
+    expected = {
+        "easy-empty-guard": (),
+        "easy-no-apology-loop": (),
+        "medium-sku-contract": (),
+        "medium-budget": (),
+        "stretch-policy-cite": ("missing:restock-window", "missing:weekday", "forbidden:probably"),
+        "stretch-missing-field": ("missing:missing address", "forbidden:usual place"),
+    }
+    assert expected == results
+
+
+# --- custom graders ----------------------------------------------------------------------
+
+GRADER_MODULE = """
+    def shout(text, expect):
+        return [] if text.isupper() else ["not_shouting"]
+
+    def by_id(text, expect):
+        return ["by_id"] if expect.get("must_be_kind") else []
+
+    def boom(text, expect):
+        raise KeyError("oops")
+
+    def not_a_list(text, expect):
+        return "nope"
+
+    GRADERS = {"c1": by_id, "exploding": boom, "bad-return": not_a_list}
+"""
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> GraderSet:
+    write_module(tmp_path, "graders.py", GRADER_MODULE)
+    return load(tmp_path, "graders.py")
+
+
+def test_custom_grader_resolves_by_case_id(suite: GraderSet) -> None:
+    """A case id in GRADERS gets that grader, one check per custom key."""
+    result = grade(case({"must_be_kind": True, "other": 1}), Reply(text="hi"), suite)
+    expected = (("by_id",), 4, 3)
+    assert expected == (result.misses, result.checks, result.passed_checks)
+
+
+def test_custom_grader_resolves_by_bare_name(suite: GraderSet) -> None:
+    """`grader: "shout"` names a function in the suite's module."""
+    result = grade(case({}, case_id="other", grader="shout"), Reply(text="quiet"), suite)
+    expected = (("not_shouting",), 3, 2)
+    assert expected == (result.misses, result.checks, result.passed_checks)
+
+
+def test_custom_grader_resolves_by_module_and_function(tmp_path: Path) -> None:
+    """`grader: "file.py:function"` loads that file relative to the suite's base dir."""
+    write_module(tmp_path, "extra.py", "def quiet(text, expect):\n    return ['loud']\n")
+    graders = load(tmp_path, None)
+    result = grade(case({}, grader="extra.py:quiet"), Reply(text="HI"), graders)
+    expected = ("loud",)
+    assert expected == result.misses
+
+
+def test_custom_grader_resolves_by_importable_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module name, as the suite's graders or in `module:function`, is imported."""
+    write_module(tmp_path, "parallax_test_graders.py", GRADER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "parallax_test_graders", raising=False)
+    by_module = load(tmp_path, "parallax_test_graders")
+    by_ref = load(tmp_path, None)
+    expected = (("by_id",), ("not_shouting",))
+    actual = (
+        grade(case({"must_be_kind": True}), Reply(text="hi"), by_module).misses,
+        grade(case({}, grader="parallax_test_graders:shout"), Reply(text="hi"), by_ref).misses,
+    )
+    assert expected == actual
+
+
+def test_custom_grader_runs_with_the_builtin_keys(suite: GraderSet) -> None:
+    """Built-in keys still grade when a custom grader handles the rest."""
+    expect = {"must_be_kind": True, "max_sentences": 1}
+    result = grade(case(expect), Reply(text="One. Two."), suite)
+    expected = (("too_verbose:2>1", "by_id"), 4, 2)
+    assert expected == (result.misses, result.checks, result.passed_checks)
+
+
+def test_a_grader_that_raises_is_a_miss(suite: GraderSet) -> None:
+    """A grader that raises yields `grader_error:<Class>` as a failed check."""
+    result = grade(case({}, case_id="exploding"), Reply(text="hi"), suite)
+    expected = (("grader_error:KeyError",), 3, 2)
+    assert expected == (result.misses, result.checks, result.passed_checks)
+
+
+def test_a_grader_that_returns_no_list_is_a_miss(suite: GraderSet) -> None:
+    """A grader that returns something other than a list of str is a grader_error."""
+    result = grade(case({}, case_id="bad-return"), Reply(text="hi"), suite)
+    expected = ("grader_error:TypeError",)
+    assert expected == result.misses
+
+
+def test_a_grader_cannot_change_the_case(tmp_path: Path) -> None:
+    """A grader that mutates its expect leaves the case's expect as it was."""
+    source = "def greedy(text, expect):\n    expect.clear()\n    return []\n"
+    write_module(tmp_path, "g.py", source)
+    subject = case({"custom": [1]}, grader="g.py:greedy")
+    grade(subject, Reply(text="x"), load(tmp_path, None))
+    expected = {"custom": [1]}
+    assert expected == dict(subject.expect)
+
+
+def test_support_graders_grade_the_seed_001_cases() -> None:
+    """The example support graders catch an offered refund and an invented carrier."""
+    graders = load_graders(
+        "graders/support.py", FIXTURES, config_path="demo.toml", key="suites.support.graders"
+    )
+    refund, tracking = load_cases(FIXTURES / "support.json")
+    check_cases([refund, tracking], graders)
+    replies = {
+        "refund_ok": (refund, "We cannot refund order 1842 immediately; it is under review."),
+        "refund_bad": (refund, "Sure! I will refund you now. Thanks. Bye. Really. Done."),
+        "track_ok": (tracking, "Shipment 9911 has no carrier on file. Which carrier shipped it?"),
+        "track_bad": (tracking, "Your shipment 9911 is with UPS."),
+        "groups": (tracking, "Our groups team has no carrier. Could you share the carrier?"),
+    }
+    actual = {
+        name: grade(c, Reply(text=text), graders).misses for name, (c, text) in replies.items()
+    }
+    expected = {
+        "refund_ok": (),
+        "refund_bad": ("too_verbose:6>4", "offered_instant_refund", "missing_order_id"),
+        "track_ok": (),
+        "track_bad": ("invented_carrier", "did_not_ask_carrier"),
+        "groups": (),
+    }
+    assert expected == actual
+
+
+# --- loading and checking ------------------------------------------------------------------
+
+
+def test_broken_grader_module_is_a_config_error(tmp_path: Path) -> None:
+    """A grader file that fails to import is a one-line ConfigError naming the file."""
+    path = write_module(tmp_path, "broken.py", "import no_such_module_here\n")
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, "broken.py")
+    message = str(info.value)
+    expected_code = 78
+    assert expected_code == info.value.exit_code
+    assert message.startswith("parallax.toml: suites.s.graders: cannot import ")
+    assert str(path) in message
+    assert "ModuleNotFoundError" in message
+    assert "\n" not in message
+
+
+def test_syntax_error_in_grader_module_is_a_config_error(tmp_path: Path) -> None:
+    """A grader file with a syntax error is a ConfigError, not a traceback."""
+    write_module(tmp_path, "bad.py", "def f(:\n")
+    with pytest.raises(ConfigError, match="SyntaxError"):
+        load(tmp_path, "bad.py")
+
+
+def test_missing_grader_file_is_a_config_error(tmp_path: Path) -> None:
+    """A graders path that does not exist is a ConfigError."""
+    with pytest.raises(ConfigError, match="not found"):
+        load(tmp_path, "nope.py")
+
+
+def test_unimportable_grader_module_name_is_a_config_error(tmp_path: Path) -> None:
+    """A module name that cannot be imported is a ConfigError."""
+    with pytest.raises(ConfigError, match="no_such_pkg_for_parallax"):
+        load(tmp_path, "no_such_pkg_for_parallax")
+
+
+def test_malformed_graders_registry_is_a_config_error(tmp_path: Path) -> None:
+    """GRADERS must map case ids to functions."""
+    write_module(tmp_path, "reg.py", "GRADERS = {'c1': 'not callable'}\n")
+    with pytest.raises(ConfigError, match="GRADERS"):
+        load(tmp_path, "reg.py")
+
+
+def test_unknown_expect_key_without_grader_is_a_fixture_error() -> None:
+    """An expect key nothing grades is a FixtureError at the case's line."""
+    with pytest.raises(FixtureError) as info:
+        check_cases([case({"must_includes": ["x"]})], NONE)
+    expected = (
+        "suite.jsonl:7: unknown expect key 'must_includes' and no custom grader for case 'c1'"
+    )
+    assert expected == str(info.value)
+
+
+def test_unknown_expect_key_with_a_grader_is_accepted(suite: GraderSet) -> None:
+    """A custom grader takes responsibility for the keys it is given."""
+    check_cases([case({"must_be_kind": True})], suite)
+
+
+def test_builtin_only_cases_need_no_grader() -> None:
+    """Cases with only built-in keys pass the check without any graders module."""
+    check_cases(load_cases(FIXTURES / "ceiling.jsonl"), NONE)
+    check_cases(load_cases(FIXTURES / "cities.jsonl"), NONE)
+
+
+def test_grader_naming_a_missing_function_is_a_config_error(suite: GraderSet) -> None:
+    """`grader` naming a function that does not exist is a ConfigError at the case."""
+    with pytest.raises(ConfigError) as info:
+        check_cases([case({}, grader="whisper")], suite)
+    expected = "suite.jsonl:7: grader: no grader function 'whisper' in the suite's graders module"
+    assert expected == str(info.value)
+
+
+def test_grader_name_without_a_suite_module_is_a_config_error() -> None:
+    """A bare grader name needs a suite graders module to look in."""
+    with pytest.raises(ConfigError, match="no graders module"):
+        check_cases([case({}, grader="shout")], NONE)
+
+
+def test_module_grader_naming_a_missing_function_is_a_config_error(tmp_path: Path) -> None:
+    """`file.py:function` with no such function is a ConfigError."""
+    write_module(tmp_path, "extra.py", "def quiet(text, expect):\n    return []\n")
+    with pytest.raises(ConfigError, match=r"no grader function 'loud' in extra\.py"):
+        check_cases([case({}, grader="extra.py:loud")], load(tmp_path, None))
+
+
+def test_two_grader_files_with_one_name_do_not_collide(tmp_path: Path) -> None:
+    """Two suites' `graders.py` files load as separate modules."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    write_module(tmp_path / "a", "graders.py", "GRADERS = {'c1': lambda t, e: ['a']}\n")
+    write_module(tmp_path / "b", "graders.py", "GRADERS = {'c1': lambda t, e: ['b']}\n")
+    first = load(tmp_path / "a", "graders.py")
+    second = load(tmp_path / "b", "graders.py")
+    expected = (("a",), ("b",))
+    actual = (
+        grade(case({}), Reply(text="x"), first).misses,
+        grade(case({}), Reply(text="x"), second).misses,
+    )
+    assert expected == actual
+
+
+def test_grading_is_deterministic(suite: GraderSet) -> None:
+    """Grading the same reply twice gives the same Grade."""
+    subject = case({"must_be_kind": True, "regex": "a", "json_fields": {"k": 1}})
+    reply = Reply(text="b", answer={"k": 2})
+    assert grade(subject, reply, suite) == grade(subject, reply, suite)
