@@ -124,7 +124,12 @@ def _parse(where: str, text: str) -> list[_Row]:
     if not stripped.startswith("{"):
         return _parse_jsonl(where, text)
     try:
-        whole = json.loads(stripped)
+        whole = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if _broken_document(text, exc):
+            reason = f"invalid JSON: {exc.msg} (column {exc.colno})"
+            raise _fail(where, exc.lineno, reason) from None
+        return _parse_jsonl(where, text)
     except ValueError:
         return _parse_jsonl(where, text)
     if not isinstance(whole, dict) or ("cases" not in whole and "\n" not in stripped):
@@ -133,6 +138,23 @@ def _parse(where: str, text: str) -> list[_Row]:
         start = len(text) - len(text.lstrip(_JSON_WS))
         raise _fail(where, _line_at(text, start), "JSON document without a 'cases' list")
     return _parse_document(where, text)
+
+
+def _broken_document(text: str, exc: json.JSONDecodeError) -> bool:
+    """A pretty-printed document with a typo should be reported where the typo is.
+
+    Read as JSONL it would fail on its opening `{` line, which points nowhere useful. When the
+    first non-blank line is not JSON by itself but the whole-text parse got past it, the file
+    was meant to be one document.
+    """
+    first_number, first_line = next(
+        (n, line) for n, line in enumerate(text.split("\n"), 1) if line.strip(_JSON_WS)
+    )
+    try:
+        json.loads(first_line)
+    except ValueError:
+        return exc.lineno > first_number
+    return False
 
 
 def _parse_jsonl(where: str, text: str) -> list[_Row]:

@@ -383,3 +383,13 @@ def test_document_case_that_is_not_an_object_is_an_error(tmp_path: Path) -> None
     """A document case that is not an object is refused at its own line."""
     path = write(tmp_path, '{"cases": [\n  {"id": "a", "prompt": "p"},\n  "b"\n]}\n', "s.json")
     assert f"{path}:3: case 1 is not a JSON object (got string)" == fixture_error(path)
+
+
+def test_broken_document_is_reported_at_the_typo(tmp_path: Path) -> None:
+    """A pretty-printed document with a syntax error names the line of the error."""
+    text = (
+        '{\n  "cases": [\n    {"id": "a", "prompt": "p"}\n    {"id": "b", "prompt": "q"}\n  ]\n}\n'
+    )
+    path = write(tmp_path, text, "suite.json")
+    message = fixture_error(path)
+    assert message.startswith(f"{path}:4: invalid JSON: Expecting ',' delimiter")
