@@ -139,7 +139,9 @@ class LoadedConfig:
 
     def resolve(self, relative: str) -> Path:
         candidate = Path(relative)
-        return candidate if candidate.is_absolute() else self.base_dir / candidate
+        if candidate.is_absolute():
+            return candidate
+        return Path(os.path.normpath(self.base_dir / candidate))
 
     @property
     def runs_dir(self) -> Path:

@@ -1,0 +1,264 @@
+"""The `parallax` command line. Thin: parse, call a stage, map errors to exit codes.
+
+Heavy modules are imported inside each command so `parallax --help` starts fast. Every
+ParallaxError becomes one line on stderr and its exit code; argparse's usage errors exit 64
+(not argparse's 2, which means "incomplete" here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from runner import __version__
+from runner.errors import ParallaxError, UsageError
+
+DEFAULT_CONFIG = "parallax.toml"
+
+EXIT_CODES = """exit codes:
+  0   clean
+  1   review needed: disagreement_changed, alias_swap, a stratum alert
+  2   incomplete: transport or schema misses (infrastructure, not quality)
+  3   both 1 and 2
+  64  usage error    65  bad fixture or data file    78  bad config
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(UsageError.exit_code)
+
+
+def _config_path(args: argparse.Namespace) -> Path:
+    value = args.config or os.environ.get("PARALLAX_CONFIG") or DEFAULT_CONFIG
+    return Path(value)
+
+
+def _existing_file(value: str) -> Path:
+    path = Path(value)
+    if not path.is_file():
+        raise UsageError(f"{value}: no such file")
+    return path
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from runner import logs
+    from runner.config import check_files, load_config
+    from runner.runs import config_for_run, print_summary, run_suite
+
+    logs.configure()
+    if args.resume and args.retry_unscored:
+        raise UsageError("use either --resume or --retry-unscored, not both")
+    if args.resume or args.retry_unscored:
+        run_dir = Path(args.resume or args.retry_unscored)
+        loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
+        from runner.runs import read_manifest
+
+        suite = read_manifest(run_dir)["suite"]
+        check_files(loaded)
+        if args.resume:
+            out_dir, code, summary = run_suite(loaded, suite, resume_dir=run_dir, mode="resume")
+        else:
+            out_dir, code, summary = run_suite(loaded, suite, parent_dir=run_dir, mode="retry")
+        print_summary(summary, out_dir)
+        return code
+    loaded = load_config(_config_path(args))
+    check_files(loaded)
+    worst = 0
+    for name in loaded.suite_names(args.suite):
+        out_dir, code, summary = run_suite(loaded, name)
+        print_summary(summary, out_dir)
+        worst |= code
+    return worst
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from runner import logs
+    from runner.runs import config_for_run, print_summary, read_manifest, run_suite
+
+    logs.configure()
+    run_dir = Path(args.run_dir)
+    loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
+    suite = read_manifest(run_dir)["suite"]
+    out_dir, code, summary = run_suite(loaded, suite, parent_dir=run_dir, mode="replay")
+    print_summary(summary, out_dir)
+    return code
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    from runner.runs import config_for_run
+    from runner.snapshot import promote
+
+    run_dir = Path(args.run_dir)
+    loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
+    changes = promote(run_dir, loaded.snapshots_dir, allow_partial=args.allow_partial)
+    print(json.dumps(changes, sort_keys=True))
+    return 0
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    from runner.fixtures import pin_lines
+
+    for line in pin_lines(_existing_file(args.file)):
+        print(line)
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from runner.diff import diff_ledgers, exit_code
+
+    counts = diff_ledgers(_existing_file(args.base), _existing_file(args.cand))
+    print(json.dumps(counts, sort_keys=True))
+    return exit_code(counts)
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    from runner.ceiling import detect, strata_rates
+    from runner.config import Thresholds
+    from runner.fixtures import load_cases
+    from runner.grading import grade, load_graders
+    from runner.model import Reply
+
+    thresholds = Thresholds(
+        easy_floor=args.easy_floor, medium_floor=args.medium_floor, stretch_high=args.stretch_high
+    )
+    graders = load_graders(None, Path.cwd(), config_path=args.file, key="graders")
+    results: list[tuple[str | None, bool | None]] = []
+    failures: list[dict[str, Any]] = []
+    cases = load_cases(_existing_file(args.file))
+    for case in cases:
+        result = grade(case, Reply(text=case.completion or ""), graders)
+        passed = not result.misses
+        stratum = case.stratum or "medium"
+        results.append((stratum, passed))
+        if not passed:
+            failures.append(
+                {
+                    "case_id": case.id,
+                    "stratum": stratum,
+                    "passed": False,
+                    "reasons": list(result.misses),
+                }
+            )
+    rates = strata_rates(results)
+    alerts = detect(rates, thresholds)
+    report = {
+        "n": len(cases),
+        "rates": {k: {"n": v["n"], "pass_rate": v["pass_rate"]} for k, v in rates.items()},
+        "alerts": alerts,
+        "ok": not alerts,
+        "failures": failures,
+    }
+    print(json.dumps(report, indent=2))
+    return 0 if not alerts else 1
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from runner.config import check_files, load_config
+    from runner.recorded import load_cassette
+    from runner.runs import prepare_suite
+
+    loaded = load_config(_config_path(args))
+    check_files(loaded)
+    total = 0
+    for name in loaded.suite_names(args.suite):
+        suite = prepare_suite(loaded, name)
+        total += len(suite.cases)
+    for endpoint in loaded.config.endpoints.values():
+        if endpoint.cassette:
+            load_cassette(loaded.resolve(endpoint.cassette))
+    suites = len(loaded.suite_names(args.suite))
+    print(f"{loaded.path}: ok ({suites} suite(s), {total} case(s))")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="parallax",
+        description="Nightly regression runner for LLM features: a frozen reference and a "
+        "candidate, graded by the same code, gated on their disagreement.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"parallax {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def add(name: str, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_, epilog=EXIT_CODES)
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
+        return p
+
+    config_help = f"config file (default: $PARALLAX_CONFIG or ./{DEFAULT_CONFIG})"
+    p = add("run", "Run every suite (or one) against both endpoints and gate the result.")
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--suite", help="run only this suite")
+    p.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run in place")
+    p.add_argument(
+        "--retry-unscored",
+        metavar="RUN_DIR",
+        help="re-call only the rows stamped transport or schema misses, into a new run dir",
+    )
+    p.set_defaults(func=cmd_run)
+
+    p = add("replay", "Regrade a run offline from its raw.jsonl into a new run dir.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--config", help="config to use (default: the one the run recorded)")
+    p.set_defaults(func=cmd_replay)
+
+    p = add("promote", "Accept a run's disagreement map as the suite's snapshot.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--config", help="config to use (default: the one the run recorded)")
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="promote despite unscored cases; they keep their previous entries",
+    )
+    p.set_defaults(func=cmd_promote)
+
+    p = add("pin", "Print every fixture row with its fixture_sha added, one JSON object a line.")
+    p.add_argument("file", metavar="FILE")
+    p.set_defaults(func=cmd_pin)
+
+    p = add("diff", "Compare two outcome ledgers over their shared case ids (seed 004).")
+    p.add_argument("base", metavar="BASE")
+    p.add_argument("cand", metavar="CAND")
+    p.set_defaults(func=cmd_diff)
+
+    p = add("grade", "Grade one side's recorded completions and report strata (seed 000).")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--stretch-high", type=float, default=0.80)
+    p.add_argument("--easy-floor", type=float, default=1.0)
+    p.add_argument("--medium-floor", type=float, default=0.85)
+    p.set_defaults(func=cmd_grade)
+
+    p = add("validate", "Check the config, its fixtures, cassettes and custom graders.")
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--suite", help="validate only this suite")
+    p.set_defaults(func=cmd_validate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return UsageError.exit_code
+    try:
+        code: int = args.func(args)
+    except ParallaxError as exc:
+        from runner.logs import scrub_text
+
+        print(f"parallax: {scrub_text(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("parallax: interrupted; resume with `parallax run --resume RUN_DIR`", file=sys.stderr)
+        return 130
+    return code

@@ -1,0 +1,79 @@
+"""The call engine: one anyio task group per run, both sides of every case at once.
+
+Each side has its own producer bounded by that endpoint's concurrency, so a slow reference
+never starves the candidate. Finished exchanges go through one memory stream to a single
+writer, which keeps memory bounded by the concurrency rather than the size of the suite and
+keeps every ledger line whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from runner.model import Case, Endpoint, Exchange
+
+Sink = Callable[[Sequence[Exchange]], None]
+
+
+async def _writer(receive: MemoryObjectReceiveStream[Exchange], sink: Sink) -> None:
+    """Drain whatever is ready into one batch, so a busy run writes in few syscalls."""
+    async with receive:
+        async for first in receive:
+            batch = [first]
+            while True:
+                try:
+                    batch.append(receive.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break
+            sink(batch)
+
+
+async def _produce(
+    endpoint: Endpoint,
+    side: str,
+    work: Iterable[tuple[Case, int]],
+    send: MemoryObjectSendStream[Exchange],
+    in_flight: int,
+) -> None:
+    slots = anyio.Semaphore(in_flight)
+
+    async def one(case: Case, sample: int) -> None:
+        try:
+            exchange = await endpoint.call(case, side, sample)
+            await send.send(exchange)
+        finally:
+            slots.release()
+
+    async with send, anyio.create_task_group() as calls:
+        for case, sample in work:
+            await slots.acquire()
+            calls.start_soon(one, case, sample, name=f"{side}:{case.id}:{sample}")
+
+
+async def execute(
+    work: Mapping[str, Iterable[tuple[Case, int]]],
+    endpoints: Mapping[str, Endpoint],
+    sink: Sink,
+    *,
+    in_flight: Mapping[str, int],
+) -> None:
+    """Call every (case, sample) of `work[side]` on `endpoints[side]`; results go to `sink`."""
+    send, receive = anyio.create_memory_object_stream[Exchange](
+        max_buffer_size=max(1, sum(in_flight.values()))
+    )
+    async with anyio.create_task_group() as group:
+        group.start_soon(_writer, receive, sink, name="ledger-writer")
+        async with send:
+            for side, items in work.items():
+                group.start_soon(
+                    _produce,
+                    endpoints[side],
+                    side,
+                    items,
+                    send.clone(),
+                    in_flight[side],
+                    name=f"producer:{side}",
+                )

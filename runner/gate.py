@@ -1,0 +1,188 @@
+"""Disagreement per case, and its gate class against the accepted snapshot.
+
+Pass rates saturate; the disagreement between a frozen reference and the candidate keeps
+moving. Each case gets exactly one gate class, first rule that matches (DESIGN's order), and
+only admitted pairs ever reach a disagreement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.model import Outcome, Schema, Transport
+
+NEW_CASE = "new_case"
+FIXTURE_MOVE = "fixture_move"
+TRANSPORT_MISS = "transport_miss"
+SCHEMA_MISS = "schema_miss"
+ALIAS_SWAP = "alias_swap"
+DISAGREEMENT_CHANGED = "disagreement_changed"
+UNCHANGED = "unchanged"
+RETIRED_CASE = "retired_case"
+GATE_CLASSES = (
+    NEW_CASE,
+    FIXTURE_MOVE,
+    TRANSPORT_MISS,
+    SCHEMA_MISS,
+    ALIAS_SWAP,
+    DISAGREEMENT_CHANGED,
+    UNCHANGED,
+    RETIRED_CASE,
+)
+REVIEW = frozenset({DISAGREEMENT_CHANGED, ALIAS_SWAP})
+INCOMPLETE = frozenset({TRANSPORT_MISS, SCHEMA_MISS})
+
+
+def disagreement(reference_misses: Sequence[str], candidate_misses: Sequence[str]) -> list[str]:
+    return sorted(set(reference_misses) ^ set(candidate_misses))
+
+
+@dataclass(frozen=True, slots=True)
+class SideView:
+    """One side of one case, folded over its samples."""
+
+    transport: str
+    schema: str
+    admitted: bool
+    misses: tuple[str, ...]  # stable misses: seen in more than half the samples
+    passed: bool | None  # majority pass over samples; None when unadmitted
+    task_score: float | None  # mean over samples; None when unadmitted
+    response_model: str | None
+    system_fingerprint: str | None
+    samples: int
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "transport": self.transport,
+            "schema": self.schema,
+            "admitted": self.admitted,
+            "misses": list(self.misses),
+            "passed": self.passed,
+            "task_score": self.task_score,
+            "response_model": self.response_model,
+            "system_fingerprint": self.system_fingerprint,
+            "samples": self.samples,
+            "detail": self.detail,
+        }
+
+
+def fold(outcomes: Sequence[Outcome]) -> SideView:
+    """A side is admitted only if every sample is; misses count when most samples show them."""
+    rows = sorted(outcomes, key=lambda o: o.sample)
+    bad = next((o for o in rows if not o.admitted), None)
+    models = [o.response_model for o in rows if o.response_model]
+    fingerprints = [o.system_fingerprint for o in rows if o.system_fingerprint]
+    if bad is not None or not rows:
+        return SideView(
+            transport=bad.transport if bad else Transport.CANCELLED.value,
+            schema=bad.schema if bad else Schema.SKIPPED.value,
+            admitted=False,
+            misses=(),
+            passed=None,
+            task_score=None,
+            response_model=models[0] if models else None,
+            system_fingerprint=fingerprints[0] if fingerprints else None,
+            samples=len(rows),
+            detail=bad.detail if bad else "no outcome",
+        )
+    counts: dict[str, int] = {}
+    for row in rows:
+        for miss in set(row.misses):
+            counts[miss] = counts.get(miss, 0) + 1
+    stable = tuple(sorted(m for m, c in counts.items() if c * 2 > len(rows)))
+    passes = sum(1 for o in rows if o.passed)
+    scores = [o.task_score for o in rows if o.task_score is not None]
+    return SideView(
+        transport=Transport.OK.value,
+        schema=Schema.OK.value,
+        admitted=True,
+        misses=stable,
+        passed=passes * 2 > len(rows),
+        task_score=sum(scores) / len(scores),
+        response_model=models[0] if models else None,
+        system_fingerprint=fingerprints[0] if fingerprints else None,
+        samples=len(rows),
+        detail="ok" if not stable else ",".join(stable),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The gate's word on one case."""
+
+    case_id: str
+    stratum: str | None
+    fixture_sha: str
+    gate: str
+    detail: str
+    reference: SideView
+    candidate: SideView
+    disagreement: list[str] | None = field(default=None)
+
+    @property
+    def admitted(self) -> bool:
+        return self.reference.admitted and self.candidate.admitted
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stratum": self.stratum,
+            "fixture_sha": self.fixture_sha,
+            "gate": self.gate,
+            "detail": self.detail,
+            "admitted": self.admitted,
+            "disagreement": self.disagreement,
+            "reference": self.reference.to_json(),
+            "candidate": self.candidate.to_json(),
+        }
+
+
+def classify(
+    case_id: str,
+    *,
+    stratum: str | None,
+    fixture_sha: str,
+    reference: SideView,
+    candidate: SideView,
+    accepted: Mapping[str, Any] | None,
+) -> Verdict:
+    """Apply DESIGN's seven rules in order; `accepted` is the snapshot's entry or None."""
+    delta = (
+        disagreement(reference.misses, candidate.misses)
+        if reference.admitted and candidate.admitted
+        else None
+    )
+
+    def verdict(gate: str, detail: str) -> Verdict:
+        return Verdict(case_id, stratum, fixture_sha, gate, detail, reference, candidate, delta)
+
+    if accepted is None:
+        return verdict(NEW_CASE, "not in the snapshot")
+    if accepted.get("fixture_sha") != fixture_sha:
+        return verdict(FIXTURE_MOVE, f"fixture_sha {accepted.get('fixture_sha')} -> {fixture_sha}")
+    for side, view in (("reference", reference), ("candidate", candidate)):
+        if view.transport != Transport.OK:
+            return verdict(TRANSPORT_MISS, f"{side}: {view.detail}")
+    for side, view in (("reference", reference), ("candidate", candidate)):
+        if view.schema != Schema.OK:
+            return verdict(SCHEMA_MISS, f"{side}: {view.detail}")
+    models = accepted.get("models") or {}
+    for side, view in (("reference", reference), ("candidate", candidate)):
+        was = models.get(side)
+        if was and view.response_model != was:
+            return verdict(ALIAS_SWAP, f"{side}: accepted {was}, served {view.response_model}")
+    assert delta is not None
+    if delta != list(accepted.get("disagreement") or []):
+        moved = [
+            side
+            for side, view in (("reference", reference), ("candidate", candidate))
+            if sorted(view.misses) != sorted(accepted.get(f"{side}_misses") or [])
+        ]
+        who = " and ".join(moved) if moved else "neither side's misses"
+        return verdict(
+            DISAGREEMENT_CHANGED,
+            f"{who} moved: accepted {accepted.get('disagreement') or []}, now {delta}",
+        )
+    return verdict(UNCHANGED, "as accepted")

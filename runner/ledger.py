@@ -1,0 +1,107 @@
+"""Append-only JSONL ledgers: raw.jsonl and outcomes.jsonl.
+
+One writer appends whole lines and flushes them to the OS after every batch, so a SIGKILL
+loses at most the calls still in flight, never a written row. A reader tolerates a torn last
+line (the one a kill can leave) and reports any other broken line with its file and number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from runner.errors import DataError
+
+
+def dumps(row: Any) -> str:
+    """One canonical encoding, so a replay writes byte-identical ledgers."""
+    return json.dumps(row, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def read_jsonl(path: Path, *, tolerate_torn_tail: bool = True) -> Iterator[tuple[int, Any]]:
+    """Yield (line number, value) for each non-blank line.
+
+    A last line without its newline that does not parse is the mark of a killed writer:
+    skipped when `tolerate_torn_tail`, an error otherwise. Any other bad line is an error.
+    """
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        raise DataError(path, "no such file") from None
+    except OSError as exc:
+        raise DataError(path, f"cannot read: {exc.strerror}") from None
+    with handle:
+        line_no = 0
+        for raw in handle:
+            line_no += 1
+            if not raw.strip():
+                continue
+            torn = not raw.endswith(b"\n")
+            try:
+                value = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise DataError(path, f"not UTF-8 at byte {exc.start}", line_no) from None
+            except (ValueError, RecursionError) as exc:
+                if torn and tolerate_torn_tail:
+                    return
+                reason = "truncated last line" if torn else f"invalid JSON: {exc}"
+                raise DataError(path, reason, line_no) from None
+            yield line_no, value
+
+
+def repair_tail(path: Path) -> bool:
+    """Cut a torn last line off a ledger before appending to it again; True if one was cut."""
+    if not path.exists():
+        return False
+    with path.open("rb+") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size == 0:
+            return False
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return False
+        pos = size - 1
+        chunk = 4096
+        while pos > 0:
+            start = max(0, pos - chunk)
+            handle.seek(start)
+            data = handle.read(pos - start)
+            idx = data.rfind(b"\n")
+            if idx >= 0:
+                handle.truncate(start + idx + 1)
+                return True
+            pos = start
+        handle.truncate(0)
+        return True
+
+
+class LedgerWriter:
+    """Appends rows to one JSONL file; each `write` is flushed before it returns."""
+
+    def __init__(self, path: Path) -> None:
+        repair_tail(path)
+        self.path = path
+        self._handle: IO[str] = path.open("a", encoding="utf-8")
+
+    def write(self, rows: Iterable[Any]) -> None:
+        self._handle.write("".join(dumps(row) + "\n" for row in rows))
+        self._handle.flush()
+
+    def close(self) -> None:
+        if not self._handle.closed:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._handle.close()
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Write a whole JSON file atomically (temp file, fsync, rename): never half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        handle.write(json.dumps(value, ensure_ascii=False, sort_keys=True, indent=2) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    tmp.replace(path)

@@ -1,0 +1,538 @@
+"""A run directory from start to verdict: plan, call, stamp, gate, summarise.
+
+`runs/<suite>/<UTC timestamp>-<short id>/` holds manifest.json, raw.jsonl, outcomes.jsonl,
+disagreement.json and summary.json. Ledgers are appended as results arrive, so a killed run
+resumes from what it wrote; everything after the exchange is recomputed from raw.jsonl, which
+is also how `replay` regrades a run offline.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import secrets
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from runner import __version__, logs
+from runner.ceiling import detect, strata_rates
+from runner.config import LoadedConfig, Thresholds, load_config
+from runner.errors import ConfigError, DataError, UsageError
+from runner.fixtures import load_cases
+from runner.gate import GATE_CLASSES, INCOMPLETE, RETIRED_CASE, REVIEW, Verdict, classify, fold
+from runner.grading import GraderSet, check_cases, load_graders
+from runner.ledger import LedgerWriter, read_jsonl, write_json
+from runner.model import SIDES, Case, Endpoint, Exchange, Outcome
+from runner.snapshot import load_snapshot, snapshot_path
+from runner.stamps import stamp
+
+MANIFEST_VERSION = 1
+SUMMARY_VERSION = 1
+DISAGREEMENT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A suite ready to run: cases (strata settled), graders and thresholds."""
+
+    name: str
+    cases: tuple[Case, ...]
+    graders: GraderSet
+    thresholds: Thresholds
+    samples: int
+    fixtures_path: Path
+    stratified: bool
+
+    def case(self, case_id: str) -> Case | None:
+        return self._by_id.get(case_id)
+
+    @property
+    def _by_id(self) -> dict[str, Case]:
+        return {c.id: c for c in self.cases}
+
+
+def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
+    """Load fixtures and graders; in a stratified suite a case without a stratum is medium."""
+    cfg = loaded.config.suites[name]
+    fixtures_path = loaded.resolve(cfg.fixtures)
+    if not fixtures_path.is_file():
+        raise ConfigError(loaded.path, f"suites.{name}.fixtures", f"no such file: {cfg.fixtures}")
+    cases = load_cases(fixtures_path)
+    graders = load_graders(
+        cfg.graders, loaded.base_dir, config_path=str(loaded.path), key=f"suites.{name}.graders"
+    )
+    check_cases(cases, graders)
+    stratified = any(c.stratum for c in cases)
+    if stratified:
+        cases = [c if c.stratum else replace(c, stratum="medium") for c in cases]
+    return Suite(
+        name=name,
+        cases=tuple(cases),
+        graders=graders,
+        thresholds=loaded.thresholds(name),
+        samples=cfg.samples,
+        fixtures_path=fixtures_path,
+        stratified=stratified,
+    )
+
+
+def build_endpoint(loaded: LoadedConfig, endpoint_name: str, suite: str) -> Endpoint:
+    """A recorded cassette or a live client, behind the same interface."""
+    cfg = loaded.endpoint(endpoint_name)
+    if cfg.kind == "recorded":
+        from runner.recorded import RecordedEndpoint, load_cassette
+
+        cassette = load_cassette(loaded.resolve(cfg.cassette)) if cfg.cassette else {}
+        return RecordedEndpoint(endpoint_name, suite=suite, model=cfg.model, cassette=cassette)
+    from runner.client import HttpEndpoint
+
+    return HttpEndpoint(endpoint_name, cfg, loaded.api_key(endpoint_name))
+
+
+def _public_url(url: str | None) -> str | None:
+    """Drop any user:password@ from a URL before it is written anywhere."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _file_digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def new_run_dir(runs_dir: Path, suite: str) -> Path:
+    stamp_ = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    run_dir = runs_dir / suite / f"{stamp_}-{secrets.token_hex(3)}"
+    try:
+        run_dir.mkdir(parents=True)
+    except OSError as exc:
+        raise UsageError(f"{runs_dir}: cannot create a run directory: {exc.strerror}") from None
+    if not os.access(run_dir, os.W_OK):
+        raise UsageError(f"{run_dir}: run directory is not writable")
+    return run_dir
+
+
+def manifest_for(
+    loaded: LoadedConfig, suite: Suite, run_dir: Path, *, mode: str, parent: str | None
+) -> dict[str, Any]:
+    import anyio
+    import httpx
+    import structlog
+
+    cfg = loaded.config.suites[suite.name]
+    endpoints = {}
+    for side in SIDES:
+        name = getattr(cfg, side)
+        ep = loaded.endpoint(name)
+        endpoints[side] = {
+            "name": name,
+            "kind": ep.kind,
+            "base_url": _public_url(ep.base_url),
+            "model": ep.model,
+        }
+    return {
+        "version": MANIFEST_VERSION,
+        "run_id": run_dir.name,
+        "suite": suite.name,
+        "mode": mode,
+        "parent": parent,
+        "config": {"path": str(loaded.path.resolve()), "digest": loaded.digest},
+        "fixtures": {
+            "path": str(suite.fixtures_path.resolve()),
+            "digest": _file_digest(suite.fixtures_path),
+            "cases": len(suite.cases),
+        },
+        "samples": suite.samples,
+        "endpoints": endpoints,
+        "versions": {
+            "parallax": __version__,
+            "python": platform.python_version(),
+            "httpx": httpx.__version__,
+            "anyio": anyio.__version__ if hasattr(anyio, "__version__") else None,
+            "structlog": structlog.__version__,
+        },
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "finished_at": None,
+    }
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "manifest.json"
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: no such run directory")
+    import json
+
+    try:
+        manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(path, "no such file: not a parallax run directory") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataError(path, f"unreadable manifest: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("version") != MANIFEST_VERSION:
+        raise DataError(path, "not a parallax manifest (missing or unknown version)")
+    return manifest
+
+
+def config_for_run(run_dir: Path, config_path: Path | None) -> LoadedConfig:
+    """The config a run was made with, unless the user names another one."""
+    if config_path is not None:
+        return load_config(config_path)
+    manifest = read_manifest(run_dir)
+    return load_config(Path(manifest["config"]["path"]))
+
+
+def read_exchanges(path: Path) -> Iterator[Exchange]:
+    for line_no, row in read_jsonl(path):
+        try:
+            yield Exchange.from_json(row)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise DataError(path, f"not an exchange: {exc!r}", line_no) from None
+
+
+def read_outcomes(path: Path) -> Iterator[Outcome]:
+    for line_no, row in read_jsonl(path):
+        try:
+            yield Outcome.from_json(row)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise DataError(path, f"not an outcome row: {exc!r}", line_no) from None
+
+
+class Ledgers:
+    """raw.jsonl and outcomes.jsonl, written together by the single writer task."""
+
+    def __init__(self, run_dir: Path, suite: Suite) -> None:
+        self.raw = LedgerWriter(run_dir / "raw.jsonl")
+        self.outcomes = LedgerWriter(run_dir / "outcomes.jsonl")
+        self.suite = suite
+        self.written = 0
+        self.transport_misses = 0
+
+    def write(self, batch: Sequence[Exchange]) -> None:
+        """Raw first, then outcomes: a kill between the two is healed by regrading raw."""
+        self.raw.write(e.to_json() for e in batch)
+        rows = []
+        for exchange in batch:
+            case = self.suite.case(exchange.case_id)
+            if case is None:
+                continue
+            outcome = stamp(exchange, case, self.suite.graders)
+            self.transport_misses += outcome.transport != "ok"
+            rows.append(outcome.to_json())
+        self.outcomes.write(rows)
+        self.written += len(batch)
+
+    def close(self) -> None:
+        self.raw.close()
+        self.outcomes.close()
+
+
+def heal(run_dir: Path, suite: Suite) -> set[tuple[str, str, int]]:
+    """Make outcomes.jsonl cover every exchange in raw.jsonl; return the keys already called.
+
+    A kill can land between the raw and the outcome line of the same exchange, and a torn
+    line may end either file: both are repaired here before more is appended.
+    """
+    raw_path, out_path = run_dir / "raw.jsonl", run_dir / "outcomes.jsonl"
+    from runner.ledger import repair_tail
+
+    repair_tail(raw_path)
+    repair_tail(out_path)
+    graded = {o.key for o in read_outcomes(out_path)} if out_path.exists() else set()
+    done: set[tuple[str, str, int]] = set()
+    missing: list[dict[str, Any]] = []
+    if raw_path.exists():
+        for exchange in read_exchanges(raw_path):
+            done.add(exchange.key)
+            case = suite.case(exchange.case_id)
+            if exchange.key not in graded and case is not None:
+                missing.append(stamp(exchange, case, suite.graders).to_json())
+                graded.add(exchange.key)
+    if missing:
+        writer = LedgerWriter(out_path)
+        writer.write(missing)
+        writer.close()
+    return done
+
+
+async def call_all(
+    loaded: LoadedConfig, suite: Suite, run_dir: Path, done: set[tuple[str, str, int]]
+) -> None:
+    """Call every (case, side, sample) not yet in raw.jsonl."""
+    from runner.engine import execute
+
+    cfg = loaded.config.suites[suite.name]
+    endpoints = {side: build_endpoint(loaded, getattr(cfg, side), suite.name) for side in SIDES}
+    in_flight = {side: loaded.endpoint(getattr(cfg, side)).concurrency * 2 for side in SIDES}
+
+    def work(side: str) -> Iterator[tuple[Case, int]]:
+        for case in suite.cases:
+            for sample in range(suite.samples):
+                if (case.id, side, sample) not in done:
+                    yield case, sample
+
+    ledgers = Ledgers(run_dir, suite)
+    try:
+        await execute(
+            {side: work(side) for side in SIDES}, endpoints, ledgers.write, in_flight=in_flight
+        )
+    finally:
+        ledgers.close()
+        for endpoint in endpoints.values():
+            await endpoint.aclose()
+
+
+def verdicts(suite: Suite, run_dir: Path, snapshot: Mapping[str, Any]) -> list[Verdict]:
+    """One gate verdict per case of today's fixtures."""
+    by_key: dict[tuple[str, str], list[Outcome]] = {}
+    for outcome in read_outcomes(run_dir / "outcomes.jsonl"):
+        by_key.setdefault((outcome.case_id, outcome.side), []).append(outcome)
+    result = []
+    for case in suite.cases:
+        sides = {side: fold(by_key.get((case.id, side), [])) for side in SIDES}
+        result.append(
+            classify(
+                case.id,
+                stratum=case.stratum,
+                fixture_sha=case.fixture_sha,
+                reference=sides["reference"],
+                candidate=sides["candidate"],
+                accepted=snapshot.get(case.id),
+            )
+        )
+    return result
+
+
+def finalize(
+    loaded: LoadedConfig, suite: Suite, run_dir: Path, log: Any
+) -> tuple[int, dict[str, Any]]:
+    """Gate, strata, alerts and the exit code; writes disagreement.json and summary.json."""
+    snapshot = load_snapshot(snapshot_path(loaded.snapshots_dir, suite.name))
+    results = verdicts(suite, run_dir, snapshot)
+    retired = sorted(set(snapshot) - {c.id for c in suite.cases})
+    counts = dict.fromkeys(GATE_CLASSES, 0)
+    for v in results:
+        counts[v.gate] += 1
+    counts[RETIRED_CASE] = len(retired)  # retired cases have no verdict, only a count
+    write_json(
+        run_dir / "disagreement.json",
+        {
+            "version": DISAGREEMENT_VERSION,
+            "suite": suite.name,
+            "cases": {v.case_id: v.to_json() for v in results},
+            "retired": retired,
+        },
+    )
+    strata: dict[str, Any] = {}
+    stratum_alerts: dict[str, list[str]] = {}
+    for side in SIDES:
+        rates = strata_rates((v.stratum, getattr(v, side).passed) for v in results)
+        strata[side] = rates
+        stratum_alerts[side] = detect(rates, suite.thresholds) if suite.stratified else []
+    review = [v.case_id for v in results if v.gate in REVIEW]
+    # Unscoreable rows make a run incomplete whatever their gate class (a new case can time out).
+    incomplete = [v.case_id for v in results if v.gate in INCOMPLETE or not v.admitted]
+    needs_review = bool(review) or any(stratum_alerts.values())
+    exit_code = (1 if needs_review else 0) | (2 if incomplete else 0)
+    _log_alerts(log, results, snapshot, stratum_alerts, strata)
+    served = {
+        side: sorted({m for v in results if (m := getattr(v, side).response_model)})
+        for side in SIDES
+    }
+    manifest = read_manifest(run_dir)
+    summary = {
+        "version": SUMMARY_VERSION,
+        "run_id": run_dir.name,
+        "suite": suite.name,
+        "mode": manifest.get("mode"),
+        "parent": manifest.get("parent"),
+        "started_at": manifest.get("started_at"),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "exit_code": exit_code,
+        "verdict": _verdict_word(exit_code),
+        "cases": len(results),
+        "samples": suite.samples,
+        "admitted": sum(1 for v in results if v.admitted),
+        "unadmitted": sum(1 for v in results if not v.admitted),
+        "gate_counts": counts,
+        "review": review,
+        "incomplete": incomplete,
+        "retired": retired,
+        "stratified": suite.stratified,
+        "strata": strata,
+        "stratum_alerts": stratum_alerts,
+        "served_models": served,
+    }
+    if not suite.stratified:
+        summary["strata_note"] = "unstratified suite: no case names a stratum, detector skipped"
+    write_json(run_dir / "summary.json", summary)
+    manifest["finished_at"] = summary["finished_at"]
+    write_json(run_dir / "manifest.json", manifest)
+    return exit_code, summary
+
+
+def _verdict_word(exit_code: int) -> str:
+    return {0: "clean", 1: "review", 2: "incomplete", 3: "review+incomplete"}[exit_code]
+
+
+def _log_alerts(
+    log: Any,
+    results: Sequence[Verdict],
+    snapshot: Mapping[str, Any],
+    stratum_alerts: Mapping[str, list[str]],
+    strata: Mapping[str, Any],
+) -> None:
+    changed = [v for v in results if v.gate == "disagreement_changed"]
+    if changed:
+        log.warning(
+            logs.ALERT_DISAGREEMENT_CHANGED,
+            count=len(changed),
+            case_ids=[v.case_id for v in changed],
+        )
+    moved = [v.case_id for v in changed if v.detail.startswith("reference")]
+    if moved:
+        log.warning(logs.ALERT_REFERENCE_MOVED, count=len(moved), case_ids=moved)
+    for gate, event in (
+        ("transport_miss", logs.ALERT_TRANSPORT),
+        ("schema_miss", logs.ALERT_SCHEMA),
+    ):
+        rows = [v for v in results if v.gate == gate]
+        if rows:
+            log.warning(
+                event,
+                count=len(rows),
+                case_ids=[v.case_id for v in rows],
+                details={v.case_id: v.detail for v in rows},
+            )
+    for v in results:
+        if v.gate != "alias_swap":
+            continue
+        accepted = (snapshot.get(v.case_id) or {}).get("models") or {}
+        for side in SIDES:
+            served = getattr(v, side).response_model
+            if accepted.get(side) and served != accepted.get(side):
+                log.warning(
+                    logs.ALERT_ALIAS_DRIFT,
+                    side=side,
+                    accepted=accepted.get(side),
+                    served=served,
+                    case_ids=[v.case_id],
+                )
+    for side, alerts in stratum_alerts.items():
+        if alerts:
+            log.warning(logs.ALERT_STRATUM, side=side, alerts=alerts, rates=strata[side])
+
+
+def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
+    """A few human lines on stderr; stdout stays one JSON object a line for log shippers."""
+    counts = summary["gate_counts"]
+    shown = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+    lines = [
+        f"parallax · {summary['suite']}: {summary['verdict'].upper()} "
+        f"(exit {summary['exit_code']})",
+        f"  cases {summary['cases']} · admitted {summary['admitted']} · "
+        f"unadmitted {summary['unadmitted']} · {shown or 'nothing to report'}",
+    ]
+    for label, key in (("review", "review"), ("incomplete", "incomplete")):
+        if summary[key]:
+            lines.append(f"  {label}: {', '.join(summary[key][:8])}")
+    for side, alerts in summary["stratum_alerts"].items():
+        if alerts:
+            lines.append(f"  strata alert ({side}): {', '.join(alerts)}")
+    lines.append(f"  run dir: {run_dir}")
+    print("\n".join(lines), file=sys.stderr)
+
+
+def unscored_keys(run_dir: Path) -> set[tuple[str, str, int]]:
+    """Keys of the rows a run could not score (transport or schema misses)."""
+    return {o.key for o in read_outcomes(run_dir / "outcomes.jsonl") if not o.admitted}
+
+
+def _seed_raw(source: Path, target: Path, skip: set[tuple[str, str, int]]) -> None:
+    """Copy a parent run's exchanges (except `skip`) so the new run starts from them."""
+    writer = LedgerWriter(target / "raw.jsonl")
+    try:
+        batch: list[dict[str, Any]] = []
+        for exchange in read_exchanges(source / "raw.jsonl"):
+            if exchange.key not in skip:
+                batch.append(exchange.to_json())
+            if len(batch) >= 1000:
+                writer.write(batch)
+                batch = []
+        writer.write(batch)
+    finally:
+        writer.close()
+
+
+def run_suite(
+    loaded: LoadedConfig,
+    name: str,
+    *,
+    resume_dir: Path | None = None,
+    parent_dir: Path | None = None,
+    mode: str = "run",
+) -> tuple[Path, int, dict[str, Any]]:
+    """One run of one suite; returns the run dir, exit code and summary.
+
+    mode "run" calls everything; "resume" finishes `resume_dir` in place; "retry" starts a new
+    run from `parent_dir`'s scored rows and re-calls the rest; "replay" regrades `parent_dir`'s
+    raw.jsonl with today's fixtures and graders and calls nothing.
+    """
+    import anyio
+    import structlog
+
+    suite = prepare_suite(loaded, name)
+    if mode == "resume":
+        assert resume_dir is not None
+        run_dir = resume_dir
+        manifest = read_manifest(run_dir)
+        if manifest.get("suite") != name:
+            raise UsageError(
+                f"{run_dir}: is a run of suite {manifest.get('suite')!r}, not {name!r}"
+            )
+    else:
+        run_dir = new_run_dir(loaded.runs_dir, name)
+        parent = parent_dir.name if parent_dir is not None else None
+        write_json(
+            run_dir / "manifest.json",
+            manifest_for(loaded, suite, run_dir, mode=mode, parent=parent),
+        )
+        if parent_dir is not None:
+            skip = unscored_keys(parent_dir) if mode == "retry" else set()
+            _seed_raw(parent_dir, run_dir, skip)
+    done = heal(run_dir, suite)
+    structlog.contextvars.bind_contextvars(run_id=run_dir.name, suite=name)
+    log = logs.get_logger()
+    try:
+        log.info(
+            logs.RUN_RESUMED if mode == "resume" else logs.RUN_STARTED,
+            mode=mode,
+            cases=len(suite.cases),
+            samples=suite.samples,
+            already_done=len(done),
+            parent=parent_dir.name if parent_dir is not None else None,
+            run_dir=str(run_dir),
+        )
+        if mode != "replay":
+            anyio.run(call_all, loaded, suite, run_dir, done)
+        exit_code, summary = finalize(loaded, suite, run_dir, log)
+        log.info(
+            logs.RUN_FINISHED,
+            exit_code=exit_code,
+            verdict=summary["verdict"],
+            gate_counts=summary["gate_counts"],
+            admitted=summary["admitted"],
+            unadmitted=summary["unadmitted"],
+        )
+    finally:
+        structlog.contextvars.unbind_contextvars("run_id", "suite")
+    return run_dir, exit_code, summary

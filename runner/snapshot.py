@@ -1,0 +1,132 @@
+"""Accepted disagreement snapshots: committed and reviewed like a lockfile.
+
+Only `promote` writes here, atomically and under a lock, so two promotes at once cannot
+interleave and a reader never sees half a file. A broken snapshot is reported, never
+silently replaced.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from runner.errors import DataError, ParallaxError
+from runner.ledger import write_json
+
+SNAPSHOT_VERSION = 1
+
+
+class IncompleteError(ParallaxError):
+    """Promote refused: the run has rows that could not be scored."""
+
+    exit_code = 2
+
+
+def snapshot_path(snapshots_dir: Path, suite: str) -> Path:
+    return snapshots_dir / f"{suite}.json"
+
+
+def load_snapshot(path: Path) -> dict[str, Any]:
+    """The accepted cases by id; a missing file is an empty snapshot (every case is new)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except UnicodeDecodeError as exc:
+        raise DataError(path, f"not UTF-8 at byte {exc.start}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise DataError(path, f"invalid JSON: {exc}", getattr(exc, "lineno", None)) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), dict):
+        raise DataError(path, "not a parallax snapshot (no 'cases' object)")
+    if doc.get("version") != SNAPSHOT_VERSION:
+        raise DataError(path, f"unsupported snapshot version {doc.get('version')!r}")
+    for case_id, entry in doc["cases"].items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("fixture_sha"), str):
+            raise DataError(path, f"case {case_id!r}: entry needs a fixture_sha")
+        if not isinstance(entry.get("disagreement", []), list):
+            raise DataError(path, f"case {case_id!r}: disagreement must be a list")
+    cases: dict[str, Any] = doc["cases"]
+    return cases
+
+
+def entry_for(verdict: Mapping[str, Any]) -> dict[str, Any]:
+    """The snapshot entry that accepts one case of disagreement.json as it stands."""
+    ref, cand = verdict["reference"], verdict["candidate"]
+    return {
+        "fixture_sha": verdict["fixture_sha"],
+        "disagreement": verdict["disagreement"],
+        "reference_misses": ref["misses"],
+        "candidate_misses": cand["misses"],
+        "models": {"reference": ref["response_model"], "candidate": cand["response_model"]},
+        "system_fingerprints": {
+            "reference": ref["system_fingerprint"],
+            "candidate": cand["system_fingerprint"],
+        },
+    }
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".promote.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def promote(
+    run_dir: Path, snapshots_dir: Path, *, allow_partial: bool = False
+) -> dict[str, list[str]]:
+    """Accept a run's disagreement map as the suite's snapshot; returns what changed."""
+    disagreement_file = run_dir / "disagreement.json"
+    try:
+        doc = json.loads(disagreement_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(disagreement_file, "no such file (did the run finish?)") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataError(disagreement_file, f"unreadable: {exc}") from None
+    suite, cases = doc.get("suite"), doc.get("cases")
+    if not isinstance(suite, str) or not isinstance(cases, dict):
+        raise DataError(disagreement_file, "not a parallax disagreement map")
+    unscored = sorted(cid for cid, v in cases.items() if not v.get("admitted"))
+    if unscored and not allow_partial:
+        raise IncompleteError(
+            f"{run_dir}: {len(unscored)} case(s) could not be scored "
+            f"({', '.join(unscored[:5])}{', ...' if len(unscored) > 5 else ''}); "
+            "rerun them (parallax run --retry-unscored) or pass --allow-partial"
+        )
+    path = snapshot_path(snapshots_dir, suite)
+    with _locked(snapshots_dir):
+        old = load_snapshot(path)
+        new: dict[str, Any] = {}
+        for case_id, verdict in sorted(cases.items()):
+            if verdict.get("admitted"):
+                new[case_id] = entry_for(verdict)
+            elif case_id in old:
+                new[case_id] = old[case_id]
+        changes = {
+            "added": sorted(set(new) - set(old)),
+            "removed": sorted(set(old) - set(new)),
+            "changed": sorted(c for c in set(new) & set(old) if new[c] != old[c]),
+            "kept_unscored": sorted(c for c in unscored if c in old),
+        }
+        write_json(
+            path,
+            {
+                "version": SNAPSHOT_VERSION,
+                "suite": suite,
+                "promoted_from": doc.get("run_id") or run_dir.name,
+                "promoted_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "cases": new,
+            },
+        )
+    return changes
