@@ -481,13 +481,32 @@ def run_suite(
     parent_dir: Path | None = None,
     mode: str = "run",
 ) -> tuple[Path, int, dict[str, Any]]:
+    """Blocking wrapper of `run_suite_async` for the one-shot commands."""
+    import functools
+
+    import anyio
+
+    return anyio.run(
+        functools.partial(
+            run_suite_async, loaded, name, resume_dir=resume_dir, parent_dir=parent_dir, mode=mode
+        )
+    )
+
+
+async def run_suite_async(
+    loaded: LoadedConfig,
+    name: str,
+    *,
+    resume_dir: Path | None = None,
+    parent_dir: Path | None = None,
+    mode: str = "run",
+) -> tuple[Path, int, dict[str, Any]]:
     """One run of one suite; returns the run dir, exit code and summary.
 
     mode "run" calls everything; "resume" finishes `resume_dir` in place; "retry" starts a new
     run from `parent_dir`'s scored rows and re-calls the rest; "replay" regrades `parent_dir`'s
     raw.jsonl with today's fixtures and graders and calls nothing.
     """
-    import anyio
     import structlog
 
     suite = prepare_suite(loaded, name)
@@ -523,7 +542,7 @@ def run_suite(
             run_dir=str(run_dir),
         )
         if mode != "replay":
-            anyio.run(call_all, loaded, suite, run_dir, done)
+            await call_all(loaded, suite, run_dir, done)
         exit_code, summary = finalize(loaded, suite, run_dir, log)
         log.info(
             logs.RUN_FINISHED,
