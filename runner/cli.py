@@ -50,7 +50,7 @@ def _existing_file(value: str) -> Path:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from runner import logs
-    from runner.config import check_files, load_config
+    from runner.config import check_files, check_keys, load_config
     from runner.runs import config_for_run, print_summary, run_suite
 
     logs.configure()
@@ -71,8 +71,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return code
     loaded = load_config(_config_path(args))
     check_files(loaded)
+    names = loaded.suite_names(args.suite)
+    check_keys(loaded, names)
     worst = 0
-    for name in loaded.suite_names(args.suite):
+    for name in names:
         out_dir, code, summary = run_suite(loaded, name)
         print_summary(summary, out_dir)
         worst |= code

@@ -251,6 +251,14 @@ def load_config(path: Path) -> LoadedConfig:
     return LoadedConfig(path, config, digest)
 
 
+def check_keys(loaded: LoadedConfig, suites: list[str]) -> None:
+    """Every key a run will need must be in the environment before the first call is made."""
+    for name in suites:
+        suite = loaded.config.suites[name]
+        for endpoint in (suite.reference, suite.candidate):
+            loaded.api_key(endpoint)
+
+
 def check_files(loaded: LoadedConfig) -> None:
     """Every file the config names must exist; found by `validate` and before any run."""
     for suite_name, suite in loaded.config.suites.items():
