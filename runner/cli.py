@@ -63,6 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         suite = read_manifest(run_dir)["suite"]
         check_files(loaded)
+        check_keys(loaded, [suite])
         if args.resume:
             out_dir, code, summary = run_suite(loaded, suite, resume_dir=run_dir, mode="resume")
         else:
