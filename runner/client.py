@@ -1,0 +1,497 @@
+"""The live HTTP endpoint: one case in, one Exchange out, every attempt recorded.
+
+Transport trouble is data here, never an exception: `classify` is the only place a stamp is
+decided, from the exception class or the status code (never the body, which is stored as the
+bytes arrived and judged later by `adapters.parse`). Retries are explicit: `decide_retry`
+returns a frozen `RetryDecision` and the loop in `HttpEndpoint.call` just obeys it; httpx's
+own retries stay off, so the attempt list in raw.jsonl is the whole truth about a call.
+
+Exception map (the test walks `httpx.__all__` so a new httpx class cannot slip through)::
+
+    TimeoutException (+4 subclasses), TimeoutError (anyio.fail_after)  -> timeout
+    ConnectError, ProxyError                                           -> connect_error
+    NetworkError (Read/Write/CloseError), ProtocolError                -> connection_lost
+      (RemoteProtocolError: reset or a body shorter than Content-Length)
+    DecodingError (Content-Encoding stream damaged in transit)          -> connection_lost
+    RequestError/TransportError raised bare by a custom transport      -> connection_lost
+    _BodyTooLarge (ours: a 2xx body past max_response_bytes)           -> too_large
+    cancellation                                                       -> cancelled
+    CONFIG_ERRORS: InvalidURL, UnsupportedProtocol, LocalProtocolError -> ConfigError (exit 78)
+    NOT_TRANSPORT: misuse of httpx's API, never an outcome of a call   -> propagate (a bug)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+import anyio
+import httpx
+
+from runner import logs
+from runner.adapters import auth_headers, protocol_headers, request_body, request_url
+from runner.config import EndpointConfig, RetryPolicy
+from runner.errors import ConfigError
+from runner.model import Attempt, Case, Exchange, Response, Transport
+
+__all__ = [
+    "CONFIG_ERRORS",
+    "NOT_TRANSPORT",
+    "RETRYABLE",
+    "HttpEndpoint",
+    "RetryDecision",
+    "classify",
+    "decide_retry",
+    "parse_retry_after",
+    "request_problem",
+]
+
+MESSAGE_CHARS = 300
+
+# Raised by a request that could never have worked as configured: `validate` reports them
+# before a run, and `call` turns them into a ConfigError instead of a misleading stamp.
+# LocalProtocolError is h11 refusing what *we* would send (e.g. a newline in a header value
+# from `[endpoints.x.headers]`).
+CONFIG_ERRORS: tuple[type[Exception], ...] = (
+    httpx.InvalidURL,
+    httpx.UnsupportedProtocol,
+    httpx.LocalProtocolError,
+)
+
+# Not outcomes of a call, so they have no stamp and propagate as bugs if they ever occur:
+# - HTTPError: an abstract base, only ever raised through a subclass.
+# - HTTPStatusError: only `raise_for_status()` raises it; status codes are classified directly.
+# - TooManyRedirects: redirects are not followed (follow_redirects=False), a 3xx is http_error.
+# - CookieConflict: raised by the cookie-jar lookup API, which the client never calls.
+# - StreamError and its four subclasses: misuse of the streaming API by our own code (reading
+#   a consumed or closed stream); hiding them behind a stamp would hide a bug.
+NOT_TRANSPORT: tuple[type[Exception], ...] = (
+    httpx.HTTPError,
+    httpx.HTTPStatusError,
+    httpx.TooManyRedirects,
+    httpx.CookieConflict,
+    httpx.StreamError,
+    httpx.StreamConsumed,
+    httpx.StreamClosed,
+    httpx.ResponseNotRead,
+    httpx.RequestNotRead,
+)
+
+# Only these stamps are worth another attempt (DESIGN: retries); http_error only when 5xx.
+RETRYABLE: frozenset[Transport] = frozenset(
+    {
+        Transport.TIMEOUT,
+        Transport.CONNECT_ERROR,
+        Transport.CONNECTION_LOST,
+        Transport.RATE_LIMITED,
+        Transport.HTTP_ERROR,
+    }
+)
+
+_KEPT_HEADERS = frozenset(
+    {
+        "content-type",
+        "content-length",
+        "retry-after",
+        "date",
+        "x-request-id",
+        "request-id",
+        "openai-model",
+        "openai-processing-ms",
+        "openai-version",
+        "server",
+    }
+)
+_KEPT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+
+
+class _BodyTooLarge(Exception):
+    """A 2xx body ran past `max_response_bytes`; private so no library can raise it."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(f"response body exceeds max_response_bytes={cap}")
+
+
+_CAUGHT: tuple[type[BaseException], ...] = (
+    httpx.TransportError,
+    httpx.DecodingError,
+    TimeoutError,
+    _BodyTooLarge,
+)
+
+
+def _cancelled_classes() -> tuple[type[BaseException], ...]:
+    """Cancellation differs per backend; outside an event loop only asyncio's is knowable."""
+    try:
+        return (anyio.get_cancelled_exc_class(), asyncio.CancelledError)
+    except Exception:  # sniffio: no async library running (a sync caller or a unit test)
+        return (asyncio.CancelledError,)
+
+
+def classify(exc: BaseException | None, status: int | None) -> Transport:
+    """The one place a transport stamp is decided: the exception wins, else the status.
+
+    Raises ValueError for an exception that is not a transport outcome (CONFIG_ERRORS,
+    NOT_TRANSPORT, anything foreign), and for a call with neither exception nor status.
+    """
+    if exc is not None:
+        if isinstance(exc, _cancelled_classes()):
+            return Transport.CANCELLED
+        if isinstance(exc, CONFIG_ERRORS):
+            raise ValueError(f"{type(exc).__name__} is a config error, not a transport outcome")
+        if isinstance(exc, httpx.TimeoutException | TimeoutError):
+            return Transport.TIMEOUT
+        if isinstance(exc, httpx.ConnectError | httpx.ProxyError):
+            return Transport.CONNECT_ERROR
+        if isinstance(exc, _BodyTooLarge):
+            return Transport.TOO_LARGE
+        if isinstance(exc, httpx.TransportError | httpx.DecodingError):
+            return Transport.CONNECTION_LOST
+        if isinstance(exc, httpx.RequestError) and not isinstance(exc, httpx.TooManyRedirects):
+            return Transport.CONNECTION_LOST
+        raise ValueError(f"{type(exc).__name__} is not a transport outcome")
+    if status is None:
+        raise ValueError("classify needs an exception or a status code")
+    if 200 <= status < 300:
+        return Transport.OK
+    if status == 429:
+        return Transport.RATE_LIMITED
+    return Transport.HTTP_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDecision:
+    """What to do after one attempt; `reason` is kept for tests and debugging."""
+
+    retry: bool
+    wait: float
+    reason: str
+
+
+def decide_retry(  # noqa: PLR0917 - the signature is the documented contract
+    attempt_no: int,
+    stamp: Transport | str,
+    status: int | None,
+    retry_after: float | None,
+    policy: RetryPolicy,
+    rng: random.Random,
+) -> RetryDecision:
+    """Retry only DESIGN's retryable stamps, at most `policy.attempts` attempts in all.
+
+    The wait is the server's Retry-After (capped at `retry_after_cap`) when it sent one,
+    else exponential backoff `min(backoff_max, base * 2**(n-1))` of which the `jitter`
+    fraction is drawn at random, so a burst of 429s does not come back in lockstep.
+    """
+    stamp = Transport(stamp)
+    if stamp == Transport.OK:
+        return RetryDecision(False, 0.0, "ok")
+    if stamp not in RETRYABLE:
+        return RetryDecision(False, 0.0, f"not_retryable:{stamp}")
+    if stamp == Transport.HTTP_ERROR and (status is None or status < 500):
+        return RetryDecision(False, 0.0, f"not_retryable:http_{status}")
+    if attempt_no >= policy.attempts:
+        return RetryDecision(False, 0.0, "attempts_exhausted")
+    if retry_after is not None:
+        if retry_after > policy.retry_after_cap:
+            return RetryDecision(True, policy.retry_after_cap, "retry_after_capped")
+        return RetryDecision(True, max(0.0, retry_after), "retry_after")
+    backoff = min(policy.backoff_max, policy.backoff_base * 2 ** (attempt_no - 1))
+    wait = backoff * (1.0 - policy.jitter) + backoff * policy.jitter * rng.random()
+    return RetryDecision(True, wait, "backoff")
+
+
+def parse_retry_after(value: str | None, now: datetime) -> float | None:
+    """Seconds to wait from a Retry-After value (delta-seconds or HTTP-date); None if unusable.
+
+    `now` must be timezone-aware: an HTTP-date is absolute, and a naive clock would silently
+    shift the wait by the host's UTC offset.
+    """
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError("parse_retry_after needs an aware datetime for now")
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000" means UTC with unknown origin (RFC 5322)
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+def request_problem(cfg: EndpointConfig) -> str | None:
+    """Why no request to this endpoint could be sent, or None: for `parallax validate`."""
+    try:
+        url = httpx.URL(request_url(cfg))
+        if url.scheme not in ("http", "https"):
+            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
+        httpx.Request("POST", url, headers=protocol_headers(cfg))
+    except CONFIG_ERRORS as exc:
+        return f"{type(exc).__name__}: {exc}"
+    except UnicodeEncodeError as exc:  # a header value httpx cannot put on the wire
+        return f"header not encodable: {exc}"
+    return None
+
+
+def _kept_headers(headers: httpx.Headers) -> dict[str, str]:
+    """Allow-list, not deny-list: a response header we never thought of stays out of runs/."""
+    kept: dict[str, str] = {}
+    for name in headers:  # httpx yields each (lower-cased) name once
+        if name in _KEPT_HEADERS or name.startswith(_KEPT_PREFIXES):
+            kept[name] = headers[name]
+    return kept
+
+
+def _body_text(raw: bytes) -> tuple[str, str]:
+    try:
+        return raw.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(raw).decode("ascii"), "base64"
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """Honour `retry-after-ms` (OpenAI) before `Retry-After`; measure an HTTP-date against
+    the server's own Date header when present, so clock skew between hosts cancels out."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            value = float(millis) / 1000.0
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value):
+            return max(0.0, value)
+    now = datetime.now(UTC)
+    date = headers.get("date")
+    if date is not None:
+        try:
+            server_now = parsedate_to_datetime(date)
+        except (TypeError, ValueError, IndexError):
+            server_now = None
+        if server_now is not None and server_now.tzinfo is not None:
+            now = server_now
+    return parse_retry_after(headers.get("retry-after"), now)
+
+
+@dataclass(slots=True)
+class _Try:
+    """The outcome of one attempt before it is frozen into an Attempt."""
+
+    attempt: Attempt
+    stamp: Transport
+    response: Response | None
+
+
+class HttpEndpoint:
+    """A live endpoint (openai-chat, anthropic-messages, http-json) behind `model.Endpoint`.
+
+    One AsyncClient per endpoint (connection reuse across thousands of calls), a capacity
+    limiter shrunk on 429 and grown back on success (AIMD), and optional even pacing for
+    `rpm`. The secret lives only in the client's default headers, never in an Exchange.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        cfg: EndpointConfig,
+        api_key: str | None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if cfg.kind == "recorded":
+            raise ValueError(f"endpoint {name!r} is recorded, not a live HTTP endpoint")
+        self.name = name
+        self._cfg = cfg
+        self._url = request_url(cfg)
+        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter, not crypto
+        logs.register_secret(api_key)
+        headers = {"User-Agent": "parallax", **protocol_headers(cfg), **auth_headers(cfg, api_key)}
+        t = cfg.timeout
+        self._client = httpx.AsyncClient(
+            transport=transport,
+            headers=headers,
+            timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool),
+            limits=httpx.Limits(
+                max_connections=cfg.concurrency, max_keepalive_connections=cfg.concurrency
+            ),
+            follow_redirects=False,
+        )
+        self._max_limit = cfg.concurrency
+        self._limit = cfg.concurrency
+        self._limiter = anyio.CapacityLimiter(cfg.concurrency)
+        self._streak = 0  # successes since the last change of the limit
+        self._last_cut = -math.inf  # loop time of the last multiplicative decrease
+        self._interval = 60.0 / cfg.rpm if cfg.rpm else 0.0
+        self._next_start = -math.inf
+        self._log = logs.get_logger()
+
+    @property
+    def limit(self) -> int:
+        """The current AIMD concurrency limit (at most `cfg.concurrency`)."""
+        return self._limit
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def call(self, case: Case, side: str, sample: int) -> Exchange:
+        """Send one case with bounded retries; transport trouble comes back as a stamp.
+
+        Only cancellation propagates (the engine re-calls such pairs on resume), and a
+        ConfigError when the request could never be sent as configured.
+        """
+        body = request_body(self._cfg, case)
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        started_at = datetime.now(UTC).isoformat(timespec="milliseconds")
+        t0 = time.monotonic()
+        attempts: list[Attempt] = []
+        response: Response | None = None
+        n = 0
+        while True:
+            n += 1
+            result = await self._attempt(n, content)
+            attempts.append(result.attempt)
+            if result.response is not None:
+                response = result.response
+            decision = decide_retry(
+                n,
+                result.stamp,
+                result.attempt.status,
+                result.attempt.retry_after,
+                self._cfg.retry,
+                self._rng,
+            )
+            if not decision.retry:
+                break
+            await anyio.sleep(decision.wait)
+        return Exchange(
+            case_id=case.id,
+            side=side,
+            sample=sample,
+            fixture_sha=case.fixture_sha,
+            endpoint=self.name,
+            adapter=self._cfg.kind,
+            model_alias=self._cfg.model,
+            request={"method": "POST", "url": self._url, "body": body},
+            attempts=tuple(attempts),
+            transport=str(attempts[-1].transport),
+            response=response,
+            started_at=started_at,
+            elapsed_ms=round((time.monotonic() - t0) * 1000),
+            answer_pointer=self._cfg.answer_pointer if self._cfg.kind == "http-json" else None,
+        )
+
+    async def _pace(self) -> None:
+        """Evenly spaced start times for `rpm`: reserve the next slot, then sleep until it.
+
+        Reserving before sleeping needs no lock: nothing awaits between read and write.
+        """
+        if not self._interval:
+            return
+        now = anyio.current_time()
+        slot = max(now, self._next_start)
+        self._next_start = slot + self._interval
+        if slot > now:
+            await anyio.sleep(slot - now)
+
+    async def _attempt(self, n: int, content: bytes) -> _Try:
+        await self._pace()
+        cap = self._cfg.max_response_bytes
+        status: int | None = None
+        headers: httpx.Headers | None = None
+        buf = bytearray()
+        truncated = False
+        exc: BaseException | None = None
+        async with self._limiter:
+            begun = anyio.current_time()
+            t0 = time.monotonic()
+            try:
+                with anyio.fail_after(self._cfg.deadline):
+                    async with self._client.stream("POST", self._url, content=content) as resp:
+                        status, headers = resp.status_code, resp.headers
+                        async for chunk in resp.aiter_bytes():
+                            room = cap - len(buf)
+                            if len(chunk) > room:
+                                buf += chunk[:room]
+                                truncated = True
+                                if 200 <= status < 300:
+                                    raise _BodyTooLarge(cap)
+                                break  # an oversized error page keeps its status stamp
+                            buf += chunk
+            except CONFIG_ERRORS as err:
+                raise ConfigError(
+                    f"endpoint {self.name!r}", None, f"{type(err).__name__}: {err}"
+                ) from err
+            except _CAUGHT as err:
+                exc = err
+                if status is not None and not isinstance(err, _BodyTooLarge):
+                    truncated = True  # the body stopped short of what the server meant
+            elapsed_ms = round((time.monotonic() - t0) * 1000)
+        stamp = classify(exc, status)
+        self._adjust(stamp, begun)
+        retry_after = _retry_after(headers) if headers is not None else None
+        response = None
+        if status is not None and headers is not None:
+            text, encoding = _body_text(bytes(buf))
+            response = Response(status, _kept_headers(headers), text, encoding, truncated)
+        attempt = Attempt(
+            n=n,
+            transport=str(stamp),
+            elapsed_ms=elapsed_ms,
+            status=status,
+            error=type(exc).__name__.lstrip("_") if exc is not None else None,
+            message=self._message(exc),
+            retry_after=retry_after,
+        )
+        return _Try(attempt, stamp, response)
+
+    def _message(self, exc: BaseException | None) -> str | None:
+        if exc is None:
+            return None
+        text = str(exc)
+        if not text and isinstance(exc, TimeoutError):
+            text = f"attempt exceeded the {self._cfg.deadline:g}s deadline"
+        if not text:
+            return None
+        if len(text) > MESSAGE_CHARS:
+            text = text[: MESSAGE_CHARS - 3] + "..."
+        return logs.scrub_text(text)
+
+    def _adjust(self, stamp: Transport, begun: float) -> None:
+        """AIMD on the capacity limiter: halve on 429, +1 after a window of successes.
+
+        A 429 from an attempt that began before the last cut reflects the old limit, so a
+        burst of concurrent 429s halves the limit once, not once per reply.
+        """
+        if stamp == Transport.RATE_LIMITED:
+            self._streak = 0
+            if begun < self._last_cut or self._limit == 1:
+                return
+            old, self._limit = self._limit, max(1, self._limit // 2)
+            self._limiter.total_tokens = self._limit
+            self._last_cut = anyio.current_time()
+            self._log.warning(logs.ENDPOINT_BACKOFF, endpoint=self.name, old=old, new=self._limit)
+            return
+        if stamp != Transport.OK or self._limit >= self._max_limit:
+            return
+        self._streak += 1
+        if self._streak >= self._limit:
+            old, self._limit = self._limit, self._limit + 1
+            self._streak = 0
+            self._limiter.total_tokens = self._limit
+            self._log.info(logs.ENDPOINT_RECOVER, endpoint=self.name, old=old, new=self._limit)

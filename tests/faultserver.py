@@ -1,0 +1,484 @@
+"""A real HTTP/1.1 server on 127.0.0.1 that misbehaves on request, for client and engine tests.
+
+Raw sockets and one thread per connection, so a fault is a real socket event (an RST, a FIN
+before the body ends, silence), not a mock. Start it with the `fault_server` fixture
+(tests/conftest.py) or `with FaultServer() as server:`.
+
+Selecting a fault: by path prefix, never by prompt text, so a prompt stays a real prompt.
+
+    POST /fault/<mode>[/<tag>...]/v1/chat/completions   OpenAI chat (openai-chat endpoints)
+    POST /fault/<mode>[/<tag>...]/v1/messages           Anthropic messages
+    POST /fault/<mode>[/<tag>...]/<anything else>       http-json: replies {"answer": ...}
+
+`server.url(mode)` gives the base_url for an openai-chat endpoint (`.../fault/<mode>/v1`);
+`server.url(mode, suffix="")` for anthropic-messages (the adapter appends `/v1/messages`).
+Tags are free path segments (e.g. the side) that make separate `flaky` counters.
+
+Modes (`<name>[:<arg>[:<arg>]]`):
+
+    ok                     200 chat completion (content scripted, see below)
+    slow:<s>               sleep s seconds, then as ok
+    hang                   read the request, never answer (read timeout)
+    drip                   200 headers, then one byte every 0.2 s forever (per-call deadline)
+    reset                  headers + half the body, then SO_LINGER(1,0) close: an RST
+    short                  Content-Length larger than the bytes written, then a clean close
+    close                  read the request, close without any response
+    status:<code>[:<ra>]   that status with an OpenAI-style error body; 429 carries
+                           `Retry-After: 1` unless <ra> gives the header value literally
+    retrydate:<s>          429 with Retry-After as an HTTP-date s seconds after the Date header
+    garbage                200 text/html that is not JSON
+    nochoices              200 JSON without `choices`
+    nullcontent            200 chat completion whose message content is null
+    big:<bytes>            200 chat completion whose content is that many bytes
+    badutf8                200 application/json body that is not valid UTF-8
+    flaky:<n>[:<code>]     first n requests per (path, prompt) answer <code> (503), then ok
+
+Scripting replies (mode ok and friends): `server.replies[prompt] = "text"` (or None for a null
+content); otherwise `server.default_reply(prompt)` (echoes the prompt). `server.model_map`
+maps a requested model to the model the reply claims (alias drift); `server.fingerprint` is the
+system_fingerprint. Every request is recorded in `server.requests` (path, lower-cased headers,
+body) so tests can count attempts and see the Authorization header arrive.
+
+Socket helpers: `refused_port()` (nothing listens: connection refused) and `BacklogFull`
+(a listener whose accept queue is full, so a SYN is dropped: connect timeout on Linux).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import select
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from typing import Any
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
+DRIP_INTERVAL = 0.2
+
+
+@dataclass(frozen=True)
+class Received:
+    """One request as the server saw it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float  # time.monotonic() when the request was fully read
+
+    @property
+    def mode(self) -> str:
+        parts = self.path.split("/")
+        return parts[2] if len(parts) > 2 and parts[1] == "fault" else ""
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def prompt(self) -> str:
+        return _prompt(self.body)
+
+
+def _prompt(body: bytes) -> str:
+    """The last user message (chat, messages) or the `prompt` field (http-json)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return ""
+    if not isinstance(doc, dict):
+        return ""
+    messages = doc.get("messages")
+    if isinstance(messages, list):
+        for message in reversed(messages):
+            if isinstance(message, dict) and message.get("role") == "user":
+                content = message.get("content")
+                return content if isinstance(content, str) else json.dumps(content)
+    prompt = doc.get("prompt")
+    return prompt if isinstance(prompt, str) else ""
+
+
+@dataclass
+class FaultServer:
+    """The server; its fields are the script tests may change while it runs."""
+
+    replies: dict[str, str | None] = field(default_factory=dict)
+    default_reply: Callable[[str], str] = field(default=lambda prompt: f"echo: {prompt}")
+    model_map: dict[str, str] = field(default_factory=dict)
+    fingerprint: str = "fp_fault"
+    requests: list[Received] = field(default_factory=list)
+    max_inflight: int = 0
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sock: socket.socket | None = None
+        self._threads: list[threading.Thread] = []
+        self._conns: set[socket.socket] = set()
+        self._counts: dict[tuple[str, str], int] = {}
+        self._inflight = 0
+        self._serial = 0
+        self.port = 0
+
+    # lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> FaultServer:
+        sock = socket.create_server(("127.0.0.1", 0), backlog=128)
+        sock.settimeout(0.05)  # the accept loop polls the stop flag
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+        accept = threading.Thread(target=self._accept_loop, name="faultserver", daemon=True)
+        accept.start()
+        self._threads.append(accept)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        accept, workers = self._threads[:1], self._threads[1:]
+        if self._sock is not None:  # wakes the accept loop now rather than at its next poll
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+        for thread in accept:  # first: no connection is accepted after this
+            thread.join(timeout=5)
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:  # wake handlers blocked in recv; each closes its own socket
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        for thread in workers:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> FaultServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # helpers for tests -----------------------------------------------------------------
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def url(self, mode: str, *tags: str, suffix: str = "/v1") -> str:
+        """Base URL selecting `mode`; tags become extra path segments (separate counters)."""
+        path = "/".join(("fault", mode, *tags))
+        return f"{self.origin}/{path}{suffix}"
+
+    def received(self, mode: str | None = None) -> list[Received]:
+        with self._lock:
+            found = list(self.requests)
+        return [r for r in found if mode is None or r.mode == mode]
+
+    def clear(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self._counts.clear()
+            self.max_inflight = 0
+
+    # serving ---------------------------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        assert self._sock is not None
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.settimeout(None)
+            # no Nagle: a head and a body in two writes must not wait for a delayed ACK
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self._conns.add(conn)
+            worker = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self._threads.append(worker)
+            worker.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        """Requests on one connection (keep-alive) until the client or a fault closes it."""
+        buf = bytearray()
+        keep = True
+        try:
+            while keep and not self._stop.is_set():
+                request = self._read(conn, buf)
+                if request is None:
+                    break
+                with self._lock:
+                    self.requests.append(request)
+                    self._inflight += 1
+                    self.max_inflight = max(self.max_inflight, self._inflight)
+                try:
+                    keep = self._respond(conn, request)
+                finally:
+                    with self._lock:
+                        self._inflight -= 1
+        except OSError:
+            pass  # the client went away mid-fault: that is the point of most modes
+        finally:
+            with self._lock:
+                self._conns.discard(conn)
+            conn.close()
+
+    def _read(self, conn: socket.socket, buf: bytearray) -> Received | None:
+        while b"\r\n\r\n" not in buf:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return None
+            buf += chunk
+        head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _version = lines[0].split(" ", 2)
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0"))
+        body = bytearray(rest)
+        while len(body) < length:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return None
+            body += chunk
+        buf[:] = body[length:]
+        return Received(method, path, headers, bytes(body[:length]), time.monotonic())
+
+    def _respond(self, conn: socket.socket, req: Received) -> bool:
+        """Act out the mode; False when the connection must not be reused."""
+        parts = req.path.split("/")
+        if len(parts) < 3 or parts[1] != "fault":
+            return self._error(conn, 404, "no /fault/<mode>/ prefix")
+        name, _, arg = parts[2].partition(":")
+        if name == "ok":
+            return self._ok(conn, req)
+        if name == "slow":
+            if self._stop.wait(float(arg or "1")):
+                return False
+            return self._ok(conn, req)
+        if name == "hang":
+            self._hang(conn)
+            return False
+        if name == "drip":
+            self._send_head(conn, 200, {"Content-Type": "application/json"}, 10**9)
+            while not self._stop.wait(DRIP_INTERVAL):
+                conn.sendall(b" ")
+            return False
+        if name == "reset":
+            body = self._completion(req)
+            self._send_head(conn, 200, {"Content-Type": "application/json"}, len(body))
+            conn.sendall(body[: len(body) // 2])
+            time.sleep(0.05)  # let the client read headers and the half body first
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return False  # _serve's close() now sends an RST instead of a FIN
+        if name == "short":
+            body = self._completion(req)
+            self._send_head(conn, 200, {"Content-Type": "application/json"}, len(body) + 100)
+            conn.sendall(body)
+            conn.shutdown(socket.SHUT_WR)
+            return False
+        if name == "close":
+            return False
+        if name == "status":
+            code, _, retry_after = arg.partition(":")
+            extra: dict[str, str] = {}
+            if retry_after:
+                extra["Retry-After"] = retry_after
+            elif code == "429":
+                extra["Retry-After"] = "1"
+            return self._error(conn, int(code), f"fault status {code}", extra)
+        if name == "retrydate":
+            now = datetime.now(UTC).replace(microsecond=0)
+            later = now + timedelta(seconds=float(arg or "1"))
+            headers = {"Date": format_datetime(now, usegmt=True)}
+            headers["Retry-After"] = format_datetime(later, usegmt=True)
+            return self._error(conn, 429, "fault rate limit (HTTP-date)", headers)
+        if name == "garbage":
+            return self._send(conn, 200, {"Content-Type": "text/html"}, b"<html>not json</html>")
+        if name == "nochoices":
+            doc = {"id": "chatcmpl-fault", "object": "chat.completion", "model": "fault"}
+            return self._send_json(conn, 200, doc)
+        if name == "nullcontent":
+            return self._send(conn, 200, _JSON, self._completion(req, None, scripted=False))
+        if name == "big":
+            content = "x" * int(arg or "5000000")
+            return self._send(conn, 200, _JSON, self._completion(req, content, scripted=False))
+        if name == "badutf8":
+            return self._send(conn, 200, _JSON, b'{"bytes": "\xff\xfe\xfa"}')
+        if name == "flaky":
+            count, _, code = arg.partition(":")
+            key = (req.path, req.prompt)
+            with self._lock:
+                seen = self._counts[key] = self._counts.get(key, 0) + 1
+            if seen <= int(count or "1"):
+                return self._error(conn, int(code or "503"), f"flaky failure {seen}")
+            return self._ok(conn, req)
+        return self._error(conn, 404, f"unknown fault mode {name!r}")
+
+    def _hang(self, conn: socket.socket) -> None:
+        """Say nothing until the client gives up (EOF/RST) or the server stops."""
+        while not self._stop.wait(0.05):
+            readable, _, _ = select.select([conn], [], [], 0)
+            if readable and not conn.recv(1, socket.MSG_PEEK):
+                return
+
+    # bodies ----------------------------------------------------------------------------
+
+    def _content(self, prompt: str) -> str | None:
+        if prompt in self.replies:
+            return self.replies[prompt]
+        return self.default_reply(prompt)
+
+    def _completion(
+        self, req: Received, content: str | None = None, *, scripted: bool = True
+    ) -> bytes:
+        """The success body in the request's wire format; `scripted=False` uses `content`."""
+        prompt = req.prompt
+        text = self._content(prompt) if scripted else content
+        try:
+            requested = json.loads(req.body).get("model") or "fault-model"
+        except (ValueError, AttributeError):
+            requested = "fault-model"
+        model = self.model_map.get(requested, requested)
+        with self._lock:
+            self._serial += 1
+            serial = self._serial
+        words = len(prompt.split())
+        usage_out = len(text.split()) if isinstance(text, str) else 0
+        if req.path.endswith("/v1/messages"):
+            doc: dict[str, Any] = {
+                "id": f"msg_fault_{serial}",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": words, "output_tokens": usage_out},
+            }
+        elif req.path.endswith("/chat/completions"):
+            doc = {
+                "id": f"chatcmpl-fault-{serial}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "system_fingerprint": self.fingerprint,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": words,
+                    "completion_tokens": usage_out,
+                    "total_tokens": words + usage_out,
+                },
+            }
+        else:
+            doc = {"answer": text, "model": model, "id": f"fault-{serial}"}
+        return json.dumps(doc).encode()
+
+    def _ok(self, conn: socket.socket, req: Received) -> bool:
+        extra = {
+            **_JSON,
+            "x-request-id": "req-fault",
+            "openai-processing-ms": "1",
+            "x-ratelimit-remaining-requests": "99",
+            "set-cookie": "session=should-not-be-recorded",
+            "x-internal-trace": "should-not-be-recorded",
+        }
+        return self._send(conn, 200, extra, self._completion(req))
+
+    def _error(
+        self, conn: socket.socket, code: int, message: str, extra: dict[str, str] | None = None
+    ) -> bool:
+        doc = {"error": {"message": message, "type": "fault", "code": code}}
+        return self._send(conn, code, {**_JSON, **(extra or {})}, json.dumps(doc).encode())
+
+    def _send_json(self, conn: socket.socket, code: int, doc: Any) -> bool:
+        return self._send(conn, code, _JSON, json.dumps(doc).encode())
+
+    def _send(self, conn: socket.socket, code: int, headers: dict[str, str], body: bytes) -> bool:
+        conn.sendall(self._head(code, headers, len(body)) + body)
+        return True
+
+    def _send_head(
+        self, conn: socket.socket, code: int, headers: dict[str, str], length: int
+    ) -> None:
+        conn.sendall(self._head(code, headers, length))
+
+    def _head(self, code: int, headers: dict[str, str], length: int) -> bytes:
+        lines = [f"HTTP/1.1 {code} {_REASONS.get(code, 'Fault')}"]
+        merged = {"Date": format_datetime(datetime.now(UTC), usegmt=True), "Server": "fault"}
+        merged.update(headers)
+        merged["Content-Length"] = str(length)
+        lines += [f"{k}: {v}" for k, v in merged.items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+_JSON = {"Content-Type": "application/json"}
+
+
+def refused_port() -> int:
+    """A loopback port nothing listens on (bound, noted, closed): connect is refused."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+class BacklogFull:
+    """A listener whose accept queue is full, so Linux drops further SYNs: connect timeout.
+
+    `listen(0)` queues one connection; one filler connection fills it. `works` is False when
+    the kernel completed the probe connect anyway (then a test should skip).
+    """
+
+    def __init__(self) -> None:
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(0)
+        self.port: int = self._listener.getsockname()[1]
+        self._fillers: list[socket.socket] = []
+        self.works = False
+        for _ in range(4):
+            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            probe.settimeout(0.2)
+            self._fillers.append(probe)
+            try:
+                probe.connect(("127.0.0.1", self.port))
+            except TimeoutError:
+                self.works = True
+                break
+
+    def close(self) -> None:
+        for sock in self._fillers:
+            sock.close()
+        self._listener.close()
+
+
+@contextlib.contextmanager
+def backlog_full() -> Iterator[BacklogFull]:
+    full = BacklogFull()
+    try:
+        yield full
+    finally:
+        full.close()
