@@ -1,0 +1,752 @@
+"""The live endpoint: stamps, retries and the recorded Exchange, against real socket faults."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+import random
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from faultserver import BacklogFull, FaultServer
+from structlog.testing import capture_logs
+
+from runner import client, logs
+from runner.client import (
+    CONFIG_ERRORS,
+    NOT_TRANSPORT,
+    HttpEndpoint,
+    RetryDecision,
+    classify,
+    decide_retry,
+    parse_retry_after,
+    request_problem,
+)
+from runner.config import EndpointConfig, RetryPolicy, Timeouts
+from runner.errors import ConfigError
+from runner.model import Case, Exchange, Transport
+
+KEY = "sk-test-SECRET-0123456789"
+CASE = Case(
+    id="sku", prompt="Name the SKU that ships.", expect={}, fixture_sha="f" * 16, path="x", line=1
+)
+FAST_RETRY = RetryPolicy(
+    attempts=3, backoff_base=0.01, backoff_max=0.02, jitter=0.5, retry_after_cap=0.05
+)
+
+
+def make_cfg(base_url: str, **over: Any) -> EndpointConfig:
+    data: dict[str, Any] = {
+        "kind": "openai-chat",
+        "base_url": base_url,
+        "model": "gpt-ref",
+        "timeout": Timeouts(connect=1, read=2, write=1, pool=1),
+        "deadline": 5,
+        "retry": FAST_RETRY,
+        "max_response_bytes": 65536,
+    }
+    data.update(over)
+    return EndpointConfig(**data)
+
+
+async def call_once(
+    cfg: EndpointConfig,
+    *,
+    case: Case = CASE,
+    key: str | None = KEY,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Exchange:
+    endpoint = HttpEndpoint("ep", cfg, key, transport=transport, rng=random.Random(7))
+    try:
+        with anyio.fail_after(10):
+            return await endpoint.call(case, "candidate", 0)
+    finally:
+        await endpoint.aclose()
+
+
+def stamps(exchange: Exchange) -> list[str]:
+    return [a.transport for a in exchange.attempts]
+
+
+def content_of(exchange: Exchange) -> Any:
+    assert exchange.response is not None
+    return json.loads(exchange.response.body)["choices"][0]["message"]["content"]
+
+
+# -- the loopback server: one test per fault ------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_ok_records_the_whole_exchange(fault_server: FaultServer) -> None:
+    """A good reply is stamped ok after one attempt and recorded with request and body."""
+    cfg = make_cfg(fault_server.url("ok"))
+    exchange = await call_once(cfg)
+    assert stamps(exchange) == ["ok"]
+    assert exchange.transport == "ok"
+    assert exchange.response is not None
+    assert exchange.response.status == 200
+    assert content_of(exchange) == "echo: Name the SKU that ships."
+    assert exchange.request["method"] == "POST"
+    assert fault_server.url("ok") + "/chat/completions" == exchange.request["url"]
+    assert exchange.request["body"]["model"] == "gpt-ref"
+    assert (
+        exchange.adapter,
+        exchange.model_alias,
+        exchange.answer_pointer,
+    ) == ("openai-chat", "gpt-ref", None)
+    assert (*exchange.key, exchange.endpoint) == ("sku", "candidate", 0, "ep")
+    assert datetime.fromisoformat(exchange.started_at).utcoffset() == timedelta(0)
+    assert exchange.attempts[0].status == 200
+    assert exchange.attempts[0].error is None
+
+
+@pytest.mark.anyio
+async def test_response_headers_are_allow_listed(fault_server: FaultServer) -> None:
+    """Only allow-listed response headers are kept; cookies and unknown headers are dropped."""
+    exchange = await call_once(make_cfg(fault_server.url("ok")))
+    assert exchange.response is not None
+    headers = exchange.response.headers
+    assert headers["x-request-id"] == "req-fault"
+    assert headers["x-ratelimit-remaining-requests"] == "99"
+    assert {"content-type", "content-length", "date", "server"} <= set(headers)
+    assert "set-cookie" not in headers
+    assert "x-internal-trace" not in headers
+
+
+@pytest.mark.anyio
+async def test_api_key_reaches_server_but_not_the_exchange(fault_server: FaultServer) -> None:
+    """The bearer token is sent on the wire and appears nowhere in the recorded Exchange."""
+    exchange = await call_once(make_cfg(fault_server.url("ok")))
+    (request,) = fault_server.received()
+    assert f"Bearer {KEY}" == request.headers["authorization"]
+    dumped = json.dumps(exchange.to_json())
+    assert KEY not in dumped
+    assert "authorization" not in dumped.lower()
+
+
+@pytest.mark.anyio
+async def test_anthropic_key_header_stays_out_of_the_exchange(fault_server: FaultServer) -> None:
+    """An Anthropic endpoint sends x-api-key and anthropic-version, records neither secret."""
+    cfg = make_cfg(fault_server.url("ok", suffix=""), kind="anthropic-messages")
+    exchange = await call_once(cfg)
+    (request,) = fault_server.received()
+    assert request.headers["x-api-key"] == KEY
+    assert request.headers["anthropic-version"] == "2023-06-01"
+    assert exchange.transport == "ok"
+    assert KEY not in json.dumps(exchange.to_json())
+    assert "x-api-key" not in json.dumps(exchange.to_json())
+
+
+@pytest.mark.anyio
+async def test_scripted_reply_and_model_map(fault_server: FaultServer) -> None:
+    """The server answers a scripted content per prompt and can claim another model."""
+    fault_server.replies[CASE.prompt] = "SKU-9 ships."
+    fault_server.model_map["gpt-ref"] = "gpt-ref-2024-09"
+    exchange = await call_once(make_cfg(fault_server.url("ok")))
+    assert exchange.response is not None
+    doc = json.loads(exchange.response.body)
+    assert doc["choices"][0]["message"]["content"] == "SKU-9 ships."
+    assert doc["model"] == "gpt-ref-2024-09"
+
+
+@pytest.mark.anyio
+async def test_http_json_endpoint_records_answer_pointer(fault_server: FaultServer) -> None:
+    """An http-json endpoint posts its filled template and records where the answer sits."""
+    cfg = make_cfg(
+        fault_server.url("ok", suffix="/answer"),
+        kind="http-json",
+        model=None,
+        body_template={"q": "{{prompt}}", "prompt": "{{prompt}}"},
+    )
+    exchange = await call_once(cfg)
+    assert exchange.transport == "ok"
+    assert exchange.answer_pointer == "/answer"
+    assert exchange.response is not None
+    assert f"echo: {CASE.prompt}" == json.loads(exchange.response.body)["answer"]
+
+
+@pytest.mark.anyio
+async def test_slow_reply_past_read_timeout_is_timeout_and_retried(
+    fault_server: FaultServer,
+) -> None:
+    """A reply slower than the read timeout is `timeout`, retried up to the attempt bound."""
+    cfg = make_cfg(
+        fault_server.url("slow:1"), timeout=Timeouts(connect=1, read=0.2, write=1, pool=1)
+    )
+    exchange = await call_once(cfg)
+    assert stamps(exchange) == ["timeout"] * 3
+    assert {"ReadTimeout"} == {a.error for a in exchange.attempts}
+    assert len(fault_server.received()) == 3
+    assert exchange.response is None
+
+
+@pytest.mark.anyio
+async def test_hang_is_timeout(fault_server: FaultServer) -> None:
+    """A server that accepts and never answers gives a read timeout, not a hang."""
+    cfg = make_cfg(
+        fault_server.url("hang"),
+        timeout=Timeouts(connect=1, read=0.2, write=1, pool=1),
+        retry=FAST_RETRY.model_copy(update={"attempts": 1}),
+    )
+    exchange = await call_once(cfg)
+    assert stamps(exchange) == ["timeout"]
+    assert exchange.attempts[0].error == "ReadTimeout"
+
+
+@pytest.mark.anyio
+async def test_drip_is_cut_by_the_per_attempt_deadline(fault_server: FaultServer) -> None:
+    """A byte every 0.2 s never trips the read timeout; the per-attempt deadline stops it."""
+    cfg = make_cfg(
+        fault_server.url("drip"),
+        deadline=0.6,
+        retry=FAST_RETRY.model_copy(update={"attempts": 2}),
+    )
+    exchange = await call_once(cfg)
+    assert stamps(exchange) == ["timeout", "timeout"]
+    first = exchange.attempts[0]
+    assert first.error == "TimeoutError"
+    assert first.message == "attempt exceeded the 0.6s deadline"
+    assert 550 <= first.elapsed_ms < 1500
+    assert exchange.response is not None
+    assert exchange.response.status == 200
+    assert exchange.response.truncated
+
+
+@pytest.mark.anyio
+async def test_reset_mid_body_is_connection_lost(fault_server: FaultServer) -> None:
+    """An RST after half the body is `connection_lost`, retried up to the bound."""
+    exchange = await call_once(make_cfg(fault_server.url("reset")))
+    assert stamps(exchange) == ["connection_lost"] * 3
+    assert {a.error for a in exchange.attempts} <= {"ReadError", "RemoteProtocolError"}
+    assert len(fault_server.received()) == 3
+
+
+@pytest.mark.anyio
+async def test_short_body_is_connection_lost(fault_server: FaultServer) -> None:
+    """A body shorter than its Content-Length is `connection_lost`, the partial body kept."""
+    cfg = make_cfg(fault_server.url("short"), retry=FAST_RETRY.model_copy(update={"attempts": 1}))
+    exchange = await call_once(cfg)
+    assert stamps(exchange) == ["connection_lost"]
+    assert exchange.attempts[0].error == "RemoteProtocolError"
+    assert exchange.response is not None
+    assert exchange.response.truncated
+    assert exchange.response.body.startswith('{"id": "chatcmpl-fault-')
+
+
+@pytest.mark.anyio
+async def test_close_without_response_is_connection_lost(fault_server: FaultServer) -> None:
+    """A server that closes without a status line is `connection_lost` with no response."""
+    exchange = await call_once(make_cfg(fault_server.url("close")))
+    assert stamps(exchange) == ["connection_lost"] * 3
+    assert exchange.response is None
+
+
+@pytest.mark.anyio
+async def test_refused_port_is_connect_error(closed_port: int) -> None:
+    """Nothing listening is `connect_error`, retried, with no response recorded."""
+    exchange = await call_once(make_cfg(f"http://127.0.0.1:{closed_port}/v1"))
+    assert stamps(exchange) == ["connect_error"] * 3
+    assert {"ConnectError"} == {a.error for a in exchange.attempts}
+    assert exchange.response is None
+
+
+@pytest.mark.anyio
+async def test_full_backlog_is_connect_timeout(full_backlog: BacklogFull) -> None:
+    """A dropped SYN is a connect timeout, stamped `timeout`."""
+    cfg = make_cfg(
+        f"http://127.0.0.1:{full_backlog.port}/v1",
+        timeout=Timeouts(connect=0.2, read=1, write=1, pool=1),
+        retry=FAST_RETRY.model_copy(update={"attempts": 2}),
+    )
+    exchange = await call_once(cfg)
+    assert stamps(exchange) == ["timeout", "timeout"]
+    assert {"ConnectTimeout"} == {a.error for a in exchange.attempts}
+
+
+@pytest.mark.anyio
+async def test_429_retry_after_seconds_is_honoured(fault_server: FaultServer) -> None:
+    """`Retry-After: 1` under the cap is waited in full before the next attempt."""
+    retry = RetryPolicy(attempts=2, backoff_base=0, backoff_max=0, retry_after_cap=5)
+    exchange = await call_once(make_cfg(fault_server.url("status:429"), retry=retry))
+    assert stamps(exchange) == ["rate_limited", "rate_limited"]
+    assert exchange.attempts[0].retry_after == 1.0
+    first, second = fault_server.received()
+    assert 0.95 <= second.at - first.at < 2.0
+    assert exchange.response is not None
+    assert exchange.response.status == 429
+    assert exchange.response.headers["retry-after"] == "1"
+
+
+@pytest.mark.anyio
+async def test_429_retry_after_above_cap_waits_the_cap(fault_server: FaultServer) -> None:
+    """A Retry-After longer than the cap is waited only for the cap."""
+    exchange = await call_once(make_cfg(fault_server.url("status:429:30")))
+    assert stamps(exchange) == ["rate_limited"] * 3
+    assert exchange.attempts[0].retry_after == 30.0
+    first, _, third = fault_server.received()
+    assert third.at - first.at < 1.0
+
+
+@pytest.mark.anyio
+async def test_429_retry_after_http_date_is_parsed(fault_server: FaultServer) -> None:
+    """An HTTP-date Retry-After is measured against the server's Date header."""
+    exchange = await call_once(make_cfg(fault_server.url("retrydate:7")))
+    assert stamps(exchange) == ["rate_limited"] * 3
+    assert {7.0} == {a.retry_after for a in exchange.attempts}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("code", [500, 502, 503])
+async def test_5xx_is_http_error_and_retried(fault_server: FaultServer, code: int) -> None:
+    """A 5xx is `http_error` with its status kept, retried up to the bound."""
+    exchange = await call_once(make_cfg(fault_server.url(f"status:{code}")))
+    assert stamps(exchange) == ["http_error"] * 3
+    assert [code] * 3 == [a.status for a in exchange.attempts]
+    assert exchange.response is not None
+    assert code == exchange.response.status
+    assert "fault status" in json.loads(exchange.response.body)["error"]["message"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("code", [400, 401, 404])
+async def test_4xx_is_http_error_and_not_retried(fault_server: FaultServer, code: int) -> None:
+    """A 4xx other than 429 is `http_error` after exactly one attempt."""
+    exchange = await call_once(make_cfg(fault_server.url(f"status:{code}")))
+    assert stamps(exchange) == ["http_error"]
+    assert len(fault_server.received()) == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["garbage", "nochoices", "nullcontent"])
+async def test_bad_bodies_are_transport_ok(fault_server: FaultServer, mode: str) -> None:
+    """A 200 whose body is wrong is still transport `ok`: the body is the schema's business."""
+    exchange = await call_once(make_cfg(fault_server.url(mode)))
+    assert stamps(exchange) == ["ok"]
+    assert exchange.response is not None
+    assert exchange.response.encoding == "utf-8"
+    assert not exchange.response.truncated
+    if mode == "garbage":
+        assert exchange.response.body == "<html>not json</html>"
+    elif mode == "nullcontent":
+        assert content_of(exchange) is None
+    else:
+        assert "choices" not in json.loads(exchange.response.body)
+
+
+@pytest.mark.anyio
+async def test_oversize_body_is_too_large_and_truncated(fault_server: FaultServer) -> None:
+    """A body past the cap is `too_large`, never retried, its first cap bytes kept."""
+    cfg = make_cfg(fault_server.url("big:5000"), max_response_bytes=1024)
+    exchange = await call_once(cfg)
+    assert stamps(exchange) == ["too_large"]
+    assert exchange.attempts[0].error == "BodyTooLarge"
+    assert exchange.response is not None
+    assert exchange.response.truncated
+    assert len(exchange.response.body.encode("utf-8")) == 1024
+    assert exchange.response.body.startswith('{"id": "chatcmpl-fault-')
+    assert len(fault_server.received()) == 1
+
+
+@pytest.mark.anyio
+async def test_non_utf8_body_is_kept_as_base64(fault_server: FaultServer) -> None:
+    """A body that is not UTF-8 is stored byte-exact as base64."""
+    exchange = await call_once(make_cfg(fault_server.url("badutf8")))
+    assert stamps(exchange) == ["ok"]
+    assert exchange.response is not None
+    assert exchange.response.encoding == "base64"
+    assert base64.b64decode(exchange.response.body) == b'{"bytes": "\xff\xfe\xfa"}'
+
+
+@pytest.mark.anyio
+async def test_flaky_recovers_within_the_bound(fault_server: FaultServer) -> None:
+    """Two 503s then a good reply: ok on the third attempt, every attempt recorded."""
+    exchange = await call_once(make_cfg(fault_server.url("flaky:2")))
+    assert stamps(exchange) == ["http_error", "http_error", "ok"]
+    assert [a.n for a in exchange.attempts] == [1, 2, 3]
+    assert exchange.response is not None
+    assert exchange.response.status == 200
+    assert exchange.transport == "ok"
+
+
+@pytest.mark.anyio
+async def test_flaky_beyond_the_bound_keeps_the_last_error(fault_server: FaultServer) -> None:
+    """When every allowed attempt fails, the final stamp and response are the last 503."""
+    exchange = await call_once(make_cfg(fault_server.url("flaky:5")))
+    assert stamps(exchange) == ["http_error"] * 3
+    assert exchange.response is not None
+    assert exchange.response.status == 503
+
+
+@pytest.mark.anyio
+async def test_429_halves_the_limit_and_success_restores_it(fault_server: FaultServer) -> None:
+    """AIMD: a 429 halves the concurrency limit, a run of successes adds one back."""
+    cfg = make_cfg(fault_server.url("flaky:1:429"), concurrency=2)
+    endpoint = HttpEndpoint("ep", cfg, KEY)
+    try:
+        with capture_logs() as events, anyio.fail_after(10):
+            exchange = await endpoint.call(CASE, "reference", 0)
+    finally:
+        await endpoint.aclose()
+    assert stamps(exchange) == ["rate_limited", "ok"]
+    aimd = [(e["event"], e["endpoint"], e["old"], e["new"]) for e in events]
+    assert aimd == [
+        (logs.ENDPOINT_BACKOFF, "ep", 2, 1),
+        (logs.ENDPOINT_RECOVER, "ep", 1, 2),
+    ]
+    assert endpoint.limit == 2
+
+
+@pytest.mark.anyio
+async def test_a_burst_of_429s_halves_the_limit_once(fault_server: FaultServer) -> None:
+    """Concurrent 429s that all began under the old limit cut it once, not once each."""
+    retry = FAST_RETRY.model_copy(update={"attempts": 1})
+    cfg = make_cfg(fault_server.url("status:429"), concurrency=8, retry=retry)
+    endpoint = HttpEndpoint("ep", cfg, KEY)
+    try:
+        with capture_logs() as events, anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for i in range(8):
+                    tg.start_soon(endpoint.call, CASE, "candidate", i)
+    finally:
+        await endpoint.aclose()
+    assert endpoint.limit == 4
+    assert [e["event"] for e in events] == [logs.ENDPOINT_BACKOFF]
+
+
+@pytest.mark.anyio
+async def test_concurrency_bounds_requests_in_flight(fault_server: FaultServer) -> None:
+    """No more than `concurrency` requests are in flight at once."""
+    cfg = make_cfg(fault_server.url("slow:0.15"), concurrency=2)
+    endpoint = HttpEndpoint("ep", cfg, KEY)
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for i in range(6):
+                    tg.start_soon(endpoint.call, CASE, "candidate", i)
+    finally:
+        await endpoint.aclose()
+    assert len(fault_server.received()) == 6
+    assert fault_server.max_inflight == 2
+
+
+@pytest.mark.anyio
+async def test_rpm_spaces_request_starts(fault_server: FaultServer) -> None:
+    """With `rpm` set, request starts are spaced 60/rpm seconds apart."""
+    cfg = make_cfg(fault_server.url("ok"), rpm=600)  # one start every 0.1 s
+    endpoint = HttpEndpoint("ep", cfg, KEY)
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for i in range(4):
+                    tg.start_soon(endpoint.call, CASE, "candidate", i)
+    finally:
+        await endpoint.aclose()
+    times = sorted(r.at for r in fault_server.received())
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert len(gaps) == 3
+    assert all(gap >= 0.08 for gap in gaps), gaps
+
+
+@pytest.mark.anyio
+async def test_cancellation_propagates(fault_server: FaultServer) -> None:
+    """A cancelled call re-raises cancellation instead of returning a stamped Exchange."""
+    endpoint = HttpEndpoint("ep", make_cfg(fault_server.url("hang")), KEY)
+    result: list[Exchange] = []
+    try:
+        with anyio.fail_after(5), anyio.move_on_after(0.2) as scope:
+            result.append(await endpoint.call(CASE, "candidate", 0))
+    finally:
+        await endpoint.aclose()
+    assert scope.cancelled_caught
+    assert result == []
+
+
+# -- MockTransport units ------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_error_message_is_scrubbed_and_truncated() -> None:
+    """An exception message carrying the key is masked and cut to about 300 characters."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError(f"cannot reach with {KEY} " + "x" * 500, request=request)
+
+    cfg = make_cfg("http://mock.test/v1", retry=FAST_RETRY.model_copy(update={"attempts": 1}))
+    exchange = await call_once(cfg, transport=httpx.MockTransport(handler))
+    (attempt,) = exchange.attempts
+    assert attempt.transport == "connect_error"
+    assert attempt.message is not None
+    assert KEY not in attempt.message
+    assert "***" in attempt.message
+    assert len(attempt.message) <= client.MESSAGE_CHARS
+
+
+@pytest.mark.anyio
+async def test_retry_after_ms_is_preferred() -> None:
+    """OpenAI's `retry-after-ms` is used before the coarser Retry-After."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, headers={"retry-after-ms": "1500", "retry-after": "2"})
+
+    exchange = await call_once(
+        make_cfg("http://mock.test/v1"), transport=httpx.MockTransport(handler)
+    )
+    assert [a.retry_after for a in exchange.attempts] == [1.5, 1.5, 1.5]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "exc",
+    [httpx.UnsupportedProtocol("nope"), httpx.InvalidURL("bad"), httpx.LocalProtocolError("x")],
+)
+async def test_config_errors_raise_config_error(exc: Exception) -> None:
+    """A request that could never be sent is a ConfigError (exit 78), not a stamp."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise exc
+
+    with pytest.raises(ConfigError) as info:
+        await call_once(make_cfg("http://mock.test/v1"), transport=httpx.MockTransport(handler))
+    assert info.value.exit_code == 78
+    assert "endpoint 'ep'" in str(info.value)
+
+
+def test_request_problem_accepts_a_good_config() -> None:
+    """A well-formed endpoint has no request problem."""
+    assert request_problem(make_cfg("http://127.0.0.1:9/v1")) is None
+
+
+def test_request_problem_names_an_invalid_url() -> None:
+    """A URL httpx cannot build is reported for `validate`, before any run."""
+    problem = request_problem(make_cfg("http://ho\x00st/v1"))
+    assert problem is not None
+    assert problem.startswith("InvalidURL: ")
+
+
+@pytest.mark.anyio
+async def test_invalid_url_at_call_time_is_a_config_error() -> None:
+    """The same URL reaching `call` raises ConfigError rather than stamping a fake outcome."""
+    with pytest.raises(ConfigError, match="InvalidURL"):
+        await call_once(make_cfg("http://ho\x00st/v1"))
+
+
+def test_recorded_endpoint_is_refused() -> None:
+    """A recorded endpoint has no HTTP side; building an HttpEndpoint for it is a bug."""
+    with pytest.raises(ValueError, match="recorded"):
+        HttpEndpoint("rec", EndpointConfig(kind="recorded", cassette="c.jsonl"), None)
+
+
+# -- classify ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (httpx.ConnectTimeout("t"), Transport.TIMEOUT),
+        (httpx.ReadTimeout("t"), Transport.TIMEOUT),
+        (httpx.WriteTimeout("t"), Transport.TIMEOUT),
+        (httpx.PoolTimeout("t"), Transport.TIMEOUT),
+        (TimeoutError(), Transport.TIMEOUT),
+        (httpx.ConnectError("c"), Transport.CONNECT_ERROR),
+        (httpx.ProxyError("p"), Transport.CONNECT_ERROR),
+        (httpx.ReadError("r"), Transport.CONNECTION_LOST),
+        (httpx.WriteError("w"), Transport.CONNECTION_LOST),
+        (httpx.CloseError("c"), Transport.CONNECTION_LOST),
+        (httpx.RemoteProtocolError("r"), Transport.CONNECTION_LOST),
+        (httpx.DecodingError("d"), Transport.CONNECTION_LOST),
+        (client._BodyTooLarge(1024), Transport.TOO_LARGE),
+        (asyncio.CancelledError(), Transport.CANCELLED),
+    ],
+)
+def test_classify_by_exception(exc: BaseException, expected: Transport) -> None:
+    """Each exception family maps to its DESIGN stamp, whatever the status."""
+    assert expected == classify(exc, None)
+    assert expected == classify(exc, 200)
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (200, Transport.OK),
+        (204, Transport.OK),
+        (301, Transport.HTTP_ERROR),
+        (400, Transport.HTTP_ERROR),
+        (404, Transport.HTTP_ERROR),
+        (429, Transport.RATE_LIMITED),
+        (500, Transport.HTTP_ERROR),
+        (503, Transport.HTTP_ERROR),
+    ],
+)
+def test_classify_by_status(status: int, expected: Transport) -> None:
+    """Without an exception the status decides: 2xx ok, 429 rate_limited, else http_error."""
+    assert expected == classify(None, status)
+
+
+def test_classify_refuses_non_outcomes() -> None:
+    """Config errors, non-transport classes and an empty call are refused, not guessed."""
+    for exc in (httpx.InvalidURL("u"), httpx.StreamConsumed(), ValueError("v")):
+        with pytest.raises(ValueError, match=r"not a transport outcome|config error"):
+            classify(exc, None)
+    with pytest.raises(ValueError, match="needs an exception or a status"):
+        classify(None, None)
+
+
+@pytest.mark.anyio
+async def test_classify_knows_the_running_backends_cancellation() -> None:
+    """Inside an event loop, the backend's own cancellation class is `cancelled`."""
+    assert classify(anyio.get_cancelled_exc_class()(), None) == Transport.CANCELLED
+
+
+def test_every_httpx_exception_is_mapped_or_declared() -> None:
+    """Every exception class httpx exports has a stamp or is declared config / not transport."""
+    classes = [
+        getattr(httpx, n)
+        for n in httpx.__all__
+        if isinstance(getattr(httpx, n), type) and issubclass(getattr(httpx, n), Exception)
+    ]
+    assert len(classes) >= 28
+    declared = set(CONFIG_ERRORS) | set(NOT_TRANSPORT)
+    assert not set(CONFIG_ERRORS) & set(NOT_TRANSPORT)
+    unmapped = []
+    for cls in classes:
+        if cls in declared:
+            continue
+        try:
+            stamp = classify(cls.__new__(cls), None)
+        except ValueError:
+            unmapped.append(cls.__name__)
+        else:
+            assert stamp in set(Transport)
+    assert unmapped == []
+
+
+# -- decide_retry --------------------------------------------------------------------------
+
+POLICY = RetryPolicy(attempts=4, backoff_base=0.5, backoff_max=3.0, jitter=0.5, retry_after_cap=5)
+
+
+@pytest.mark.parametrize(
+    ("stamp", "status"),
+    [
+        (Transport.OK, 200),
+        (Transport.TOO_LARGE, 200),
+        (Transport.CANCELLED, None),
+        (Transport.HTTP_ERROR, 400),
+        (Transport.HTTP_ERROR, 401),
+        (Transport.HTTP_ERROR, 404),
+        (Transport.HTTP_ERROR, 301),
+    ],
+)
+def test_never_retried(stamp: Transport, status: int | None) -> None:
+    """ok, too_large, cancelled and non-429 4xx are never retried."""
+    decision = decide_retry(1, stamp, status, None, POLICY, random.Random(1))
+    assert not decision.retry
+    assert decision.wait == 0.0
+
+
+@pytest.mark.parametrize(
+    ("stamp", "status"),
+    [
+        (Transport.TIMEOUT, None),
+        (Transport.CONNECT_ERROR, None),
+        (Transport.CONNECTION_LOST, 200),
+        (Transport.RATE_LIMITED, 429),
+        (Transport.HTTP_ERROR, 500),
+        (Transport.HTTP_ERROR, 503),
+    ],
+)
+def test_retried_until_the_attempt_bound(stamp: Transport, status: int | None) -> None:
+    """Retryable stamps are retried while attempts remain, never on the last one."""
+    rng = random.Random(1)
+    assert all(decide_retry(n, stamp, status, None, POLICY, rng).retry for n in (1, 2, 3))
+    assert RetryDecision(False, 0.0, "attempts_exhausted") == decide_retry(
+        4, stamp, status, None, POLICY, rng
+    )
+
+
+def test_backoff_doubles_up_to_the_max_without_jitter() -> None:
+    """With jitter 0 the wait is exactly min(backoff_max, base * 2**(n-1))."""
+    policy = POLICY.model_copy(update={"jitter": 0.0, "attempts": 10})
+    waits = [
+        decide_retry(n, Transport.TIMEOUT, None, None, policy, random.Random(1)).wait
+        for n in range(1, 7)
+    ]
+    assert waits == [0.5, 1.0, 2.0, 3.0, 3.0, 3.0]
+
+
+def test_jitter_stays_in_its_fraction() -> None:
+    """With jitter j the wait falls in [backoff * (1 - j), backoff] and actually varies."""
+    rng = random.Random(42)
+    waits = [decide_retry(2, Transport.TIMEOUT, None, None, POLICY, rng).wait for _ in range(500)]
+    assert all(0.5 <= w <= 1.0 for w in waits)
+    assert max(waits) - min(waits) > 0.3
+
+
+def test_retry_after_is_honoured_up_to_the_cap() -> None:
+    """Retry-After replaces backoff; beyond the cap the cap is waited."""
+    rng = random.Random(1)
+    assert RetryDecision(True, 2.0, "retry_after") == decide_retry(
+        1, Transport.RATE_LIMITED, 429, 2.0, POLICY, rng
+    )
+    assert RetryDecision(True, 5.0, "retry_after_capped") == decide_retry(
+        1, Transport.RATE_LIMITED, 429, 120.0, POLICY, rng
+    )
+    assert decide_retry(1, Transport.HTTP_ERROR, 503, 0.0, POLICY, rng).wait == 0.0
+
+
+def test_decision_is_frozen() -> None:
+    """A decision is a value: it cannot be changed after it is made."""
+    decision = RetryDecision(True, 1.0, "backoff")
+    with pytest.raises(AttributeError):
+        decision.wait = 2.0  # type: ignore[misc]
+
+
+# -- parse_retry_after ---------------------------------------------------------------------
+
+NOW = datetime(2024, 3, 10, 12, 0, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        ("", None),
+        ("  ", None),
+        ("soon", None),
+        ("nan", None),
+        ("inf", None),
+        ("Sun, 99 Foo 2024 00:00:00 GMT", None),
+        ("5", 5.0),
+        (" 12 ", 12.0),
+        ("1.5", 1.5),
+        ("0", 0.0),
+        ("-3", 0.0),
+        (format_datetime(NOW + timedelta(seconds=30), usegmt=True), 30.0),
+        (format_datetime(NOW - timedelta(seconds=30), usegmt=True), 0.0),
+        ("Sun, 10 Mar 2024 12:00:20 -0000", 20.0),
+    ],
+)
+def test_parse_retry_after(value: str | None, expected: float | None) -> None:
+    """Delta-seconds and HTTP-dates become seconds; past dates 0; garbage None."""
+    assert expected == parse_retry_after(value, NOW)
+
+
+def test_parse_retry_after_measures_against_any_aware_zone() -> None:
+    """An aware `now` in another zone is the same instant, so the same wait."""
+    from zoneinfo import ZoneInfo
+
+    berlin = NOW.astimezone(ZoneInfo("Europe/Berlin"))
+    value = format_datetime(NOW + timedelta(seconds=10), usegmt=True)
+    assert parse_retry_after(value, berlin) == 10.0
+
+
+def test_parse_retry_after_refuses_a_naive_now() -> None:
+    """A naive clock would shift an HTTP-date wait by the host's UTC offset: refused."""
+    with pytest.raises(ValueError, match="aware"):
+        parse_retry_after("5", NOW.replace(tzinfo=None))
