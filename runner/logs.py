@@ -18,6 +18,7 @@ import structlog
 RUN_STARTED = "run.started"
 RUN_FINISHED = "run.finished"
 RUN_RESUMED = "run.resumed"
+REPORT_FAILED = "report.failed"  # report.html/report.md could not be written
 # alerts (the paging contract)
 ALERT_DISAGREEMENT_CHANGED = "alert.disagreement_changed"
 ALERT_TRANSPORT = "alert.transport"

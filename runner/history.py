@@ -1,0 +1,329 @@
+"""A suite's history: one row per run, ceiling candidates and served-model changes.
+
+Everything is read back from `runs/<suite>/*/summary.json` (and `disagreement.json` for the
+per-case data), so history needs no database and survives a moved `runs/` volume. Old run
+directories can be half-written (a killed run), hand-edited or from an older parallax: any that
+cannot be read is skipped with a note, never a crash.
+
+A **ceiling candidate** is a case that both sides passed with an empty disagreement in each of
+the suite's last `retire_after` runs: it no longer tells anything apart and can be retired or
+made harder. Replays regrade an earlier run's replies, so they never count as a new night.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.gate import GATE_CLASSES
+from runner.model import SIDES, STRATA
+
+SUMMARY_VERSION = 1
+NOT_A_NIGHT = frozenset({"replay"})  # modes that regrade old replies instead of calling
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """What one run directory says about its night."""
+
+    run_id: str
+    run_dir: Path
+    started_at: str | None
+    finished_at: str | None
+    mode: str | None
+    exit_code: int | None
+    verdict: str | None
+    gate_counts: Mapping[str, int]
+    strata: Mapping[str, Mapping[str, Mapping[str, Any]]]  # side -> stratum -> {pass_rate, n}
+    stratified: bool
+    stratum_alerts: Mapping[str, Sequence[str]]
+    served_models: Mapping[str, Sequence[str]]
+    cases: Mapping[str, Mapping[str, Any]] | None  # disagreement.json's cases; None if unread
+
+    @property
+    def counts_as_night(self) -> bool:
+        return self.mode not in NOT_A_NIGHT
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir),
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "mode": self.mode,
+            "exit_code": self.exit_code,
+            "verdict": self.verdict,
+            "gate_counts": dict(self.gate_counts),
+            "strata": {
+                side: {
+                    name: {"pass_rate": rate.get("pass_rate"), "n": rate.get("n")}
+                    for name, rate in by_stratum.items()
+                }
+                for side, by_stratum in self.strata.items()
+            },
+            "stratified": self.stratified,
+            "stratum_alerts": {k: list(v) for k, v in self.stratum_alerts.items()},
+            "served_models": {k: list(v) for k, v in self.served_models.items()},
+        }
+
+
+@dataclass
+class History:
+    """The readable runs of one suite, oldest first, and what could not be read."""
+
+    suite: str
+    suite_dir: Path
+    rows: list[RunRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _read_object(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A JSON object from `path`, or (None, why not)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, f"no {path.name}"
+    except OSError as exc:
+        return None, f"{path.name}: cannot read ({exc.strerror})"
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None, f"{path.name}: not valid JSON"
+    if not isinstance(value, dict):
+        return None, f"{path.name}: not a JSON object"
+    return value, None
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def read_run(run_dir: Path) -> tuple[RunRow | None, list[str]]:
+    """One run directory as a row, plus notes; (None, notes) when its summary is unusable."""
+    notes: list[str] = []
+    summary, why = _read_object(run_dir / "summary.json")
+    if summary is None:
+        return None, [f"skipped {run_dir.name}: {why} (unfinished or broken run)"]
+    if summary.get("version") != SUMMARY_VERSION:
+        return None, [f"skipped {run_dir.name}: summary.json has an unknown version"]
+    disagreement, why = _read_object(run_dir / "disagreement.json")
+    cases: dict[str, Mapping[str, Any]] | None = None
+    if disagreement is None:
+        notes.append(f"{run_dir.name}: {why}; its cases are left out of ceiling candidates")
+    else:
+        cases = {
+            k: v for k, v in _mapping(disagreement.get("cases")).items() if isinstance(v, dict)
+        }
+    counts = _mapping(summary.get("gate_counts"))
+    strata = _mapping(summary.get("strata"))
+    exit_code = summary.get("exit_code")
+    row = RunRow(
+        run_id=str(summary.get("run_id") or run_dir.name),
+        run_dir=run_dir,
+        started_at=_str(summary.get("started_at")),
+        finished_at=_str(summary.get("finished_at")),
+        mode=_str(summary.get("mode")),
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+        verdict=_str(summary.get("verdict")),
+        gate_counts={g: int(counts.get(g) or 0) for g in GATE_CLASSES},
+        strata={
+            side: {
+                name: _mapping(_mapping(strata.get(side)).get(name))
+                for name in STRATA
+                if name in _mapping(strata.get(side))
+            }
+            for side in SIDES
+        },
+        stratified=bool(summary.get("stratified", True)),
+        stratum_alerts={s: _strings(_mapping(summary.get("stratum_alerts")).get(s)) for s in SIDES},
+        served_models={s: _strings(_mapping(summary.get("served_models")).get(s)) for s in SIDES},
+        cases=cases,
+    )
+    return row, notes
+
+
+def run_dirs(suite_dir: Path) -> list[Path]:
+    """A suite's run directories, oldest first (names start with their UTC timestamp)."""
+    if not suite_dir.is_dir():
+        return []
+    dirs = (p for p in suite_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return sorted(dirs, key=lambda p: p.name)
+
+
+def load_history(suite_dir: Path, *, until: str | None = None, last: int | None = None) -> History:
+    """Read every run of one suite (up to and including run `until`), keeping the last `last`."""
+    history = History(suite=suite_dir.name, suite_dir=suite_dir)
+    dirs = [p for p in run_dirs(suite_dir) if until is None or p.name <= until]
+    if last is not None:
+        # read a few more than asked, so a broken directory does not shorten the window
+        dirs = dirs[-(last * 2 + 2) :]
+    for run_dir in dirs:
+        row, notes = read_run(run_dir)
+        history.notes.extend(notes)
+        if row is not None:
+            history.rows.append(row)
+    if last is not None:
+        history.rows = history.rows[-last:] if last > 0 else []
+    return history
+
+
+def _quiet(case: Mapping[str, Any]) -> bool:
+    """Both sides admitted and passed, and the two agree: the case told nothing apart."""
+    ref, cand = _mapping(case.get("reference")), _mapping(case.get("candidate"))
+    return (
+        case.get("admitted") is True
+        and ref.get("passed") is True
+        and cand.get("passed") is True
+        and case.get("disagreement") == []
+    )
+
+
+def streaks(rows: Iterable[RunRow]) -> dict[str, int]:
+    """Per case of the latest night, how many nights in a row (newest back) it stayed quiet."""
+    nights = [r for r in rows if r.counts_as_night and r.cases is not None]
+    if not nights:
+        return {}
+    result: dict[str, int] = {}
+    latest = nights[-1].cases or {}
+    for case_id in latest:
+        n = 0
+        for row in reversed(nights):
+            case = (row.cases or {}).get(case_id)
+            if case is None or not _quiet(case):
+                break
+            n += 1
+        result[case_id] = n
+    return result
+
+
+def ceiling_candidates(rows: Iterable[RunRow], retire_after: int) -> list[str]:
+    """Cases both sides passed with an empty disagreement for `retire_after` nights running."""
+    return sorted(case for case, n in streaks(rows).items() if n >= retire_after)
+
+
+def model_changes(rows: Iterable[RunRow]) -> list[dict[str, Any]]:
+    """Every change of the models a side served, oldest first; runs that served none are gaps."""
+    changes: list[dict[str, Any]] = []
+    last: dict[str, list[str]] = {}
+    for row in rows:
+        for side in SIDES:
+            served = sorted(row.served_models.get(side) or [])
+            if not served:
+                continue
+            before = last.get(side)
+            if before is not None and before != served:
+                changes.append(
+                    {
+                        "side": side,
+                        "run_id": row.run_id,
+                        "at": row.started_at,
+                        "from": before,
+                        "to": served,
+                    }
+                )
+            last[side] = served
+    return changes
+
+
+def suite_report(suite_dir: Path, *, retire_after: int, last: int | None = None) -> dict[str, Any]:
+    """The JSON `parallax history --json` prints for one suite."""
+    full = load_history(suite_dir)
+    shown = full.rows[-last:] if last is not None and last > 0 else full.rows
+    if last == 0:
+        shown = []
+    runs_streak = streaks(full.rows)
+    return {
+        "suite": full.suite,
+        "suite_dir": str(suite_dir),
+        "runs": [r.to_json() for r in shown],
+        "retire_after": retire_after,
+        "ceiling_candidates": [
+            {"case_id": c, "quiet_runs": runs_streak[c]}
+            for c in ceiling_candidates(full.rows, retire_after)
+        ],
+        "nights": sum(1 for r in full.rows if r.counts_as_night and r.cases is not None),
+        "model_changes": model_changes(full.rows),
+        "notes": full.notes,
+    }
+
+
+def _rate(rate: Mapping[str, Any] | None) -> str:
+    if not rate:
+        return "  -   "
+    value, n = rate.get("pass_rate"), rate.get("n")
+    if not isinstance(value, int | float):
+        return f"  -({n})" if n is not None else "  -   "
+    return f"{value:.2f}({n})"
+
+
+def _short(gate: str) -> str:
+    return {
+        "new_case": "new",
+        "fixture_move": "moved",
+        "transport_miss": "transp",
+        "schema_miss": "schema",
+        "alias_swap": "alias",
+        "disagreement_changed": "changed",
+        "unchanged": "same",
+        "retired_case": "retired",
+    }.get(gate, gate)
+
+
+def format_text(report: Mapping[str, Any]) -> str:
+    """Human-readable history of one suite: a row per run, then candidates and model changes."""
+    lines = [f"suite {report['suite']}  ({report['suite_dir']})"]
+    runs: Sequence[Mapping[str, Any]] = report["runs"]
+    if not runs:
+        lines.append("  no finished runs")
+    else:
+        head = f"  {'started (UTC)':<20} {'mode':<7} {'exit':>4} "
+        head += " ".join(f"{_short(g):>7}" for g in GATE_CLASSES)
+        head += "   reference e/m/s              candidate e/m/s              served"
+        lines.append(head)
+        for run in runs:
+            started = (run.get("started_at") or run["run_id"])[:19].replace("T", " ")
+            exit_code = run.get("exit_code")
+            line = f"  {started:<20} {(run.get('mode') or '?'):<7} "
+            line += f"{exit_code if exit_code is not None else '?':>4} "
+            line += " ".join(f"{run['gate_counts'].get(g, 0):>7}" for g in GATE_CLASSES)
+            for side in SIDES:
+                rates = run["strata"].get(side) or {}
+                line += "   " + " ".join(_rate(rates.get(s)) for s in STRATA)
+            served = run.get("served_models") or {}
+            line += "   " + "; ".join(
+                f"{side[:3]}: {', '.join(served.get(side) or ['-'])}" for side in SIDES
+            )
+            lines.append(line)
+    candidates = report["ceiling_candidates"]
+    retire_after = report["retire_after"]
+    if candidates:
+        lines.append(
+            f"  ceiling candidates (quiet for >= {retire_after} runs, both sides pass, "
+            "empty disagreement):"
+        )
+        lines.extend(f"    {c['case_id']}  ({c['quiet_runs']} runs)" for c in candidates)
+    else:
+        lines.append(
+            f"  ceiling candidates: none ({report['nights']} run(s) on record, "
+            f"retire_after = {retire_after})"
+        )
+    changes = report["model_changes"]
+    if changes:
+        lines.append("  served-model changes:")
+        lines.extend(
+            f"    {(c['at'] or c['run_id'])[:19].replace('T', ' ')}  {c['side']}: "
+            f"{', '.join(c['from'])} -> {', '.join(c['to'])}"
+            for c in changes
+        )
+    else:
+        lines.append("  served-model changes: none")
+    return "\n".join(lines)

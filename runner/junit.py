@@ -1,0 +1,150 @@
+"""JUnit XML for CI systems: one testsuite per run, one testcase per case.
+
+`disagreement_changed` and `alias_swap` are failures (quality: review needed), transport and
+schema misses are errors (infrastructure: the case could not be scored), `new_case` and
+`fixture_move` are skipped (a test edit, not a result). A stratum alert needs review too, so a
+stratified suite adds one `strata` testcase per side that fails when that side has alerts.
+
+The XML is built with ElementTree, which escapes text and attributes; characters XML 1.0 cannot
+carry at all (most control characters) are replaced first, since a model can return them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from runner.errors import UsageError
+from runner.gate import (
+    ALIAS_SWAP,
+    DISAGREEMENT_CHANGED,
+    FIXTURE_MOVE,
+    NEW_CASE,
+    SCHEMA_MISS,
+    TRANSPORT_MISS,
+)
+from runner.model import SIDES
+from runner.report import RunReport, build_report
+
+FAILURE = frozenset({DISAGREEMENT_CHANGED, ALIAS_SWAP})
+ERROR = frozenset({TRANSPORT_MISS, SCHEMA_MISS})
+SKIPPED = frozenset({NEW_CASE, FIXTURE_MOVE})
+REPLY_CAP = 2000
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_safe(value: Any) -> str:
+    """Text XML 1.0 can carry: characters it forbids become U+FFFD."""
+    return _NOT_XML.sub("\ufffd", "" if value is None else str(value))
+
+
+def _as_mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _body(rep: RunReport, case_id: str, case: Mapping[str, Any]) -> str:
+    lines = [f"gate: {case.get('gate')}", f"detail: {case.get('detail')}"]
+    if isinstance(case.get("disagreement"), list):
+        delta = ", ".join(map(str, case["disagreement"]))
+        lines.append(f"disagreement: {delta or '(empty)'}")
+    for side in SIDES:
+        view = _as_mapping(case.get(side))
+        misses = view["misses"] if isinstance(view.get("misses"), list) else []
+        lines.append(
+            f"{side}: model {view.get('response_model') or '-'} · transport "
+            f"{view.get('transport')} · schema {view.get('schema')} · misses "
+            f"{', '.join(map(str, misses)) or '(none)'}"
+        )
+    for side in SIDES:
+        reply = rep.replies.get((case_id, side))
+        if reply is not None and reply.text is not None:
+            text = reply.text[:REPLY_CAP] + ("…" if len(reply.text) > REPLY_CAP else "")
+            label = "reply" if reply.kind == "reply" else f"raw body (HTTP {reply.status})"
+            lines += [f"--- {side} {label} ---", text]
+    return xml_safe("\n".join(lines))
+
+
+def testsuite(rep: RunReport) -> ET.Element:
+    """One run as a <testsuite>."""
+    summary = rep.summary
+    suite = ET.Element("testsuite")
+    suite.set("name", xml_safe(f"parallax.{rep.suite}"))
+    suite.set("timestamp", xml_safe(summary.get("started_at") or ""))
+    props = ET.SubElement(suite, "properties")
+    for name, value in (
+        ("run_id", summary.get("run_id")),
+        ("run_dir", str(rep.run_dir)),
+        ("verdict", summary.get("verdict")),
+        ("exit_code", summary.get("exit_code")),
+    ):
+        prop = ET.SubElement(props, "property")
+        prop.set("name", name)
+        prop.set("value", xml_safe(value))
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for case_id, case in sorted(rep.cases.items()):
+        gate = str(case.get("gate"))
+        tc = ET.SubElement(suite, "testcase")
+        tc.set("classname", xml_safe(f"parallax.{rep.suite}.{case.get('stratum') or 'case'}"))
+        tc.set("name", xml_safe(case_id))
+        counts["tests"] += 1
+        message = xml_safe(f"{gate}: {case.get('detail')}")
+        if gate in FAILURE:
+            child = ET.SubElement(tc, "failure", message=message, type=gate)
+            child.text = _body(rep, case_id, case)
+            counts["failures"] += 1
+        elif gate in ERROR:
+            child = ET.SubElement(tc, "error", message=message, type=gate)
+            child.text = _body(rep, case_id, case)
+            counts["errors"] += 1
+        elif gate in SKIPPED:
+            ET.SubElement(tc, "skipped", message=message)
+            counts["skipped"] += 1
+    if summary.get("stratified"):
+        alerts = _as_mapping(summary.get("stratum_alerts"))
+        for side in SIDES:
+            tc = ET.SubElement(suite, "testcase")
+            tc.set("classname", xml_safe(f"parallax.{rep.suite}.strata"))
+            tc.set("name", f"strata ({side})")
+            counts["tests"] += 1
+            side_alerts = alerts.get(side) or []
+            if side_alerts:
+                text = xml_safe(", ".join(map(str, side_alerts)))
+                child = ET.SubElement(tc, "failure", message=text, type="stratum_alert")
+                rates = _as_mapping(summary.get("strata")).get(side)
+                child.text = xml_safe(json.dumps(rates, sort_keys=True))
+                counts["failures"] += 1
+    for key, value in counts.items():
+        suite.set(key, str(value))
+    return suite
+
+
+def junit_xml(reports: Sequence[RunReport]) -> bytes:
+    """A <testsuites> document over one or more runs."""
+    root = ET.Element("testsuites", name="parallax")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for rep in reports:
+        suite = testsuite(rep)
+        root.append(suite)
+        for key in totals:
+            totals[key] += int(suite.get(key, "0"))
+    for key, value in totals.items():
+        root.set(key, str(value))
+    ET.indent(root)
+    body: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return body + b"\n"
+
+
+def write_junit(run_dirs: Sequence[Path], path: Path) -> Path:
+    """Write the JUnit XML of `run_dirs` to `path` (atomically); return the path."""
+    data = junit_xml([build_report(d) for d in run_dirs])
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write JUnit XML: {exc.strerror}") from None
+    return path

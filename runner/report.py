@@ -1,0 +1,800 @@
+"""Reports of one run: a self-contained `report.html` for people, `report.md` for CI.
+
+Both are rendered from the run directory alone (summary.json, disagreement.json, manifest.json,
+raw.jsonl) plus the suite's earlier run directories for the trend, so `parallax report RUN_DIR`
+works on a copied CI artifact. The HTML needs no network: inline CSS, inline SVG, no script.
+
+Everything a model or an endpoint returned is untrusted text. In HTML it goes through
+`html.escape` and nowhere else; in Markdown `md_text` escapes the characters that could open
+markup, break a table or a code span, and caps long lines.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import html
+import json
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from runner import __version__
+from runner.adapters import parse
+from runner.errors import DataError
+from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, GATE_CLASSES, SCHEMA_MISS, TRANSPORT_MISS
+from runner.history import History, RunRow, ceiling_candidates, load_history, streaks
+from runner.ledger import read_jsonl
+from runner.model import SIDES, STRATA, Exchange, Response
+
+TREND_RUNS = 14
+REPLY_CAP = 6000  # characters of a reply kept for the HTML report
+MD_REPLY_CAP = 160  # characters of a reply in a Markdown table cell
+MD_LINE_CAP = 400  # no Markdown line longer than this
+MD_TOP_CASES = 10
+REVIEW_ORDER = (DISAGREEMENT_CHANGED, ALIAS_SWAP)
+INCOMPLETE_ORDER = (TRANSPORT_MISS, SCHEMA_MISS)
+GATE_COLOURS = {
+    "new_case": "#7c8db5",
+    "fixture_move": "#a78bfa",
+    "transport_miss": "#64748b",
+    "schema_miss": "#94a3b8",
+    "alias_swap": "#f59e0b",
+    "disagreement_changed": "#e11d48",
+    "unchanged": "#10b981",
+    "retired_case": "#d6d3d1",
+}
+STRATUM_COLOURS = {"easy": "#10b981", "medium": "#3b82f6", "stretch": "#a855f7"}
+VERDICT_COLOURS = {
+    "clean": "#047857",
+    "review": "#b45309",
+    "incomplete": "#475569",
+    "review+incomplete": "#be123c",
+}
+
+
+@dataclass(frozen=True)
+class ReplyView:
+    """What one side said for one case (sample 0), as text for a report."""
+
+    text: str | None  # the reply text, or the raw body when it did not parse
+    kind: str  # "reply" (parsed), "body" (raw body, schema failed), "none" (no body)
+    truncated: bool = False
+    status: int | None = None
+
+
+@dataclass
+class RunReport:
+    """Everything a rendered report needs, read from a run directory."""
+
+    run_dir: Path
+    summary: Mapping[str, Any]
+    manifest: Mapping[str, Any]
+    cases: Mapping[str, Mapping[str, Any]]
+    replies: dict[tuple[str, str], ReplyView]
+    trend: list[RunRow]
+    retire_after: int | None
+    ceiling: list[str]
+    quiet_runs: dict[str, int]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def suite(self) -> str:
+        return str(self.summary.get("suite") or self.run_dir.parent.name)
+
+    def cases_in(self, gates: Sequence[str]) -> list[tuple[str, Mapping[str, Any]]]:
+        """Cases of the given gate classes, in the order of `gates`, then by id."""
+        rank = {g: i for i, g in enumerate(gates)}
+        chosen = [(k, v) for k, v in self.cases.items() if v.get("gate") in rank]
+        return sorted(chosen, key=lambda kv: (rank[str(kv[1].get("gate"))], kv[0]))
+
+
+def _load_object(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(path, "no such file: not a finished parallax run") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataError(path, f"not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise DataError(path, "not a JSON object")
+    return value
+
+
+def _body_text(response: Response) -> str:
+    if response.encoding == "utf-8":
+        return response.body
+    try:
+        return base64.b64decode(response.body, validate=True).decode("utf-8", "replace")
+    except (ValueError, binascii.Error):
+        return f"<{len(response.body)} bytes of base64 that do not decode>"
+
+
+def _cap(text: str, limit: int) -> tuple[str, bool]:
+    return (text, False) if len(text) <= limit else (text[:limit], True)
+
+
+def reply_of(exchange: Exchange) -> ReplyView:
+    """The reply text of one exchange, through the same adapter that stamped it."""
+    response = exchange.response
+    if response is None:
+        return ReplyView(text=None, kind="none")
+    if exchange.transport == "ok":
+        parsed = parse(
+            exchange.adapter,
+            response,
+            expects_json=False,
+            answer_pointer=exchange.answer_pointer,
+        )
+        if not isinstance(parsed, str):
+            text, cut = _cap(parsed.text, REPLY_CAP)
+            return ReplyView(text=text, kind="reply", truncated=cut, status=response.status)
+    text, cut = _cap(_body_text(response), REPLY_CAP)
+    return ReplyView(text=text, kind="body", truncated=cut, status=response.status)
+
+
+def read_replies(
+    run_dir: Path, wanted: Collection[str] | None = None
+) -> tuple[dict[tuple[str, str], ReplyView], list[str]]:
+    """Sample 0's reply per (case, side) from raw.jsonl; unreadable rows become notes."""
+    replies: dict[tuple[str, str], ReplyView] = {}
+    notes: list[str] = []
+    path = run_dir / "raw.jsonl"
+    if not path.exists():
+        return replies, [f"{path.name}: missing; replies are not shown"]
+    try:
+        for line_no, row in read_jsonl(path):
+            if not isinstance(row, dict) or row.get("sample", 0) != 0:
+                continue
+            if wanted is not None and row.get("case_id") not in wanted:
+                continue
+            try:
+                exchange = Exchange.from_json(row)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                notes.append(f"{path.name}:{line_no}: not an exchange; skipped")
+                continue
+            replies[(exchange.case_id, exchange.side)] = reply_of(exchange)
+    except DataError as exc:
+        notes.append(f"{exc}; replies after it are not shown")
+    return replies, notes
+
+
+def build_report(
+    run_dir: Path, *, retire_after: int | None = None, trend_runs: int = TREND_RUNS
+) -> RunReport:
+    """Read a finished run directory (and its suite's earlier runs) into a RunReport."""
+    if not run_dir.is_dir():
+        raise DataError(run_dir, "no such run directory")
+    summary = _load_object(run_dir / "summary.json")
+    disagreement = _load_object(run_dir / "disagreement.json")
+    try:
+        manifest: Mapping[str, Any] = _load_object(run_dir / "manifest.json")
+    except DataError:
+        manifest = {}
+    raw_cases = disagreement.get("cases")
+    cases = (
+        {k: v for k, v in raw_cases.items() if isinstance(v, dict)}
+        if isinstance(raw_cases, dict)
+        else {}
+    )
+    wanted = {k for k, v in cases.items() if v.get("gate") != "unchanged" or not v.get("admitted")}
+    replies, notes = read_replies(run_dir, wanted)
+    history: History = load_history(run_dir.parent, until=run_dir.name)
+    notes.extend(history.notes)
+    ceiling = ceiling_candidates(history.rows, retire_after) if retire_after else []
+    return RunReport(
+        run_dir=run_dir,
+        summary=summary,
+        manifest=manifest,
+        cases=cases,
+        replies=replies,
+        trend=history.rows[-trend_runs:],
+        retire_after=retire_after,
+        ceiling=ceiling,
+        quiet_runs=streaks(history.rows),
+        notes=notes,
+    )
+
+
+# ---------------------------------------------------------------- HTML
+
+
+def e(value: Any) -> str:
+    """Escape anything for HTML text or a quoted attribute."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+# no script, no fetch: even a missed escape could not run or phone home
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+_CSS = """
+:root{--fg:#0f172a;--muted:#64748b;--line:#e2e8f0;--bg:#f8fafc;--card:#fff}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--fg);
+ font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif}
+main{max-width:1180px;margin:0 auto;padding:20px 24px 48px}
+h1{font-size:20px;margin:0} h2{font-size:16px;margin:28px 0 10px}
+h3{font-size:14px;margin:0 0 6px}
+code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px}
+.banner{border-radius:10px;color:#fff;padding:16px 20px;display:flex;gap:18px;align-items:center;
+ flex-wrap:wrap}
+.banner .word{font-size:24px;font-weight:700;letter-spacing:.04em}
+.banner .meta{opacity:.92}
+.grid{display:grid;gap:12px}
+.g2{grid-template-columns:repeat(auto-fit,minmax(340px,1fr))}
+.card{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:14px 16px;
+ min-width:0}
+.chips{display:flex;flex-wrap:wrap;gap:8px}
+.chip{border:1px solid var(--line);border-radius:999px;padding:4px 12px;background:#fff}
+.chip b{margin-left:6px} .chip i{display:inline-block;width:9px;height:9px;border-radius:50%;
+ margin-right:6px}
+.chip.zero{opacity:.45}
+.bar{display:grid;grid-template-columns:70px 1fr 150px;gap:8px;align-items:center;margin:5px 0}
+.track{background:#eef2f7;border-radius:6px;height:14px;overflow:hidden}
+.fill{height:100%;border-radius:6px}
+.muted{color:var(--muted)} .small{font-size:12px}
+.alert{color:#b91c1c;font-weight:600}
+.case{margin:12px 0}
+.case header{display:flex;gap:10px;align-items:baseline;flex-wrap:wrap;margin-bottom:8px}
+.tag{border-radius:6px;padding:1px 8px;color:#fff;font-size:12px;font-weight:600}
+.sides{display:grid;grid-template-columns:1fr 1fr;gap:10px}
+.side{border:1px solid var(--line);border-radius:8px;padding:10px;min-width:0;background:#fcfdfe}
+pre.reply{white-space:pre-wrap;overflow-wrap:anywhere;word-break:break-word;margin:6px 0 0;
+ background:#f1f5f9;border-radius:6px;padding:8px;max-height:360px;overflow:auto}
+.misses code{background:#fee2e2;border-radius:4px;padding:0 4px;margin-right:4px;
+ overflow-wrap:anywhere}
+table{border-collapse:collapse;width:100%}
+td,th{border-bottom:1px solid var(--line);padding:5px 8px;text-align:left;vertical-align:top;
+ overflow-wrap:anywhere}
+th{font-weight:600;color:var(--muted);font-size:12px}
+details summary{cursor:pointer;color:var(--muted)}
+svg text{font-family:system-ui,sans-serif;font-size:11px;fill:#475569}
+footer{margin-top:36px;color:var(--muted);font-size:12px}
+@media (max-width:760px){.sides{grid-template-columns:1fr}}
+"""
+
+
+def _gate_tag(gate: str) -> str:
+    colour = GATE_COLOURS.get(gate, "#64748b")
+    return f'<span class="tag" style="background:{colour}">{e(gate)}</span>'
+
+
+def _misses(misses: Any) -> str:
+    items = [m for m in misses if isinstance(m, str)] if isinstance(misses, list) else []
+    if not items:
+        return '<span class="muted">no misses</span>'
+    return "".join(f"<code>{e(m)}</code>" for m in items)
+
+
+def _reply_block(view: ReplyView | None, side_view: Mapping[str, Any]) -> str:
+    admitted = side_view.get("admitted")
+    if view is None or view.text is None:
+        detail = side_view.get("detail") or side_view.get("transport") or "no reply"
+        return f'<p class="muted">no reply body: {e(detail)}</p>'
+    label = "reply" if view.kind == "reply" else f"raw body (HTTP {e(view.status)})"
+    if not admitted and view.kind == "reply":
+        label = "reply (not admitted)"
+    cut = '<div class="muted small">… cut for the report</div>' if view.truncated else ""
+    empty = '<span class="muted">(empty)</span>' if view.text == "" else ""
+    return (
+        f'<div class="muted small">{label}</div><pre class="reply">{e(view.text)}{empty}</pre>{cut}'
+    )
+
+
+def _side_html(rep: RunReport, case_id: str, side: str, view: Mapping[str, Any]) -> str:
+    stamps = f"transport {e(view.get('transport'))} · schema {e(view.get('schema'))}"
+    score = view.get("task_score")
+    score_text = f" · task {score:.2f}" if isinstance(score, int | float) else ""
+    return (
+        f'<div class="side"><h3>{e(side)}</h3>'
+        f'<div class="small">model <span class="mono">{e(view.get("response_model") or "-")}'
+        f"</span> · {stamps}{score_text}</div>"
+        f'<div class="misses small" style="margin-top:6px">{_misses(view.get("misses"))}</div>'
+        f"{_reply_block(rep.replies.get((case_id, side)), view)}</div>"
+    )
+
+
+def _case_html(rep: RunReport, case_id: str, case: Mapping[str, Any]) -> str:
+    delta = case.get("disagreement")
+    delta_html = (
+        f'<span class="misses small">disagreement {_misses(delta)}</span>'
+        if isinstance(delta, list)
+        else ""
+    )
+    sides = "".join(_side_html(rep, case_id, side, _as_mapping(case.get(side))) for side in SIDES)
+    return (
+        f'<article class="card case" id="case-{e(case_id)}">'
+        f"<header>{_gate_tag(str(case.get('gate')))}"
+        f'<strong class="mono">{e(case_id)}</strong>'
+        f'<span class="muted small">{e(case.get("stratum") or "")}</span>'
+        f'<span class="small">{e(case.get("detail"))}</span>{delta_html}</header>'
+        f'<div class="sides">{sides}</div></article>'
+    )
+
+
+def _as_mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _stamp_of(case: Mapping[str, Any]) -> str:
+    """`transport: timeout` or `schema: not_json`, from the first side that failed."""
+    for side in SIDES:
+        view = _as_mapping(case.get(side))
+        if view.get("transport") not in (None, "ok"):
+            return f"transport: {view.get('transport')}"
+    for side in SIDES:
+        view = _as_mapping(case.get(side))
+        if view.get("schema") not in (None, "ok"):
+            detail = str(view.get("detail") or view.get("schema"))
+            return f"schema: {detail.split(':', maxsplit=1)[0]}"
+    return "unscored"
+
+
+def incomplete_groups(rep: RunReport) -> dict[str, list[tuple[str, Mapping[str, Any]]]]:
+    """Unscoreable cases grouped by their stamp, so one outage reads as one line."""
+    groups: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+    for case_id, case in sorted(rep.cases.items()):
+        if case.get("gate") in INCOMPLETE_ORDER or not case.get("admitted", True):
+            groups.setdefault(_stamp_of(case), []).append((case_id, case))
+    return dict(sorted(groups.items()))
+
+
+def _incomplete_html(rep: RunReport) -> str:
+    groups = incomplete_groups(rep)
+    if not groups:
+        return '<p class="muted">Every row was scored.</p>'
+    parts = []
+    for stamp_, rows in groups.items():
+        body = []
+        for case_id, case in rows:
+            cells = []
+            for side in SIDES:
+                view = _as_mapping(case.get(side))
+                reply = rep.replies.get((case_id, side))
+                excerpt = ""
+                if reply is not None and reply.text and not view.get("admitted"):
+                    excerpt = f'<pre class="reply">{e(reply.text[:600])}</pre>'
+                cells.append(
+                    f"<td><span class='mono small'>{e(view.get('transport'))} / "
+                    f"{e(view.get('schema'))}</span><div class='small'>{e(view.get('detail'))}"
+                    f"</div>{excerpt}</td>"
+                )
+            body.append(
+                f"<tr><td class='mono'>{e(case_id)}</td><td>{_gate_tag(str(case.get('gate')))}"
+                f"</td>{''.join(cells)}</tr>"
+            )
+        parts.append(
+            f'<div class="card" style="margin-bottom:10px"><h3>{e(stamp_)} '
+            f'<span class="muted">· {len(rows)} case(s)</span></h3><table>'
+            "<tr><th>case</th><th>gate</th><th>reference</th><th>candidate</th></tr>"
+            f"{''.join(body)}</table></div>"
+        )
+    return "".join(parts)
+
+
+def _strata_html(rep: RunReport) -> str:
+    summary = rep.summary
+    strata = _as_mapping(summary.get("strata"))
+    alerts = _as_mapping(summary.get("stratum_alerts"))
+    cards = []
+    for side in SIDES:
+        rates = _as_mapping(strata.get(side))
+        rows = []
+        for name in STRATA:
+            rate = _as_mapping(rates.get(name))
+            value = rate.get("pass_rate")
+            n, passed, unadmitted = rate.get("n", 0), rate.get("passed", 0), rate.get("unadmitted")
+            width = round(float(value) * 100, 1) if isinstance(value, int | float) else 0
+            label = (
+                f"{value:.0%} · {passed}/{n}"
+                if isinstance(value, int | float)
+                else f"no rows (n={n})"
+            )
+            if unadmitted:
+                label += f" · {unadmitted} unscored"
+            rows.append(
+                f'<div class="bar"><span>{e(name)}</span><div class="track">'
+                f'<div class="fill" style="width:{width}%;background:{STRATUM_COLOURS[name]}">'
+                f'</div></div><span class="small">{e(label)}</span></div>'
+            )
+        side_alerts = alerts.get(side) or []
+        alert_html = (
+            f'<div class="alert small">alerts: {e(", ".join(map(str, side_alerts)))}</div>'
+            if side_alerts
+            else '<div class="muted small">no stratum alerts</div>'
+        )
+        cards.append(f'<div class="card"><h3>{e(side)}</h3>{"".join(rows)}{alert_html}</div>')
+    note = summary.get("strata_note")
+    note_html = f'<p class="muted small">{e(note)}</p>' if note else ""
+    return f'{note_html}<div class="grid g2">{"".join(cards)}</div>'
+
+
+def _models_html(rep: RunReport) -> str:
+    served = _as_mapping(rep.summary.get("served_models"))
+    endpoints = _as_mapping(rep.manifest.get("endpoints"))
+    rows = []
+    for side in SIDES:
+        ep = _as_mapping(endpoints.get(side))
+        models = served.get(side) or []
+        rows.append(
+            f"<tr><td>{e(side)}</td><td class='mono'>{e(ep.get('name') or '-')}</td>"
+            f"<td class='mono'>{e(ep.get('model') or '-')}</td>"
+            f"<td class='mono'>{e(', '.join(map(str, models)) or '-')}</td></tr>"
+        )
+    return (
+        '<div class="card"><table><tr><th>side</th><th>endpoint</th><th>requested alias</th>'
+        f"<th>served model(s)</th></tr>{''.join(rows)}</table></div>"
+    )
+
+
+def _gate_chips(rep: RunReport) -> str:
+    counts = _as_mapping(rep.summary.get("gate_counts"))
+    chips = []
+    for gate in GATE_CLASSES:
+        n = counts.get(gate, 0)
+        chips.append(
+            f'<span class="chip{" zero" if not n else ""}">'
+            f'<i style="background:{GATE_COLOURS[gate]}"></i>{e(gate)}<b>{e(n)}</b></span>'
+        )
+    return f'<div class="chips">{"".join(chips)}</div>'
+
+
+def _label(row: RunRow) -> str:
+    stamp_ = row.started_at or row.run_id
+    return stamp_[5:16].replace("T", " ")
+
+
+def trend_gates_svg(rows: Sequence[RunRow], width: int = 1100, height: int = 200) -> str:
+    """Stacked bars of gate classes, one bar per run, oldest left."""
+    if not rows:
+        return '<p class="muted">No earlier runs of this suite.</p>'
+    left, bottom, top = 36, 34, 10
+    plot_w, plot_h = width - left - 10, height - bottom - top
+    most = max(1, *(sum(r.gate_counts.values()) for r in rows))
+    slot = plot_w / len(rows)
+    bar_w = min(42.0, slot * 0.7)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        f'width="100%" role="img" aria-label="gate classes per run">'
+    ]
+    for frac in (0, 0.5, 1):
+        y = top + plot_h * (1 - frac)
+        parts.append(
+            f'<line x1="{left}" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e2e8f0"/>'
+            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{round(most * frac)}</text>'
+        )
+    for i, row in enumerate(rows):
+        x = left + slot * i + (slot - bar_w) / 2
+        y = top + plot_h
+        for gate in GATE_CLASSES:
+            n = row.gate_counts.get(gate, 0)
+            if not n:
+                continue
+            h = plot_h * n / most
+            y -= h
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
+                f'fill="{GATE_COLOURS[gate]}"><title>{e(row.run_id)}: {e(gate)} {n}</title></rect>'
+            )
+        if len(rows) <= 16 or i % max(1, len(rows) // 12) == 0:
+            parts.append(
+                f'<text x="{x + bar_w / 2:.1f}" y="{height - 14}" text-anchor="middle">'
+                f"{e(_label(row))}</text>"
+            )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def trend_strata_svg(rows: Sequence[RunRow], side: str, width: int = 540, height: int = 180) -> str:
+    """One line per stratum: that side's pass rate per run (gaps where no row was admitted)."""
+    if not rows:
+        return ""
+    left, bottom, top, right = 36, 24, 10, 10
+    plot_w, plot_h = width - left - right, height - bottom - top
+    step = plot_w / max(1, len(rows) - 1)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        f'width="100%" role="img" aria-label="{e(side)} strata pass rates per run">'
+    ]
+    for frac in (0, 0.5, 1):
+        y = top + plot_h * (1 - frac)
+        parts.append(
+            f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e2e8f0"/>'
+            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{frac:.0%}</text>'
+        )
+    for name in STRATA:
+        colour = STRATUM_COLOURS[name]
+        points: list[tuple[float, float, str]] = []
+        for i, row in enumerate(rows):
+            rate = _as_mapping(row.strata.get(side, {}).get(name))
+            value = rate.get("pass_rate")
+            if isinstance(value, int | float):
+                x = left + (step * i if len(rows) > 1 else plot_w / 2)
+                y = top + plot_h * (1 - float(value))
+                points.append((x, y, f"{row.run_id}: {name} {value:.0%} (n={rate.get('n')})"))
+        if len(points) > 1:
+            path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in points)
+            parts.append(
+                f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>'
+            )
+        parts.extend(
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{colour}"><title>{e(t)}</title>'
+            "</circle>"
+            for x, y, t in points
+        )
+    legend_x = left
+    for name in STRATA:
+        parts.append(
+            f'<rect x="{legend_x}" y="{height - 12}" width="10" height="10" '
+            f'fill="{STRATUM_COLOURS[name]}"/><text x="{legend_x + 14}" y="{height - 3}">'
+            f"{name}</text>"
+        )
+        legend_x += 80
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _trend_html(rep: RunReport) -> str:
+    rows = rep.trend
+    legend = " ".join(
+        f'<span class="chip small"><i style="background:{GATE_COLOURS[g]}"></i>{e(g)}</span>'
+        for g in GATE_CLASSES
+    )
+    strata = "".join(
+        f'<div class="card"><h3>{e(side)} pass rates</h3>{trend_strata_svg(rows, side)}</div>'
+        for side in SIDES
+    )
+    return (
+        f'<div class="card"><h3>gate classes, last {len(rows)} run(s)</h3>'
+        f"{trend_gates_svg(rows)}<div class='chips'>{legend}</div></div>"
+        f'<div class="grid g2" style="margin-top:12px">{strata}</div>'
+    )
+
+
+def _ceiling_html(rep: RunReport) -> str:
+    if rep.retire_after is None:
+        return '<p class="muted">No retire_after threshold known for this run.</p>'
+    if not rep.ceiling:
+        return (
+            f'<p class="muted">None: no case has been passed by both sides with an empty '
+            f"disagreement for {rep.retire_after} runs in a row.</p>"
+        )
+    items = "".join(
+        f"<li><span class='mono'>{e(c)}</span> "
+        f"<span class='muted'>quiet for {rep.quiet_runs.get(c, 0)} runs</span></li>"
+        for c in rep.ceiling
+    )
+    return (
+        f"<p>Both sides passed these with an empty disagreement for at least "
+        f"{rep.retire_after} runs running: retire them or make them harder.</p><ul>{items}</ul>"
+    )
+
+
+def _all_cases_html(rep: RunReport) -> str:
+    rows = "".join(
+        f"<tr><td class='mono'>{e(k)}</td><td>{_gate_tag(str(v.get('gate')))}</td>"
+        f"<td>{e(v.get('stratum') or '')}</td><td class='small'>{e(v.get('detail'))}</td></tr>"
+        for k, v in sorted(rep.cases.items())
+    )
+    retired = rep.summary.get("retired") or []
+    retired_html = (
+        f"<p class='small muted'>retired (in the snapshot, not in the fixtures): "
+        f"{e(', '.join(map(str, retired)))}</p>"
+        if retired
+        else ""
+    )
+    return (
+        f"<details><summary>all {len(rep.cases)} case(s)</summary><div class='card'>"
+        f"<table><tr><th>case</th><th>gate</th><th>stratum</th><th>detail</th></tr>{rows}"
+        f"</table>{retired_html}</div></details>"
+    )
+
+
+def render_html(rep: RunReport) -> str:
+    """The whole report as one self-contained HTML document."""
+    s = rep.summary
+    verdict = str(s.get("verdict") or "unknown")
+    colour = VERDICT_COLOURS.get(verdict, "#334155")
+    review = rep.cases_in(REVIEW_ORDER)
+    review_html = (
+        "".join(_case_html(rep, k, v) for k, v in review)
+        if review
+        else '<p class="muted">Nothing moved against the accepted snapshot.</p>'
+    )
+    notes_html = (
+        "<ul class='small muted'>" + "".join(f"<li>{e(n)}</li>" for n in rep.notes) + "</ul>"
+        if rep.notes
+        else ""
+    )
+    meta = (
+        f"run <span class='mono'>{e(s.get('run_id') or rep.run_dir.name)}</span> · "
+        f"{e(s.get('mode') or 'run')} · started {e(s.get('started_at'))} · "
+        f"finished {e(s.get('finished_at'))}"
+    )
+    if s.get("parent"):
+        meta += f" · parent <span class='mono'>{e(s.get('parent'))}</span>"
+    counts = (
+        f"{e(s.get('cases'))} cases · {e(s.get('admitted'))} admitted · "
+        f"{e(s.get('unadmitted'))} unadmitted · samples {e(s.get('samples'))}"
+    )
+    generated = datetime.now(UTC).isoformat(timespec="seconds")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="{_CSP}">
+<title>parallax · {e(rep.suite)} · {e(verdict)}</title>
+<style>{_CSS}</style></head>
+<body><main>
+<div class="banner" style="background:{colour}">
+<div><div class="small" style="opacity:.85">parallax · suite</div><h1>{e(rep.suite)}</h1></div>
+<div class="word">{e(verdict.upper())}</div>
+<div class="meta">exit {e(s.get("exit_code"))} · {counts}<br><span class="small">{meta}</span></div>
+</div>
+<h2>Gate classes</h2>{_gate_chips(rep)}
+<h2>Needs review ({len(review)})</h2>{review_html}
+<h2>Strata pass rates (admitted rows only)</h2>{_strata_html(rep)}
+<h2>Transport and schema misses</h2>{_incomplete_html(rep)}
+<h2>Served models</h2>{_models_html(rep)}
+<h2>Trend</h2>{_trend_html(rep)}
+<h2>Ceiling candidates</h2>{_ceiling_html(rep)}
+<h2>Cases</h2>{_all_cases_html(rep)}
+{notes_html}
+<footer>parallax {e(__version__)} · generated {e(generated)} · {e(rep.run_dir)}</footer>
+</main></body></html>
+"""
+
+
+# ---------------------------------------------------------------- Markdown
+
+_MD_SPECIAL = str.maketrans(
+    {
+        "\\": "\\\\",
+        "`": "\\`",
+        "|": "\\|",
+        "*": "\\*",
+        "_": "\\_",
+        "[": "\\[",
+        "]": "\\]",
+        "#": "\\#",
+        "~": "\\~",
+        "!": "\\!",
+    }
+)
+
+
+def md_text(value: Any, cap: int = MD_REPLY_CAP) -> str:
+    """Untrusted text as one safe Markdown table cell: no markup, no newline, capped."""
+    text = " ".join(("" if value is None else str(value)).split())
+    if len(text) > cap:
+        text = text[: cap - 1] + "…"
+    return html.escape(text, quote=False).translate(_MD_SPECIAL)
+
+
+def _md_misses(misses: Any) -> str:
+    items = [m for m in misses if isinstance(m, str)] if isinstance(misses, list) else []
+    return ", ".join(md_text(m, 80) for m in items) or "—"
+
+
+def _md_reply(rep: RunReport, case_id: str, side: str, view: Mapping[str, Any]) -> str:
+    reply = rep.replies.get((case_id, side))
+    if reply is None or reply.text is None:
+        return f"*{md_text(view.get('detail') or 'no reply', 80)}*"
+    return md_text(reply.text) or "*(empty)*"
+
+
+def render_markdown(rep: RunReport) -> str:
+    """A short summary for a pull-request comment or a CI step summary."""
+    s = rep.summary
+    verdict = str(s.get("verdict") or "unknown")
+    icon = {"clean": "✅", "review": "🟠", "incomplete": "⚪", "review+incomplete": "🔴"}
+    lines = [
+        f"### {icon.get(verdict, '')} parallax · {md_text(rep.suite, 80)}: "
+        f"**{md_text(verdict.upper(), 40)}** (exit {md_text(s.get('exit_code'), 4)})",
+        "",
+        f"run `{md_text(s.get('run_id') or rep.run_dir.name, 80)}` · {md_text(s.get('cases'))} "
+        f"cases · {md_text(s.get('admitted'))} admitted · {md_text(s.get('unadmitted'))} "
+        "unadmitted",
+        "",
+    ]
+    counts = _as_mapping(s.get("gate_counts"))
+    shown = [g for g in GATE_CLASSES if counts.get(g)]
+    if shown:
+        lines += [
+            "| " + " | ".join(md_text(g) for g in shown) + " |",
+            "|" + "---:|" * len(shown),
+            "| " + " | ".join(md_text(counts.get(g)) for g in shown) + " |",
+            "",
+        ]
+    review = rep.cases_in(REVIEW_ORDER)
+    if review:
+        lines += [
+            f"**Needs review ({len(review)})**",
+            "",
+            "| case | gate | detail | reference | candidate |",
+            "|---|---|---|---|---|",
+        ]
+        for case_id, case in review[:MD_TOP_CASES]:
+            cells = [md_text(case_id, 80), md_text(case.get("gate")), md_text(case.get("detail"))]
+            for side in SIDES:
+                view = _as_mapping(case.get(side))
+                cells.append(
+                    f"{_md_reply(rep, case_id, side, view)}<br>misses: "
+                    f"{_md_misses(view.get('misses'))}"
+                )
+            lines.append("| " + " | ".join(cells) + " |")
+        if len(review) > MD_TOP_CASES:
+            lines.append(f"| … {len(review) - MD_TOP_CASES} more in report.html | | | | |")
+        lines.append("")
+    groups = incomplete_groups(rep)
+    if groups:
+        lines.append("**Unscored (transport and schema misses)**")
+        lines.append("")
+        for stamp_, rows in groups.items():
+            ids = ", ".join(f"`{md_text(k, 60)}`" for k, _ in rows[:MD_TOP_CASES])
+            more = f" and {len(rows) - MD_TOP_CASES} more" if len(rows) > MD_TOP_CASES else ""
+            lines.append(f"- {md_text(stamp_, 80)} — {len(rows)} case(s): {ids}{more}")
+        lines.append("")
+    alerts = _as_mapping(s.get("stratum_alerts"))
+    for side in SIDES:
+        if alerts.get(side):
+            joined = ", ".join(md_text(a, 40) for a in alerts[side])
+            lines.append(f"- strata alert ({side}): {joined}")
+    served = _as_mapping(s.get("served_models"))
+    lines.append(
+        "- served: "
+        + "; ".join(
+            f"{side} {', '.join(md_text(m, 80) for m in served.get(side) or []) or '—'}"
+            for side in SIDES
+        )
+    )
+    if rep.ceiling:
+        ids = ", ".join(f"`{md_text(c, 60)}`" for c in rep.ceiling[:MD_TOP_CASES])
+        lines.append(f"- ceiling candidates ({len(rep.ceiling)}): {ids}")
+    lines.append("")
+    lines.append("Full report: `report.html` in the run directory.")
+    return "\n".join(line[:MD_LINE_CAP] for line in lines) + "\n"
+
+
+# ---------------------------------------------------------------- files and the run hook
+
+
+def write_reports(run_dir: Path, *, retire_after: int | None = None) -> RunReport:
+    """Render report.html and report.md into the run directory; return what was rendered."""
+    rep = build_report(run_dir, retire_after=retire_after)
+    _write_text(run_dir / "report.html", render_html(rep))
+    _write_text(run_dir / "report.md", render_markdown(rep))
+    return rep
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def after_run(run_dir: Path, *, retire_after: int, log: Any) -> None:
+    """`run`'s last step: write the reports and raise alert.ceiling_candidates when it grew."""
+    from runner import logs
+
+    try:
+        rep = write_reports(run_dir, retire_after=retire_after)
+    except (OSError, DataError) as exc:
+        log.error(logs.REPORT_FAILED, error=str(exc), run_dir=str(run_dir))  # noqa: TRY400 - structlog: the error is a field
+        return
+    history = load_history(run_dir.parent, until=run_dir.name)
+    if not history.rows or history.rows[-1].run_dir != run_dir:
+        return
+    if not history.rows[-1].counts_as_night:
+        return
+    before = set(ceiling_candidates(history.rows[:-1], retire_after))
+    now = rep.ceiling
+    new = sorted(set(now) - before)
+    if new:
+        log.warning(
+            logs.ALERT_CEILING_CANDIDATES,
+            count=len(now),
+            case_ids=now,
+            new=new,
+            retire_after=retire_after,
+        )
