@@ -33,6 +33,9 @@ Modes (`<name>[:<arg>[:<arg>]]`):
     badutf8                200 application/json body that is not valid UTF-8
     flaky:<n>[:<code>]     first n requests per (path, prompt) answer <code> (503), then ok
 
+Per-case faults: `server.prompt_modes[prompt] = "<mode>"` overrides the path's mode for
+requests carrying that prompt, so one suite can mix faults case by case.
+
 Scripting replies (mode ok and friends): `server.replies[prompt] = "text"` (or None for a null
 content); otherwise `server.default_reply(prompt)` (echoes the prompt). `server.model_map`
 maps a requested model to the model the reply claims (alias drift); `server.fingerprint` is the
@@ -119,6 +122,7 @@ class FaultServer:
     replies: dict[str, str | None] = field(default_factory=dict)
     default_reply: Callable[[str], str] = field(default=lambda prompt: f"echo: {prompt}")
     model_map: dict[str, str] = field(default_factory=dict)
+    prompt_modes: dict[str, str] = field(default_factory=dict)  # prompt -> mode, beats the path
     fingerprint: str = "fp_fault"
     requests: list[Received] = field(default_factory=list)
     max_inflight: int = 0
@@ -266,7 +270,7 @@ class FaultServer:
         parts = req.path.split("/")
         if len(parts) < 3 or parts[1] != "fault":
             return self._error(conn, 404, "no /fault/<mode>/ prefix")
-        name, _, arg = parts[2].partition(":")
+        name, _, arg = self.prompt_modes.get(req.prompt, parts[2]).partition(":")
         if name == "ok":
             return self._ok(conn, req)
         if name == "slow":

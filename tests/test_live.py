@@ -1,0 +1,394 @@
+"""The whole pipeline against a real HTTP server on 127.0.0.1, with real socket faults.
+
+Each test writes a config whose endpoints point at the loopback fault server, runs parallax
+through `run_suite` (or the real console script where a process boundary matters) and reads
+the run directory back: stamps, gate classes, exit codes, the snapshot, and the ledgers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faultserver import FaultServer
+from structlog.testing import capture_logs
+
+from runner.config import load_config
+from runner.runs import run_suite
+from runner.snapshot import IncompleteError, load_snapshot, promote
+
+FAST_RETRY = "{ attempts = 2, backoff_base = 0.01, backoff_max = 0.02, jitter = 0.5, retry_after_cap = 0.05 }"
+TIMEOUTS = "{ connect = 1.0, read = 0.6, write = 1.0, pool = 2.0 }"
+
+
+def write_suite(root: Path, n: int) -> list[str]:
+    """n unstratified cases (no ceiling detector) whose expected word the server echoes."""
+    rows = []
+    for i in range(n):
+        rows.append(
+            {
+                "id": f"case-{i:03d}",
+                "prompt": f"prompt {i:03d} word{i}",
+                "expect": {"must_include": [f"word{i}"]},
+            }
+        )
+    (root / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return [str(r["prompt"]) for r in rows]
+
+
+def write_config(
+    root: Path,
+    ref_url: str,
+    cand_url: str,
+    *,
+    concurrency: int = 4,
+    extra: str = "",
+    key_env: str | None = None,
+) -> Path:
+    key_line = f'api_key_env = "{key_env}"' if key_env else ""
+    text = f"""
+runs_dir = "runs"
+snapshots_dir = "snapshots"
+
+[endpoints.ref]
+kind = "openai-chat"
+base_url = "{ref_url}"
+model = "ref-model"
+concurrency = {concurrency}
+deadline = 1.2
+max_response_bytes = 2048
+timeout = {TIMEOUTS}
+retry = {FAST_RETRY}
+{key_line}
+
+[endpoints.cand]
+kind = "openai-chat"
+base_url = "{cand_url}"
+model = "cand-model"
+concurrency = {concurrency}
+deadline = 1.2
+max_response_bytes = 2048
+timeout = {TIMEOUTS}
+retry = {FAST_RETRY}
+{key_line}
+{extra}
+
+[suites.live]
+fixtures = "cases.jsonl"
+reference = "ref"
+candidate = "cand"
+"""
+    path = root / "parallax.toml"
+    path.write_text(text)
+    return path
+
+
+def outcomes(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "outcomes.jsonl").read_text().splitlines()]
+
+
+def verdicts(run_dir: Path) -> dict[str, Any]:
+    cases: dict[str, Any] = json.loads((run_dir / "disagreement.json").read_text())["cases"]
+    return cases
+
+
+def accept_clean_run(config: Path) -> None:
+    """Run once with healthy endpoints and promote it, so later runs gate against it."""
+    run_dir, code, _ = run_suite(load_config(config), "live")
+    assert code == 0
+    promote(run_dir, config.parent / "snapshots")
+
+
+FAULTS = [
+    # mode, transport, schema, attempts
+    ("hang", "timeout", "skipped", 2),
+    ("drip", "timeout", "skipped", 2),
+    ("reset", "connection_lost", "skipped", 2),
+    ("short", "connection_lost", "skipped", 2),
+    ("close", "connection_lost", "skipped", 2),
+    ("status:429", "rate_limited", "skipped", 2),
+    ("retrydate:1", "rate_limited", "skipped", 2),
+    ("status:500", "http_error", "skipped", 2),
+    ("status:502", "http_error", "skipped", 2),
+    ("status:503", "http_error", "skipped", 2),
+    ("status:400", "http_error", "skipped", 1),
+    ("status:401", "http_error", "skipped", 1),
+    ("status:404", "http_error", "skipped", 1),
+    ("big:5000", "too_large", "skipped", 1),
+    ("garbage", "ok", "fail", 1),
+    ("nochoices", "ok", "fail", 1),
+    ("nullcontent", "ok", "fail", 1),
+    ("badutf8", "ok", "fail", 1),
+]
+
+
+@pytest.mark.parametrize(("mode", "transport", "schema", "attempts"), FAULTS)
+def test_each_fault_is_stamped_retried_and_gated(
+    tmp_path: Path, fault_server: FaultServer, mode: str, transport: str, schema: str, attempts: int
+) -> None:
+    """A faulty candidate gives the fault's stamps, DESIGN's retries, a null score and exit 2."""
+    write_suite(tmp_path, 3)
+    config = write_config(tmp_path, fault_server.url("ok", "ref"), fault_server.url("ok", "cand"))
+    accept_clean_run(config)
+    config = write_config(tmp_path, fault_server.url("ok", "ref"), fault_server.url(mode, "cand"))
+
+    run_dir, code, summary = run_suite(load_config(config), "live")
+
+    cand = [o for o in outcomes(run_dir) if o["side"] == "candidate"]
+    assert {(o["transport"], o["schema"]) for o in cand} == {(transport, schema)}
+    assert {o["attempts"] for o in cand} == {attempts}
+    assert all(o["task_score"] is None and o["misses"] == [] for o in cand)
+    expected_gate = "transport_miss" if transport != "ok" else "schema_miss"
+    assert {v["gate"] for v in verdicts(run_dir).values()} == {expected_gate}
+    assert all(v["disagreement"] is None for v in verdicts(run_dir).values())
+    assert code == 2
+    assert summary["unadmitted"] == 3
+
+
+def test_refused_connection_is_connect_error(
+    tmp_path: Path, fault_server: FaultServer, closed_port: int
+) -> None:
+    """Nothing listening on the candidate's port gives connect_error on every try, exit 2."""
+    write_suite(tmp_path, 2)
+    config = write_config(tmp_path, fault_server.url("ok"), f"http://127.0.0.1:{closed_port}/v1")
+    run_dir, code, _ = run_suite(load_config(config), "live")
+    cand = [o for o in outcomes(run_dir) if o["side"] == "candidate"]
+    assert {o["transport"] for o in cand} == {"connect_error"}
+    assert {o["attempts"] for o in cand} == {2}
+    assert code == 2
+
+
+def test_connect_timeout_is_timeout(
+    tmp_path: Path, fault_server: FaultServer, full_backlog: Any
+) -> None:
+    """A listener that drops SYNs gives the timeout stamp, not connect_error."""
+    write_suite(tmp_path, 1)
+    config = write_config(
+        tmp_path, fault_server.url("ok"), f"http://127.0.0.1:{full_backlog.port}/v1"
+    )
+    run_dir, code, _ = run_suite(load_config(config), "live")
+    cand = [o for o in outcomes(run_dir) if o["side"] == "candidate"]
+    assert {o["transport"] for o in cand} == {"timeout"}
+    assert code == 2
+
+
+def test_random_fault_mix_never_reaches_a_score(tmp_path: Path, fault_server: FaultServer) -> None:
+    """With faults mixed on both sides, no unadmitted row is scored, diffed or promoted."""
+    prompts = write_suite(tmp_path, 30)
+    config = write_config(
+        tmp_path, fault_server.url("ok", "ref"), fault_server.url("ok", "cand"), concurrency=8
+    )
+    accept_clean_run(config)
+    before = load_snapshot(tmp_path / "snapshots" / "live.json")
+    modes = [
+        "ok",
+        "ok",
+        "reset",
+        "short",
+        "status:503",
+        "status:400",
+        "garbage",
+        "nullcontent",
+        "big:5000",
+        "badutf8",
+        "status:429",
+    ]
+    rng = random.Random(7)
+    for prompt in prompts:
+        fault_server.prompt_modes[prompt] = rng.choice(modes)
+    fault_server.replies.update({p: f"{p} changed" for p in prompts[::4]})
+
+    run_dir, code, _ = run_suite(load_config(config), "live")
+
+    rows = outcomes(run_dir)
+    assert len(rows) == 60
+    unadmitted = [o for o in rows if not (o["transport"] == "ok" and o["schema"] == "ok")]
+    assert unadmitted, "the mix must produce unadmitted rows"
+    assert all(o["task_score"] is None and o["misses"] == [] for o in unadmitted)
+    cases = verdicts(run_dir)
+    bad_cases = {o["case_id"] for o in unadmitted}
+    assert all(cases[c]["disagreement"] is None and not cases[c]["admitted"] for c in bad_cases)
+    assert code & 2
+    with pytest.raises(IncompleteError):
+        promote(run_dir, tmp_path / "snapshots")
+    promote(run_dir, tmp_path / "snapshots", allow_partial=True)
+    after = load_snapshot(tmp_path / "snapshots" / "live.json")
+    assert {c: after[c] for c in bad_cases} == {c: before[c] for c in bad_cases}
+
+
+def test_alias_drift_is_its_own_class(tmp_path: Path, fault_server: FaultServer) -> None:
+    """A candidate that starts serving another model gives alias_swap and alert.alias_drift."""
+    write_suite(tmp_path, 3)
+    config = write_config(tmp_path, fault_server.url("ok", "ref"), fault_server.url("ok", "cand"))
+    accept_clean_run(config)
+    fault_server.model_map["cand-model"] = "cand-model-2026-12"
+
+    with capture_logs() as events:
+        run_dir, code, _ = run_suite(load_config(config), "live")
+
+    assert {v["gate"] for v in verdicts(run_dir).values()} == {"alias_swap"}
+    drift = [e for e in events if e["event"] == "alert.alias_drift"]
+    assert {(e["side"], e["accepted"], e["served"]) for e in drift} == {
+        ("candidate", "cand-model", "cand-model-2026-12")
+    }
+    assert code == 1
+
+
+def test_both_sides_of_a_case_are_in_flight_together(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """With one slot per endpoint, the reference and candidate calls still overlap."""
+    write_suite(tmp_path, 3)
+    config = write_config(
+        tmp_path,
+        fault_server.url("slow:0.3", "ref"),
+        fault_server.url("slow:0.3", "cand"),
+        concurrency=1,
+    )
+    _, code, _ = run_suite(load_config(config), "live")
+    assert code == 0
+    assert fault_server.max_inflight == 2
+
+
+def test_replay_of_a_live_run_is_byte_identical(tmp_path: Path, fault_server: FaultServer) -> None:
+    """Replaying a live run offline rewrites outcomes and disagreement byte for byte."""
+    prompts = write_suite(tmp_path, 12)
+    for prompt, mode in zip(prompts, ["ok", "garbage", "status:503", "ok"] * 3, strict=True):
+        fault_server.prompt_modes[prompt] = mode
+    config = write_config(tmp_path, fault_server.url("ok", "ref"), fault_server.url("ok", "cand"))
+    source, code, _ = run_suite(load_config(config), "live")
+    calls = len(fault_server.received())
+    fault_server.stop()  # replay must not need the network
+
+    replayed, replay_code, _ = run_suite(
+        load_config(config), "live", parent_dir=source, mode="replay"
+    )
+
+    assert replayed != source
+    for name in ("outcomes.jsonl", "disagreement.json"):
+        assert (replayed / name).read_bytes() == (source / name).read_bytes()
+    assert replay_code == code
+    assert calls > 0
+
+
+def test_retry_unscored_recalls_only_the_misses(tmp_path: Path, fault_server: FaultServer) -> None:
+    """--retry-unscored re-calls just the unscored rows, into a new run that names its parent."""
+    prompts = write_suite(tmp_path, 6)
+    config = write_config(tmp_path, fault_server.url("ok", "ref"), fault_server.url("ok", "cand"))
+    for prompt in prompts[:2]:
+        fault_server.prompt_modes[prompt] = "status:503"
+    first, code, _ = run_suite(load_config(config), "live")
+    assert code == 2
+    fault_server.prompt_modes.clear()
+    fault_server.clear()
+
+    second, code, _ = run_suite(load_config(config), "live", parent_dir=first, mode="retry")
+
+    manifest = json.loads((second / "manifest.json").read_text())
+    assert manifest["parent"] == first.name
+    assert sorted(r.prompt for r in fault_server.received()) == sorted(prompts[:2] * 2)
+    assert code == 0
+    assert len(outcomes(second)) == 12
+
+
+def _run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_api_key_never_reaches_disk_or_logs(tmp_path: Path, fault_server: FaultServer) -> None:
+    """The key arrives at the server as a bearer token but appears in no file and no log line."""
+    secret = "sk-live-DO-NOT-LEAK-8c1f0e2d"
+    prompts = write_suite(tmp_path, 6)
+    fault_server.prompt_modes[prompts[0]] = "status:401"
+    fault_server.prompt_modes[prompts[1]] = "reset"
+    config = write_config(
+        tmp_path, fault_server.url("ok", "ref"), fault_server.url("ok", "cand"), key_env="TEST_KEY"
+    )
+    env = {**os.environ, "TEST_KEY": secret}
+
+    result = _run_cli(["run", "--config", str(config)], env, tmp_path)
+
+    assert result.returncode == 2, result.stderr
+    seen = {r.headers.get("authorization") for r in fault_server.received()}
+    assert seen == {f"Bearer {secret}"}
+    assert secret not in result.stdout and secret not in result.stderr
+    files = [p for p in (tmp_path / "runs").rglob("*") if p.is_file()]
+    assert files
+    assert all(secret.encode() not in p.read_bytes() for p in files)
+
+
+def test_sigkill_then_resume_loses_and_duplicates_nothing(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A run killed mid-flight and resumed ends with the rows of an uninterrupted run."""
+    prompts = write_suite(tmp_path, 40)
+    for prompt in prompts[::5]:
+        fault_server.prompt_modes[prompt] = "garbage"
+    config = write_config(
+        tmp_path,
+        fault_server.url("slow:0.05", "ref"),
+        fault_server.url("slow:0.05", "cand"),
+        concurrency=2,
+    )
+    env = dict(os.environ)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+    )
+    deadline = time.monotonic() + 30
+    raw: list[Path] = []
+    while time.monotonic() < deadline:
+        raw = list((tmp_path / "runs").rglob("raw.jsonl"))
+        if raw and raw[0].read_bytes().count(b"\n") >= 20:
+            break
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert raw, "the run never started writing"
+    run_dir = raw[0].parent
+    assert not (run_dir / "summary.json").exists()
+
+    resumed = _run_cli(["run", "--resume", str(run_dir)], env, tmp_path)
+    fresh, _, _ = run_suite(load_config(config), "live")
+
+    def key_rows(d: Path) -> list[tuple[Any, ...]]:
+        return sorted(
+            (
+                o["case_id"],
+                o["side"],
+                o["sample"],
+                o["transport"],
+                o["schema"],
+                o["task_score"],
+                tuple(o["misses"]),
+            )
+            for o in outcomes(d)
+        )
+
+    assert resumed.returncode == 2, resumed.stderr
+    assert key_rows(run_dir) == key_rows(fresh)
+    assert len({(r[0], r[1], r[2]) for r in key_rows(run_dir)}) == 80
+    raw_keys = [
+        (e["case_id"], e["side"], e["sample"])
+        for e in map(json.loads, (run_dir / "raw.jsonl").read_text().splitlines())
+    ]
+    assert len(raw_keys) == len(set(raw_keys)) == 80
