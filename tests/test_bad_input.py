@@ -1,0 +1,413 @@
+"""End-to-end specification of bad input: one clear line on stderr, the documented exit code.
+
+Bad fixture data exits 65, a bad config 78, a usage error 64, and none of them ever shows a
+traceback. Each test builds its broken input in a temporary directory and runs the real CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+GOOD_ROW = '{"id": "a", "stratum": "easy", "prompt": "Say hi.", "expect": {"must_include": ["hi"]}}'
+
+CONFIG = """\
+runs_dir = "runs"
+snapshots_dir = "snapshots"
+
+[endpoints.reference]
+kind = "recorded"
+model = "ref"
+
+[endpoints.candidate]
+kind = "recorded"
+model = "cand"
+
+[suites.bad]
+fixtures = "cases.jsonl"
+reference = "reference"
+candidate = "candidate"
+"""
+
+# name -> (file bytes, line the error must name, words the reason must contain)
+BAD_FIXTURES: dict[str, tuple[bytes, int, tuple[str, ...]]] = {
+    "malformed-json": (
+        f'{GOOD_ROW}\n{{"id": "b", "prompt": }}\n'.encode(),
+        2,
+        ("invalid json",),
+    ),
+    "torn-last-line": (
+        f'{GOOD_ROW}\n{{"id": "b", "prompt": "Say h'.encode(),
+        2,
+        ("truncated",),
+    ),
+    "not-an-object": (
+        f"{GOOD_ROW}\n[1, 2, 3]\n".encode(),
+        2,
+        ("not a json object",),
+    ),
+    "duplicate-id": (
+        f"{GOOD_ROW}\n{GOOD_ROW}\n".encode(),
+        2,
+        ("duplicate", "'a'"),
+    ),
+    "unknown-stratum": (
+        f'{GOOD_ROW}\n{{"id": "b", "stratum": "hard", "prompt": "p"}}\n'.encode(),
+        2,
+        ("stratum", "hard"),
+    ),
+    "wrong-value-type": (
+        f'{GOOD_ROW}\n{{"id": "b", "prompt": "p", "expect": {{"max_chars": "ten"}}}}\n'.encode(),
+        2,
+        ("max_chars",),
+    ),
+    "unknown-expect-key": (
+        f'{GOOD_ROW}\n{{"id": "b", "prompt": "p", "expect": {{"must_rhyme": true}}}}\n'.encode(),
+        2,
+        ("must_rhyme",),
+    ),
+    "non-utf8": (
+        GOOD_ROW.encode() + b'\n{"id": "b", "prompt": "caf\xe9"}\n',
+        2,
+        ("utf-8",),
+    ),
+}
+# pin and grade read a file without a suite's graders: a custom expect key is legal there.
+NEEDS_GRADERS = {"unknown-expect-key"}
+
+
+def no_run_dirs(root: Path) -> bool:
+    """True when no run directory exists under runs/<suite>/ (a lock file is not a run)."""
+    return not [p for p in root.glob("runs/*/*") if p.is_dir()]
+
+
+def cli_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
+    env.pop("PARALLAX_TEST_NOPE", None)
+    return env
+
+
+def parallax(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run `python -m runner` as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *map(str, args)],
+        cwd=cwd,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], code: int) -> str:
+    """Assert the contract for a failed command and return its single stderr line."""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stdout, proc.stdout
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].strip(), proc.stderr
+    return lines[0]
+
+
+def project(tmp_path: Path, config: str = CONFIG, fixture: bytes | None = None) -> Path:
+    """A config file and (optionally) its fixture file in a fresh directory."""
+    (tmp_path / "parallax.toml").write_text(config, encoding="utf-8")
+    if fixture is not None:
+        (tmp_path / "cases.jsonl").write_bytes(fixture)
+    return tmp_path / "parallax.toml"
+
+
+# --- bad fixture data: 65 -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize("kind", sorted(BAD_FIXTURES))
+def test_bad_fixture_through_config_exits_65(tmp_path: Path, kind: str, command: str) -> None:
+    """validate and run reject a bad fixture row with one `file:line: reason` line and exit 65."""
+    data, line, words = BAD_FIXTURES[kind]
+    config = project(tmp_path, fixture=data)
+    proc = parallax(command, "--config", config, cwd=tmp_path)
+    message = one_line_error(proc, 65)
+    assert f"cases.jsonl:{line}" in message
+    for word in words:
+        assert word in message.lower(), message
+    assert no_run_dirs(tmp_path), "a bad fixture must be caught before a run starts"
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["pin", "grade"])
+@pytest.mark.parametrize("kind", sorted(set(BAD_FIXTURES) - NEEDS_GRADERS))
+def test_bad_fixture_file_exits_65(tmp_path: Path, kind: str, command: str) -> None:
+    """pin and grade reject a bad fixture file with one `file:line: reason` line and exit 65."""
+    data, line, words = BAD_FIXTURES[kind]
+    (tmp_path / "cases.jsonl").write_bytes(data)
+    proc = parallax(command, "cases.jsonl", cwd=tmp_path)
+    message = one_line_error(proc, 65)
+    assert message.startswith("parallax: cases.jsonl:")
+    assert f"cases.jsonl:{line}:" in message
+    for word in words:
+        assert word in message.lower(), message
+    assert proc.stdout == "", "nothing may be printed before the whole file is validated"
+
+
+def test_custom_expect_key_is_legal_for_pin(tmp_path: Path) -> None:
+    """pin has no graders to consult, so it pins a row with a custom expect key (exit 0)."""
+    data, _, _ = BAD_FIXTURES["unknown-expect-key"]
+    (tmp_path / "cases.jsonl").write_bytes(data)
+    proc = parallax("pin", "cases.jsonl", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 2
+
+
+def test_bad_ledger_for_diff_exits_65(tmp_path: Path) -> None:
+    """diff names the ledger file and line of a malformed row and exits 65."""
+    good = tmp_path / "base.jsonl"
+    good.write_text('{"case_id": "a", "task_score": 1.0}\n', encoding="utf-8")
+    bad = tmp_path / "cand.jsonl"
+    bad.write_text('{"case_id": "a", "task_score": 1.0}\n{"case_id": \n', encoding="utf-8")
+    message = one_line_error(parallax("diff", good, bad, cwd=tmp_path), 65)
+    assert "cand.jsonl:2" in message
+
+
+# --- bad config: 78 -----------------------------------------------------------------------------
+
+
+def _with(extra_endpoint_line: str = "", top: str = "", suite_line: str = "") -> str:
+    text = top + CONFIG
+    if extra_endpoint_line:
+        text = text.replace('model = "ref"\n', f'model = "ref"\n{extra_endpoint_line}\n')
+    if suite_line:
+        text += suite_line + "\n"
+    return text
+
+
+BAD_CONFIGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "missing-env-var": (
+        CONFIG.replace('model = "ref"', 'model = "${PARALLAX_TEST_NOPE}"'),
+        ("endpoints.reference.model", "PARALLAX_TEST_NOPE"),
+    ),
+    "invalid-toml": (CONFIG.replace('kind = "recorded"\nmodel = "ref"', "kind = recorded"), ()),
+    "unknown-key": (_with(top='colour = "red"\n'), ("colour", "unknown key")),
+    "api-key-in-file": (
+        _with(extra_endpoint_line='api_key = "sk-live-1234567890"'),
+        ("endpoints.reference.api_key", "api_key_env"),
+    ),
+    "missing-fixture-file": (
+        CONFIG.replace('"cases.jsonl"', '"nowhere.jsonl"'),
+        ("suites.bad.fixtures", "nowhere.jsonl"),
+    ),
+    "grader-import-fails": (
+        _with(suite_line='graders = "graders.py"'),
+        ("suites.bad.graders", "graders.py"),
+    ),
+    "grader-file-missing": (
+        _with(suite_line='graders = "no_graders.py"'),
+        ("suites.bad.graders", "no_graders.py"),
+    ),
+    "unknown-endpoint": (
+        CONFIG.replace('candidate = "candidate"', 'candidate = "shadow"'),
+        ("suites.bad.candidate", "shadow"),
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize("kind", sorted(BAD_CONFIGS))
+def test_bad_config_exits_78(tmp_path: Path, kind: str, command: str) -> None:
+    """A broken config gets one line naming the file and key, exit 78, and no run dir."""
+    text, words = BAD_CONFIGS[kind]
+    config = project(tmp_path, config=text, fixture=f"{GOOD_ROW}\n".encode())
+    (tmp_path / "graders.py").write_text(
+        'raise RuntimeError("graders exploded at import")\n', encoding="utf-8"
+    )
+    proc = parallax(command, "--config", config, cwd=tmp_path)
+    message = one_line_error(proc, 78)
+    assert "parallax.toml" in message
+    for word in words:
+        assert word in message, message
+    assert "sk-live-1234567890" not in proc.stderr + proc.stdout
+    assert no_run_dirs(tmp_path)
+
+
+def test_grader_with_syntax_error_exits_78(tmp_path: Path) -> None:
+    """A graders file that does not even compile is a config error, named by key: exit 78."""
+    config = project(
+        tmp_path, config=_with(suite_line='graders = "graders.py"'), fixture=GOOD_ROW.encode()
+    )
+    (tmp_path / "graders.py").write_text("def broken(:\n", encoding="utf-8")
+    message = one_line_error(parallax("validate", "--config", config, cwd=tmp_path), 78)
+    assert "suites.bad.graders" in message
+
+
+def test_missing_config_file_exits_78(tmp_path: Path) -> None:
+    """A config path that does not exist is named in one line with exit 78."""
+    message = one_line_error(parallax("validate", "--config", "absent.toml", cwd=tmp_path), 78)
+    assert "absent.toml" in message
+
+
+def test_default_config_missing_exits_78(tmp_path: Path) -> None:
+    """Without --config or $PARALLAX_CONFIG, a missing ./parallax.toml is named: exit 78."""
+    message = one_line_error(parallax("run", cwd=tmp_path), 78)
+    assert "parallax.toml" in message
+
+
+# --- usage: 64 ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["promote", "no-such-run"],
+        ["promote", "--allow-partial", "no-such-run"],
+        ["replay", "no-such-run"],
+        ["run", "--resume", "no-such-run"],
+        ["pin", "no-such-file.jsonl"],
+        ["grade", "no-such-file.jsonl"],
+        ["diff", "no-such-base.jsonl", "no-such-cand.jsonl"],
+    ],
+    ids=lambda a: "-".join(a[:2]),
+)
+def test_missing_path_is_a_usage_error(tmp_path: Path, args: list[str]) -> None:
+    """A run dir or file that does not exist is a usage error: one line naming it, exit 64."""
+    message = one_line_error(parallax(*args, cwd=tmp_path), 64)
+    assert "no-such-" in message
+
+
+def test_promote_of_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
+    """promote of an ordinary directory says it is not a run dir and exits non-zero cleanly."""
+    (tmp_path / "empty").mkdir()
+    proc = parallax("promote", "empty", cwd=tmp_path)
+    message = one_line_error(proc, 65)
+    assert "empty" in message
+
+
+# --- broken snapshot: 65, file untouched --------------------------------------------------------
+
+
+def demo(tmp_path: Path) -> Path:
+    for name in ("config", "fixtures", "snapshots"):
+        shutil.copytree(REPO / name, tmp_path / name)
+    return tmp_path
+
+
+BROKEN_SNAPSHOTS = {
+    "truncated-json": b'{\n  "version": 1,\n  "suite": "cities",\n  "cases": {\n    "city-07": {',
+    "cases-not-an-object": b'{"version": 1, "suite": "cities", "cases": []}\n',
+    "entry-without-sha": b'{"version": 1, "suite": "cities", "cases": {"city-07": {}}}\n',
+    "not-utf8": b'{"version": 1, "suite": "cities", "cases": {"caf\xe9": {}}}\n',
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN_SNAPSHOTS))
+def test_run_with_broken_snapshot_exits_65(tmp_path: Path, kind: str) -> None:
+    """run names the hand-broken snapshot in one line, exits 65 and leaves it byte for byte."""
+    root = demo(tmp_path)
+    path = root / "snapshots" / "cities.json"
+    path.write_bytes(BROKEN_SNAPSHOTS[kind])
+    proc = parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    message = one_line_error(proc, 65)
+    assert "cities.json" in message
+    assert path.read_bytes() == BROKEN_SNAPSHOTS[kind]
+
+
+def test_promote_onto_broken_snapshot_exits_65(tmp_path: Path) -> None:
+    """promote refuses to overwrite a hand-broken snapshot: one line, exit 65, file untouched."""
+    root = demo(tmp_path)
+    ran = parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    assert ran.returncode == 1, ran.stderr
+    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    path = root / "snapshots" / "cities.json"
+    broken = BROKEN_SNAPSHOTS["truncated-json"]
+    path.write_bytes(broken)
+    message = one_line_error(parallax("promote", run_dir, cwd=root), 65)
+    assert "cities.json" in message
+    assert path.read_bytes() == broken
+    assert sorted(p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="runner/cli.py cmd_validate never loads snapshots/<suite>.json; "
+    "a broken snapshot passes validate and only fails the nightly run",
+)
+def test_validate_with_broken_snapshot_exits_65(tmp_path: Path) -> None:
+    """validate checks the snapshots a run would read, so a broken one fails before the night."""
+    root = demo(tmp_path)
+    path = root / "snapshots" / "cities.json"
+    path.write_bytes(BROKEN_SNAPSHOTS["truncated-json"])
+    message = one_line_error(parallax("validate", "--config", "config/demo.toml", cwd=root), 65)
+    assert "cities.json" in message
+
+
+def test_replay_of_a_run_with_a_corrupt_ledger_exits_65(tmp_path: Path) -> None:
+    """replay names raw.jsonl and the line of a corrupt exchange in the middle, exit 65."""
+    root = demo(tmp_path)
+    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    raw = run_dir / "raw.jsonl"
+    lines = raw.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[1] = "{not json}\n"
+    raw.write_text("".join(lines), encoding="utf-8")
+    message = one_line_error(parallax("replay", run_dir, cwd=root), 65)
+    assert "raw.jsonl:2" in message
+
+
+def test_unreadable_manifest_exits_65(tmp_path: Path) -> None:
+    """A run dir whose manifest is not JSON is bad data: one line naming it, exit 65."""
+    run_dir = tmp_path / "runs" / "x" / "r1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "manifest.json").write_text("{", encoding="utf-8")
+    message = one_line_error(parallax("replay", run_dir, cwd=tmp_path), 65)
+    assert "manifest.json" in message
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="runner/runs.py run_suite loads the snapshot only in finalize(), after every "
+    "endpoint call was made and paid for",
+)
+def test_run_checks_the_snapshot_before_calling_anything(tmp_path: Path) -> None:
+    """A broken snapshot stops run before any exchange is recorded, so no call is wasted."""
+    root = demo(tmp_path)
+    (root / "snapshots" / "cities.json").write_bytes(BROKEN_SNAPSHOTS["truncated-json"])
+    proc = parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    one_line_error(proc, 65)
+    assert no_run_dirs(root)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="runner/cli.py cmd_run prepares each suite only when its turn comes: earlier "
+    "suites call their endpoints, then a later suite's bad fixture exits 65",
+)
+def test_run_checks_every_suite_before_calling_anything(tmp_path: Path) -> None:
+    """A bad fixture in the last suite stops run before the first suite makes a call."""
+    root = demo(tmp_path)
+    dup = '{"case_id":"x","prompt":"p","expect":{}}\n'
+    (root / "fixtures" / "cities.jsonl").write_text(dup * 2, encoding="utf-8")
+    proc = parallax("run", "--config", "config/demo.toml", cwd=root)
+    message = one_line_error(proc, 65)
+    assert "cities.jsonl:2" in message
+    assert no_run_dirs(root)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="runner/cli.py cmd_grade never calls check_cases: an unknown expect key is "
+    "silently ignored and the case passes",
+)
+def test_grade_rejects_unknown_expect_key(tmp_path: Path) -> None:
+    """grade refuses an expectation key nothing would grade instead of passing the case."""
+    row = '{"id": "a", "prompt": "p", "completion": "anything", "expect": {"must_rhyme": true}}'
+    (tmp_path / "cases.jsonl").write_text(row + "\n", encoding="utf-8")
+    message = one_line_error(parallax("grade", "cases.jsonl", cwd=tmp_path), 65)
+    assert "cases.jsonl:1" in message and "must_rhyme" in message

@@ -1,0 +1,692 @@
+"""End-to-end specification of the `parallax` command line, run as a real subprocess.
+
+Every test copies config/, fixtures/ and snapshots/ into a temporary directory, so run
+directories land there and the repository is never written. Commands go through
+`python -m runner`, and the installed `parallax` console script is exercised too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+SCRIPT = Path(sys.executable).parent / "parallax"
+SUITES = ("ceiling", "support", "cities")
+SUBCOMMANDS = ("run", "replay", "promote", "pin", "diff", "grade", "validate")
+RUN_FILES = ("manifest.json", "raw.jsonl", "outcomes.jsonl", "disagreement.json", "summary.json")
+OUTCOME_FIELDS = frozenset(
+    {
+        # seed 004's fields
+        *("case_id", "fixture_sha", "model_alias", "response_id", "transport", "schema"),
+        *("task_score", "detail", "elapsed_ms"),
+        # parallax's own
+        *("side", "stratum", "misses", "response_model", "system_fingerprint", "http_status"),
+        *("attempts", "usage", "sample"),
+    }
+)
+LOG_FIELDS = ("timestamp", "level", "event", "run_id", "suite")
+KNOWN_EVENTS = frozenset(
+    {
+        "run.started",
+        "run.finished",
+        "run.resumed",
+        "alert.disagreement_changed",
+        "alert.transport",
+        "alert.schema",
+        "alert.alias_drift",
+        "alert.reference_moved",
+        "alert.stratum",
+        "alert.ceiling_candidates",
+    }
+)
+CASE_ALERTS = ("alert.disagreement_changed", "alert.transport", "alert.schema")
+
+
+def no_run_dirs(root: Path) -> bool:
+    """True when no run directory exists under runs/<suite>/ (a lock file is not a run)."""
+    return not [p for p in root.glob("runs/*/*") if p.is_dir()]
+
+
+def cli_env() -> dict[str, str]:
+    """The caller's environment without anything that could point parallax elsewhere."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
+    # Any attempt at the network would fail fast instead of silently reaching out.
+    env.update(HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", NO_PROXY="")
+    return env
+
+
+def parallax(
+    *args: str | Path, cwd: Path, script: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as a user would, through `python -m runner` or the console script."""
+    prefix = [str(SCRIPT)] if script else [sys.executable, "-m", "runner"]
+    return subprocess.run(
+        [*prefix, *map(str, args)],
+        cwd=cwd,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stdout, proc.stdout
+
+
+def make_demo(root: Path) -> Path:
+    """A private copy of the offline demo: config, fixtures and snapshots side by side."""
+    for name in ("config", "fixtures", "snapshots"):
+        shutil.copytree(REPO / name, root / name)
+    return root
+
+
+def snapshot_bytes(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((root / "snapshots").iterdir())}
+
+
+def run_dirs(root: Path, suite: str) -> list[Path]:
+    return sorted(p for p in (root / "runs" / suite).iterdir() if p.is_dir())
+
+
+def only_run_dir(root: Path, suite: str) -> Path:
+    dirs = run_dirs(root, suite)
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def load(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def log_lines(stdout: str) -> list[dict[str, Any]]:
+    """Every stdout line must be one JSON object (the alerting contract)."""
+    events = []
+    for line in stdout.splitlines():
+        value = json.loads(line)
+        assert isinstance(value, dict), line
+        events.append(value)
+    return events
+
+
+def gates(run_dir: Path) -> dict[str, str]:
+    return {cid: v["gate"] for cid, v in load(run_dir / "disagreement.json")["cases"].items()}
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, dict[str, bytes]]:
+    """One full demo run shared by the read-only tests: (root, process, snapshots before)."""
+    root = make_demo(tmp_path_factory.mktemp("demo"))
+    before = snapshot_bytes(root)
+    proc = parallax("run", "--config", "config/demo.toml", cwd=root)
+    return root, proc, before
+
+
+# --- help and usage ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", [False, True], ids=["python-m", "console-script"])
+def test_top_level_help_exits_zero(tmp_path: Path, script: bool) -> None:
+    """`parallax --help` prints usage naming every subcommand and exits 0."""
+    proc = parallax("--help", cwd=tmp_path, script=script)
+    assert proc.returncode == 0, proc.stderr
+    for name in SUBCOMMANDS:
+        assert name in proc.stdout
+    assert "64" in proc.stdout and "78" in proc.stdout
+
+
+def test_console_script_sits_next_to_the_interpreter() -> None:
+    """The `parallax` console script is installed beside sys.executable."""
+    assert SCRIPT.is_file() and os.access(SCRIPT, os.X_OK)
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_subcommand_help_exits_zero(tmp_path: Path, command: str) -> None:
+    """Each subcommand's --help prints its own usage on stdout and exits 0."""
+    proc = parallax(command, "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"parallax {command}" in proc.stdout
+    assert proc.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["frobnicate"],
+        ["run", "--bogus"],
+        ["grade", "--stretch-high", "high", "x.jsonl"],
+        ["diff", "only-one.jsonl"],
+        [],
+    ],
+    ids=["unknown-subcommand", "bad-flag", "bad-flag-value", "missing-argument", "no-command"],
+)
+def test_usage_errors_exit_64(tmp_path: Path, args: list[str]) -> None:
+    """Usage errors exit 64 (not argparse's 2, which means incomplete here), no traceback."""
+    proc = parallax(*args, cwd=tmp_path)
+    assert proc.returncode == 64, (proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    assert proc.stderr.strip()
+    no_traceback(proc)
+
+
+def test_usage_error_via_console_script_exits_64(tmp_path: Path) -> None:
+    """The installed script maps an unknown subcommand to 64 just like `python -m runner`."""
+    proc = parallax("frobnicate", cwd=tmp_path, script=True)
+    assert proc.returncode == 64
+    assert "frobnicate" in proc.stderr.splitlines()[-1]
+    no_traceback(proc)
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+
+def test_demo_run_exits_3(demo_run: tuple[Path, Any, dict[str, bytes]]) -> None:
+    """The offline demo needs review and is incomplete at once, so `run` exits 3."""
+    _, proc, _ = demo_run
+    assert proc.returncode == 3, proc.stderr
+    no_traceback(proc)
+
+
+def test_demo_run_writes_every_file_of_each_run_dir(
+    demo_run: tuple[Path, Any, dict[str, bytes]],
+) -> None:
+    """Each suite gets one run dir holding manifest, both ledgers, disagreement and summary."""
+    root, _, _ = demo_run
+    assert sorted(p.name for p in (root / "runs").iterdir()) == sorted(SUITES)
+    for suite in SUITES:
+        run_dir = only_run_dir(root, suite)
+        for name in RUN_FILES:
+            assert (run_dir / name).is_file(), f"{suite}: {name} missing"
+        assert load(run_dir / "summary.json")["suite"] == suite
+        assert load(run_dir / "manifest.json")["run_id"] == run_dir.name
+        assert not (REPO / "runs" / suite / run_dir.name).exists()
+
+
+def test_demo_run_covers_the_gate_classes(demo_run: tuple[Path, Any, dict[str, bytes]]) -> None:
+    """Across the three suites the demo yields every gate class the contract names."""
+    root, _, _ = demo_run
+    seen: Counter[str] = Counter()
+    for suite in SUITES:
+        run_dir = only_run_dir(root, suite)
+        suite_gates = gates(run_dir)
+        seen.update(suite_gates.values())
+        summary = load(run_dir / "summary.json")
+        counted = {k: v for k, v in summary["gate_counts"].items() if v and k != "retired_case"}
+        assert counted == dict(Counter(suite_gates.values())), suite
+        assert summary["cases"] == len(suite_gates)
+    for gate in (
+        "unchanged",
+        "disagreement_changed",
+        "transport_miss",
+        "schema_miss",
+        "fixture_move",
+        "new_case",
+        "alias_swap",
+    ):
+        assert seen[gate] >= 1, (gate, seen)
+
+
+def test_demo_run_gates_the_known_cases(demo_run: tuple[Path, Any, dict[str, bytes]]) -> None:
+    """The demo's deliberate faults land in the gate class designed for them."""
+    root, _, _ = demo_run
+    assert gates(only_run_dir(root, "ceiling"))["medium-sku-contract"] == "transport_miss"
+    assert gates(only_run_dir(root, "ceiling"))["easy-no-apology-loop"] == "disagreement_changed"
+    support = gates(only_run_dir(root, "support"))
+    assert support == {
+        "refund.policy.v3": "schema_miss",
+        "tool.tracking.missing_carrier": "alias_swap",
+    }
+    assert gates(only_run_dir(root, "cities")) == {
+        "city-07": "fixture_move",
+        "city-09": "disagreement_changed",
+        "city-11": "new_case",
+    }
+    exits = {s: load(only_run_dir(root, s) / "summary.json")["exit_code"] for s in SUITES}
+    assert exits == {"ceiling": 3, "support": 3, "cities": 1}
+
+
+def test_demo_run_logs_one_json_object_per_line(
+    demo_run: tuple[Path, Any, dict[str, bytes]],
+) -> None:
+    """Every stdout line is JSON with timestamp (UTC), level, event, run_id and suite."""
+    root, proc, _ = demo_run
+    events = log_lines(proc.stdout)
+    assert events
+    run_ids = {s: only_run_dir(root, s).name for s in SUITES}
+    for event in events:
+        for field in LOG_FIELDS:
+            assert field in event, (field, event)
+        assert event["event"] in KNOWN_EVENTS, event
+        assert event["run_id"] == run_ids[event["suite"]]
+        stamp = datetime.fromisoformat(event["timestamp"])
+        assert stamp.utcoffset() == timedelta(0), event["timestamp"]
+
+
+def test_demo_run_emits_lifecycle_and_alert_events(
+    demo_run: tuple[Path, Any, dict[str, bytes]],
+) -> None:
+    """Each suite logs run.started first and run.finished last; the demo's faults raise alerts."""
+    _, proc, _ = demo_run
+    events = log_lines(proc.stdout)
+    for suite in SUITES:
+        names = [e["event"] for e in events if e["suite"] == suite]
+        assert names[0] == "run.started" and names[-1] == "run.finished", names
+        assert names.count("run.started") == names.count("run.finished") == 1
+    by_name = {e["event"]: e for e in events}
+    for name in (*CASE_ALERTS, "alert.alias_drift", "alert.stratum"):
+        assert name in by_name, name
+    assert by_name["alert.transport"]["case_ids"] == ["medium-sku-contract"]
+    assert by_name["alert.schema"]["case_ids"] == ["refund.policy.v3"]
+    assert by_name["alert.alias_drift"]["case_ids"] == ["tool.tracking.missing_carrier"]
+    finished = {e["suite"]: e for e in events if e["event"] == "run.finished"}
+    assert {s: e["exit_code"] for s, e in finished.items()} == {
+        "ceiling": 3,
+        "support": 3,
+        "cities": 1,
+    }
+
+
+def test_case_alerts_carry_case_ids_and_counts(
+    demo_run: tuple[Path, Any, dict[str, bytes]],
+) -> None:
+    """Aggregated case alerts carry the case ids they are about and a matching count."""
+    _, proc, _ = demo_run
+    for event in log_lines(proc.stdout):
+        if event["event"] in CASE_ALERTS:
+            assert event["count"] == len(event["case_ids"]) >= 1, event
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="runner/runs.py _log_alerts: alert.alias_drift carries case_ids but no count",
+)
+def test_alias_drift_alert_carries_a_count(demo_run: tuple[Path, Any, dict[str, bytes]]) -> None:
+    """DESIGN: alerts carry the case ids and counts they are about, alias drift included."""
+    _, proc, _ = demo_run
+    drift = [e for e in log_lines(proc.stdout) if e["event"] == "alert.alias_drift"]
+    assert drift
+    for event in drift:
+        assert event["count"] == len(event["case_ids"])
+
+
+def test_outcome_rows_carry_every_design_field(
+    demo_run: tuple[Path, Any, dict[str, bytes]],
+) -> None:
+    """outcomes.jsonl rows have seed 004's fields plus parallax's, one per case, side and sample."""
+    root, _, _ = demo_run
+    for suite in SUITES:
+        rows = jsonl(only_run_dir(root, suite) / "outcomes.jsonl")
+        cases = load(only_run_dir(root, suite) / "disagreement.json")["cases"]
+        assert len(rows) == 2 * len(cases)
+        keys = [(r["case_id"], r["side"], r["sample"]) for r in rows]
+        assert len(set(keys)) == len(keys)
+        for row in rows:
+            missing = OUTCOME_FIELDS - set(row)
+            assert not missing, (suite, row["case_id"], sorted(missing))
+            assert row["side"] in ("reference", "candidate")
+
+
+def test_unadmitted_rows_have_no_numeric_task_score(
+    demo_run: tuple[Path, Any, dict[str, bytes]],
+) -> None:
+    """A row with a transport or schema miss has task_score null, never 0; admitted rows score."""
+    root, _, _ = demo_run
+    unadmitted = 0
+    for suite in SUITES:
+        for row in jsonl(only_run_dir(root, suite) / "outcomes.jsonl"):
+            if row["transport"] != "ok" or row["schema"] != "ok":
+                unadmitted += 1
+                assert row["task_score"] is None, row
+            else:
+                assert isinstance(row["task_score"], int | float), row
+                assert 0.0 <= row["task_score"] <= 1.0
+    assert unadmitted >= 2
+
+
+def test_run_never_writes_snapshots(demo_run: tuple[Path, Any, dict[str, bytes]]) -> None:
+    """`run` leaves every byte under snapshots/ as it found it, and adds no file there."""
+    root, _, before = demo_run
+    assert snapshot_bytes(root) == before
+
+
+def test_run_one_suite(tmp_path: Path) -> None:
+    """`run --suite cities` runs that suite alone and exits with its own code."""
+    root = make_demo(tmp_path)
+    proc = parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    assert proc.returncode == 1, proc.stderr
+    assert [p.name for p in (root / "runs").iterdir()] == ["cities"]
+    assert {e["suite"] for e in log_lines(proc.stdout)} == {"cities"}
+
+
+def test_run_unknown_suite_exits_78(tmp_path: Path) -> None:
+    """An unknown --suite is a config error: one line naming it, exit 78, no run dir."""
+    root = make_demo(tmp_path)
+    proc = parallax("run", "--config", "config/demo.toml", "--suite", "nope", cwd=root)
+    assert proc.returncode == 78
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nope" in lines[0], proc.stderr
+    assert no_run_dirs(root)
+    no_traceback(proc)
+
+
+def test_validate_demo_config(tmp_path: Path) -> None:
+    """`validate --config config/demo.toml` finds nothing wrong and exits 0."""
+    root = make_demo(tmp_path)
+    proc = parallax("validate", "--config", "config/demo.toml", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    assert "ok" in proc.stdout
+    assert no_run_dirs(root)
+
+
+def test_run_reads_config_from_environment(tmp_path: Path) -> None:
+    """Without --config, run reads $PARALLAX_CONFIG."""
+    root = make_demo(tmp_path)
+    env = {**cli_env(), "PARALLAX_CONFIG": "config/demo.toml"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner", "validate"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+# --- promote ------------------------------------------------------------------------------------
+
+
+def test_promote_refuses_a_run_with_unadmitted_rows(tmp_path: Path) -> None:
+    """promote exits 2 and names how many cases were unscored; the snapshot stays as it was."""
+    root = make_demo(tmp_path)
+    parallax("run", "--config", "config/demo.toml", "--suite", "ceiling", cwd=root)
+    before = snapshot_bytes(root)
+    proc = parallax("promote", only_run_dir(root, "ceiling"), cwd=root)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "1 case" in lines[0] and "medium-sku-contract" in lines[0]
+    assert "--allow-partial" in lines[0]
+    assert proc.stdout == ""
+    assert snapshot_bytes(root) == before
+
+
+def test_promote_allow_partial_writes_the_snapshot(tmp_path: Path) -> None:
+    """--allow-partial writes snapshots/<suite>.json and prints added/changed/removed as JSON."""
+    root = make_demo(tmp_path)
+    parallax("run", "--config", "config/demo.toml", "--suite", "ceiling", cwd=root)
+    run_dir = only_run_dir(root, "ceiling")
+    old = load(root / "snapshots" / "ceiling.json")
+    proc = parallax("promote", "--allow-partial", run_dir, cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    changes = json.loads(proc.stdout)
+    assert changes["added"] == [] and changes["removed"] == []
+    assert changes["changed"] == ["easy-no-apology-loop"]
+    new = load(root / "snapshots" / "ceiling.json")
+    assert new["promoted_from"] == run_dir.name
+    assert new["cases"]["easy-no-apology-loop"]["disagreement"] == ["forbidden:cannot"]
+    # the unscored case keeps its previously accepted entry
+    assert new["cases"]["medium-sku-contract"] == old["cases"]["medium-sku-contract"]
+    leftovers = [p.name for p in (root / "snapshots").iterdir() if p.name.endswith(".tmp")]
+    assert leftovers == []
+
+
+def test_rerun_after_promote_is_unchanged(tmp_path: Path) -> None:
+    """After promoting a clean run, the next run of that suite gates every case unchanged."""
+    root = make_demo(tmp_path)
+    first = parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    assert first.returncode == 1
+    promoted = parallax("promote", only_run_dir(root, "cities"), cwd=root)
+    assert promoted.returncode == 0, promoted.stderr
+    changes = json.loads(promoted.stdout)
+    assert changes["added"] == ["city-11"]
+    assert sorted(changes["changed"]) == ["city-07", "city-09"]
+    assert changes["removed"] == []
+    again = parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    assert again.returncode == 0, again.stderr
+    latest = run_dirs(root, "cities")[-1]
+    assert set(gates(latest).values()) == {"unchanged"}
+
+
+def test_rerun_after_partial_promote(tmp_path: Path) -> None:
+    """After a partial promote, admitted cases are unchanged and the timeout stays a miss."""
+    root = make_demo(tmp_path)
+    parallax("run", "--config", "config/demo.toml", "--suite", "ceiling", cwd=root)
+    parallax("promote", "--allow-partial", only_run_dir(root, "ceiling"), cwd=root)
+    again = parallax("run", "--config", "config/demo.toml", "--suite", "ceiling", cwd=root)
+    # still incomplete (the recorded timeout) and still a stratum alert on the candidate
+    assert again.returncode == 3, again.stderr
+    result = gates(run_dirs(root, "ceiling")[-1])
+    assert result.pop("medium-sku-contract") == "transport_miss"
+    assert set(result.values()) == {"unchanged"}
+
+
+# --- replay -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_replay_is_byte_identical_and_offline(tmp_path: Path, suite: str) -> None:
+    """replay writes a new run dir whose outcomes and disagreement match the source's bytes."""
+    root = make_demo(tmp_path)
+    first = parallax("run", "--config", "config/demo.toml", "--suite", suite, cwd=root)
+    source = only_run_dir(root, suite)
+    # without its cassettes no recorded endpoint could answer: replay must not call anything
+    shutil.rmtree(root / "fixtures" / "cassettes")
+    before = snapshot_bytes(root)
+    proc = parallax("replay", source, cwd=root)
+    assert proc.returncode == first.returncode, proc.stderr
+    no_traceback(proc)
+    dirs = run_dirs(root, suite)
+    assert len(dirs) == 2
+    replayed = next(d for d in dirs if d != source)
+    for name in ("outcomes.jsonl", "disagreement.json"):
+        assert (replayed / name).read_bytes() == (source / name).read_bytes(), name
+    manifest = load(replayed / "manifest.json")
+    assert manifest["mode"] == "replay" and manifest["parent"] == source.name
+    assert snapshot_bytes(root) == before
+
+
+# --- resume -------------------------------------------------------------------------------------
+
+
+def tear(path: Path, keep: int) -> None:
+    """Keep the first `keep` lines and half of the next, as a killed writer would leave them."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert len(lines) > keep
+    path.write_bytes(b"".join(lines[:keep]) + lines[keep][: len(lines[keep]) // 2])
+
+
+@pytest.mark.parametrize(("raw_keep", "outcomes_keep"), [(7, 4), (5, 5), (0, 0)])
+def test_resume_finishes_a_torn_run(tmp_path: Path, raw_keep: int, outcomes_keep: int) -> None:
+    """resume heals torn ledgers and ends with exactly the uninterrupted run's outcome rows."""
+    root = make_demo(tmp_path)
+    first = parallax("run", "--config", "config/demo.toml", "--suite", "ceiling", cwd=root)
+    run_dir = only_run_dir(root, "ceiling")
+    complete = (run_dir / "outcomes.jsonl").read_text(encoding="utf-8").splitlines()
+    complete_raw = jsonl(run_dir / "raw.jsonl")
+    tear(run_dir / "raw.jsonl", raw_keep)
+    tear(run_dir / "outcomes.jsonl", outcomes_keep)
+    (run_dir / "disagreement.json").unlink()
+    (run_dir / "summary.json").unlink()
+
+    proc = parallax("run", "--resume", run_dir, cwd=root)
+    assert proc.returncode == first.returncode, proc.stderr
+    no_traceback(proc)
+    assert run_dirs(root, "ceiling") == [run_dir]
+    resumed = (run_dir / "outcomes.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(resumed) == len(complete)
+    assert set(resumed) == set(complete)
+    raw = jsonl(run_dir / "raw.jsonl")
+    keys = [(e["case_id"], e["side"], e["sample"]) for e in raw]
+    assert len(keys) == len(set(keys)) == len(complete_raw)
+    for name in ("disagreement.json", "summary.json"):
+        assert (run_dir / name).is_file()
+    events = [e["event"] for e in log_lines(proc.stdout)]
+    assert events[0] == "run.resumed" and events[-1] == "run.finished"
+
+
+def test_resume_of_a_finished_run_changes_nothing(tmp_path: Path) -> None:
+    """Resuming a run that already finished calls nothing and keeps its ledgers as they were."""
+    root = make_demo(tmp_path)
+    first = parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    run_dir = only_run_dir(root, "cities")
+    ledgers = {n: (run_dir / n).read_bytes() for n in ("raw.jsonl", "outcomes.jsonl")}
+    disagreement = (run_dir / "disagreement.json").read_bytes()
+    proc = parallax("run", "--resume", run_dir, cwd=root)
+    assert proc.returncode == first.returncode, proc.stderr
+    assert {n: (run_dir / n).read_bytes() for n in ledgers} == ledgers
+    assert (run_dir / "disagreement.json").read_bytes() == disagreement
+
+
+def test_retry_unscored_starts_a_child_run(tmp_path: Path) -> None:
+    """--retry-unscored writes a new run that keeps the scored rows and re-calls the rest."""
+    root = make_demo(tmp_path)
+    first = parallax("run", "--config", "config/demo.toml", "--suite", "ceiling", cwd=root)
+    parent = only_run_dir(root, "ceiling")
+    proc = parallax("run", "--retry-unscored", parent, cwd=root)
+    # the recorded timeout is still a timeout on the second try
+    assert proc.returncode == first.returncode == 3, proc.stderr
+    child = next(d for d in run_dirs(root, "ceiling") if d != parent)
+    assert load(child / "manifest.json")["parent"] == parent.name
+    rows = set((child / "outcomes.jsonl").read_text(encoding="utf-8").splitlines())
+    assert rows == set((parent / "outcomes.jsonl").read_text(encoding="utf-8").splitlines())
+
+
+def test_samples_are_keyed_in_the_ledgers(tmp_path: Path) -> None:
+    """With samples = 2 each case and side gets two rows keyed by sample, and replay matches."""
+    root = make_demo(tmp_path)
+    config = root / "config" / "demo.toml"
+    text = config.read_text(encoding="utf-8")
+    line = 'fixtures = "../fixtures/cities.jsonl"\n'
+    config.write_text(text.replace(line, line + "samples = 2\n"), encoding="utf-8")
+    ran = parallax("run", "--config", config, "--suite", "cities", cwd=root)
+    assert ran.returncode == 1, ran.stderr
+    run_dir = only_run_dir(root, "cities")
+    keys = sorted((r["case_id"], r["side"], r["sample"]) for r in jsonl(run_dir / "outcomes.jsonl"))
+    expected = sorted(
+        (c, s, n)
+        for c in ("city-07", "city-09", "city-11")
+        for s in ("reference", "candidate")
+        for n in (0, 1)
+    )
+    assert keys == expected
+    assert load(run_dir / "summary.json")["samples"] == 2
+    replay = parallax("replay", run_dir, cwd=root)
+    assert replay.returncode == 1, replay.stderr
+    replayed = next(d for d in run_dirs(root, "cities") if d != run_dir)
+    assert (replayed / "outcomes.jsonl").read_bytes() == (run_dir / "outcomes.jsonl").read_bytes()
+
+
+# --- pin, grade, diff ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", [False, True], ids=["python-m", "console-script"])
+def test_pin_prints_seed_004_hashes(tmp_path: Path, script: bool) -> None:
+    """pin prints each cities row with its fixture_sha, keys sorted, matching seed 004's rule."""
+    proc = parallax("pin", REPO / "fixtures" / "cities.jsonl", cwd=tmp_path, script=script)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert len(rows) == 3
+    assert [r["fixture_sha"] for r in rows[:2]] == ["6c4336d172e6e214", "d8c8b2f09aaad00d"]
+    assert [r["case_id"] for r in rows] == ["city-07", "city-09", "city-11"]
+    for line, row in zip(lines, rows, strict=True):
+        assert list(row) == sorted(row)
+        assert line == json.dumps(row, sort_keys=True)
+
+
+def test_grade_ceiling_fixture(tmp_path: Path) -> None:
+    """grade on seed 000's rows reports n 6, rates 1/1/0, no alerts, ok, two failures; exit 0."""
+    proc = parallax("grade", REPO / "fixtures" / "ceiling.jsonl", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["n"] == 6
+    rates = {k: v["pass_rate"] for k, v in report["rates"].items()}
+    assert rates == {"easy": 1.0, "medium": 1.0, "stretch": 0.0}
+    assert {k: v["n"] for k, v in report["rates"].items()} == {
+        "easy": 2,
+        "medium": 2,
+        "stretch": 2,
+    }
+    assert report["alerts"] == []
+    assert report["ok"] is True
+    assert [f["case_id"] for f in report["failures"]] == [
+        "stretch-policy-cite",
+        "stretch-missing-field",
+    ]
+    assert all(f["stratum"] == "stretch" and f["reasons"] for f in report["failures"])
+
+
+def test_grade_stretch_heavy_file_alerts(tmp_path: Path) -> None:
+    """A file whose stretch cases all pass raises ceiling alerts and exits 1."""
+    proc = parallax("grade", DATA / "stretch_heavy.jsonl", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["alerts"] == ["ceiling", "stretch_too_easy"]
+    assert report["ok"] is False
+    assert report["failures"] == []
+
+
+def test_grade_stretch_high_zero_alerts(tmp_path: Path) -> None:
+    """--stretch-high 0.0 makes even a failing stretch band too easy: alerts and exit 1."""
+    proc = parallax(
+        "grade", "--stretch-high", "0.0", REPO / "fixtures" / "ceiling.jsonl", cwd=tmp_path
+    )
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert "stretch_too_easy" in report["alerts"]
+    assert report["ok"] is False
+
+
+def test_diff_seed_004_ledgers(tmp_path: Path) -> None:
+    """diff on seed 004's example ledgers prints its exact counts and exits 3."""
+    proc = parallax(
+        "diff", DATA / "seed004_accepted.jsonl", DATA / "seed004_shadow.jsonl", cwd=tmp_path
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout == (
+        '{"other": 1, "schema_miss": 0, "silent_regression": 1, "transport_miss": 1}\n'
+    )
+
+
+def test_diff_of_a_ledger_with_itself_is_clean(tmp_path: Path) -> None:
+    """A ledger compared with itself has no misses and no regression: exit 0."""
+    ledger = DATA / "seed004_accepted.jsonl"
+    proc = parallax("diff", ledger, ledger, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {
+        "other": 3,
+        "schema_miss": 0,
+        "silent_regression": 0,
+        "transport_miss": 0,
+    }
+
+
+def test_diff_two_demo_runs(tmp_path: Path) -> None:
+    """diff reads parallax's own outcome ledgers: two runs of the same recordings match."""
+    root = make_demo(tmp_path)
+    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    first, second = run_dirs(root, "cities")
+    proc = parallax("diff", first / "outcomes.jsonl", second / "outcomes.jsonl", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    counts = json.loads(proc.stdout)
+    assert counts["transport_miss"] == counts["schema_miss"] == counts["silent_regression"] == 0
