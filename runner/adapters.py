@@ -127,12 +127,13 @@ def parse(
     adapter: str, response: Response, *, expects_json: bool, answer_pointer: str | None = None
 ) -> Reply | str:
     """Return a Reply, or the schema-failure detail (`not_json`, `missing_choices`, ...)."""
+    body = response.body
     if response.encoding != "utf-8":
         try:
-            base64.b64decode(response.body, validate=True).decode("utf-8")
+            body = base64.b64decode(body, validate=True).decode("utf-8")
         except (ValueError, UnicodeDecodeError):
             return "not_utf8"
-    ok, doc = _loads(response.body)
+    ok, doc = _loads(body)
     if not ok:
         return "not_json"
     if not isinstance(doc, dict):

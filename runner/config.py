@@ -114,6 +114,11 @@ class Config(_Strict):
 
     runs_dir: str = "runs"
     snapshots_dir: str = "snapshots"
+    # `parallax serve`: how long a run in flight may finish after SIGTERM before it is cancelled
+    # (left resumable), how late a fire time may still run, how often the heartbeat is written
+    serve_grace_seconds: float = Field(300.0, ge=0)
+    serve_misfire_grace_seconds: float = Field(600.0, ge=0)
+    serve_heartbeat_seconds: float = Field(15.0, gt=0)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     endpoints: dict[str, EndpointConfig]
     suites: dict[str, SuiteConfig]
@@ -186,9 +191,9 @@ def _interpolate(value: Any, path: Path, key: str) -> Any:
         def repl(match: re.Match[str]) -> str:
             name, default = match.group(1), match.group(2)
             found = os.environ.get(name)
-            if found is not None:
+            if found is not None and (found or default is None):
                 return found
-            if default is not None:
+            if default is not None:  # POSIX `:-`: unset or empty takes the default
                 return default
             raise ConfigError(path, key, f"environment variable {name} is not set")
 

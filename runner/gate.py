@@ -72,7 +72,10 @@ class SideView:
 def fold(outcomes: Sequence[Outcome]) -> SideView:
     """A side is admitted only if every sample is; misses count when most samples show them."""
     rows = sorted(outcomes, key=lambda o: o.sample)
-    bad = next((o for o in rows if not o.admitted), None)
+    # Transport outranks schema (DESIGN's rule order), whichever sample it happened in.
+    bad = next((o for o in rows if o.transport != Transport.OK), None) or next(
+        (o for o in rows if not o.admitted), None
+    )
     models = [o.response_model for o in rows if o.response_model]
     fingerprints = [o.system_fingerprint for o in rows if o.system_fingerprint]
     if bad is not None or not rows:
@@ -166,7 +169,7 @@ def classify(
         if view.transport != Transport.OK:
             return verdict(TRANSPORT_MISS, f"{side}: {view.detail}")
     for side, view in (("reference", reference), ("candidate", candidate)):
-        if view.schema != Schema.OK:
+        if view.schema != Schema.OK or not view.admitted:
             return verdict(SCHEMA_MISS, f"{side}: {view.detail}")
     models = accepted.get("models") or {}
     for side, view in (("reference", reference), ("candidate", candidate)):

@@ -43,6 +43,8 @@ def read_jsonl(path: Path, *, tolerate_torn_tail: bool = True) -> Iterator[tuple
             try:
                 value = json.loads(raw.decode("utf-8"))
             except UnicodeDecodeError as exc:
+                if torn and tolerate_torn_tail:  # a kill can cut a line inside a character
+                    return
                 raise DataError(path, f"not UTF-8 at byte {exc.start}", line_no) from None
             except (ValueError, RecursionError) as exc:
                 if torn and tolerate_torn_tail:
@@ -100,8 +102,12 @@ class LedgerWriter:
 def write_json(path: Path, value: Any) -> None:
     """Write a whole JSON file atomically (temp file, fsync, rename): never half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(json.dumps(value, ensure_ascii=False, sort_keys=True, indent=2) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
+    try:
+        with tmp.open("w", encoding="utf-8") as handle:
+            handle.write(json.dumps(value, ensure_ascii=False, sort_keys=True, indent=2) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

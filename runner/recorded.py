@@ -12,7 +12,8 @@ Cassette rows (JSONL), keyed by `case_id`, optionally narrowed by `suite` and `s
     {"case_id": "c3", "status": 503, "body": "upstream busy"}
     {"case_id": "c4", "body": "<html>not json</html>"}   # a 200 with this raw body
 
-With no matching row, a case's own recorded `completion` (seed 000 rows) is the reply.
+Rows may be narrowed by `suite`, `side` and `sample`; the most specific match wins. With no
+matching row, a case's own recorded `completion` (seed 000 rows) is the reply.
 """
 
 from __future__ import annotations
@@ -26,16 +27,23 @@ from typing import Any
 from runner.adapters import OPENAI_CHAT
 from runner.errors import DataError
 from runner.ledger import read_jsonl
-from runner.model import Attempt, Case, Exchange, Response, Transport
+from runner.model import SIDES, Attempt, Case, Exchange, Response, Transport
 
 _FAULTS = {t.value for t in Transport} - {Transport.OK.value, Transport.HTTP_ERROR.value}
 _KEYS = {"case_id", "suite", "sample", "completion", "model", "id", "system_fingerprint"}
 _KEYS |= {"fault", "status", "body", "usage", "side"}
 
 
-def load_cassette(path: Path) -> dict[tuple[str, int | None], dict[str, Any]]:
+CassetteKey = tuple[str | None, str | None, str, int | None]
+
+
+def _key(suite: Any, side: Any, case_id: str, sample: Any) -> CassetteKey:
+    return (suite or None, side or None, case_id, sample)
+
+
+def load_cassette(path: Path) -> dict[CassetteKey, dict[str, Any]]:
     """Read a cassette, checking every row so a typo fails `validate`, not the night run."""
-    entries: dict[tuple[str, int | None], dict[str, Any]] = {}
+    entries: dict[CassetteKey, dict[str, Any]] = {}
     for line_no, row in read_jsonl(path, tolerate_torn_tail=False):
         if not isinstance(row, dict):
             raise DataError(path, "cassette row must be a JSON object", line_no)
@@ -56,8 +64,10 @@ def load_cassette(path: Path) -> dict[tuple[str, int | None], dict[str, Any]]:
         sample = row.get("sample")
         if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int)):
             raise DataError(path, "sample must be an integer", line_no)
-        suite = row.get("suite")
-        key = (f"{suite}/{case_id}" if suite else case_id, sample)
+        side = row.get("side")
+        if side is not None and side not in SIDES:
+            raise DataError(path, f"side must be one of {list(SIDES)}", line_no)
+        key = _key(row.get("suite"), side, case_id, sample)
         if key in entries:
             raise DataError(path, f"duplicate cassette entry for {case_id!r}", line_no)
         entries[key] = row
@@ -73,26 +83,25 @@ class RecordedEndpoint:
         *,
         suite: str,
         model: str | None,
-        cassette: Mapping[tuple[str, int | None], Mapping[str, Any]],
+        cassette: Mapping[CassetteKey, Mapping[str, Any]],
     ) -> None:
         self.name = name
         self._suite = suite
         self._model = model
         self._cassette = cassette
 
-    def _entry(self, case_id: str, sample: int) -> Mapping[str, Any] | None:
-        for key in (
-            (f"{self._suite}/{case_id}", sample),
-            (f"{self._suite}/{case_id}", None),
-            (case_id, sample),
-            (case_id, None),
-        ):
-            if key in self._cassette:
-                return self._cassette[key]
+    def _entry(self, case_id: str, side: str, sample: int) -> Mapping[str, Any] | None:
+        """The most specific row wins: suite, then side, then sample narrow a match."""
+        for suite in (self._suite, None):
+            for side_ in (side, None):
+                for sample_ in (sample, None):
+                    found = self._cassette.get((suite, side_, case_id, sample_))
+                    if found is not None:
+                        return found
         return None
 
     async def call(self, case: Case, side: str, sample: int) -> Exchange:
-        entry = self._entry(case.id, sample)
+        entry = self._entry(case.id, side, sample)
         if entry is None and case.completion is not None:
             entry = {"completion": case.completion}
         transport, status, body, message = self._replay(case, entry)

@@ -111,11 +111,6 @@ def test_a_set_var_wins_over_the_default(tmp_path: Path, monkeypatch: pytest.Mon
     assert expected == load_config(write(tmp_path, text)).endpoint("cand").model
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_interpolate uses an empty VAR instead of the default; ${VAR:-default} means "
-    "'unset or empty' in POSIX shells, which is what users of this syntax expect",
-)
 def test_a_default_is_used_when_the_var_is_empty(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -248,11 +248,6 @@ def test_fold_orders_samples_before_picking_the_model() -> None:
     assert expected == fold(rows).response_model
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fold reports the first unadmitted sample; a later timeout hides behind a schema "
-    "fail, so the case is schema_miss instead of transport_miss (rule 3 before rule 4)",
-)
 def test_fold_reports_a_transport_miss_in_any_sample_before_a_schema_miss() -> None:
     """A side with one schema-failed and one timed-out sample carries the transport stamp."""
     rows = [
@@ -352,11 +347,6 @@ def test_a_schema_miss_wins_over_an_alias_swap() -> None:
     assert expected == verdict.gate
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="classify asserts delta is not None; a side with ok stamps but no task_score "
-    "(not admitted) crashes with AssertionError instead of being a schema_miss",
-)
 def test_a_side_without_a_task_score_is_a_schema_miss_not_a_crash() -> None:
     """Admission needs a numeric task_score; ok stamps without one are a schema miss."""
     unscored = fold([outcome(task_score=None, response_model="model-cand")])

@@ -88,11 +88,6 @@ def test_a_line_that_is_not_utf8_is_an_error(tmp_path: Path) -> None:
     assert f"{path}:2: not UTF-8 at byte 6" == str(info.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="read_jsonl raises 'not UTF-8' for a torn last line cut inside a multi-byte "
-    "character (dumps keeps non-ASCII), instead of tolerating it like any torn tail",
-)
 def test_a_torn_last_line_cut_inside_a_multibyte_character_is_tolerated(tmp_path: Path) -> None:
     """A kill can land between the bytes of 'é'; that torn tail is dropped like any other."""
     whole = (dumps({"a": "café"}) + "\n").encode("utf-8")

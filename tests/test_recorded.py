@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from runner.adapters import parse
@@ -52,13 +53,19 @@ def content_of(exchange: Exchange) -> Any:
 
 
 def test_load_cassette_keys_rows_by_suite_case_and_sample(tmp_path: Path) -> None:
-    """Rows are keyed (suite/case or case, sample or None)."""
+    """Rows are keyed (suite, side, case, sample), None where a row does not narrow."""
     rows = [
         {"case_id": "c1", "completion": "a"},
         {"case_id": "c1", "sample": 1, "completion": "b"},
         {"case_id": "c1", "suite": "s", "completion": "c"},
+        {"case_id": "c1", "side": "candidate", "completion": "d"},
     ]
-    expected = {("c1", None), ("c1", 1), ("s/c1", None)}
+    expected = {
+        (None, None, "c1", None),
+        (None, None, "c1", 1),
+        ("s", None, "c1", None),
+        (None, "candidate", "c1", None),
+    }
     assert expected == set(load_cassette(cassette_file(tmp_path, rows)))
 
 
@@ -299,3 +306,17 @@ async def test_a_case_with_no_recording_is_an_http_404(tmp_path: Path) -> None:
     out = stamp(ex, case("c1"), GraderSet.empty())
     expected = ("skipped", None, ())
     assert expected == (out.schema, out.task_score, out.misses)
+
+
+def test_a_side_row_answers_only_that_side(tmp_path: Path) -> None:
+    """One cassette can hold both sides: a `side` row beats a row without one, for that side."""
+    rows = [
+        {"case_id": "c1", "completion": "shared"},
+        {"case_id": "c1", "side": "candidate", "completion": "candidate only"},
+    ]
+    endpoint = RecordedEndpoint(
+        "rec", suite="s", model="m", cassette=load_cassette(cassette_file(tmp_path, rows))
+    )
+    ref = anyio.run(endpoint.call, case("c1"), "reference", 0)
+    cand = anyio.run(endpoint.call, case("c1"), "candidate", 0)
+    assert (content_of(ref), content_of(cand)) == ("shared", "candidate only")

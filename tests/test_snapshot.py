@@ -232,11 +232,6 @@ def test_a_failed_write_leaves_the_old_snapshot_whole(
     assert before == old.read_bytes()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="write_json does not remove its temp file when the write fails, leaving "
-    "a stray .s.json.<pid>.tmp in the committed snapshots/ folder",
-)
 def test_a_failed_write_leaves_no_temporary_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
