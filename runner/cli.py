@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -69,16 +69,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             out_dir, code, summary = run_suite(loaded, suite, parent_dir=run_dir, mode="retry")
         print_summary(summary, out_dir)
+        _junit(args, [out_dir])
         return code
     loaded = load_config(_config_path(args))
     check_files(loaded)
     names = loaded.suite_names(args.suite)
     check_keys(loaded, names)
     worst = 0
+    out_dirs = []
     for name in names:
         out_dir, code, summary = run_suite(loaded, name)
         print_summary(summary, out_dir)
+        out_dirs.append(out_dir)
         worst |= code
+    _junit(args, out_dirs)
     return worst
 
 
@@ -92,6 +96,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     suite = read_manifest(run_dir)["suite"]
     out_dir, code, summary = run_suite(loaded, suite, parent_dir=run_dir, mode="replay")
     print_summary(summary, out_dir)
+    _junit(args, [out_dir])
     return code
 
 
@@ -182,6 +187,78 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _junit(args: argparse.Namespace, run_dirs: list[Path]) -> None:
+    """Write `--junit PATH` when it was asked for."""
+    if getattr(args, "junit", None):
+        from runner.junit import write_junit
+
+        write_junit(run_dirs, Path(args.junit))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from runner.errors import ParallaxError
+    from runner.report import write_reports
+    from runner.runs import config_for_run, read_manifest
+
+    run_dir = Path(args.run_dir)
+    retire_after: int | None = None
+    try:
+        loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
+        retire_after = loaded.thresholds(read_manifest(run_dir)["suite"]).retire_after
+    except ParallaxError:
+        if args.config:
+            raise
+        # a copied CI artifact: its config is elsewhere; render without ceiling candidates
+    rep = write_reports(run_dir, retire_after=retire_after)
+    print(run_dir / "report.html")
+    print(run_dir / "report.md")
+    _junit(args, [run_dir])
+    code = rep.summary.get("exit_code")
+    return code if isinstance(code, int) else 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from runner.config import load_config
+    from runner.history import format_text, suite_report
+
+    if args.last is not None and args.last < 0:
+        raise UsageError("--last must be 0 or more")
+    loaded = load_config(_config_path(args))
+    reports = [
+        suite_report(
+            loaded.runs_dir / name,
+            retire_after=loaded.thresholds(name).retire_after,
+            last=args.last,
+        )
+        for name in loaded.suite_names(args.suite)
+    ]
+    if args.json:
+        print(json.dumps({"suites": reports}, indent=2, sort_keys=True))
+        return 0
+    print("\n\n".join(format_text(r) for r in reports))
+    for report in reports:
+        for note in report["notes"]:
+            print(f"parallax: {report['suite']}: {note}", file=sys.stderr)
+    return 0
+
+
+def _add_report_commands(
+    add: Callable[[str, str], argparse.ArgumentParser], config_help: str
+) -> None:
+    p = add("report", "Write report.html and report.md for a finished run (exit: the run's).")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--config", help="config to use (default: the one the run recorded)")
+    p.add_argument("--junit", metavar="PATH", help="also write JUnit XML of the run here")
+    p.set_defaults(func=cmd_report)
+
+    p = add("history", "A row per run, ceiling candidates and served-model changes per suite.")
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--suite", help="only this suite")
+    p.add_argument("--last", type=int, metavar="N", help="show only the last N runs")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_history)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="parallax",
@@ -208,11 +285,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_DIR",
         help="re-call only the rows stamped transport or schema misses, into a new run dir",
     )
+    p.add_argument("--junit", metavar="PATH", help="also write JUnit XML of the run(s) here")
     p.set_defaults(func=cmd_run)
 
     p = add("replay", "Regrade a run offline from its raw.jsonl into a new run dir.")
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--config", help="config to use (default: the one the run recorded)")
+    p.add_argument("--junit", metavar="PATH", help="also write JUnit XML of the replay here")
     p.set_defaults(func=cmd_replay)
 
     p = add("promote", "Accept a run's disagreement map as the suite's snapshot.")
@@ -245,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help=config_help)
     p.add_argument("--suite", help="validate only this suite")
     p.set_defaults(func=cmd_validate)
+    _add_report_commands(add, config_help)
     return parser
 
 

@@ -151,18 +151,30 @@ def read_run(run_dir: Path) -> tuple[RunRow | None, list[str]]:
     return row, notes
 
 
+def _order(run_dir: Path) -> tuple[str, int, str]:
+    """Names start with their UTC second; within one second the summary's mtime decides."""
+    try:
+        finished = (run_dir / "summary.json").stat().st_mtime_ns
+    except OSError:
+        finished = 0
+    return (run_dir.name.split("-", 1)[0], finished, run_dir.name)
+
+
 def run_dirs(suite_dir: Path) -> list[Path]:
-    """A suite's run directories, oldest first (names start with their UTC timestamp)."""
+    """A suite's run directories, oldest first."""
     if not suite_dir.is_dir():
         return []
     dirs = (p for p in suite_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
-    return sorted(dirs, key=lambda p: p.name)
+    return sorted(dirs, key=_order)
 
 
 def load_history(suite_dir: Path, *, until: str | None = None, last: int | None = None) -> History:
     """Read every run of one suite (up to and including run `until`), keeping the last `last`."""
     history = History(suite=suite_dir.name, suite_dir=suite_dir)
-    dirs = [p for p in run_dirs(suite_dir) if until is None or p.name <= until]
+    dirs = run_dirs(suite_dir)
+    if until is not None:
+        cut = _order(suite_dir / until)
+        dirs = [p for p in dirs if _order(p) <= cut]
     if last is not None:
         # read a few more than asked, so a broken directory does not shorten the window
         dirs = dirs[-(last * 2 + 2) :]

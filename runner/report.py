@@ -298,7 +298,7 @@ def _side_html(rep: RunReport, case_id: str, side: str, view: Mapping[str, Any])
 def _case_html(rep: RunReport, case_id: str, case: Mapping[str, Any]) -> str:
     delta = case.get("disagreement")
     delta_html = (
-        f'<span class="misses small">disagreement {_misses(delta)}</span>'
+        f'<span class="misses small">disagreement {_misses(delta) if delta else "empty"}</span>'
         if isinstance(delta, list)
         else ""
     )
@@ -387,7 +387,7 @@ def _strata_html(rep: RunReport) -> str:
             n, passed, unadmitted = rate.get("n", 0), rate.get("passed", 0), rate.get("unadmitted")
             width = round(float(value) * 100, 1) if isinstance(value, int | float) else 0
             label = (
-                f"{value:.0%} · {passed}/{n}"
+                f"{value:.0%} · {passed} of n={n}"
                 if isinstance(value, int | float)
                 else f"no rows (n={n})"
             )

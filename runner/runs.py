@@ -28,6 +28,8 @@ from runner.gate import GATE_CLASSES, INCOMPLETE, RETIRED_CASE, REVIEW, Verdict,
 from runner.grading import GraderSet, check_cases, load_graders
 from runner.ledger import LedgerWriter, read_jsonl, write_json
 from runner.model import SIDES, Case, Endpoint, Exchange, Outcome
+from runner.progress import ProgressBar, start_progress
+from runner.report import after_run
 from runner.snapshot import load_snapshot, snapshot_path
 from runner.stamps import stamp
 
@@ -216,6 +218,7 @@ class Ledgers:
         self.suite = suite
         self.written = 0
         self.transport_misses = 0
+        self.progress: ProgressBar | None = None  # a bar on a TTY, fed after every batch
 
     def write(self, batch: Sequence[Exchange]) -> None:
         """Raw first, then outcomes: a kill between the two is healed by regrading raw."""
@@ -230,8 +233,12 @@ class Ledgers:
             rows.append(outcome.to_json())
         self.outcomes.write(rows)
         self.written += len(batch)
+        if self.progress is not None:
+            self.progress.update(batch, self.transport_misses)
 
     def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
         self.raw.close()
         self.outcomes.close()
 
@@ -281,6 +288,7 @@ async def call_all(
                     yield case, sample
 
     ledgers = Ledgers(run_dir, suite)
+    ledgers.progress = start_progress(suite.name, [c.id for c in suite.cases], suite.samples, done)
     try:
         await execute(
             {side: work(side) for side in SIDES}, endpoints, ledgers.write, in_flight=in_flight
@@ -544,6 +552,7 @@ async def run_suite_async(
         if mode != "replay":
             await call_all(loaded, suite, run_dir, done)
         exit_code, summary = finalize(loaded, suite, run_dir, log)
+        after_run(run_dir, retire_after=suite.thresholds.retire_after, log=log)
         log.info(
             logs.RUN_FINISHED,
             exit_code=exit_code,
