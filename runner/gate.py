@@ -1,5 +1,10 @@
 """Disagreement per case, and its gate class against the accepted snapshot.
 
+With several samples per side, only *stable* misses (seen in more than half the samples)
+enter the disagreement; misses seen in fewer are the case's noise. A case whose stable misses
+are as accepted but whose noise grew is `flaky`, not `disagreement_changed`: a gate that fires
+on every flip of a temperature-0 model gets ignored.
+
 Pass rates saturate; the disagreement between a frozen reference and the candidate keeps
 moving. Each case gets exactly one gate class, first rule that matches (DESIGN's order), and
 only admitted pairs ever reach a disagreement.
@@ -19,6 +24,7 @@ TRANSPORT_MISS = "transport_miss"
 SCHEMA_MISS = "schema_miss"
 ALIAS_SWAP = "alias_swap"
 DISAGREEMENT_CHANGED = "disagreement_changed"
+FLAKY = "flaky"
 UNCHANGED = "unchanged"
 RETIRED_CASE = "retired_case"
 GATE_CLASSES = (
@@ -28,6 +34,7 @@ GATE_CLASSES = (
     SCHEMA_MISS,
     ALIAS_SWAP,
     DISAGREEMENT_CHANGED,
+    FLAKY,
     UNCHANGED,
     RETIRED_CASE,
 )
@@ -47,6 +54,7 @@ class SideView:
     schema: str
     admitted: bool
     misses: tuple[str, ...]  # stable misses: seen in more than half the samples
+    noise: tuple[str, ...]  # misses seen in some samples but not most: the case's flakiness
     passed: bool | None  # majority pass over samples; None when unadmitted
     task_score: float | None  # mean over samples; None when unadmitted
     response_model: str | None
@@ -60,6 +68,7 @@ class SideView:
             "schema": self.schema,
             "admitted": self.admitted,
             "misses": list(self.misses),
+            "noise": list(self.noise),
             "passed": self.passed,
             "task_score": self.task_score,
             "response_model": self.response_model,
@@ -84,6 +93,7 @@ def fold(outcomes: Sequence[Outcome]) -> SideView:
             schema=bad.schema if bad else Schema.SKIPPED.value,
             admitted=False,
             misses=(),
+            noise=(),
             passed=None,
             task_score=None,
             response_model=models[0] if models else None,
@@ -96,6 +106,7 @@ def fold(outcomes: Sequence[Outcome]) -> SideView:
         for miss in set(row.misses):
             counts[miss] = counts.get(miss, 0) + 1
     stable = tuple(sorted(m for m, c in counts.items() if c * 2 > len(rows)))
+    noise = tuple(sorted(m for m, c in counts.items() if c * 2 <= len(rows)))
     passes = sum(1 for o in rows if o.passed)
     scores = [o.task_score for o in rows if o.task_score is not None]
     return SideView(
@@ -103,6 +114,7 @@ def fold(outcomes: Sequence[Outcome]) -> SideView:
         schema=Schema.OK.value,
         admitted=True,
         misses=stable,
+        noise=noise,
         passed=passes * 2 > len(rows),
         task_score=sum(scores) / len(scores),
         response_model=models[0] if models else None,
@@ -188,4 +200,11 @@ def classify(
             DISAGREEMENT_CHANGED,
             f"{who} moved: accepted {accepted.get('disagreement') or []}, now {delta}",
         )
+    grown = {
+        side: sorted(set(view.noise) - set(accepted.get(f"{side}_noise") or []))
+        for side, view in (("reference", reference), ("candidate", candidate))
+    }
+    if any(grown.values()):
+        shown = "; ".join(f"{side}: {', '.join(m)}" for side, m in grown.items() if m)
+        return verdict(FLAKY, f"stable misses as accepted, new noise ({shown})")
     return verdict(UNCHANGED, "as accepted")

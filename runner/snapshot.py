@@ -64,6 +64,8 @@ def entry_for(verdict: Mapping[str, Any]) -> dict[str, Any]:
         "disagreement": verdict["disagreement"],
         "reference_misses": ref["misses"],
         "candidate_misses": cand["misses"],
+        "reference_noise": ref.get("noise", []),
+        "candidate_noise": cand.get("noise", []),
         "models": {"reference": ref["response_model"], "candidate": cand["response_model"]},
         "system_fingerprints": {
             "reference": ref["system_fingerprint"],

@@ -158,6 +158,7 @@ def test_fold_of_one_admitted_sample_keeps_its_misses_and_score() -> None:
         schema="ok",
         admitted=True,
         misses=("missing:SKU-9",),
+        noise=(),
         passed=False,
         task_score=0.5,
         response_model="model-ref",
@@ -263,7 +264,7 @@ def test_fold_reports_a_transport_miss_in_any_sample_before_a_schema_miss() -> N
 
 
 def test_gate_classes_are_listed_in_design_rule_order() -> None:
-    """The seven classes in DESIGN's order, then retired_case for snapshot-only cases."""
+    """DESIGN's seven classes in order, flaky before unchanged, then retired_case."""
     expected = (
         "new_case",
         "fixture_move",
@@ -271,6 +272,7 @@ def test_gate_classes_are_listed_in_design_rule_order() -> None:
         "schema_miss",
         "alias_swap",
         "disagreement_changed",
+        "flaky",
         "unchanged",
         "retired_case",
     )
@@ -441,3 +443,76 @@ def test_verdict_to_json_carries_gate_delta_and_both_sides() -> None:
     assert expected == data["candidate"]["misses"]
     expected = "model-ref"
     assert expected == data["reference"]["response_model"]
+
+
+# --- samples: stable misses and noise --------------------------------------------------------
+
+
+def sampled(misses_per_sample: Sequence[Sequence[str]], side: str = "reference") -> SideView:
+    return fold(
+        [
+            outcome(
+                side=side,
+                sample=i,
+                misses=m,
+                task_score=0.5 if m else 1.0,
+                response_model="model-ref" if side == "reference" else "model-cand",
+            )
+            for i, m in enumerate(misses_per_sample)
+        ]
+    )
+
+
+def test_a_miss_in_most_samples_is_stable_and_one_in_few_is_noise() -> None:
+    """Three samples: a miss in two is stable, a miss in one is noise, majority pass decides."""
+    view = sampled([["a", "b"], ["a"], []])
+    assert (view.misses, view.noise, view.passed) == (("a",), ("b",), False)
+
+
+def test_a_miss_in_exactly_half_the_samples_is_noise() -> None:
+    """Two of four samples is not more than half: noise; two passes of four is no majority."""
+    view = sampled([["a"], ["a"], [], []])
+    assert (view.misses, view.noise) == ((), ("a",))
+    assert view.passed is False
+
+
+def test_new_noise_with_the_same_stable_misses_is_flaky() -> None:
+    """Stable misses as accepted but a new noisy miss: flaky, not disagreement_changed."""
+    cand = sampled([["a"], ["a", "flip"], ["a"]], side="candidate")
+    ref = sampled([[], [], []])
+    verdict = classify(
+        "c1",
+        stratum=None,
+        fixture_sha=SHA,
+        reference=ref,
+        candidate=cand,
+        accepted=accepted([], ["a"]),
+    )
+    assert (verdict.gate, verdict.disagreement) == ("flaky", ["a"])
+    assert "candidate: flip" in verdict.detail
+
+
+def test_accepted_noise_is_not_flaky_again() -> None:
+    """Noise the snapshot already accepted keeps the case unchanged."""
+    cand = sampled([["a"], ["a", "flip"], ["a"]], side="candidate")
+    ref = sampled([[], [], []])
+    entry = accepted([], ["a"]) | {"candidate_noise": ["flip"]}
+    verdict = classify(
+        "c1", stratum=None, fixture_sha=SHA, reference=ref, candidate=cand, accepted=entry
+    )
+    assert verdict.gate == "unchanged"
+
+
+def test_a_changed_stable_miss_is_still_disagreement_changed() -> None:
+    """When the stable misses move, the case is disagreement_changed whatever the noise does."""
+    cand = sampled([["b"], ["b", "flip"], ["b"]], side="candidate")
+    ref = sampled([[], [], []])
+    verdict = classify(
+        "c1",
+        stratum=None,
+        fixture_sha=SHA,
+        reference=ref,
+        candidate=cand,
+        accepted=accepted([], ["a"]),
+    )
+    assert verdict.gate == "disagreement_changed"

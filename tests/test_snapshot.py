@@ -153,6 +153,8 @@ def test_promote_writes_every_admitted_case_and_reports_additions(tmp_path: Path
         "disagreement": ["missing:SKU-9"],
         "reference_misses": [],
         "candidate_misses": ["missing:SKU-9"],
+        "reference_noise": [],
+        "candidate_noise": [],
         "models": {"reference": "ref-model", "candidate": "cand-model"},
         "system_fingerprints": {"reference": "fp", "candidate": "fp"},
     }
