@@ -43,6 +43,7 @@ GATE_COLOURS = {
     "schema_miss": "#94a3b8",
     "alias_swap": "#f59e0b",
     "disagreement_changed": "#e11d48",
+    "flaky": "#0ea5e9",
     "unchanged": "#10b981",
     "retired_case": "#d6d3d1",
 }
@@ -255,8 +256,13 @@ footer{margin-top:36px;color:var(--muted);font-size:12px}
 """
 
 
+def _colour(gate: str) -> str:
+    """A gate class's colour; one added later gets a neutral grey, never a crash."""
+    return GATE_COLOURS.get(gate, "#64748b")
+
+
 def _gate_tag(gate: str) -> str:
-    colour = GATE_COLOURS.get(gate, "#64748b")
+    colour = _colour(gate)
     return f'<span class="tag" style="background:{colour}">{e(gate)}</span>'
 
 
@@ -435,7 +441,7 @@ def _gate_chips(rep: RunReport) -> str:
         n = counts.get(gate, 0)
         chips.append(
             f'<span class="chip{" zero" if not n else ""}">'
-            f'<i style="background:{GATE_COLOURS[gate]}"></i>{e(gate)}<b>{e(n)}</b></span>'
+            f'<i style="background:{_colour(gate)}"></i>{e(gate)}<b>{e(n)}</b></span>'
         )
     return f'<div class="chips">{"".join(chips)}</div>'
 
@@ -475,7 +481,7 @@ def trend_gates_svg(rows: Sequence[RunRow], width: int = 1100, height: int = 200
             y -= h
             parts.append(
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
-                f'fill="{GATE_COLOURS[gate]}"><title>{e(row.run_id)}: {e(gate)} {n}</title></rect>'
+                f'fill="{_colour(gate)}"><title>{e(row.run_id)}: {e(gate)} {n}</title></rect>'
             )
         if len(rows) <= 16 or i % max(1, len(rows) // 12) == 0:
             parts.append(
@@ -538,7 +544,7 @@ def trend_strata_svg(rows: Sequence[RunRow], side: str, width: int = 540, height
 def _trend_html(rep: RunReport) -> str:
     rows = rep.trend
     legend = " ".join(
-        f'<span class="chip small"><i style="background:{GATE_COLOURS[g]}"></i>{e(g)}</span>'
+        f'<span class="chip small"><i style="background:{_colour(g)}"></i>{e(g)}</span>'
         for g in GATE_CLASSES
     )
     strata = "".join(
@@ -779,8 +785,10 @@ def after_run(run_dir: Path, *, retire_after: int, log: Any) -> None:
 
     try:
         rep = write_reports(run_dir, retire_after=retire_after)
-    except (OSError, DataError) as exc:
-        log.error(logs.REPORT_FAILED, error=str(exc), run_dir=str(run_dir))  # noqa: TRY400 - structlog: the error is a field
+    except Exception as exc:  # a report must never cost the run its verdict or exit code
+        log.error(  # noqa: TRY400 - a structlog event: the error goes in fields
+            logs.REPORT_FAILED, error=f"{type(exc).__name__}: {exc}", run_dir=str(run_dir)
+        )
         return
     history = load_history(run_dir.parent, until=run_dir.name)
     if not history.rows or history.rows[-1].run_dir != run_dir:
