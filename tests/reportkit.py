@@ -1,0 +1,120 @@
+"""A tiny offline project for report, JUnit and history tests: real runs through the pipeline.
+
+`Project` writes a config with two recorded endpoints, a fixture file and cassettes into a tmp
+folder; `run()` goes through `runs.run_suite` exactly as `parallax run` does, and `promote()`
+accepts a run as the snapshot, so later runs can produce every gate class.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+HOSTILE_SCRIPT = "<script>document.body.setAttribute('data-pwned','script')</script>"
+HOSTILE_IMG = "<img src=x onerror=\"document.body.setAttribute('data-pwned','img')\">"
+HOSTILE_TABLE = '</table></pre></div></article><b id="injected">escaped?</b><table><tr><td>'
+HOSTILE_PIPES = "| col | col |\n|---|---|\n| a | b |"
+HOSTILE_LONG = "L" * 9000
+
+BASE_CASES = [
+    {"id": "easy-a", "stratum": "easy", "prompt": "Say ok.", "expect": {"must_include": ["ok"]}},
+    {"id": "easy-b", "stratum": "easy", "prompt": "Say ok.", "expect": {"must_include": ["ok"]}},
+    {"id": "med-a", "stratum": "medium", "prompt": "Say ok.", "expect": {"must_include": ["ok"]}},
+    {"id": "med-b", "stratum": "medium", "prompt": "Say ok.", "expect": {"must_include": ["ok"]}},
+    {"id": "str-a", "stratum": "stretch", "prompt": "Say ok.", "expect": {"must_include": ["ok"]}},
+    {"id": "str-b", "stratum": "stretch", "prompt": "Say ok.", "expect": {"must_include": ["ok"]}},
+]
+
+
+UNSTRATIFIED = [{k: v for k, v in c.items() if k != "stratum"} for c in BASE_CASES]
+
+
+class Project:
+    """A config, fixtures and two cassettes in `root`; the suite is called `s`."""
+
+    def __init__(self, root: Path, cases: Sequence[Mapping[str, Any]] = BASE_CASES) -> None:
+        self.root = root
+        self.cases = [dict(c) for c in cases]
+        (root / "snapshots").mkdir(parents=True, exist_ok=True)
+        self._write_jsonl("cases.jsonl", self.cases)
+        self.cassettes({}, {})
+        (root / "parallax.toml").write_text(
+            'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
+            "[thresholds]\nretire_after = 2\n"
+            '[endpoints.ref]\nkind = "recorded"\nmodel = "ref-1"\ncassette = "ref.jsonl"\n'
+            '[endpoints.cand]\nkind = "recorded"\nmodel = "cand-1"\ncassette = "cand.jsonl"\n'
+            '[suites.s]\nfixtures = "cases.jsonl"\nreference = "ref"\ncandidate = "cand"\n',
+            encoding="utf-8",
+        )
+
+    @property
+    def config(self) -> Path:
+        return self.root / "parallax.toml"
+
+    def _write_jsonl(self, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+        (self.root / name).write_text(text, encoding="utf-8")
+
+    def cassettes(
+        self,
+        reference: Mapping[str, Mapping[str, Any]],
+        candidate: Mapping[str, Mapping[str, Any]],
+    ) -> None:
+        """Every case replies "ok" on both sides unless a row here says otherwise."""
+        for name, overrides, model in (
+            ("ref.jsonl", reference, "ref-1"),
+            ("cand.jsonl", candidate, "cand-1"),
+        ):
+            rows = []
+            for case in self.cases:
+                row: dict[str, Any] = {"case_id": case["id"], "completion": "ok", "model": model}
+                if case["id"] in overrides:
+                    row = {"case_id": case["id"], **overrides[case["id"]]}
+                rows.append(row)
+            self._write_jsonl(name, rows)
+
+    def run(self) -> tuple[Path, int, dict[str, Any]]:
+        from runner.config import load_config
+        from runner.runs import run_suite
+
+        return run_suite(load_config(self.config), "s")
+
+    def promote(self, run_dir: Path) -> None:
+        from runner.snapshot import promote
+
+        promote(run_dir, self.root / "snapshots", allow_partial=True)
+
+
+def hostile_project(root: Path) -> tuple[Project, Path]:
+    """A run with every gate class that needs a reply shown, the replies full of markup."""
+    cases = [
+        *BASE_CASES,
+        {"id": "hostile-script", "prompt": "p", "expect": {"must_include": ["ok"]}},
+        {"id": "hostile-img", "prompt": "p", "expect": {"must_include": ["ok"]}},
+        {"id": "hostile-table", "prompt": "p", "expect": {"must_include": ["ok"]}},
+        {"id": "hostile-pipes", "prompt": "p", "expect": {"must_include": ["ok"]}},
+        {"id": "hostile-long", "prompt": "p", "expect": {"must_include": ["ok"]}},
+        {"id": "alias", "prompt": "p", "expect": {"must_include": ["ok"]}},
+        {"id": "schema", "prompt": "p", "expect": {"must_include": ["ok"]}},
+        {"id": "timeout", "prompt": "p", "expect": {"must_include": ["ok"]}},
+    ]
+    project = Project(root, cases)
+    first, _, _ = project.run()
+    project.promote(first)
+    project.cassettes(
+        {"hostile-script": {"completion": f"ok {HOSTILE_SCRIPT}", "model": "ref-1"}},
+        {
+            "hostile-script": {"completion": HOSTILE_SCRIPT, "model": "cand-1"},
+            "hostile-img": {"completion": HOSTILE_IMG, "model": "cand-1"},
+            "hostile-table": {"completion": HOSTILE_TABLE, "model": "cand-1"},
+            "hostile-pipes": {"completion": HOSTILE_PIPES, "model": "cand-1"},
+            "hostile-long": {"completion": HOSTILE_LONG, "model": "cand-1"},
+            "alias": {"completion": "ok", "model": "cand-2-<b>preview</b>"},
+            "schema": {"status": 200, "body": f"<html>{HOSTILE_SCRIPT}{HOSTILE_IMG}</html>"},
+            "timeout": {"fault": "timeout"},
+        },
+    )
+    second, _, _ = project.run()
+    return project, second

@@ -1,0 +1,197 @@
+"""History: a row per run, ceiling candidates over nights, served-model changes, broken dirs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from reportkit import Project
+
+from runner.cli import main
+from runner.history import ceiling_candidates, load_history, model_changes, streaks
+
+
+def _side(passed: bool, model: str) -> dict[str, Any]:
+    return {
+        "admitted": True,
+        "passed": passed,
+        "misses": [] if passed else ["x"],
+        "response_model": model,
+    }
+
+
+def _run(
+    suite_dir: Path,
+    name: str,
+    *,
+    cases: dict[str, tuple[bool, bool]],
+    models: tuple[str, str] = ("ref-1", "cand-1"),
+    mode: str = "run",
+) -> Path:
+    """A hand-made run dir: per case (reference passed, candidate passed)."""
+    run_dir = suite_dir / name
+    run_dir.mkdir(parents=True)
+    summary = {
+        "version": 1,
+        "run_id": name,
+        "suite": suite_dir.name,
+        "mode": mode,
+        "started_at": f"2026-01-{name[6:8]}T03:00:00+00:00",
+        "exit_code": 0,
+        "verdict": "clean",
+        "gate_counts": {"unchanged": len(cases)},
+        "strata": {"reference": {"easy": {"n": 2, "pass_rate": 1.0}}},
+        "stratified": True,
+        "stratum_alerts": {"reference": [], "candidate": []},
+        "served_models": {"reference": [models[0]], "candidate": [models[1]]},
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    disagreement = {
+        "version": 1,
+        "cases": {
+            cid: {
+                "admitted": True,
+                "disagreement": [] if ref == cand else ["x"],
+                "reference": _side(ref, models[0]),
+                "candidate": _side(cand, models[1]),
+            }
+            for cid, (ref, cand) in cases.items()
+        },
+    }
+    (run_dir / "disagreement.json").write_text(json.dumps(disagreement), encoding="utf-8")
+    return run_dir
+
+
+def _name(day: int) -> str:
+    return f"202601{day:02d}T030000Z-abc{day:03d}"
+
+
+def test_candidates_need_retire_after_quiet_runs(tmp_path: Path) -> None:
+    """A case quiet for 3 runs running is a candidate at retire_after 3, not at 4."""
+    suite = tmp_path / "s"
+    for day in (1, 2, 3):
+        _run(suite, _name(day), cases={"quiet": (True, True), "noisy": (True, day != 2)})
+    rows = load_history(suite).rows
+    expected = (["quiet"], [], {"quiet": 3, "noisy": 1})
+    actual = (ceiling_candidates(rows, 3), ceiling_candidates(rows, 4), streaks(rows))
+    assert expected == actual
+
+
+def test_a_failing_night_resets_the_streak(tmp_path: Path) -> None:
+    """Both sides failing alike (empty delta) still breaks a streak: both must pass."""
+    suite = tmp_path / "s"
+    for day, ok in ((1, True), (2, False), (3, True), (4, True)):
+        _run(suite, _name(day), cases={"c": (ok, ok)})
+    expected = {"c": 2}
+    actual = streaks(load_history(suite).rows)
+    assert expected == actual
+
+
+def test_replays_do_not_count_as_nights(tmp_path: Path) -> None:
+    """A replay regrades old replies, so it does not lengthen a streak."""
+    suite = tmp_path / "s"
+    _run(suite, _name(1), cases={"c": (True, True)})
+    _run(suite, _name(2), cases={"c": (True, True)}, mode="replay")
+    expected: list[str] = []
+    actual = ceiling_candidates(load_history(suite).rows, 2)
+    assert expected == actual
+
+
+def test_broken_run_dirs_are_skipped_with_a_note(tmp_path: Path) -> None:
+    """Corrupt or missing files in old run dirs become notes, never an exception."""
+    suite = tmp_path / "s"
+    _run(suite, _name(1), cases={"c": (True, True)})
+    (suite / _name(2)).mkdir()  # killed before summary.json
+    bad = _run(suite, _name(3), cases={"c": (True, True)})
+    (bad / "summary.json").write_text("{not json", encoding="utf-8")
+    half = _run(suite, _name(4), cases={"c": (True, True)})
+    (half / "disagreement.json").write_bytes(b"\xff\xfe")
+    other = _run(suite, _name(5), cases={"c": (True, True)})
+    (other / "summary.json").write_text("[1, 2]", encoding="utf-8")
+    history = load_history(suite)
+    expected = ([_name(1), _name(4)], 4)
+    actual = ([r.run_id for r in history.rows], len(history.notes))
+    assert expected == actual
+
+
+def test_model_changes_list_every_switch(tmp_path: Path) -> None:
+    """Each change of a side's served model is listed once, with the run it appeared in."""
+    suite = tmp_path / "s"
+    _run(suite, _name(1), cases={"c": (True, True)}, models=("r1", "c1"))
+    _run(suite, _name(2), cases={"c": (True, True)}, models=("r1", "c2"))
+    _run(suite, _name(3), cases={"c": (True, True)}, models=("r2", "c2"))
+    expected = [("candidate", ["c1"], ["c2"], _name(2)), ("reference", ["r1"], ["r2"], _name(3))]
+    actual = [
+        (c["side"], c["from"], c["to"], c["run_id"])
+        for c in model_changes(load_history(suite).rows)
+    ]
+    assert expected == actual
+
+
+def test_last_keeps_the_newest_rows(tmp_path: Path) -> None:
+    """--last N keeps the N newest readable runs."""
+    suite = tmp_path / "s"
+    for day in (1, 2, 3, 4):
+        _run(suite, _name(day), cases={"c": (True, True)})
+    expected = [_name(3), _name(4)]
+    actual = [r.run_id for r in load_history(suite, last=2).rows]
+    assert expected == actual
+
+
+def test_history_command_json_over_real_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`parallax history --json` lists real runs, candidates at retire_after 2, and a swap."""
+    project = Project(tmp_path)
+    project.run()
+    project.run()
+    project.cassettes({}, {"easy-a": {"completion": "ok", "model": "cand-2"}})
+    project.run()
+    capsys.readouterr()
+    code = main(["history", "--config", str(project.config), "--json", "--last", "2"])
+    doc = json.loads(capsys.readouterr().out)
+    suite = doc["suites"][0]
+    expected = (0, 2, ["easy-a", "easy-b", "med-a", "med-b", "str-a", "str-b"], 1)
+    actual = (
+        code,
+        len(suite["runs"]),
+        [c["case_id"] for c in suite["ceiling_candidates"]],
+        len(suite["model_changes"]),
+    )
+    assert expected == actual
+
+
+def test_history_command_text_mentions_candidates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The text form has a row per run and names the ceiling candidates."""
+    project = Project(tmp_path)
+    project.run()
+    project.run()
+    capsys.readouterr()
+    main(["history", "--config", str(project.config)])
+    out = capsys.readouterr().out
+    expected = (True, True)
+    actual = ("ceiling candidates (quiet for >= 2 runs" in out, "easy-a  (2 runs)" in out)
+    assert expected == actual
+
+
+def test_history_of_a_suite_without_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A suite that never ran says so instead of failing."""
+    project = Project(tmp_path)
+    code = main(["history", "--config", str(project.config), "--suite", "s"])
+    expected = (0, True)
+    actual = (code, "no finished runs" in capsys.readouterr().out)
+    assert expected == actual
+
+
+def test_history_with_negative_last_is_a_usage_error(tmp_path: Path) -> None:
+    """--last -1 exits 64."""
+    project = Project(tmp_path)
+    expected = 64
+    actual = main(["history", "--config", str(project.config), "--last", "-1"])
+    assert expected == actual

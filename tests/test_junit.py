@@ -1,0 +1,109 @@
+"""JUnit XML: one testcase per case, the gate class decides failure, error or skipped."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from reportkit import HOSTILE_SCRIPT, Project, hostile_project
+
+from runner.cli import main
+from runner.junit import junit_xml, write_junit, xml_safe
+from runner.report import build_report
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _, run_dir = hostile_project(tmp_path_factory.mktemp("junit"))
+    return run_dir
+
+
+def _outcomes(root: ET.Element) -> dict[str, str]:
+    result = {}
+    for tc in root.iter("testcase"):
+        child = next(iter(tc), None)
+        result[str(tc.get("name"))] = child.tag if child is not None else "passed"
+    return result
+
+
+def test_gate_classes_map_to_junit_outcomes(hostile: Path) -> None:
+    """disagreement_changed and alias_swap fail, transport and schema misses error out."""
+    root = ET.fromstring(junit_xml([build_report(hostile)]))
+    outcomes = _outcomes(root)
+    expected = {
+        "hostile-script": "failure",
+        "alias": "failure",
+        "timeout": "error",
+        "schema": "error",
+        "easy-a": "passed",
+    }
+    actual = {k: outcomes[k] for k in expected}
+    assert expected == actual
+
+
+def test_counts_on_the_testsuite_match_its_children(hostile: Path) -> None:
+    """tests/failures/errors/skipped agree with the testcases (strata testcases included)."""
+    suite = ET.fromstring(junit_xml([build_report(hostile)])).find("testsuite")
+    assert suite is not None
+    children = list(_outcomes(ET.fromstring(ET.tostring(suite))).values())
+    expected = (
+        suite.get("tests"),
+        suite.get("failures"),
+        suite.get("errors"),
+        suite.get("skipped"),
+    )
+    actual = (
+        str(len(children)),
+        str(children.count("failure")),
+        str(children.count("error")),
+        str(children.count("skipped")),
+    )
+    assert expected == actual
+
+
+def test_new_cases_are_skipped(tmp_path: Path) -> None:
+    """A first run against an empty snapshot reports every case as skipped (new_case)."""
+    run_dir, _, _ = Project(tmp_path).run()
+    outcomes = _outcomes(ET.fromstring(junit_xml([build_report(run_dir)])))
+    expected = {"skipped"}
+    actual = {v for k, v in outcomes.items() if not k.startswith("strata")}
+    assert expected == actual
+
+
+def test_hostile_reply_is_text_in_the_failure(hostile: Path) -> None:
+    """The reply inside a failure parses back as text, markup and all."""
+    root = ET.fromstring(junit_xml([build_report(hostile)]))
+    failure = next(
+        tc.find("failure") for tc in root.iter("testcase") if tc.get("name") == "hostile-script"
+    )
+    assert failure is not None
+    expected = True
+    actual = HOSTILE_SCRIPT in (failure.text or "")
+    assert expected == actual
+
+
+def test_control_characters_cannot_break_the_xml() -> None:
+    """Characters XML 1.0 forbids are replaced, so the document always parses."""
+    expected = "a\ufffdb\ufffdc\td"
+    actual = xml_safe("a\x00b\x1bc\td")
+    assert expected == actual
+
+
+def test_run_with_junit_flag_writes_a_parseable_file(tmp_path: Path) -> None:
+    """`parallax run --junit PATH` leaves a JUnit document with one testsuite per suite."""
+    project = Project(tmp_path)
+    out = tmp_path / "junit.xml"
+    main(["run", "--config", str(project.config), "--junit", str(out)])
+    root = ET.parse(out).getroot()
+    expected = ("testsuites", ["parallax.s"])
+    actual = (root.tag, [s.get("name") for s in root.iter("testsuite")])
+    assert expected == actual
+
+
+def test_write_junit_to_a_missing_folder_is_a_usage_error(hostile: Path, tmp_path: Path) -> None:
+    """An unwritable --junit path is one line and exit 64, after the report is built."""
+    from runner.errors import UsageError
+
+    with pytest.raises(UsageError):
+        write_junit([hostile], tmp_path / "no" / "such" / "dir" / "j.xml")

@@ -1,0 +1,248 @@
+"""report.html and report.md: what they show, and that untrusted text never becomes markup."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from reportkit import (
+    HOSTILE_IMG,
+    HOSTILE_LONG,
+    HOSTILE_SCRIPT,
+    HOSTILE_TABLE,
+    UNSTRATIFIED,
+    Project,
+    hostile_project,
+)
+from structlog.testing import capture_logs
+
+from runner.cli import main
+from runner.report import MD_LINE_CAP, build_report, md_text, render_html, render_markdown
+
+
+class _Tags(HTMLParser):
+    """Collects start tags and their attributes, as a browser's tokenizer would see them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def _tags(text: str) -> list[tuple[str, dict[str, str | None]]]:
+    parser = _Tags()
+    parser.feed(text)
+    return parser.tags
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _, run_dir = hostile_project(tmp_path_factory.mktemp("hostile"))
+    return run_dir
+
+
+def test_run_writes_both_reports(hostile: Path) -> None:
+    """A run ends with report.html and report.md in its run directory."""
+    expected = [True, True]
+    actual = [(hostile / "report.html").is_file(), (hostile / "report.md").is_file()]
+    assert expected == actual
+
+
+def test_html_has_no_element_from_a_reply(hostile: Path) -> None:
+    """No script, img, or injected element comes out of a reply; only the report's own tags."""
+    tags = _tags((hostile / "report.html").read_text(encoding="utf-8"))
+    expected: tuple[list[str], list[str]] = ([], [])
+    actual = (
+        [
+            tag
+            for tag, attrs in tags
+            if tag in ("script", "img", "iframe") or attrs.get("id") == "injected"
+        ],
+        [tag for tag, attrs in tags if any(k.startswith("on") for k in attrs)],
+    )
+    assert expected == actual
+
+
+def test_html_shows_replies_as_escaped_text(hostile: Path) -> None:
+    """Each hostile reply appears html-escaped, so a reader sees the markup as text."""
+    page = (hostile / "report.html").read_text(encoding="utf-8")
+    import html
+
+    expected = [True, True, True]
+    actual = [html.escape(s) in page for s in (HOSTILE_SCRIPT, HOSTILE_IMG, HOSTILE_TABLE)]
+    assert expected == actual
+
+
+def test_html_needs_no_network(hostile: Path) -> None:
+    """The page fetches nothing: no http(s) URL, no src or href to another file."""
+    page = (hostile / "report.html").read_text(encoding="utf-8")
+    own = [(t, a) for t, a in _tags(page) if "src" in a or ("href" in a and t == "link")]
+    expected: tuple[list[str], list[tuple[str, dict[str, str | None]]]] = ([], [])
+    actual = (re.findall(r"https?://(?!www\.w3\.org/2000/svg)[^\s\"'<]+", page), own)
+    assert expected == actual
+
+
+def test_review_cases_come_first_in_gate_order(hostile: Path) -> None:
+    """disagreement_changed cases are listed before alias_swap, both before other sections."""
+    rep = build_report(hostile, retire_after=2)
+    expected = [
+        ("hostile-img", "disagreement_changed"),
+        ("hostile-long", "disagreement_changed"),
+        ("hostile-pipes", "disagreement_changed"),
+        ("hostile-script", "disagreement_changed"),
+        ("hostile-table", "disagreement_changed"),
+        ("alias", "alias_swap"),
+    ]
+    actual = [(k, v["gate"]) for k, v in rep.cases_in(("disagreement_changed", "alias_swap"))]
+    assert expected == actual
+
+
+def test_long_reply_is_capped_in_html(hostile: Path) -> None:
+    """A 9000-character reply is cut for the page and says so."""
+    page = (hostile / "report.html").read_text(encoding="utf-8")
+    expected = (False, True)
+    actual = (HOSTILE_LONG in page, "cut for the report" in page)
+    assert expected == actual
+
+
+def test_incomplete_cases_grouped_by_stamp(hostile: Path) -> None:
+    """Transport and schema misses are grouped under their stamp with their case ids."""
+    from runner.report import incomplete_groups
+
+    rep = build_report(hostile)
+    expected = {"schema: not_json": ["schema"], "transport: timeout": ["timeout"]}
+    actual = {k: [cid for cid, _ in v] for k, v in incomplete_groups(rep).items()}
+    assert expected == actual
+
+
+def test_served_models_and_trend_in_html(hostile: Path) -> None:
+    """The served models per side are listed and the trend has one bar group per run."""
+    page = (hostile / "report.html").read_text(encoding="utf-8")
+    expected = (True, True, 2)
+    actual = (
+        "cand-2-&lt;b&gt;preview&lt;/b&gt;" in page,
+        "ref-1" in page,
+        len(set(re.findall(r"<title>(\d{8}T\d{6}Z-[0-9a-f]{6}): ", page))),
+    )
+    assert expected == actual
+
+
+def test_markdown_escapes_and_keeps_table_shape(hostile: Path) -> None:
+    """Every review row keeps its five cells, no raw tag survives, no line is overlong."""
+    text = (hostile / "report.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| hostile-")]
+    expected = (5, [6] * 5, [], True)
+    actual = (
+        len(rows),
+        [len(re.findall(r"(?<!\\)\|", row)) for row in rows],
+        re.findall(r"<(?!br>)[a-z/]", text),
+        max(len(line) for line in text.splitlines()) <= MD_LINE_CAP,
+    )
+    assert expected == actual
+
+
+def test_markdown_has_verdict_first(hostile: Path) -> None:
+    """The first line carries the verdict word and the exit code."""
+    first = (hostile / "report.md").read_text(encoding="utf-8").splitlines()[0]
+    expected = True
+    actual = "**REVIEW+INCOMPLETE** (exit 3)" in first
+    assert expected == actual
+
+
+def test_md_text_escapes_markup_characters() -> None:
+    """Pipes, backticks, angle brackets and link brackets are neutralised; newlines folded."""
+    expected = "a \\| b \\` &lt;i&gt; \\[x\\](y) c"
+    actual = md_text("a | b ` <i> [x](y)\n c")
+    assert expected == actual
+
+
+def test_md_text_caps_length() -> None:
+    """A long value is cut to the cap with an ellipsis."""
+    expected = 10
+    actual = len(md_text("x" * 100, cap=10))
+    assert expected == actual
+
+
+def test_clean_run_says_nothing_moved(tmp_path: Path) -> None:
+    """A run identical to its snapshot renders a clean verdict and no review cards."""
+    project = Project(tmp_path, UNSTRATIFIED)
+    first, _, _ = project.run()
+    project.promote(first)
+    run_dir, code, _ = project.run()
+    page = render_html(build_report(run_dir))
+    expected = (0, True, True)
+    actual = (code, "Nothing moved against the accepted snapshot." in page, "CLEAN" in page)
+    assert expected == actual
+
+
+def test_report_command_rewrites_reports_and_returns_run_exit(hostile: Path) -> None:
+    """`parallax report RUN_DIR` rewrites both files and exits with the run's own code."""
+    (hostile / "report.md").unlink()
+    expected = (3, True)
+    actual = (main(["report", str(hostile)]), (hostile / "report.md").is_file())
+    assert expected == actual
+
+
+def test_report_on_missing_run_dir_is_a_data_error(tmp_path: Path) -> None:
+    """A path that is not a run directory exits 64 or 65 with one line, no traceback."""
+    expected = True
+    actual = main(["report", str(tmp_path / "nope")]) in (64, 65)
+    assert expected == actual
+
+
+def test_report_without_a_reachable_config_still_renders(hostile: Path, tmp_path: Path) -> None:
+    """A run dir copied elsewhere (a CI artifact) still renders from its own files."""
+    import shutil
+
+    copy = tmp_path / "s" / hostile.name
+    shutil.copytree(hostile, copy)
+    manifest = json.loads((copy / "manifest.json").read_text(encoding="utf-8"))
+    manifest["config"]["path"] = str(tmp_path / "gone.toml")
+    (copy / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    expected = 3
+    actual = main(["report", str(copy)])
+    assert expected == actual
+
+
+def test_markdown_of_a_run_with_unreadable_raw_still_renders(hostile: Path, tmp_path: Path) -> None:
+    """A broken raw.jsonl costs the replies, not the report: the note says so."""
+    import shutil
+
+    copy = tmp_path / "s" / hostile.name
+    shutil.copytree(hostile, copy)
+    (copy / "raw.jsonl").write_text("{broken\n{}\n", encoding="utf-8")
+    rep = build_report(copy)
+    expected = (True, True)
+    actual = (any("raw.jsonl" in n for n in rep.notes), "parallax" in render_markdown(rep))
+    assert expected == actual
+
+
+def test_ceiling_alert_logged_when_the_list_grows(tmp_path: Path) -> None:
+    """With retire_after 2, the second quiet run raises alert.ceiling_candidates once."""
+    project = Project(tmp_path)
+    events = []
+    for _ in range(3):
+        with capture_logs() as logs:
+            project.run()
+        events.append([e for e in logs if e["event"] == "alert.ceiling_candidates"])
+    everything = ["easy-a", "easy-b", "med-a", "med-b", "str-a", "str-b"]
+    expected = [0, 1, 0]
+    actual = [len(batch) for batch in events]
+    assert expected == actual
+    expected_fields = (6, everything, everything)
+    actual_fields = (events[1][0]["count"], events[1][0]["case_ids"], events[1][0]["new"])
+    assert expected_fields == actual_fields
+
+
+def test_an_unknown_gate_class_still_renders(hostile: Path) -> None:
+    """A gate class added after this report was written gets a neutral colour, not a crash."""
+    rep = build_report(hostile)
+    rep.cases = {**rep.cases, "odd": {**rep.cases["easy-a"], "gate": "brand_new_class"}}
+    expected = True
+    actual = "brand_new_class" in render_html(rep)
+    assert expected == actual
