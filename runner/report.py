@@ -249,6 +249,8 @@ table{border-collapse:collapse;width:100%}
 td,th{border-bottom:1px solid var(--line);padding:5px 8px;text-align:left;vertical-align:top;
  overflow-wrap:anywhere}
 th{font-weight:600;color:var(--muted);font-size:12px}
+table.inc{table-layout:fixed}
+table.inc th:nth-child(1){width:20%} table.inc th:nth-child(2){width:14%}
 details summary{cursor:pointer;color:var(--muted)}
 svg text{font-family:system-ui,sans-serif;font-size:11px;fill:#475569}
 footer{margin-top:36px;color:var(--muted);font-size:12px}
@@ -372,7 +374,7 @@ def _incomplete_html(rep: RunReport) -> str:
             )
         parts.append(
             f'<div class="card" style="margin-bottom:10px"><h3>{e(stamp_)} '
-            f'<span class="muted">· {len(rows)} case(s)</span></h3><table>'
+            f'<span class="muted">· {len(rows)} case(s)</span></h3><table class="inc">'
             "<tr><th>case</th><th>gate</th><th>reference</th><th>candidate</th></tr>"
             f"{''.join(body)}</table></div>"
         )
