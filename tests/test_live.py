@@ -26,7 +26,8 @@ from runner.runs import run_suite
 from runner.snapshot import IncompleteError, load_snapshot, promote
 
 FAST_RETRY = (
-    "{ attempts = 2, backoff_base = 0.01, backoff_max = 0.02, jitter = 0.5, retry_after_cap = 0.05 }"
+    "{ attempts = 2, backoff_base = 0.01, backoff_max = 0.02, jitter = 0.5, "
+    "retry_after_cap = 0.05 }"
 )
 TIMEOUTS = "{ connect = 1.0, read = 0.6, write = 1.0, pool = 2.0 }"
 
