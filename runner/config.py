@@ -107,6 +107,9 @@ class SuiteConfig(_Strict):
     schedule: str | None = None  # five-field cron, used by `parallax serve`
     timezone: str = "UTC"
     thresholds: Thresholds | None = None  # overrides the top-level [thresholds]
+    noise_check: bool = False  # call the reference a second time: its disagreement with itself
+    fail_on: list[Literal["significant_regression"]] = Field(default_factory=list)
+    alpha: float = Field(0.05, gt=0, lt=1)  # significance level of the paired test
 
 
 class Config(_Strict):
