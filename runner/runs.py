@@ -27,6 +27,7 @@ from runner.fixtures import load_cases
 from runner.gate import GATE_CLASSES, INCOMPLETE, RETIRED_CASE, REVIEW, Verdict, classify, fold
 from runner.grading import GraderSet, check_cases, load_graders
 from runner.ledger import LedgerWriter, read_jsonl, write_json
+from runner.lock import holds_suite_lock
 from runner.model import SIDES, Case, Endpoint, Exchange, Outcome
 from runner.progress import ProgressBar, start_progress
 from runner.report import after_run
@@ -295,8 +296,12 @@ async def call_all(
         )
     finally:
         ledgers.close()
-        for endpoint in endpoints.values():
-            await endpoint.aclose()
+        import anyio
+
+        # cleanup must also run when the run is cancelled (serve's shutdown): shielded, bounded
+        with anyio.move_on_after(10, shield=True):
+            for endpoint in endpoints.values():
+                await endpoint.aclose()
 
 
 def verdicts(suite: Suite, run_dir: Path, snapshot: Mapping[str, Any]) -> list[Verdict]:
@@ -501,6 +506,7 @@ def run_suite(
     )
 
 
+@holds_suite_lock  # runs/<suite>/.lock: one run of a suite at a time (not replay)
 async def run_suite_async(
     loaded: LoadedConfig,
     name: str,
