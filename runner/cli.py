@@ -168,6 +168,26 @@ def cmd_grade(args: argparse.Namespace) -> int:
     return 0 if not alerts else 1
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from runner import logs
+    from runner.config import check_files, load_config
+    from runner.scheduler import serve
+
+    logs.configure()
+    loaded = load_config(_config_path(args))
+    check_files(loaded)
+    return serve(loaded, run_now=args.run_now)
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    from runner.config import load_config
+    from runner.scheduler import check_health
+
+    report = check_health(load_config(_config_path(args)).runs_dir, max_age=args.max_age)
+    print(json.dumps(report, sort_keys=True))
+    return 0 if report["healthy"] else 1
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from runner.config import check_files, load_config
     from runner.recorded import load_cassette
@@ -324,6 +344,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help=config_help)
     p.add_argument("--suite", help="validate only this suite")
     p.set_defaults(func=cmd_validate)
+
+    p = add("serve", "Run each suite on its cron schedule until SIGTERM (0 stopped, 70 crashed).")
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--run-now", action="store_true", help="also run every scheduled suite at start")
+    p.set_defaults(func=cmd_serve)
+
+    p = add("health", "Exit 0 when the serve daemon is running with a fresh heartbeat, else 1.")
+    p.add_argument("--config", help=config_help)
+    p.add_argument(
+        "--max-age",
+        type=float,
+        metavar="S",
+        help="seconds a heartbeat may age (default: 3 heartbeat intervals + 5)",
+    )
+    p.set_defaults(func=cmd_health)
     _add_report_commands(add, config_help)
     return parser
 

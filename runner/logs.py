@@ -38,6 +38,9 @@ SCHEDULER_JOB_FINISHED = "scheduler.job_finished"
 SCHEDULER_JOB_SKIPPED = "scheduler.job_skipped"
 SCHEDULER_MISFIRE = "scheduler.misfire"
 SCHEDULER_JOB_CRASHED = "scheduler.job_crashed"
+SCHEDULER_JOB_CANCELLED = "scheduler.job_cancelled"  # grace over at shutdown: left resumable
+SCHEDULER_RESUME_SKIPPED = "scheduler.resume_skipped"  # an interrupted run that cannot resume
+SCHEDULER_STOPPING = "scheduler.stopping"  # a signal arrived: no new runs, grace starts
 SCHEDULER_STOPPED = "scheduler.stopped"
 SCHEDULER_CRASHED = "scheduler.crashed"
 

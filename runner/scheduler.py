@@ -1,0 +1,629 @@
+"""`parallax serve`: each suite on its cron schedule, never two runs of a suite at once.
+
+APScheduler 3.11 (the stable line; 4.0 is a pre-release) supplies the calendar arithmetic: its
+CronTrigger turns a crontab line and a time zone into fire times, DST gaps and folds included.
+It stays behind this module. The loop that waits and runs is ours, one anyio task group with
+named children, so a run in flight sits in a cancel scope we own:
+
+    serve
+    ├── signals        SIGTERM/SIGINT: stop scheduling; a second signal cuts the grace short
+    ├── heartbeat      rewrites runs/.parallax-serve.json; `parallax health` reads it
+    └── suite:<name>   wait for the next fire time, run, repeat (one task per scheduled suite)
+
+Scheduling follows APScheduler's own vocabulary:
+
+- coalesce: fire times that came due together (a suspended host, a stuck loop) run once;
+- misfire_grace_time: a fire time found more than `serve_misfire_grace_seconds` late is not
+  run (`scheduler.misfire`);
+- max_instances = 1: fire times that come due while the suite's run is in flight are skipped
+  (`scheduler.job_skipped`, reason "running"), and so is a fire while another process holds
+  the suite lock (reason "locked"; see `runner.lock`).
+
+On SIGTERM or SIGINT no new run starts; a run in flight may finish within
+`serve_grace_seconds`, else it is cancelled, which leaves its run dir resumable (its manifest
+keeps `finished_at: null`). The daemon then logs exactly one of `scheduler.stopped` (exit 0)
+or `scheduler.crashed` (exit 70). On the next start it resumes the latest interrupted run of
+each suite, or logs `scheduler.resume_skipped` with the reason it cannot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import anyio
+from anyio.abc import TaskStatus
+
+from runner import logs
+from runner.config import LoadedConfig
+from runner.errors import ConfigError, ParallaxError, UsageError
+from runner.lock import SuiteLocked, is_locked
+
+HEARTBEAT_NAME = ".parallax-serve.json"
+HEARTBEAT_VERSION = 1
+EXIT_CRASHED = 70  # sysexits EX_SOFTWARE: the scheduler itself failed (a run's failure is not)
+UNWIND_SECONDS = 10.0  # bounded, shielded wait for cancelled runs to close their ledgers
+MAX_COALESCE = 100_000  # fire times counted one by one before jumping straight to now
+
+Runner = Callable[..., Awaitable[tuple[Path, int, dict[str, Any]]]]
+
+
+class Clock(Protocol):
+    """Where the scheduler reads the time and waits for it; tests pass a compressed one."""
+
+    def now(self) -> datetime: ...
+
+    async def sleep_until(self, when: datetime) -> None: ...
+
+
+class SystemClock:
+    """Wall-clock UTC; long waits re-read the clock so a suspend or a clock step is noticed."""
+
+    recheck_seconds = 30.0
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    async def sleep_until(self, when: datetime) -> None:
+        while (delay := (when - self.now()).total_seconds()) > 0:
+            await anyio.sleep(min(delay, self.recheck_seconds))
+
+
+_DOW_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+def _crontab_dow(expr: str) -> str:
+    """Crontab's numeric weekdays (0 or 7 = Sunday) as names.
+
+    APScheduler 3 reads a number as Monday-based (its documented historical mistake, fixed
+    only in 4.x); names mean the same to both, so numbers are spelled out before parsing.
+    """
+    out: list[str] = []
+    for part in expr.split(","):
+        if not part or not set(part) <= set("0123456789-/*"):
+            out.append(part)  # names (mon-fri) and anything APScheduler should reject
+            continue
+        span, _, step_text = part.partition("/")
+        step = int(step_text) if step_text else 1
+        if span == "*":
+            lo, hi = 0, 6
+        elif "-" in span:
+            lo_text, _, hi_text = span.partition("-")
+            lo, hi = int(lo_text), int(hi_text)
+        else:
+            lo = int(span)
+            hi = 6 if step_text else lo  # "1/2" means from Monday on, every other day
+        if not (0 <= lo <= 7 and 0 <= hi <= 7 and lo <= hi and step >= 1):
+            raise ValueError(f"day-of-week {part!r} is out of range 0-7")
+        if part == "*":
+            out.append("*")
+            continue
+        out.extend(_DOW_NAMES[day] for day in range(lo, hi + 1, step))
+    return ",".join(dict.fromkeys(out))
+
+
+class Trigger:
+    """A suite's five-field crontab line in its time zone, via APScheduler's CronTrigger."""
+
+    def __init__(self, expr: str, timezone: str, *, config_path: Path, suite: str) -> None:
+        from apscheduler.triggers.cron import CronTrigger
+
+        try:
+            tz = ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(
+                config_path, f"suites.{suite}.timezone", f"unknown time zone {timezone!r}"
+            ) from None
+        fields = expr.split()
+        if len(fields) != 5:
+            raise ConfigError(
+                config_path,
+                f"suites.{suite}.schedule",
+                f"bad cron {expr!r}: expected 5 fields (minute hour day month weekday), "
+                f"got {len(fields)}",
+            )
+        minute, hour, day, month, dow = fields
+        try:
+            self._cron = CronTrigger(
+                minute=minute,
+                hour=hour,
+                day=day,
+                month=month,
+                day_of_week=_crontab_dow(dow),
+                timezone=tz,
+            )
+        except ValueError as exc:
+            raise ConfigError(
+                config_path, f"suites.{suite}.schedule", f"bad cron {expr!r}: {exc}"
+            ) from None
+        self.expr = expr
+        self.timezone = timezone
+        self.tz = tz
+
+    def first(self, now: datetime) -> datetime | None:
+        """The first fire time at or after `now`."""
+        fire: datetime | None = self._cron.get_next_fire_time(None, now)
+        return fire
+
+    def after(self, previous: datetime, now: datetime) -> datetime | None:
+        """The fire time right after `previous` (which may still be in the past)."""
+        fire: datetime | None = self._cron.get_next_fire_time(previous, now)
+        return fire
+
+    def due(self, fire: datetime, now: datetime) -> tuple[list[datetime], datetime | None]:
+        """Fire times from `fire` up to `now`, and the first one after `now`."""
+        passed: list[datetime] = []
+        current: datetime | None = fire
+        while current is not None and current <= now:
+            passed.append(current)
+            if len(passed) >= MAX_COALESCE:
+                nxt = self.first(now)
+                return passed, nxt if nxt is None or nxt > now else self.after(nxt, now)
+            current = self.after(current, now)
+        return passed, current
+
+
+def _traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))[-4000:]
+
+
+def heartbeat_path(runs_dir: Path) -> Path:
+    return runs_dir / HEARTBEAT_NAME
+
+
+def _iso(when: datetime | None) -> str | None:
+    return when.astimezone(UTC).isoformat(timespec="seconds") if when is not None else None
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except OSError:
+        return None
+
+
+def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str | None]:
+    """The latest run dir of `suite` if it was interrupted and can resume; else why not.
+
+    (None, None) means there is nothing to resume: no run yet, or the latest one finished.
+    """
+    from runner.runs import read_manifest
+
+    suite_dir = loaded.runs_dir / suite
+    if not suite_dir.is_dir():
+        return None, None
+    dirs = sorted((p for p in suite_dir.iterdir() if p.is_dir()), key=lambda p: p.name)
+    if not dirs:
+        return None, None
+    latest = dirs[-1]
+    try:
+        manifest = read_manifest(latest)
+    except ParallaxError as exc:
+        return None, f"latest run dir is not readable: {exc}"
+    if manifest.get("finished_at") is not None:
+        return None, None
+    if manifest.get("mode") == "replay":
+        return None, "an interrupted replay calls nothing; run `parallax replay` again"
+    holder = is_locked(loaded.runs_dir, suite)
+    if holder is not None:
+        return None, f"another process holds the suite lock (pid {holder.get('pid')})"
+    cfg = loaded.config.suites[suite]
+    fixtures = manifest.get("fixtures") or {}
+    if fixtures.get("digest") != _digest(loaded.resolve(cfg.fixtures)):
+        return None, "the fixtures changed since it started; the next fire starts a new run"
+    if manifest.get("samples") != cfg.samples:
+        return None, "samples changed since it started; the next fire starts a new run"
+    return latest, None
+
+
+def check_health(
+    runs_dir: Path, max_age: float | None = None, *, now: datetime | None = None
+) -> dict[str, Any]:
+    """Healthy when the heartbeat is fresh, the state is running and its process is alive."""
+    path = heartbeat_path(runs_dir)
+    report: dict[str, Any] = {"healthy": False, "heartbeat": str(path)}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        updated = datetime.fromisoformat(doc["updated_at"])
+        interval = float(doc.get("heartbeat_seconds", 15.0))
+        state = str(doc["state"])
+        pid = int(doc["pid"])
+    except FileNotFoundError:
+        report["reason"] = "no heartbeat file: is `parallax serve` running with this config?"
+        return report
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        report["reason"] = f"unreadable heartbeat: {exc}"
+        return report
+    limit = max_age if max_age is not None else 3 * interval + 5
+    age = ((now or datetime.now(UTC)) - updated).total_seconds()
+    report.update(state=state, pid=pid, age_seconds=round(age, 3), max_age_seconds=limit)
+    if state != "running":
+        report["reason"] = f"scheduler is {state}"
+    elif age > limit:
+        report["reason"] = f"stale heartbeat: {age:.1f}s old (limit {limit:g}s)"
+    elif doc.get("host") == socket.gethostname() and not _alive(pid):
+        report["reason"] = f"daemon process {pid} is gone"
+    else:
+        report["healthy"] = True
+    return report
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, as another user
+    return True
+
+
+@dataclass
+class _Suite:
+    name: str
+    trigger: Trigger
+    next_fire: datetime | None = None
+    resume_dir: Path | None = None
+    scope: anyio.CancelScope | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    runs: int = 0
+
+
+class Daemon:
+    """The scheduler. `run()` returns the process exit code: 0 stopped, 70 crashed."""
+
+    def __init__(
+        self,
+        loaded: LoadedConfig,
+        *,
+        runner: Runner | None = None,
+        clock: Clock | None = None,
+        run_now: bool = False,
+        handle_signals: bool = True,
+    ) -> None:
+        if runner is None:
+            from runner.runs import run_suite_async
+
+            runner = run_suite_async
+        self.loaded = loaded
+        cfg = loaded.config
+        self.grace = cfg.serve_grace_seconds
+        self.misfire_grace = cfg.serve_misfire_grace_seconds
+        self.heartbeat_seconds = cfg.serve_heartbeat_seconds
+        self._runner = runner
+        self._clock: Clock = clock or SystemClock()
+        self._run_now = run_now
+        self._handle_signals = handle_signals
+        self._log = logs.get_logger()
+        self._suites = [
+            _Suite(name, Trigger(s.schedule, s.timezone, config_path=loaded.path, suite=name))
+            for name, s in cfg.suites.items()
+            if s.schedule
+        ]
+        if not self._suites:
+            raise ConfigError(
+                loaded.path, "suites", "no suite has a schedule; `parallax serve` needs one"
+            )
+        self._stopping = False
+        self._stop_reason = ""
+        self._stop_event: anyio.Event | None = None
+        self._grace_scope: anyio.CancelScope | None = None
+        self._waits: set[anyio.CancelScope] = set()
+        self._wake: anyio.Event | None = None
+        self._started_at = datetime.now(UTC)
+        self.heartbeat = heartbeat_path(loaded.runs_dir)
+
+    # control ---------------------------------------------------------------------------
+
+    def request_stop(self, reason: str = "requested") -> None:
+        """Stop scheduling; a run in flight gets the grace period. A second call hurries."""
+        if self._stopping:
+            if self._grace_scope is not None:
+                self._grace_scope.cancel()
+            return
+        self._stopping = True
+        self._stop_reason = reason
+        running = [s.name for s in self._suites if s.scope is not None]
+        self._log.info(
+            logs.SCHEDULER_STOPPING, reason=reason, running=running, grace_seconds=self.grace
+        )
+        for scope in list(self._waits):
+            scope.cancel()
+        if self._stop_event is not None:
+            self._stop_event.set()
+        self._poke()
+
+    @property
+    def suites(self) -> list[str]:
+        return [s.name for s in self._suites]
+
+    # the task group ----------------------------------------------------------------------
+
+    async def run(self) -> int:
+        self._stop_event = anyio.Event()
+        self._wake = anyio.Event()
+        if self._stopping:
+            self._stop_event.set()
+        try:
+            self._write_heartbeat("running")
+        except OSError as exc:
+            raise UsageError(f"{self.heartbeat}: cannot write the heartbeat: {exc}") from None
+        now = self._clock.now()
+        self._log.info(
+            logs.SCHEDULER_STARTED,
+            pid=os.getpid(),
+            suites=self.suites,
+            run_now=self._run_now,
+            grace_seconds=self.grace,
+            misfire_grace_seconds=self.misfire_grace,
+            heartbeat=str(self.heartbeat),
+        )
+        for entry in self._suites:
+            entry.next_fire = entry.trigger.first(now)
+            self._log_next_fire(entry)
+            entry.resume_dir, why_not = find_interrupted(self.loaded, entry.name)
+            if why_not:
+                self._log.warning(logs.SCHEDULER_RESUME_SKIPPED, suite=entry.name, reason=why_not)
+        try:
+            async with anyio.create_task_group() as group:
+                if self._handle_signals:
+                    await group.start(self._signals, name="signals")
+                group.start_soon(self._heartbeat_loop, name="heartbeat")
+                for entry in self._suites:
+                    group.start_soon(self._suite_loop, entry, name=f"suite:{entry.name}")
+                await self._stop_event.wait()
+                await self._drain()
+                group.cancel_scope.cancel()
+        except Exception as exc:  # the scheduler itself failed, not a run (runs are caught)
+            self._safe_heartbeat("crashed")
+            self._log.error(
+                logs.SCHEDULER_CRASHED,
+                error=type(exc).__name__,
+                message=str(exc),
+                traceback=_traceback(exc),
+            )
+            return EXIT_CRASHED
+        self._safe_heartbeat("stopped")
+        self._log.info(
+            logs.SCHEDULER_STOPPED,
+            reason=self._stop_reason,
+            runs={s.name: s.runs for s in self._suites},
+        )
+        return 0
+
+    async def _signals(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
+            task_status.started()
+            async for signum in received:
+                self.request_stop(signal.Signals(signum).name)
+
+    async def _drain(self) -> None:
+        """Let runs in flight finish within the grace, then cancel them and wait, bounded."""
+        running = [s for s in self._suites if s.scope is not None]
+        if not running:
+            return
+        with anyio.move_on_after(self.grace) as grace:
+            self._grace_scope = grace
+            for entry in running:
+                await entry.done.wait()
+        for entry in running:
+            if entry.scope is not None:
+                entry.scope.cancel()
+        with anyio.move_on_after(UNWIND_SECONDS, shield=True):
+            for entry in running:
+                await entry.done.wait()
+
+    async def _heartbeat_loop(self) -> None:
+        assert self._wake is not None
+        while True:
+            self._write_heartbeat("stopping" if self._stopping else "running")
+            with anyio.move_on_after(self.heartbeat_seconds):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _write_heartbeat(self, state: str) -> None:
+        doc = {
+            "version": HEARTBEAT_VERSION,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "state": state,
+            "started_at": _iso(self._started_at),
+            "updated_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "heartbeat_seconds": self.heartbeat_seconds,
+            "suites": {
+                s.name: {"next_fire": _iso(s.next_fire), "running": s.scope is not None}
+                for s in self._suites
+            },
+        }
+        self.heartbeat.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.heartbeat.with_name(f"{self.heartbeat.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(doc, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(self.heartbeat)
+
+    def _safe_heartbeat(self, state: str) -> None:
+        try:
+            self._write_heartbeat(state)
+        except OSError as exc:
+            self._log.warning(logs.SCHEDULER_CRASHED, phase="heartbeat", message=str(exc))
+
+    def _log_next_fire(self, entry: _Suite) -> None:
+        self._log.info(
+            logs.SCHEDULER_NEXT_FIRE,
+            suite=entry.name,
+            next_fire=_iso(entry.next_fire),
+            local=entry.next_fire.astimezone(UTC).astimezone(entry.trigger.tz).isoformat()
+            if entry.next_fire
+            else None,
+            schedule=entry.trigger.expr,
+            timezone=entry.trigger.timezone,
+        )
+
+    # one suite ---------------------------------------------------------------------------
+
+    async def _suite_loop(self, entry: _Suite) -> None:
+        if entry.resume_dir is not None:
+            await self._job(entry, mode="resume", resume_dir=entry.resume_dir)
+        elif self._run_now:
+            await self._job(entry, mode="run")
+        fire = entry.next_fire
+        fire = self._skip_passed(entry, fire)
+        while fire is not None and not self._stopping:
+            if fire != entry.next_fire:
+                entry.next_fire = fire
+                self._log_next_fire(entry)
+                self._poke()
+            if not await self._wait_until(fire):
+                return
+            now = self._clock.now()
+            due, fire = entry.trigger.due(fire, now)
+            latest = due[-1]
+            late = (now - latest).total_seconds()
+            if late > self.misfire_grace:
+                self._log.warning(
+                    logs.SCHEDULER_MISFIRE,
+                    suite=entry.name,
+                    scheduled_for=_iso(latest),
+                    late_seconds=round(late, 3),
+                    missed=len(due),
+                    misfire_grace_seconds=self.misfire_grace,
+                )
+                continue
+            await self._job(entry, mode="run", scheduled_for=latest, coalesced=len(due))
+            fire = self._skip_passed(entry, fire)
+
+    def _skip_passed(self, entry: _Suite, fire: datetime | None) -> datetime | None:
+        """Fire times that came due while the suite's run was in flight are skipped."""
+        now = self._clock.now()
+        if fire is None or fire > now:
+            return fire
+        passed, fire = entry.trigger.due(fire, now)
+        self._log.info(
+            logs.SCHEDULER_JOB_SKIPPED,
+            suite=entry.name,
+            reason="running",
+            missed=len(passed),
+            first=_iso(passed[0]),
+            last=_iso(passed[-1]),
+        )
+        return fire
+
+    async def _wait_until(self, when: datetime) -> bool:
+        """Sleep until `when`; False when a stop request cut the wait short."""
+        if self._stopping:
+            return False
+        with anyio.CancelScope() as scope:
+            self._waits.add(scope)
+            try:
+                await self._clock.sleep_until(when)
+            finally:
+                self._waits.discard(scope)
+        return not self._stopping
+
+    async def _job(
+        self,
+        entry: _Suite,
+        *,
+        mode: str,
+        resume_dir: Path | None = None,
+        scheduled_for: datetime | None = None,
+        coalesced: int = 1,
+    ) -> None:
+        if self._stopping:
+            return
+        holder = is_locked(self.loaded.runs_dir, entry.name)
+        if holder is not None:
+            self._log.warning(
+                logs.SCHEDULER_JOB_SKIPPED,
+                suite=entry.name,
+                reason="locked",
+                holder=holder,
+                scheduled_for=_iso(scheduled_for),
+            )
+            return
+        self._log.info(
+            logs.SCHEDULER_JOB_STARTED,
+            suite=entry.name,
+            mode=mode,
+            scheduled_for=_iso(scheduled_for),
+            coalesced=coalesced,
+            resume_dir=str(resume_dir) if resume_dir else None,
+        )
+        t0 = time.monotonic()
+        entry.done = anyio.Event()
+        entry.scope = anyio.CancelScope()
+        self._poke()
+        try:
+            with entry.scope:
+                await self._run_one(entry, mode, resume_dir, t0)
+            if entry.scope.cancelled_caught:
+                left, _ = find_interrupted(self.loaded, entry.name)
+                self._log.warning(
+                    logs.SCHEDULER_JOB_CANCELLED,
+                    suite=entry.name,
+                    run_dir=str(left) if left else None,
+                    grace_seconds=self.grace,
+                    elapsed_s=round(time.monotonic() - t0, 3),
+                    resumable=left is not None,
+                )
+        finally:
+            entry.scope = None
+            entry.runs += 1
+            entry.done.set()
+            self._poke()
+
+    async def _run_one(self, entry: _Suite, mode: str, resume_dir: Path | None, t0: float) -> None:
+        try:
+            run_dir, code, summary = await self._runner(
+                self.loaded, entry.name, resume_dir=resume_dir, mode=mode
+            )
+        except SuiteLocked as exc:  # lost the race with a `parallax run` started by hand
+            self._log.warning(
+                logs.SCHEDULER_JOB_SKIPPED, suite=entry.name, reason="locked", holder=exc.holder
+            )
+            return
+        except Exception as exc:  # a run's failure must not stop the other suites
+            self._log.error(
+                logs.SCHEDULER_JOB_CRASHED,
+                suite=entry.name,
+                mode=mode,
+                error=type(exc).__name__,
+                message=str(exc),
+                exit_code=exc.exit_code if isinstance(exc, ParallaxError) else None,
+                elapsed_s=round(time.monotonic() - t0, 3),
+                traceback=None if isinstance(exc, ParallaxError) else _traceback(exc),
+            )
+            return
+        self._log.info(
+            logs.SCHEDULER_JOB_FINISHED,
+            suite=entry.name,
+            run_id=run_dir.name,
+            run_dir=str(run_dir),
+            mode=mode,
+            exit_code=code,
+            verdict=summary.get("verdict"),
+            elapsed_s=round(time.monotonic() - t0, 3),
+        )
+
+
+def serve(loaded: LoadedConfig, *, run_now: bool = False) -> int:
+    """Run the daemon until SIGTERM/SIGINT; the exit code is 0 after a clean stop."""
+    from runner.config import check_keys
+
+    daemon = Daemon(loaded, run_now=run_now)
+    check_keys(loaded, daemon.suites)
+    return anyio.run(daemon.run)

@@ -1,0 +1,444 @@
+"""The serve daemon in-process: cron triggers, no overlap, misfires, the lock, stop and resume.
+
+Time is compressed or moved by hand (never slept on); endpoints are the loopback fault server.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import structlog
+import time_machine
+from faultserver import FaultServer
+from structlog.testing import capture_logs
+
+from runner.cli import main
+from runner.config import LoadedConfig, load_config
+from runner.errors import ConfigError
+from runner.lock import suite_lock
+from runner.runs import run_suite_async
+from runner.scheduler import Daemon, Trigger, check_health, find_interrupted
+
+pytestmark = pytest.mark.anyio
+
+CASES = [
+    {"id": "a", "prompt": "alpha", "expect": {"must_include": ["alpha"]}},
+    {"id": "b", "prompt": "beta", "expect": {"must_include": ["beta"]}},
+    {"id": "c", "prompt": "gamma", "expect": {"must_include": ["gamma"]}},
+]
+
+
+def write_config(
+    tmp_path: Path,
+    server: FaultServer,
+    *,
+    ref: str = "ok",
+    cand: str = "ok",
+    schedule: str = "* * * * *",
+    timezone: str = "UTC",
+    grace: float = 5.0,
+    misfire: float = 30.0,
+    heartbeat: float = 0.05,
+) -> LoadedConfig:
+    """A one-suite config whose endpoints are fault-server modes; no retries, short timeouts."""
+    fixtures = tmp_path / "cases.jsonl"
+    fixtures.write_text("".join(json.dumps(c) + "\n" for c in CASES))
+    endpoint = (
+        'kind = "openai-chat"\nmodel = "m"\nretry = {{ attempts = 1 }}\n'
+        "timeout = {{ connect = 2, read = 60, write = 2, pool = 2 }}\n"
+        'base_url = "{url}"\n'
+    )
+    text = (
+        f'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
+        f"serve_grace_seconds = {grace}\nserve_misfire_grace_seconds = {misfire}\n"
+        f"serve_heartbeat_seconds = {heartbeat}\n"
+        f"[endpoints.ref]\n{endpoint.format(url=server.url(ref, 'ref'))}"
+        f"[endpoints.cand]\n{endpoint.format(url=server.url(cand, 'cand'))}"
+        '[suites.nightly]\nfixtures = "cases.jsonl"\nreference = "ref"\ncandidate = "cand"\n'
+        f'schedule = "{schedule}"\ntimezone = "{timezone}"\n'
+    )
+    path = tmp_path / "parallax.toml"
+    path.write_text(text)
+    return load_config(path)
+
+
+class CompressedClock:
+    """Wall time sped up `factor` times: with 120, a `* * * * *` cron fires every 0.5 s."""
+
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+        self._t0 = time.monotonic()
+        self._v0 = datetime.now(UTC)
+
+    def now(self) -> datetime:
+        return self._v0 + timedelta(seconds=(time.monotonic() - self._t0) * self.factor)
+
+    async def sleep_until(self, when: datetime) -> None:
+        delay = (when - self.now()).total_seconds() / self.factor
+        if delay > 0:
+            await anyio.sleep(delay)
+
+
+class ManualClock:
+    """Time that moves only when the test calls `advance`."""
+
+    def __init__(self, start: datetime) -> None:
+        self._now = start
+        self._moved = anyio.Event()
+
+    def now(self) -> datetime:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        self._now += timedelta(seconds=seconds)
+        self._moved.set()
+        self._moved = anyio.Event()
+
+    async def sleep_until(self, when: datetime) -> None:
+        while self._now < when:
+            await self._moved.wait()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_structlog() -> Iterator[None]:
+    """`main()` configures structlog onto the captured stdout of its test; undo that after."""
+    yield
+    structlog.reset_defaults()
+
+
+START = datetime(2026, 11, 30, 3, 0, 30, tzinfo=UTC)  # 30 s before a minute fires
+
+
+def events(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [e for e in logs if e["event"] == name]
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait (bounded) for a condition the daemon makes true."""
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.01)
+
+
+def manifest(run_dir: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((run_dir / "manifest.json").read_text())
+    return doc
+
+
+def run_dirs(loaded: LoadedConfig) -> list[Path]:
+    return sorted(p for p in (loaded.runs_dir / "nightly").iterdir() if p.is_dir())
+
+
+# triggers ------------------------------------------------------------------------------
+
+
+def test_crontab_weekday_numbers_mean_crontab_days() -> None:
+    """`1` is Monday and `0` Sunday, as in crontab (APScheduler 3 alone would shift them)."""
+    where = {"config_path": Path("p.toml"), "suite": "s"}
+    monday = Trigger("0 9 * * 1", "UTC", **where).first(datetime(2026, 11, 28, tzinfo=UTC))
+    sunday = Trigger("0 9 * * 0", "UTC", **where).first(datetime(2026, 11, 24, tzinfo=UTC))
+    assert monday is not None and sunday is not None
+    assert (monday.strftime("%a"), sunday.strftime("%a")) == ("Mon", "Sun")
+
+
+def test_bad_schedule_or_zone_is_a_config_error_naming_the_key() -> None:
+    """A broken cron line or time zone is exit 78 with the suite's key in the message."""
+    with pytest.raises(ConfigError, match=r"suites\.s\.schedule"):
+        Trigger("61 * * * *", "UTC", config_path=Path("p.toml"), suite="s")
+    with pytest.raises(ConfigError, match=r"suites\.s\.timezone"):
+        Trigger("0 3 * * *", "Mars/Olympus", config_path=Path("p.toml"), suite="s")
+
+
+async def test_next_fire_is_logged_at_start_across_a_dst_gap(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """02:30 Berlin does not exist on 29 March 2026: the logged next fire is 03:30 CEST."""
+    loaded = write_config(tmp_path, fault_server, schedule="30 2 * * *", timezone="Europe/Berlin")
+    with (
+        time_machine.travel(datetime(2026, 3, 28, 12, tzinfo=UTC), tick=False),
+        capture_logs() as logs,
+    ):
+        daemon = Daemon(loaded, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: bool(events(logs, "scheduler.next_fire")))
+            daemon.request_stop()
+    [fire] = events(logs, "scheduler.next_fire")
+    assert (
+        fire["next_fire"],
+        fire["local"],
+    ) == ("2026-03-29T01:30:00+00:00", "2026-03-29T03:30:00+02:00")
+
+
+# firing --------------------------------------------------------------------------------
+
+
+async def test_fires_on_schedule(tmp_path: Path, fault_server: FaultServer) -> None:
+    """With a minute compressed to half a second, `* * * * *` runs the suite tick after tick."""
+    loaded = write_config(tmp_path, fault_server)
+    with capture_logs() as logs:
+        daemon = Daemon(loaded, clock=CompressedClock(120), handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: len(events(logs, "scheduler.job_finished")) >= 2)
+            daemon.request_stop()
+    finished = events(logs, "scheduler.job_finished")[:2]
+    assert [e["exit_code"] for e in finished] == [0, 0]
+    fires = [e["scheduled_for"] for e in events(logs, "scheduler.job_started")[:2]]
+    assert (datetime.fromisoformat(fires[1]) - datetime.fromisoformat(fires[0])).seconds == 60
+    assert all(manifest(Path(e["run_dir"]))["finished_at"] for e in finished)
+    assert logs[-1]["event"] == "scheduler.stopped"
+
+
+async def test_no_overlap_when_a_run_outlasts_the_interval(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Fire times that come due while the suite runs are skipped, never run alongside it."""
+    loaded = write_config(tmp_path, fault_server)
+    clock = ManualClock(START)
+    release = anyio.Event()
+    active: list[int] = [0, 0]  # running now, most at once
+
+    async def slow_runner(*args: Any, **kwargs: Any) -> Any:
+        active[0] += 1
+        active[1] = max(active)
+        try:
+            await release.wait()
+            return await run_suite_async(*args, **kwargs)
+        finally:
+            active[0] -= 1
+
+    with capture_logs() as logs:
+        daemon = Daemon(loaded, clock=clock, runner=slow_runner, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: bool(events(logs, "scheduler.next_fire")))
+            clock.advance(30)  # 03:01:00, the first fire
+            await until(lambda: active[0] == 1)
+            clock.advance(185)  # 03:04:05: three more fire times pass while it runs
+            release.set()
+            await until(lambda: bool(events(logs, "scheduler.job_finished")))
+            clock.advance(60)  # 03:05:05, the next fire
+            await until(lambda: len(events(logs, "scheduler.job_finished")) == 2)
+            daemon.request_stop()
+    assert active[1] == 1
+    [skipped] = events(logs, "scheduler.job_skipped")
+    assert (skipped["reason"], skipped["missed"]) == ("running", 3)
+    started = [e["scheduled_for"] for e in events(logs, "scheduler.job_started")]
+    assert started == ["2026-11-30T03:01:00+00:00", "2026-11-30T03:05:00+00:00"]
+
+
+async def test_a_late_fire_beyond_the_grace_is_a_misfire_not_a_run(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Waking five minutes after an hourly fire (grace 60 s) logs a misfire; the next one runs."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 * * * *", misfire=60)
+    clock = ManualClock(START)
+    with capture_logs() as logs:
+        daemon = Daemon(loaded, clock=clock, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: bool(events(logs, "scheduler.next_fire")))
+            clock.advance(3600 + 270)  # 04:05:00, the 04:00 fire is 300 s late
+            await until(lambda: bool(events(logs, "scheduler.misfire")))
+            clock.advance(3300)  # 05:00:00
+            await until(lambda: bool(events(logs, "scheduler.job_finished")))
+            daemon.request_stop()
+    [misfire] = events(logs, "scheduler.misfire")
+    assert (
+        misfire["scheduled_for"],
+        misfire["late_seconds"],
+    ) == ("2026-11-30T04:00:00+00:00", 300.0)
+    [started] = events(logs, "scheduler.job_started")
+    assert started["scheduled_for"] == "2026-11-30T05:00:00+00:00"
+
+
+async def test_fire_times_that_came_due_together_run_once(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """After a two-hour stall, 120 due minutes coalesce into one run of the latest."""
+    loaded = write_config(tmp_path, fault_server, misfire=60)
+    clock = ManualClock(START)
+    with capture_logs() as logs:
+        daemon = Daemon(loaded, clock=clock, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: bool(events(logs, "scheduler.next_fire")))
+            clock.advance(2 * 3600 + 5)  # 05:00:35: every minute from 03:01 on is due
+            await until(lambda: bool(events(logs, "scheduler.job_finished")))
+            daemon.request_stop()
+    [started] = events(logs, "scheduler.job_started")
+    assert (started["coalesced"], started["scheduled_for"]) == (120, "2026-11-30T05:00:00+00:00")
+    assert events(logs, "scheduler.misfire") == []
+
+
+async def test_endpoint_outage_makes_one_run_incomplete_and_the_next_tick_runs_normally(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A 503 for every first call makes run one exit 2; run two, after it, is clean."""
+    loaded = write_config(tmp_path, fault_server, cand="flaky:1:503")
+    clock = ManualClock(START)
+    with capture_logs() as logs:
+        daemon = Daemon(loaded, clock=clock, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: bool(events(logs, "scheduler.next_fire")))
+            clock.advance(30)
+            await until(lambda: len(events(logs, "scheduler.job_finished")) == 1)
+            clock.advance(60)
+            await until(lambda: len(events(logs, "scheduler.job_finished")) == 2)
+            daemon.request_stop()
+    finished = events(logs, "scheduler.job_finished")
+    assert [(e["exit_code"], e["verdict"]) for e in finished] == [(2, "incomplete"), (0, "clean")]
+    first_summary = json.loads((Path(finished[0]["run_dir"]) / "summary.json").read_text())
+    assert first_summary["unadmitted"] == 3
+    assert events(logs, "scheduler.job_crashed") == []
+
+
+# the lock --------------------------------------------------------------------------------
+
+
+async def test_a_fire_while_another_process_holds_the_lock_is_skipped(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A suite locked by a hand-started run is skipped with reason `locked`, nothing called."""
+    loaded = write_config(tmp_path, fault_server)
+    clock = ManualClock(START)
+    with capture_logs() as logs, suite_lock(loaded.runs_dir, "nightly"):
+        daemon = Daemon(loaded, clock=clock, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: bool(events(logs, "scheduler.next_fire")))
+            clock.advance(30)
+            await until(lambda: bool(events(logs, "scheduler.job_skipped")))
+            daemon.request_stop()
+    [skipped] = events(logs, "scheduler.job_skipped")
+    assert skipped["reason"] == "locked"
+    assert events(logs, "scheduler.job_started") == []
+    assert fault_server.received() == []
+
+
+def test_parallax_run_refuses_a_locked_suite_with_exit_64(
+    tmp_path: Path, fault_server: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`parallax run` beside a run in flight exits 64 with one line naming the holder."""
+    loaded = write_config(tmp_path, fault_server)
+    with suite_lock(loaded.runs_dir, "nightly"):
+        code = main(["run", "--config", str(loaded.path)])
+    err = capsys.readouterr().err
+    assert code == 64
+    assert "already running" in err and "Traceback" not in err
+    assert not (loaded.runs_dir / "nightly").exists() or not run_dirs(loaded)
+
+
+# stop and resume -------------------------------------------------------------------------
+
+
+async def test_stop_mid_run_leaves_a_resumable_dir_that_the_next_start_resumes(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Past the grace a run is cancelled with finished_at null; the next start finishes it."""
+    loaded = write_config(tmp_path, fault_server, cand="slow:30", grace=0.2)
+    clock = ManualClock(START)
+    with capture_logs() as first:
+        daemon = Daemon(loaded, clock=clock, run_now=True, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: len(fault_server.received("ok")) == 3)
+            [run_dir] = run_dirs(loaded)
+            await until(lambda: len((run_dir / "raw.jsonl").read_text().splitlines()) == 3)
+            daemon.request_stop("SIGTERM")
+    assert [e["event"] for e in first[-2:]] == ["scheduler.job_cancelled", "scheduler.stopped"]
+    assert manifest(run_dir)["finished_at"] is None
+    assert (run_dir, None) == find_interrupted(loaded, "nightly")
+
+    loaded = write_config(tmp_path, fault_server, cand="ok")  # the endpoint is back
+    with capture_logs() as second:
+        daemon = Daemon(loaded, clock=clock, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: bool(events(second, "scheduler.job_finished")))
+            daemon.request_stop()
+    [started] = events(second, "scheduler.job_started")
+    assert ("resume", str(run_dir)) == (started["mode"], started["resume_dir"])
+    assert events(second, "run.resumed")[0]["already_done"] == 3
+    assert manifest(run_dir)["finished_at"] is not None
+    assert [run_dir] == run_dirs(loaded)
+    ref_calls = [r for r in fault_server.received() if "/ref/" in r.path]
+    assert len(ref_calls) == 3  # the reference was not called again
+
+
+async def test_an_interrupted_run_with_edited_fixtures_is_not_resumed_and_says_why(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Edited fixtures make a half-done run unresumable: logged, and the schedule goes on."""
+    loaded = write_config(tmp_path, fault_server)
+    run_dir = loaded.runs_dir / "nightly" / "20261130T000000Z-abcdef"
+    run_dir.mkdir(parents=True)
+    (run_dir / "manifest.json").write_text(
+        json.dumps({"version": 1, "suite": "nightly", "mode": "run", "finished_at": None})
+    )
+    with capture_logs() as logs:
+        daemon = Daemon(loaded, clock=ManualClock(START), handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: bool(events(logs, "scheduler.resume_skipped")))
+            daemon.request_stop()
+    [skipped] = events(logs, "scheduler.resume_skipped")
+    assert "fixtures changed" in skipped["reason"]
+    assert events(logs, "scheduler.job_started") == []
+
+
+# health ----------------------------------------------------------------------------------
+
+
+def test_heartbeat_goes_stale_when_the_scheduler_loop_is_stuck(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A run that blocks the event loop stops the heartbeat; health fails, then recovers."""
+    loaded = write_config(tmp_path, fault_server, heartbeat=0.05)
+    entered, release = threading.Event(), threading.Event()
+
+    async def blocking_runner(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        release.wait(timeout=10)  # a blocking call on the loop: nothing else runs meanwhile
+        return await run_suite_async(*args, **kwargs)
+
+    def wait_for(check: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 5
+        while not check():
+            assert time.monotonic() < deadline, "condition not met within 5 s"
+            time.sleep(0.01)
+
+    healthy: Callable[[], bool] = lambda: check_health(loaded.runs_dir, 30)["healthy"]  # noqa: E731
+    with anyio.from_thread.start_blocking_portal() as portal:
+        clock = portal.call(ManualClock, START)
+        daemon = Daemon(loaded, clock=clock, runner=blocking_runner, handle_signals=False)
+        done = portal.start_task_soon(daemon.run)
+        wait_for(healthy)
+        portal.call(clock.advance, 30)
+        assert entered.wait(timeout=5)
+        with time_machine.travel(datetime.now(UTC) + timedelta(minutes=5), tick=True):
+            report = check_health(loaded.runs_dir, 30)
+            assert not report["healthy"]
+            assert report["reason"].startswith("stale heartbeat")
+            release.set()
+            wait_for(healthy)
+        portal.call(daemon.request_stop)
+        assert done.result(timeout=10) == 0
+    assert check_health(loaded.runs_dir, 30)["reason"] == "scheduler is stopped"
+
+
+def test_health_without_a_daemon_fails_with_a_reason(tmp_path: Path) -> None:
+    """No heartbeat file means unhealthy, with a reason a person can act on."""
+    report = check_health(tmp_path / "runs")
+    assert not report["healthy"]
+    assert "no heartbeat file" in report["reason"]
