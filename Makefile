@@ -27,6 +27,7 @@ demo: $(VENV)/.runtime
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/hadolint --failure-threshold warning Dockerfile
 
 typecheck: $(VENV)/.dev
 	$(BIN)/mypy

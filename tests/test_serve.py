@@ -1,0 +1,155 @@
+"""`parallax serve` as a real process: SIGTERM mid-run, the lock across processes, health."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faultserver import FaultServer
+
+PARALLAX = [sys.executable, "-m", "runner"]
+
+
+def write_config(tmp_path: Path, server: FaultServer) -> Path:
+    """A scheduled suite whose candidate answers only after 30 s: a run stays in flight."""
+    (tmp_path / "cases.jsonl").write_text(
+        "".join(
+            json.dumps({"id": i, "prompt": i, "expect": {"must_include": [i]}}) + "\n"
+            for i in ("a", "b")
+        )
+    )
+    endpoint = 'kind = "openai-chat"\nmodel = "m"\nretry = { attempts = 1 }\nbase_url = "%s"\n'
+    path = tmp_path / "parallax.toml"
+    path.write_text(
+        'runs_dir = "runs"\nserve_grace_seconds = 0.5\nserve_heartbeat_seconds = 0.2\n'
+        f"[endpoints.ref]\n{endpoint % server.url('ok', 'ref')}"
+        f"[endpoints.cand]\n{endpoint % server.url('slow:30', 'cand')}"
+        '[suites.nightly]\nfixtures = "cases.jsonl"\nreference = "ref"\ncandidate = "cand"\n'
+        'schedule = "0 3 * * *"\n'
+    )
+    return path
+
+
+class Lines:
+    """stdout of a child, line by line, read on a thread so every wait can be bounded."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.seen: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        assert proc.stdout is not None
+        stream = proc.stdout
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream: Any) -> None:
+        for line in stream:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def until_event(self, event: str, timeout: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self._queue.get(timeout=max(0.01, deadline - time.monotonic()))
+            assert line is not None, f"stdout closed before {event}: {self.seen[-3:]}"
+            self.seen.append(line)
+            doc: dict[str, Any] = json.loads(line)
+            if doc["event"] == event:
+                return doc
+
+    def rest(self, timeout: float = 10.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while (line := self._queue.get(timeout=max(0.01, deadline - time.monotonic()))) is not None:
+            self.seen.append(line)
+        return [json.loads(line) for line in self.seen]
+
+
+@pytest.mark.slow
+def test_serve_process_stops_on_sigterm_with_exit_0_and_a_resumable_run(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """SIGTERM mid-run: exit 0, last line scheduler.stopped, the run dir left to resume."""
+    config = write_config(tmp_path, fault_server)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [*PARALLAX, "serve", "--config", str(config), "--run-now"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        lines = Lines(proc)
+        lines.until_event("scheduler.started")
+        started = lines.until_event("run.started")
+        health = subprocess.run(
+            [*PARALLAX, "health", "--config", str(config)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        beside = subprocess.run(
+            [*PARALLAX, "run", "--config", str(config)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=20)
+        logged = lines.rest()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        assert proc.stderr is not None
+        stderr = proc.stderr.read()
+        proc.stderr.close()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert (health.returncode, json.loads(health.stdout)["state"]) == (0, "running")
+    assert beside.returncode == 64, beside.stderr
+    assert "already running" in beside.stderr
+    assert code == 0, stderr
+    events = [e["event"] for e in logged]
+    assert events[-1] == "scheduler.stopped"
+    assert events.count("scheduler.stopped") + events.count("scheduler.crashed") == 1
+    assert "scheduler.job_cancelled" in events
+    manifest = json.loads((Path(started["run_dir"]) / "manifest.json").read_text())
+    assert manifest["finished_at"] is None
+    after = subprocess.run(
+        [*PARALLAX, "health", "--config", str(config)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert after.returncode == 1
+
+
+def test_serve_without_any_schedule_is_a_config_error(tmp_path: Path) -> None:
+    """A config with no scheduled suite exits 78 with one line, before anything starts."""
+    (tmp_path / "cases.jsonl").write_text('{"id": "a", "prompt": "a"}\n')
+    config = tmp_path / "parallax.toml"
+    config.write_text(
+        '[endpoints.r]\nkind = "recorded"\n'
+        '[suites.s]\nfixtures = "cases.jsonl"\nreference = "r"\ncandidate = "r"\n'
+    )
+    done = subprocess.run(
+        [*PARALLAX, "serve", "--config", str(config)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 78
+    assert "no suite has a schedule" in done.stderr
+    assert "Traceback" not in done.stderr
