@@ -8,6 +8,7 @@ is also how `replay` regrades a run offline.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import secrets
@@ -54,8 +55,8 @@ class Suite:
     def case(self, case_id: str) -> Case | None:
         return self._by_id.get(case_id)
 
-    @property
-    def _by_id(self) -> dict[str, Case]:
+    @functools.cached_property
+    def _by_id(self) -> dict[str, Case]:  # built once: `case` runs for every exchange
         return {c.id: c for c in self.cases}
 
 
