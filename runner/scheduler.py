@@ -157,9 +157,19 @@ class Trigger:
         return fire
 
     def after(self, previous: datetime, now: datetime) -> datetime | None:
-        """The fire time right after `previous` (which may still be in the past)."""
+        """The fire time right after `previous` (which may still be in the past).
+
+        A DST fall-back repeats an hour of wall-clock time; APScheduler 3 would fire a 02:30
+        job in both of them. A wall-clock time at or before the previous fire's is skipped, so
+        a nightly job runs once that night, as crontab does.
+        """
         fire: datetime | None = self._cron.get_next_fire_time(previous, now)
+        while fire is not None and self._wall(fire) <= self._wall(previous):
+            fire = self._cron.get_next_fire_time(fire, fire)
         return fire
+
+    def _wall(self, when: datetime) -> datetime:
+        return when.astimezone(UTC).astimezone(self.tz).replace(tzinfo=None)
 
     def due(self, fire: datetime, now: datetime) -> tuple[list[datetime], datetime | None]:
         """Fire times from `fire` up to `now`, and the first one after `now`."""

@@ -149,6 +149,21 @@ def test_crontab_weekday_numbers_mean_crontab_days() -> None:
     assert (monday.strftime("%a"), sunday.strftime("%a")) == ("Mon", "Sun")
 
 
+def test_a_nightly_job_fires_once_in_the_night_dst_repeats_an_hour() -> None:
+    """02:30 Berlin happens twice on 25 October 2026; the suite runs at the first only."""
+    trigger = Trigger("30 2 * * *", "Europe/Berlin", config_path=Path("p.toml"), suite="s")
+    fires = [trigger.first(datetime(2026, 10, 24, 12, tzinfo=UTC))]
+    for _ in range(2):
+        last = fires[-1]
+        assert last is not None
+        fires.append(trigger.after(last, last))
+    assert [f.astimezone(UTC).isoformat() for f in fires if f] == [
+        "2026-10-25T00:30:00+00:00",
+        "2026-10-26T01:30:00+00:00",
+        "2026-10-27T01:30:00+00:00",
+    ]
+
+
 def test_bad_schedule_or_zone_is_a_config_error_naming_the_key() -> None:
     """A broken cron line or time zone is exit 78 with the suite's key in the message."""
     with pytest.raises(ConfigError, match=r"suites\.s\.schedule"):
