@@ -19,6 +19,7 @@ from runner import __version__
 from runner.errors import ParallaxError, UsageError
 
 DEFAULT_CONFIG = "parallax.toml"
+Adder = Callable[[str, str], "argparse.ArgumentParser"]
 
 EXIT_CODES = """exit codes:
   0   clean
@@ -51,7 +52,7 @@ def _existing_file(value: str) -> Path:
 def cmd_run(args: argparse.Namespace) -> int:
     from runner import logs
     from runner.config import check_files, check_keys, load_config
-    from runner.runs import config_for_run, print_summary, run_suite
+    from runner.runs import config_for_run, prepare_suite, print_summary, run_suite
 
     logs.configure()
     if args.resume and args.retry_unscored:
@@ -75,6 +76,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_files(loaded)
     names = loaded.suite_names(args.suite)
     check_keys(loaded, names)
+    for name in names:  # every suite's fixtures, graders and snapshot, before any call
+        prepare_suite(loaded, name)
     worst = 0
     out_dirs = []
     for name in names:
@@ -131,18 +134,27 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from runner.ceiling import detect, strata_rates
     from runner.config import Thresholds
     from runner.fixtures import load_cases
-    from runner.grading import grade, load_graders
+    from runner.grading import check_cases, grade, load_graders
     from runner.model import Reply
 
     thresholds = Thresholds(
         easy_floor=args.easy_floor, medium_floor=args.medium_floor, stretch_high=args.stretch_high
     )
-    graders = load_graders(None, Path.cwd(), config_path=args.file, key="graders")
+    graders = load_graders(args.graders, Path.cwd(), config_path="--graders", key="graders")
     results: list[tuple[str | None, bool | None]] = []
     failures: list[dict[str, Any]] = []
     cases = load_cases(_existing_file(args.file))
+    check_cases(cases, graders)
+    stratified = any(c.stratum for c in cases)
     for case in cases:
-        result = grade(case, Reply(text=case.completion or ""), graders)
+        text = case.completion or ""
+        answer: Any = None
+        if case.expects_json:
+            try:
+                answer = json.loads(text)
+            except ValueError:
+                answer = None
+        result = grade(case, Reply(text=text, answer=answer), graders)
         passed = not result.misses
         stratum = case.stratum or "medium"
         results.append((stratum, passed))
@@ -156,14 +168,16 @@ def cmd_grade(args: argparse.Namespace) -> int:
                 }
             )
     rates = strata_rates(results)
-    alerts = detect(rates, thresholds)
-    report = {
+    alerts = detect(rates, thresholds) if stratified else []
+    report: dict[str, Any] = {
         "n": len(cases),
         "rates": {k: {"n": v["n"], "pass_rate": v["pass_rate"]} for k, v in rates.items()},
         "alerts": alerts,
         "ok": not alerts,
         "failures": failures,
     }
+    if not stratified:
+        report["note"] = "unstratified: no case names a stratum, ceiling detector skipped"
     print(json.dumps(report, indent=2))
     return 0 if not alerts else 1
 
@@ -262,9 +276,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_report_commands(
-    add: Callable[[str, str], argparse.ArgumentParser], config_help: str
-) -> None:
+def _add_report_commands(add: Adder, config_help: str) -> None:
     p = add("report", "Write report.html and report.md for a finished run (exit: the run's).")
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--config", help="config to use (default: the one the run recorded)")
@@ -324,6 +336,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_promote)
 
+    _add_fixture_commands(add, config_help)
+    _add_daemon_commands(add, config_help)
+    _add_report_commands(add, config_help)
+    return parser
+
+
+def _add_fixture_commands(add: Adder, config_help: str) -> None:
     p = add("pin", "Print every fixture row with its fixture_sha added, one JSON object a line.")
     p.add_argument("file", metavar="FILE")
     p.set_defaults(func=cmd_pin)
@@ -335,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("grade", "Grade one side's recorded completions and report strata (seed 000).")
     p.add_argument("file", metavar="FILE")
+    p.add_argument("--graders", help="custom graders: a Python file or module name")
     p.add_argument("--stretch-high", type=float, default=0.80)
     p.add_argument("--easy-floor", type=float, default=1.0)
     p.add_argument("--medium-floor", type=float, default=0.85)
@@ -345,6 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", help="validate only this suite")
     p.set_defaults(func=cmd_validate)
 
+
+def _add_daemon_commands(add: Adder, config_help: str) -> None:
     p = add("serve", "Run each suite on its cron schedule until SIGTERM (0 stopped, 70 crashed).")
     p.add_argument("--config", help=config_help)
     p.add_argument("--run-now", action="store_true", help="also run every scheduled suite at start")
@@ -359,8 +381,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds a heartbeat may age (default: 3 heartbeat intervals + 5)",
     )
     p.set_defaults(func=cmd_health)
-    _add_report_commands(add, config_help)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

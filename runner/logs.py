@@ -27,6 +27,7 @@ ALERT_ALIAS_DRIFT = "alert.alias_drift"
 ALERT_REFERENCE_MOVED = "alert.reference_moved"
 ALERT_STRATUM = "alert.stratum"
 ALERT_CEILING_CANDIDATES = "alert.ceiling_candidates"
+ALERT_SIGNIFICANT_REGRESSION = "alert.significant_regression"
 # endpoint behaviour
 ENDPOINT_BACKOFF = "endpoint.backoff"  # AIMD: concurrency cut after a 429
 ENDPOINT_RECOVER = "endpoint.recover"  # AIMD: concurrency grown back

@@ -25,16 +25,28 @@ from runner.ceiling import detect, strata_rates
 from runner.config import LoadedConfig, Thresholds, load_config
 from runner.errors import ConfigError, DataError, UsageError
 from runner.fixtures import load_cases
-from runner.gate import GATE_CLASSES, INCOMPLETE, RETIRED_CASE, REVIEW, Verdict, classify, fold
+from runner.gate import (
+    GATE_CLASSES,
+    INCOMPLETE,
+    RETIRED_CASE,
+    REVIEW,
+    SideView,
+    Verdict,
+    classify,
+    disagreement,
+    fold,
+)
 from runner.grading import GraderSet, check_cases, load_graders
 from runner.ledger import LedgerWriter, read_jsonl, write_json
 from runner.lock import holds_suite_lock
-from runner.model import SIDES, Case, Endpoint, Exchange, Outcome
+from runner.model import SIDES, STRATA, Case, Endpoint, Exchange, Outcome
 from runner.progress import ProgressBar, start_progress
 from runner.report import after_run
 from runner.snapshot import load_snapshot, snapshot_path
 from runner.stamps import stamp
+from runner.stats import describe, paired_test
 
+NOISE = "noise"  # ledger side of the noise check's second reference call
 MANIFEST_VERSION = 1
 SUMMARY_VERSION = 1
 DISAGREEMENT_VERSION = 1
@@ -51,6 +63,10 @@ class Suite:
     samples: int
     fixtures_path: Path
     stratified: bool
+    snapshot: Mapping[str, Any]  # the accepted entries, read before any call is made
+    noise_check: bool = False
+    fail_on: tuple[str, ...] = ()
+    alpha: float = 0.05
 
     def case(self, case_id: str) -> Case | None:
         return self._by_id.get(case_id)
@@ -61,7 +77,10 @@ class Suite:
 
 
 def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
-    """Load fixtures and graders; in a stratified suite a case without a stratum is medium."""
+    """Load fixtures, graders and the snapshot, so bad input fails before the first call.
+
+    In a stratified suite a case without a stratum counts as medium.
+    """
     cfg = loaded.config.suites[name]
     fixtures_path = loaded.resolve(cfg.fixtures)
     if not fixtures_path.is_file():
@@ -82,6 +101,10 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
         samples=cfg.samples,
         fixtures_path=fixtures_path,
         stratified=stratified,
+        snapshot=load_snapshot(snapshot_path(loaded.snapshots_dir, name)),
+        noise_check=cfg.noise_check,
+        fail_on=tuple(cfg.fail_on),
+        alpha=cfg.alpha,
     )
 
 
@@ -282,6 +305,9 @@ async def call_all(
     cfg = loaded.config.suites[suite.name]
     endpoints = {side: build_endpoint(loaded, getattr(cfg, side), suite.name) for side in SIDES}
     in_flight = {side: loaded.endpoint(getattr(cfg, side)).concurrency * 2 for side in SIDES}
+    if suite.noise_check:  # the reference a second, independent time: its noise floor
+        endpoints[NOISE] = endpoints["reference"]
+        in_flight[NOISE] = in_flight["reference"]
 
     def work(side: str) -> Iterator[tuple[Case, int]]:
         for case in suite.cases:
@@ -293,7 +319,7 @@ async def call_all(
     ledgers.progress = start_progress(suite.name, [c.id for c in suite.cases], suite.samples, done)
     try:
         await execute(
-            {side: work(side) for side in SIDES}, endpoints, ledgers.write, in_flight=in_flight
+            {side: work(side) for side in endpoints}, endpoints, ledgers.write, in_flight=in_flight
         )
     finally:
         ledgers.close()
@@ -301,15 +327,22 @@ async def call_all(
 
         # cleanup must also run when the run is cancelled (serve's shutdown): shielded, bounded
         with anyio.move_on_after(10, shield=True):
-            for endpoint in endpoints.values():
+            for endpoint in {id(e): e for e in endpoints.values()}.values():
                 await endpoint.aclose()
 
 
-def verdicts(suite: Suite, run_dir: Path, snapshot: Mapping[str, Any]) -> list[Verdict]:
-    """One gate verdict per case of today's fixtures."""
+def verdicts(
+    suite: Suite, run_dir: Path, snapshot: Mapping[str, Any]
+) -> tuple[list[Verdict], dict[str, SideView]]:
+    """One gate verdict per case of today's fixtures, and the noise-check folds by case id."""
     by_key: dict[tuple[str, str], list[Outcome]] = {}
     for outcome in read_outcomes(run_dir / "outcomes.jsonl"):
         by_key.setdefault((outcome.case_id, outcome.side), []).append(outcome)
+    noise = {
+        case.id: fold(by_key[(case.id, NOISE)])
+        for case in suite.cases
+        if (case.id, NOISE) in by_key
+    }
     result = []
     for case in suite.cases:
         sides = {side: fold(by_key.get((case.id, side), [])) for side in SIDES}
@@ -323,15 +356,58 @@ def verdicts(suite: Suite, run_dir: Path, snapshot: Mapping[str, Any]) -> list[V
                 accepted=snapshot.get(case.id),
             )
         )
-    return result
+    return result, noise
+
+
+def _scopes(results: Sequence[Verdict]) -> tuple[str, ...]:
+    """Overall, then each stratum when the suite has strata (a stratum is never None then)."""
+    return ("overall", *STRATA) if any(v.stratum for v in results) else ("overall",)
+
+
+def noise_floor(results: Sequence[Verdict], noise: Mapping[str, SideView]) -> dict[str, Any]:
+    """Per stratum, how often the reference disagrees with itself: the floor under all deltas."""
+    floor: dict[str, Any] = {}
+    for scope in _scopes(results):
+        rows = [
+            (v.reference, noise[v.case_id])
+            for v in results
+            if v.case_id in noise
+            and scope in ("overall", v.stratum)
+            and v.reference.admitted
+            and noise[v.case_id].admitted
+        ]
+        moved = sum(1 for ref, again in rows if disagreement(ref.misses, again.misses))
+        floor[scope] = {
+            "n": len(rows),
+            "disagreeing": moved,
+            "rate": moved / len(rows) if rows else None,
+        }
+    return floor
+
+
+def paired(results: Sequence[Verdict], alpha: float) -> dict[str, Any]:
+    """The paired test overall and per stratum, on each side's majority pass per case."""
+    out: dict[str, Any] = {}
+    for scope in _scopes(results):
+        pairs = [
+            (bool(v.reference.passed), bool(v.candidate.passed))
+            for v in results
+            if v.admitted and scope in ("overall", v.stratum)
+        ]
+        result = paired_test(pairs)
+        out[scope] = result.to_json() | {
+            "significant": result.significant(alpha),
+            "text": describe(result, scope, alpha),
+        }
+    return out
 
 
 def finalize(
     loaded: LoadedConfig, suite: Suite, run_dir: Path, log: Any
 ) -> tuple[int, dict[str, Any]]:
     """Gate, strata, alerts and the exit code; writes disagreement.json and summary.json."""
-    snapshot = load_snapshot(snapshot_path(loaded.snapshots_dir, suite.name))
-    results = verdicts(suite, run_dir, snapshot)
+    snapshot = suite.snapshot
+    results, noise = verdicts(suite, run_dir, snapshot)
     retired = sorted(set(snapshot) - {c.id for c in suite.cases})
     counts = dict.fromkeys(GATE_CLASSES, 0)
     for v in results:
@@ -355,9 +431,27 @@ def finalize(
     review = [v.case_id for v in results if v.gate in REVIEW]
     # Unscoreable rows make a run incomplete whatever their gate class (a new case can time out).
     incomplete = [v.case_id for v in results if v.gate in INCOMPLETE or not v.admitted]
-    needs_review = bool(review) or any(stratum_alerts.values())
+    tests = paired(results, suite.alpha)
+    overall = tests["overall"]
+    regression = bool(overall["significant"]) and (overall["diff"] or 0) < 0
+    gate_on_regression = regression and "significant_regression" in suite.fail_on
+    needs_review = bool(review) or any(stratum_alerts.values()) or gate_on_regression
     exit_code = (1 if needs_review else 0) | (2 if incomplete else 0)
     _log_alerts(log, results, snapshot, stratum_alerts, strata)
+    if regression:
+        log.warning(
+            logs.ALERT_SIGNIFICANT_REGRESSION,
+            text=overall["text"],
+            p_value=overall["p_value"],
+            diff=overall["diff"],
+            count=overall["ref_only"],
+            case_ids=[
+                v.case_id
+                for v in results
+                if v.admitted and v.reference.passed and not v.candidate.passed
+            ],
+            gating="significant_regression" in suite.fail_on,
+        )
     served = {
         side: sorted({m for v in results if (m := getattr(v, side).response_model)})
         for side in SIDES
@@ -385,7 +479,12 @@ def finalize(
         "strata": strata,
         "stratum_alerts": stratum_alerts,
         "served_models": served,
+        "paired": tests,
+        "significant_regression": regression,
+        "fail_on": list(suite.fail_on),
     }
+    if suite.noise_check:
+        summary["noise_floor"] = noise_floor(results, noise)
     if not suite.stratified:
         summary["strata_note"] = "unstratified suite: no case names a stratum, detector skipped"
     write_json(run_dir / "summary.json", summary)
@@ -427,6 +526,7 @@ def _log_alerts(
                 case_ids=[v.case_id for v in rows],
                 details={v.case_id: v.detail for v in rows},
             )
+    drift: dict[tuple[str, str, str | None], list[str]] = {}
     for v in results:
         if v.gate != "alias_swap":
             continue
@@ -434,13 +534,16 @@ def _log_alerts(
         for side in SIDES:
             served = getattr(v, side).response_model
             if accepted.get(side) and served != accepted.get(side):
-                log.warning(
-                    logs.ALERT_ALIAS_DRIFT,
-                    side=side,
-                    accepted=accepted.get(side),
-                    served=served,
-                    case_ids=[v.case_id],
-                )
+                drift.setdefault((side, accepted[side], served), []).append(v.case_id)
+    for (side, was, served), case_ids in drift.items():
+        log.warning(
+            logs.ALERT_ALIAS_DRIFT,
+            side=side,
+            accepted=was,
+            served=served,
+            count=len(case_ids),
+            case_ids=case_ids,
+        )
     for side, alerts in stratum_alerts.items():
         if alerts:
             log.warning(logs.ALERT_STRATUM, side=side, alerts=alerts, rates=strata[side])

@@ -334,11 +334,6 @@ def test_promote_onto_broken_snapshot_exits_65(tmp_path: Path) -> None:
     assert sorted(p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner/cli.py cmd_validate never loads snapshots/<suite>.json; "
-    "a broken snapshot passes validate and only fails the nightly run",
-)
 def test_validate_with_broken_snapshot_exits_65(tmp_path: Path) -> None:
     """validate checks the snapshots a run would read, so a broken one fails before the night."""
     root = demo(tmp_path)
@@ -370,11 +365,6 @@ def test_unreadable_manifest_exits_65(tmp_path: Path) -> None:
     assert "manifest.json" in message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner/runs.py run_suite loads the snapshot only in finalize(), after every "
-    "endpoint call was made and paid for",
-)
 def test_run_checks_the_snapshot_before_calling_anything(tmp_path: Path) -> None:
     """A broken snapshot stops run before any exchange is recorded, so no call is wasted."""
     root = demo(tmp_path)
@@ -384,11 +374,6 @@ def test_run_checks_the_snapshot_before_calling_anything(tmp_path: Path) -> None
     assert no_run_dirs(root)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner/cli.py cmd_run prepares each suite only when its turn comes: earlier "
-    "suites call their endpoints, then a later suite's bad fixture exits 65",
-)
 def test_run_checks_every_suite_before_calling_anything(tmp_path: Path) -> None:
     """A bad fixture in the last suite stops run before the first suite makes a call."""
     root = demo(tmp_path)
@@ -400,11 +385,6 @@ def test_run_checks_every_suite_before_calling_anything(tmp_path: Path) -> None:
     assert no_run_dirs(root)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner/cli.py cmd_grade never calls check_cases: an unknown expect key is "
-    "silently ignored and the case passes",
-)
 def test_grade_rejects_unknown_expect_key(tmp_path: Path) -> None:
     """grade refuses an expectation key nothing would grade instead of passing the case."""
     row = '{"id": "a", "prompt": "p", "completion": "anything", "expect": {"must_rhyme": true}}'

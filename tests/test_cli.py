@@ -313,10 +313,6 @@ def test_case_alerts_carry_case_ids_and_counts(
             assert event["count"] == len(event["case_ids"]) >= 1, event
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner/runs.py _log_alerts: alert.alias_drift carries case_ids but no count",
-)
 def test_alias_drift_alert_carries_a_count(demo_run: tuple[Path, Any, dict[str, bytes]]) -> None:
     """DESIGN: alerts carry the case ids and counts they are about, alias drift included."""
     _, proc, _ = demo_run
