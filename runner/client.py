@@ -249,13 +249,24 @@ def request_problem(cfg: EndpointConfig) -> str | None:
     return None
 
 
-def _kept_headers(headers: httpx.Headers) -> dict[str, str]:
+def _plain_headers(headers: httpx.Headers) -> dict[str, str]:
+    """Lower-cased name -> value, repeated headers joined with ", " as `httpx.Headers` does.
+
+    Read once per response: each `httpx.Headers` lookup rescans and re-decodes every header.
+    """
+    plain: dict[str, str] = {}
+    for name, value in headers.multi_items():
+        plain[name] = f"{plain[name]}, {value}" if name in plain else value
+    return plain
+
+
+def _kept_headers(headers: dict[str, str]) -> dict[str, str]:
     """Allow-list, not deny-list: a response header we never thought of stays out of runs/."""
-    kept: dict[str, str] = {}
-    for name in headers:  # httpx yields each (lower-cased) name once
-        if name in _KEPT_HEADERS or name.startswith(_KEPT_PREFIXES):
-            kept[name] = headers[name]
-    return kept
+    return {
+        name: value
+        for name, value in headers.items()
+        if name in _KEPT_HEADERS or name.startswith(_KEPT_PREFIXES)
+    }
 
 
 def _body_text(raw: bytes) -> tuple[str, str]:
@@ -265,7 +276,7 @@ def _body_text(raw: bytes) -> tuple[str, str]:
         return base64.b64encode(raw).decode("ascii"), "base64"
 
 
-def _retry_after(headers: httpx.Headers) -> float | None:
+def _retry_after(headers: dict[str, str]) -> float | None:
     """Honour `retry-after-ms` (OpenAI) before `Retry-After`; measure an HTTP-date against
     the server's own Date header when present, so clock skew between hosts cancels out."""
     millis = headers.get("retry-after-ms")
@@ -276,6 +287,9 @@ def _retry_after(headers: httpx.Headers) -> float | None:
             value = math.nan
         if math.isfinite(value):
             return max(0.0, value)
+    retry_after = headers.get("retry-after")
+    if retry_after is None:
+        return None
     now = datetime.now(UTC)
     date = headers.get("date")
     if date is not None:
@@ -285,7 +299,7 @@ def _retry_after(headers: httpx.Headers) -> float | None:
             server_now = None
         if server_now is not None and server_now.tzinfo is not None:
             now = server_now
-    return parse_retry_after(headers.get("retry-after"), now)
+    return parse_retry_after(retry_after, now)
 
 
 @dataclass(slots=True)
@@ -321,17 +335,31 @@ class HttpEndpoint:
         self._url = request_url(cfg)
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter, not crypto
         logs.register_secret(api_key)
-        headers = {"User-Agent": "parallax", **protocol_headers(cfg), **auth_headers(cfg, api_key)}
+        # Request headers as httpx.AsyncClient would send them, built once. Requests go straight
+        # to the transport: the client's cookie jar, auth flow and redirect loop are all unused
+        # here and cost more CPU per call than the HTTP exchange itself (bench/RESULTS.md).
+        self._headers = httpx.Headers(
+            {
+                "Accept": "*/*",
+                "Accept-Encoding": "gzip, deflate",
+                "Connection": "keep-alive",
+                "User-Agent": "parallax",
+                **protocol_headers(cfg),
+                **auth_headers(cfg, api_key),
+            }
+        ).raw  # raw pairs: httpx.Request copies them faster than a Headers object
         t = cfg.timeout
-        self._client = httpx.AsyncClient(
-            transport=transport,
-            headers=headers,
-            timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool),
-            limits=httpx.Limits(
-                max_connections=cfg.concurrency, max_keepalive_connections=cfg.concurrency
-            ),
-            follow_redirects=False,
-        )
+        self._extensions = {
+            "timeout": httpx.Timeout(
+                connect=t.connect, read=t.read, write=t.write, pool=t.pool
+            ).as_dict()
+        }
+        if transport is None:  # httpx's own pool costs milliseconds of CPU per call (bench/)
+            from runner.transport import AiohttpTransport
+
+            transport = AiohttpTransport(limit=cfg.concurrency)
+        self._transport = transport
+        self._parsed_url: httpx.URL | None = None
         self._max_limit = cfg.concurrency
         self._limit = cfg.concurrency
         self._limiter = anyio.CapacityLimiter(cfg.concurrency)
@@ -347,7 +375,16 @@ class HttpEndpoint:
         return self._limit
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._transport.aclose()
+
+    def _request(self, content: bytes) -> httpx.Request:
+        """One POST as httpx.AsyncClient would build it (InvalidURL surfaces here)."""
+        url = self._parsed_url
+        if url is None:
+            url = self._parsed_url = httpx.URL(self._url)
+        return httpx.Request(
+            "POST", url, headers=self._headers, content=content, extensions=self._extensions
+        )
 
     async def call(self, case: Case, side: str, sample: int) -> Exchange:
         """Send one case with bounded retries; transport trouble comes back as a stamp.
@@ -413,17 +450,24 @@ class HttpEndpoint:
         await self._pace()
         cap = self._cfg.max_response_bytes
         status: int | None = None
-        headers: httpx.Headers | None = None
+        headers: dict[str, str] | None = None
         buf = bytearray()
         truncated = False
         exc: BaseException | None = None
-        async with self._limiter:
+        # The limiter's fast path: `async with` would add two event-loop round trips per call
+        # even when a token is free; acquire_nowait refuses to jump a queue of waiters.
+        try:
+            self._limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            await self._limiter.acquire()
+        try:
             begun = anyio.current_time()
             t0 = time.monotonic()
             try:
                 with anyio.fail_after(self._cfg.deadline):
-                    async with self._client.stream("POST", self._url, content=content) as resp:
-                        status, headers = resp.status_code, resp.headers
+                    resp = await self._transport.handle_async_request(self._request(content))
+                    try:
+                        status, headers = resp.status_code, _plain_headers(resp.headers)
                         async for chunk in resp.aiter_bytes():
                             room = cap - len(buf)
                             if len(chunk) > room:
@@ -433,6 +477,8 @@ class HttpEndpoint:
                                     raise _BodyTooLarge(cap)
                                 break  # an oversized error page keeps its status stamp
                             buf += chunk
+                    finally:
+                        await resp.aclose()
             except CONFIG_ERRORS as err:
                 raise ConfigError(
                     f"endpoint {self.name!r}", None, f"{type(err).__name__}: {err}"
@@ -442,6 +488,8 @@ class HttpEndpoint:
                 if status is not None and not isinstance(err, _BodyTooLarge):
                     truncated = True  # the body stopped short of what the server meant
             elapsed_ms = round((time.monotonic() - t0) * 1000)
+        finally:
+            self._limiter.release()
         stamp = classify(exc, status)
         self._adjust(stamp, begun)
         retry_after = _retry_after(headers) if headers is not None else None

@@ -1,0 +1,254 @@
+"""The aiohttp-backed httpx transport: every aiohttp exception mapped, real faults stamped right."""
+
+from __future__ import annotations
+
+import inspect
+import random
+from typing import Any
+
+import aiohttp
+import anyio
+import httpx
+import pytest
+from aiohttp import client_exceptions, http_exceptions
+from faultserver import FaultServer
+
+from runner.client import CONFIG_ERRORS, HttpEndpoint, classify
+from runner.config import EndpointConfig, RetryPolicy, Timeouts
+from runner.errors import ConfigError
+from runner.model import Case, Transport
+from runner.transport import (
+    AIOHTTP_EXCEPTION_MAP,
+    AiohttpTransport,
+    httpx_class_for,
+    map_aiohttp_exception,
+)
+
+CONFIG = "config"  # a request that could never be sent: ConfigError, exit 78
+NOT_HTTP = "not raised by an HTTP request"
+
+# What each aiohttp exception class means for a call. A class aiohttp adds in a later release
+# fails `test_every_aiohttp_exception_is_mapped` until it is given a line here.
+EXPECTED: dict[str, tuple[type[Exception] | None, str]] = {
+    "ConnectionTimeoutError": (httpx.ConnectTimeout, Transport.TIMEOUT),
+    "SocketTimeoutError": (httpx.ReadTimeout, Transport.TIMEOUT),
+    "ServerTimeoutError": (httpx.ReadTimeout, Transport.TIMEOUT),
+    "ClientProxyConnectionError": (httpx.ProxyError, Transport.CONNECT_ERROR),
+    "ClientHttpProxyError": (httpx.ProxyError, Transport.CONNECT_ERROR),
+    "ClientConnectorError": (httpx.ConnectError, Transport.CONNECT_ERROR),
+    "ClientConnectorDNSError": (httpx.ConnectError, Transport.CONNECT_ERROR),
+    "ClientSSLError": (httpx.ConnectError, Transport.CONNECT_ERROR),
+    "ClientConnectorSSLError": (httpx.ConnectError, Transport.CONNECT_ERROR),
+    "ClientConnectorCertificateError": (httpx.ConnectError, Transport.CONNECT_ERROR),
+    "ServerFingerprintMismatch": (httpx.ConnectError, Transport.CONNECT_ERROR),
+    "ClientConnectionResetError": (httpx.WriteError, Transport.CONNECTION_LOST),
+    "UploadAbortedError": (httpx.WriteError, Transport.CONNECTION_LOST),
+    "ServerDisconnectedError": (httpx.RemoteProtocolError, Transport.CONNECTION_LOST),
+    "ClientPayloadError": (httpx.RemoteProtocolError, Transport.CONNECTION_LOST),
+    "ClientResponseError": (httpx.RemoteProtocolError, Transport.CONNECTION_LOST),
+    "ContentTypeError": (httpx.RemoteProtocolError, Transport.CONNECTION_LOST),
+    "WSServerHandshakeError": (httpx.RemoteProtocolError, Transport.CONNECTION_LOST),
+    "ClientOSError": (httpx.ReadError, Transport.CONNECTION_LOST),
+    "ClientConnectionError": (httpx.ReadError, Transport.CONNECTION_LOST),
+    "ServerConnectionError": (httpx.ReadError, Transport.CONNECTION_LOST),
+    "ClientError": (httpx.RemoteProtocolError, Transport.CONNECTION_LOST),
+    "RedirectClientError": (httpx.RemoteProtocolError, Transport.CONNECTION_LOST),
+    "InvalidURL": (httpx.InvalidURL, CONFIG),
+    "InvalidUrlClientError": (httpx.InvalidURL, CONFIG),
+    "InvalidUrlRedirectClientError": (httpx.InvalidURL, CONFIG),
+    "NonHttpUrlClientError": (httpx.UnsupportedProtocol, CONFIG),
+    "NonHttpUrlRedirectClientError": (httpx.UnsupportedProtocol, CONFIG),
+    "WSMessageTypeError": (None, NOT_HTTP),  # a TypeError of the websocket API
+}
+
+KEY = "sk-test-transport-0123456789"
+CASE = Case(id="t", prompt="Name the SKU.", expect={}, fixture_sha="a" * 16, path="x", line=1)
+ONE_TRY = RetryPolicy(attempts=1, backoff_base=0, backoff_max=0, jitter=0, retry_after_cap=0)
+
+
+def _stamp_of(cls: type[Exception]) -> str:
+    try:
+        return classify(cls.__new__(cls), None)
+    except ValueError:
+        return CONFIG
+
+
+def test_every_aiohttp_exception_is_mapped() -> None:
+    """Each class aiohttp's client exports maps to the httpx class and stamp listed above."""
+    exported = {
+        name: getattr(client_exceptions, name)
+        for name in client_exceptions.__all__
+        if inspect.isclass(getattr(client_exceptions, name))
+    }
+    assert len(exported) >= 29
+    assert set(exported) == set(EXPECTED)
+    for name, cls in exported.items():
+        target, stamp = EXPECTED[name]
+        assert httpx_class_for(cls) is target, name
+        if target is not None:
+            assert _stamp_of(target) == stamp, name
+            if stamp == CONFIG:
+                assert target in CONFIG_ERRORS, name
+
+
+def test_server_hang_ups_are_never_timeouts() -> None:
+    """httpx-aiohttp's mistake stays out: a closed or reset connection is not a timeout."""
+    for cls in (
+        client_exceptions.ServerDisconnectedError,
+        client_exceptions.ClientPayloadError,
+        client_exceptions.ClientOSError,
+        client_exceptions.ClientConnectionError,
+        client_exceptions.ClientConnectionResetError,
+    ):
+        target = httpx_class_for(cls)
+        assert target is not None
+        assert not issubclass(target, httpx.TimeoutException), cls.__name__
+        assert _stamp_of(target) == Transport.CONNECTION_LOST
+
+
+def test_http_parser_errors_are_protocol_errors() -> None:
+    """Every HttpProcessingError (bad status line, bad chunk, short body) is a protocol error."""
+    classes = [
+        obj
+        for obj in vars(http_exceptions).values()
+        if inspect.isclass(obj) and issubclass(obj, http_exceptions.HttpProcessingError)
+    ]
+    assert len(classes) >= 8
+    for cls in classes:
+        assert httpx_class_for(cls) is httpx.RemoteProtocolError, cls.__name__
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (TimeoutError(), httpx.ReadTimeout),
+        (ConnectionResetError(104, "reset"), httpx.ReadError),
+        (BrokenPipeError(32, "pipe"), httpx.ReadError),
+    ],
+)
+def test_builtin_socket_errors_are_mapped(exc: Exception, expected: type[Exception]) -> None:
+    """A bare OS error or timeout escaping aiohttp still gets an httpx class, with the request."""
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    mapped = map_aiohttp_exception(exc, request)
+    assert type(mapped) is expected
+    assert isinstance(mapped, httpx.RequestError)
+    assert mapped.request is request
+
+
+def test_unmapped_exceptions_pass_through() -> None:
+    """Anything outside the map (a bug in our code) is returned unchanged, never disguised."""
+    request = httpx.Request("POST", "http://127.0.0.1:9/")
+    bug = KeyError("x")
+    assert map_aiohttp_exception(bug, request) is bug
+    assert all(issubclass(target, Exception) for _, target in AIOHTTP_EXCEPTION_MAP)
+
+
+# -- the transport against real sockets ------------------------------------------------------
+
+
+async def _send(transport: AiohttpTransport, url: str, **kw: Any) -> httpx.Response:
+    request = httpx.Request(
+        "POST",
+        url,
+        content=b'{"messages": [{"role": "user", "content": "hi"}]}',
+        extensions={"timeout": httpx.Timeout(1.0).as_dict()},
+        **kw,
+    )
+    response = await transport.handle_async_request(request)
+    try:
+        await response.aread()
+    finally:
+        await response.aclose()
+    return response
+
+
+@pytest.mark.anyio
+async def test_keep_alive_and_body_through_httpx(fault_server: FaultServer) -> None:
+    """Replies come back as httpx Responses with status, headers and the whole body."""
+    transport = AiohttpTransport(limit=2)
+    try:
+        with anyio.fail_after(5):
+            for _ in range(3):
+                response = await _send(transport, fault_server.url("ok") + "/chat/completions")
+                assert response.status_code == 200
+                assert response.headers["x-request-id"] == "req-fault"
+                assert response.json()["choices"][0]["message"]["content"] == "echo: hi"
+    finally:
+        await transport.aclose()
+    assert len(fault_server.received()) == 3
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("close", {httpx.RemoteProtocolError}),
+        ("reset", {httpx.RemoteProtocolError, httpx.ReadError}),
+        ("short", {httpx.RemoteProtocolError}),
+        ("hang", {httpx.ReadTimeout}),
+    ],
+)
+async def test_real_faults_raise_the_httpx_class(
+    fault_server: FaultServer, mode: str, expected: set[type[Exception]]
+) -> None:
+    """Socket faults surface as the httpx exception httpx's own transport would raise."""
+    transport = AiohttpTransport(limit=2)
+    try:
+        with anyio.fail_after(5), pytest.raises(httpx.TransportError) as info:
+            await _send(transport, fault_server.url(mode) + "/chat/completions")
+    finally:
+        await transport.aclose()
+    assert type(info.value) in expected
+
+
+@pytest.mark.anyio
+async def test_refused_port_raises_connect_error(closed_port: int) -> None:
+    """Nothing listening is httpx.ConnectError, not a timeout."""
+    transport = AiohttpTransport(limit=2)
+    try:
+        with anyio.fail_after(5), pytest.raises(httpx.ConnectError):
+            await _send(transport, f"http://127.0.0.1:{closed_port}/v1/chat/completions")
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_header_injection_is_a_config_error(fault_server: FaultServer) -> None:
+    """A newline in a configured header is refused before sending: ConfigError, exit 78."""
+    cfg = EndpointConfig(
+        kind="openai-chat",
+        base_url=fault_server.url("ok"),
+        model="m",
+        headers={"X-Team": "a\r\nX-Evil: 1"},
+        timeout=Timeouts(connect=1, read=1, write=1, pool=1),
+        retry=ONE_TRY,
+    )
+    endpoint = HttpEndpoint("ep", cfg, KEY, rng=random.Random(1))
+    try:
+        with anyio.fail_after(5), pytest.raises(ConfigError) as info:
+            await endpoint.call(CASE, "candidate", 0)
+    finally:
+        await endpoint.aclose()
+    assert info.value.exit_code == 78
+    assert fault_server.received() == []
+
+
+@pytest.mark.anyio
+async def test_closed_transport_reopens_lazily(fault_server: FaultServer) -> None:
+    """aclose is safe twice, and a transport used again opens a fresh session."""
+    transport = AiohttpTransport(limit=1)
+    url = fault_server.url("ok") + "/chat/completions"
+    with anyio.fail_after(5):
+        assert (await _send(transport, url)).status_code == 200
+        await transport.aclose()
+        await transport.aclose()
+        assert (await _send(transport, url)).status_code == 200
+        await transport.aclose()
+
+
+def test_aiohttp_is_the_default_pool() -> None:
+    """Without an injected transport, HttpEndpoint sends through aiohttp, not httpx's pool."""
+    cfg = EndpointConfig(kind="openai-chat", base_url="http://127.0.0.1:9/v1", model="m")
+    endpoint = HttpEndpoint("ep", cfg, None)
+    assert isinstance(endpoint._transport, AiohttpTransport)
+    assert aiohttp.__version__
