@@ -56,6 +56,7 @@ class SideView:
     misses: tuple[str, ...]  # stable misses: seen in more than half the samples
     noise: tuple[str, ...]  # misses seen in some samples but not most: the case's flakiness
     passed: bool | None  # majority pass over samples; None when unadmitted
+    pass_fraction: float | None  # share of samples that passed; None when unadmitted
     task_score: float | None  # mean over samples; None when unadmitted
     response_model: str | None
     system_fingerprint: str | None
@@ -70,6 +71,7 @@ class SideView:
             "misses": list(self.misses),
             "noise": list(self.noise),
             "passed": self.passed,
+            "pass_fraction": self.pass_fraction,
             "task_score": self.task_score,
             "response_model": self.response_model,
             "system_fingerprint": self.system_fingerprint,
@@ -95,6 +97,7 @@ def fold(outcomes: Sequence[Outcome]) -> SideView:
             misses=(),
             noise=(),
             passed=None,
+            pass_fraction=None,
             task_score=None,
             response_model=models[0] if models else None,
             system_fingerprint=fingerprints[0] if fingerprints else None,
@@ -116,6 +119,7 @@ def fold(outcomes: Sequence[Outcome]) -> SideView:
         misses=stable,
         noise=noise,
         passed=passes * 2 > len(rows),
+        pass_fraction=passes / len(rows),
         task_score=sum(scores) / len(scores),
         response_model=models[0] if models else None,
         system_fingerprint=fingerprints[0] if fingerprints else None,

@@ -159,6 +159,7 @@ def test_fold_of_one_admitted_sample_keeps_its_misses_and_score() -> None:
         admitted=True,
         misses=("missing:SKU-9",),
         noise=(),
+        pass_fraction=0.0,
         passed=False,
         task_score=0.5,
         response_model="model-ref",

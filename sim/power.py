@@ -1,0 +1,141 @@
+"""Does the paired test find a real regression, and stay quiet when there is none?
+
+Simulates nights of a 200-case suite through the real pipeline, offline: each night writes a
+cassette for a `recorded` reference and candidate, runs `parallax run` in-process, and reads
+the paired test from summary.json. The candidate's true pass rate is `--drop` lower (it fails
+cases the reference passes), and every sample of both sides flips pass/fail with probability
+`--flip`. Prints the rate at which `significant_regression` was flagged with and without a
+true difference.
+
+    python sim/power.py --nights 200            # the README's figures
+    python sim/power.py --nights 3 --cases 60   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+STRATA = ("easy", "medium", "stretch")
+BASE_PASS = {"easy": 0.95, "medium": 0.8, "stretch": 0.4}
+
+
+def write_suite(root: Path, cases: int, samples: int, alpha: float) -> None:
+    rows = [
+        {
+            "id": f"c{i:04d}",
+            "stratum": STRATA[i % 3],
+            "prompt": f"question {i}",
+            "expect": {"must_include": ["correct"]},
+        }
+        for i in range(cases)
+    ]
+    (root / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "parallax.toml").write_text(
+        f"""
+runs_dir = "runs"
+snapshots_dir = "snapshots"
+
+[endpoints.ref]
+kind = "recorded"
+model = "ref"
+cassette = "cassette.jsonl"
+
+[endpoints.cand]
+kind = "recorded"
+model = "cand"
+cassette = "cassette.jsonl"
+
+[suites.sim]
+fixtures = "cases.jsonl"
+reference = "ref"
+candidate = "cand"
+samples = {samples}
+alpha = {alpha}
+fail_on = ["significant_regression"]
+"""
+    )
+
+
+def truth(cases: int, drop: float, rng: random.Random) -> tuple[list[bool], list[bool]]:
+    """True pass per case: the candidate loses exactly `drop` x cases the reference passes."""
+    ref = [rng.random() < BASE_PASS[STRATA[i % 3]] for i in range(cases)]
+    cand = list(ref)
+    losers = rng.sample([i for i, p in enumerate(ref) if p], round(drop * cases))
+    for i in losers:
+        cand[i] = False
+    return ref, cand
+
+
+def write_night(
+    root: Path, ref: list[bool], cand: list[bool], samples: int, flip: float, rng: random.Random
+) -> None:
+    lines = []
+    for side, passes in (("reference", ref), ("candidate", cand)):
+        for i, passed in enumerate(passes):
+            for sample in range(samples):
+                ok = passed != (rng.random() < flip)
+                reply = "the correct answer" if ok else "a wrong answer"
+                row = {"case_id": f"c{i:04d}", "side": side, "sample": sample, "completion": reply}
+                lines.append(json.dumps(row))
+    (root / "cassette.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def flagged_rate(args: argparse.Namespace, drop: float, seed: int) -> tuple[float, int]:
+    from runner import logs
+    from runner.config import load_config
+    from runner.runs import run_suite
+
+    logs.configure(json=True)
+    rng = random.Random(seed)
+    flagged = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_suite(root, args.cases, args.samples, args.alpha)
+        for _ in range(args.nights):
+            ref, cand = truth(args.cases, drop, rng)
+            write_night(root, ref, cand, args.samples, args.flip, rng)
+            _, _, summary = run_suite(load_config(root / "parallax.toml"), "sim")
+            flagged += bool(summary["significant_regression"])
+    return flagged / args.nights, args.nights
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nights", type=int, default=200)
+    parser.add_argument("--cases", type=int, default=200)
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--flip", type=float, default=0.05)
+    parser.add_argument("--drop", type=float, default=0.10)
+    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=2026)
+    args = parser.parse_args(argv)
+    import contextlib
+    import io
+
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        power, n = flagged_rate(args, args.drop, args.seed)
+        false_alarms, _ = flagged_rate(args, 0.0, args.seed + 1)
+    result = {
+        "nights": n,
+        "cases": args.cases,
+        "samples": args.samples,
+        "flip": args.flip,
+        "drop": args.drop,
+        "alpha": args.alpha,
+        "power": power,
+        "false_alarm_rate": false_alarms,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Repeated samples, the reference's noise floor and the paired test, through real runs.
+
+Every test drives the real pipeline offline: recorded endpoints replay a cassette whose rows
+are narrowed by side and sample, so each sample is its own exchange and outcome row.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from structlog.testing import capture_logs
+
+from runner.config import load_config
+from runner.runs import run_suite
+from runner.snapshot import promote
+
+
+def setup(root: Path, n: int, *, suite_extra: str = "", stratified: bool = False) -> None:
+    strata = ("easy", "medium", "stretch")
+    rows = []
+    for i in range(n):
+        row: dict[str, Any] = {
+            "id": f"c{i:02d}",
+            "prompt": f"q{i}",
+            "expect": {"must_include": ["yes"]},
+        }
+        if stratified:
+            row["stratum"] = strata[i % 3]
+        rows.append(row)
+    (root / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "parallax.toml").write_text(
+        f"""
+runs_dir = "runs"
+snapshots_dir = "snapshots"
+[endpoints.ref]
+kind = "recorded"
+model = "ref"
+cassette = "cassette.jsonl"
+[endpoints.cand]
+kind = "recorded"
+model = "cand"
+cassette = "cassette.jsonl"
+[suites.s]
+fixtures = "cases.jsonl"
+reference = "ref"
+candidate = "cand"
+{suite_extra}
+"""
+    )
+
+
+def cassette(root: Path, rows: list[dict[str, Any]]) -> None:
+    (root / "cassette.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def replies(n: int, side: str, passing: set[int], samples: int = 1) -> list[dict[str, Any]]:
+    return [
+        {
+            "case_id": f"c{i:02d}",
+            "side": side,
+            "sample": s,
+            "completion": "yes" if i in passing else "no",
+        }
+        for i in range(n)
+        for s in range(samples)
+    ]
+
+
+def read(run_dir: Path, name: str) -> Any:
+    return json.loads((run_dir / name).read_text())
+
+
+def test_samples_are_separate_rows_with_pass_fractions(tmp_path: Path) -> None:
+    """samples = 3 gives three outcome rows per case and side, and a pass fraction per side."""
+    setup(tmp_path, 2, suite_extra="samples = 3")
+    rows = [
+        *replies(2, "reference", {0, 1}, samples=3),
+        {"case_id": "c00", "side": "candidate", "sample": 0, "completion": "yes"},
+        {"case_id": "c00", "side": "candidate", "sample": 1, "completion": "no"},
+        {"case_id": "c00", "side": "candidate", "sample": 2, "completion": "yes"},
+        {"case_id": "c01", "side": "candidate", "completion": "yes"},
+    ]
+    cassette(tmp_path, rows)
+    run_dir, _, _ = run_suite(load_config(tmp_path / "parallax.toml"), "s")
+    keys = [
+        (o["case_id"], o["side"], o["sample"])
+        for o in map(json.loads, (run_dir / "outcomes.jsonl").read_text().splitlines())
+    ]
+    assert sorted(keys) == sorted(
+        (f"c0{i}", side, s)
+        for i in range(2)
+        for side in ("reference", "candidate")
+        for s in range(3)
+    )
+    case = read(run_dir, "disagreement.json")["cases"]["c00"]
+    assert (case["candidate"]["pass_fraction"], case["candidate"]["passed"]) == (2 / 3, True)
+    assert (case["candidate"]["misses"], case["candidate"]["noise"]) == ([], ["missing:yes"])
+    assert case["disagreement"] == []
+
+
+def test_new_noise_under_accepted_stable_misses_is_flaky_and_exits_clean(tmp_path: Path) -> None:
+    """A candidate that starts flipping on one sample of three is flaky, not a changed delta."""
+    setup(tmp_path, 2, suite_extra="samples = 3")
+    config = tmp_path / "parallax.toml"
+    cassette(tmp_path, replies(2, "reference", {0, 1}, 3) + replies(2, "candidate", {0, 1}, 3))
+    first, code, _ = run_suite(load_config(config), "s")
+    promote(first, tmp_path / "snapshots")
+    rows = replies(2, "reference", {0, 1}, 3) + replies(2, "candidate", {0, 1}, 3)
+    rows[-1]["completion"] = "no"  # c01, candidate, sample 2
+    cassette(tmp_path, rows)
+
+    second, code, summary = run_suite(load_config(config), "s")
+
+    cases = read(second, "disagreement.json")["cases"]
+    assert (cases["c01"]["gate"], cases["c00"]["gate"]) == ("flaky", "unchanged")
+    assert code == 0
+    assert summary["gate_counts"]["flaky"] == 1
+
+
+def test_noise_check_calls_the_reference_twice_and_reports_its_floor(tmp_path: Path) -> None:
+    """noise_check adds a second reference call per case; the floor counts self-disagreements."""
+    setup(tmp_path, 6, suite_extra="noise_check = true", stratified=True)
+    rows = replies(6, "reference", set(range(6))) + replies(6, "candidate", set(range(6)))
+    rows += replies(6, "noise", {0, 1, 2, 3, 5})  # c04 (medium) flips on the second call
+    cassette(tmp_path, rows)
+
+    run_dir, _, summary = run_suite(load_config(tmp_path / "parallax.toml"), "s")
+
+    sides = [json.loads(line)["side"] for line in (run_dir / "raw.jsonl").read_text().splitlines()]
+    assert sides.count("noise") == 6
+    floor = summary["noise_floor"]
+    assert (floor["overall"]["n"], floor["overall"]["disagreeing"]) == (6, 1)
+    assert (floor["medium"]["disagreeing"], floor["medium"]["rate"]) == (1, 0.5)
+    assert floor["easy"]["rate"] == 0.0
+
+
+def test_significant_regression_gates_only_when_asked(tmp_path: Path) -> None:
+    """A candidate that loses 12 of 40 cases is flagged; fail_on turns the flag into exit 1."""
+    n = 40
+    setup(tmp_path, n)
+    cassette(
+        tmp_path,
+        replies(n, "reference", set(range(n))) + replies(n, "candidate", set(range(12, n))),
+    )
+
+    _, code, summary = run_suite(load_config(tmp_path / "parallax.toml"), "s")
+    overall = summary["paired"]["overall"]
+    assert (overall["ref_only"], overall["cand_only"], overall["n"]) == (12, 0, 40)
+    assert overall["significant"] and summary["significant_regression"]
+    assert overall["text"].startswith("candidate worse on overall: -30 points")
+    assert code == 0
+
+    setup(tmp_path, n, suite_extra='fail_on = ["significant_regression"]')
+    with capture_logs() as events:
+        _, code, _ = run_suite(load_config(tmp_path / "parallax.toml"), "s")
+    alert = [e for e in events if e["event"] == "alert.significant_regression"]
+    assert code == 1
+    assert len(alert) == 1 and alert[0]["count"] == 12 and len(alert[0]["case_ids"]) == 12
+
+
+def test_no_difference_is_said_in_words(tmp_path: Path) -> None:
+    """Balanced flips on both sides give no significant difference and no flag."""
+    n = 30
+    setup(tmp_path, n, suite_extra='fail_on = ["significant_regression"]')
+    cassette(
+        tmp_path,
+        replies(n, "reference", set(range(n)) - {1, 2})
+        + replies(n, "candidate", set(range(n)) - {3, 4}),
+    )
+    _, code, summary = run_suite(load_config(tmp_path / "parallax.toml"), "s")
+    assert summary["paired"]["overall"]["text"].startswith("overall: no significant difference")
+    assert not summary["significant_regression"]
+    assert code == 0
