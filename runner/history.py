@@ -42,6 +42,8 @@ class RunRow:
     stratum_alerts: Mapping[str, Sequence[str]]
     served_models: Mapping[str, Sequence[str]]
     cases: Mapping[str, Mapping[str, Any]] | None  # disagreement.json's cases; None if unread
+    paired: Mapping[str, Any] = field(default_factory=dict)  # the overall paired test
+    noise_floor: Mapping[str, Any] = field(default_factory=dict)  # overall self-disagreement
 
     @property
     def counts_as_night(self) -> bool:
@@ -67,6 +69,8 @@ class RunRow:
             "stratified": self.stratified,
             "stratum_alerts": {k: list(v) for k, v in self.stratum_alerts.items()},
             "served_models": {k: list(v) for k, v in self.served_models.items()},
+            "paired": dict(self.paired),
+            "noise_floor": dict(self.noise_floor),
         }
 
 
@@ -147,6 +151,8 @@ def read_run(run_dir: Path) -> tuple[RunRow | None, list[str]]:
         stratum_alerts={s: _strings(_mapping(summary.get("stratum_alerts")).get(s)) for s in SIDES},
         served_models={s: _strings(_mapping(summary.get("served_models")).get(s)) for s in SIDES},
         cases=cases,
+        paired=_mapping(_mapping(summary.get("paired")).get("overall")),
+        noise_floor=_mapping(_mapping(summary.get("noise_floor")).get("overall")),
     )
     return row, notes
 
@@ -315,6 +321,14 @@ def format_text(report: Mapping[str, Any]) -> str:
                 f"{side[:3]}: {', '.join(served.get(side) or ['-'])}" for side in SIDES
             )
             lines.append(line)
+            if run.get("paired", {}).get("text"):
+                lines.append(f"  {'':<20} {run['paired']['text']}")
+            floor = run.get("noise_floor") or {}
+            if floor.get("n"):
+                lines.append(
+                    f"  {'':<20} noise floor: reference self-disagreement "
+                    f"{floor['disagreeing']}/{floor['n']}"
+                )
     candidates = report["ceiling_candidates"]
     retire_after = report["retire_after"]
     if candidates:

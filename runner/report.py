@@ -418,6 +418,43 @@ def _strata_html(rep: RunReport) -> str:
     return f'{note_html}<div class="grid g2">{"".join(cards)}</div>'
 
 
+def signal_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The paired test and the noise floor in words, one line each (plain text, unescaped)."""
+    lines = []
+    paired = _as_mapping(summary.get("paired"))
+    for scope in ("overall", *STRATA):
+        test = _as_mapping(paired.get(scope))
+        if test.get("text"):
+            lines.append(str(test["text"]))
+    floor = _as_mapping(summary.get("noise_floor"))
+    for scope in ("overall", *STRATA):
+        row = _as_mapping(floor.get(scope))
+        if row.get("n"):
+            lines.append(
+                f"noise floor ({scope}): the reference disagreed with itself on "
+                f"{row.get('disagreeing')} of {row.get('n')} cases"
+            )
+    return lines
+
+
+def _signal_html(rep: RunReport) -> str:
+    lines = signal_lines(rep.summary)
+    if not lines:
+        return '<p class="muted">No paired cases.</p>'
+    flag = (
+        "<p><b>significant regression</b>"
+        + (
+            " (gating: fail_on)"
+            if "significant_regression" in (rep.summary.get("fail_on") or [])
+            else ""
+        )
+        + "</p>"
+        if rep.summary.get("significant_regression")
+        else ""
+    )
+    return flag + "<ul>" + "".join(f"<li>{e(line)}</li>" for line in lines) + "</ul>"
+
+
 def _models_html(rep: RunReport) -> str:
     served = _as_mapping(rep.summary.get("served_models"))
     endpoints = _as_mapping(rep.manifest.get("endpoints"))
@@ -642,6 +679,7 @@ def render_html(rep: RunReport) -> str:
 <h2>Gate classes</h2>{_gate_chips(rep)}
 <h2>Needs review ({len(review)})</h2>{review_html}
 <h2>Strata pass rates (admitted rows only)</h2>{_strata_html(rep)}
+<h2>Reference vs candidate: paired test</h2>{_signal_html(rep)}
 <h2>Transport and schema misses</h2>{_incomplete_html(rep)}
 <h2>Served models</h2>{_models_html(rep)}
 <h2>Trend</h2>{_trend_html(rep)}
@@ -756,6 +794,7 @@ def render_markdown(rep: RunReport) -> str:
             for side in SIDES
         )
     )
+    lines.extend(f"- {md_text(line, 200)}" for line in signal_lines(s))
     if rep.ceiling:
         ids = ", ".join(f"`{md_text(c, 60)}`" for c in rep.ceiling[:MD_TOP_CASES])
         lines.append(f"- ceiling candidates ({len(rep.ceiling)}): {ids}")

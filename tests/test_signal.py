@@ -173,3 +173,42 @@ def test_no_difference_is_said_in_words(tmp_path: Path) -> None:
     assert summary["paired"]["overall"]["text"].startswith("overall: no significant difference")
     assert not summary["significant_regression"]
     assert code == 0
+
+
+def test_report_and_history_say_the_test_and_the_floor_in_words(tmp_path: Path) -> None:
+    """report.md, report.html and `history --json` carry the paired test and the noise floor."""
+    import subprocess
+    import sys
+
+    n = 30
+    setup(tmp_path, n, suite_extra="noise_check = true")
+    rows = replies(n, "reference", set(range(n))) + replies(n, "candidate", set(range(10, n)))
+    rows += replies(n, "noise", set(range(1, n)))
+    cassette(tmp_path, rows)
+    run_dir, _, _ = run_suite(load_config(tmp_path / "parallax.toml"), "s")
+
+    markdown = (run_dir / "report.md").read_text()
+    html_text = (run_dir / "report.html").read_text()
+    assert "candidate worse on overall: -33 points" in markdown
+    assert "noise floor (overall): the reference disagreed with itself on 1 of 30 cases" in markdown
+    assert "candidate worse on overall" in html_text
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "history",
+            "--config",
+            str(tmp_path / "parallax.toml"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    text = json.dumps(doc)
+    assert "candidate worse on overall" in text
+    assert '"disagreeing": 1' in text
