@@ -162,6 +162,11 @@ def read_replies(
     return replies, notes
 
 
+def history_window(trend_runs: int, retire_after: int | None) -> int:
+    """How many runs back a report reads: the trend, or a full streak plus the run before."""
+    return max(trend_runs, (retire_after or 0) + 1)
+
+
 def build_report(
     run_dir: Path, *, retire_after: int | None = None, trend_runs: int = TREND_RUNS
 ) -> RunReport:
@@ -182,7 +187,11 @@ def build_report(
     )
     wanted = {k for k, v in cases.items() if v.get("gate") != "unchanged" or not v.get("admitted")}
     replies, notes = read_replies(run_dir, wanted)
-    history: History = load_history(run_dir.parent, until=run_dir.name)
+    # a bounded window: the trend and a ceiling streak never need more, and a year of nightly
+    # runs must not make every report read the whole history
+    history: History = load_history(
+        run_dir.parent, until=run_dir.name, last=history_window(trend_runs, retire_after)
+    )
     notes.extend(history.notes)
     ceiling = ceiling_candidates(history.rows, retire_after) if retire_after else []
     return RunReport(
@@ -831,7 +840,9 @@ def after_run(run_dir: Path, *, retire_after: int, log: Any) -> None:
             logs.REPORT_FAILED, error=f"{type(exc).__name__}: {exc}", run_dir=str(run_dir)
         )
         return
-    history = load_history(run_dir.parent, until=run_dir.name)
+    history = load_history(
+        run_dir.parent, until=run_dir.name, last=history_window(TREND_RUNS, retire_after)
+    )
     if not history.rows or history.rows[-1].run_dir != run_dir:
         return
     if not history.rows[-1].counts_as_night:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -100,8 +101,9 @@ def flagged_rate(args: argparse.Namespace, drop: float, seed: int) -> tuple[floa
         for _ in range(args.nights):
             ref, cand = truth(args.cases, drop, rng)
             write_night(root, ref, cand, args.samples, args.flip, rng)
-            _, _, summary = run_suite(load_config(root / "parallax.toml"), "sim")
+            run_dir, _, summary = run_suite(load_config(root / "parallax.toml"), "sim")
             flagged += bool(summary["significant_regression"])
+            shutil.rmtree(run_dir)  # each night stands alone; keep the runs dir small
     return flagged / args.nights, args.nights
 
 
