@@ -212,3 +212,31 @@ def test_report_and_history_say_the_test_and_the_floor_in_words(tmp_path: Path) 
     text = json.dumps(doc)
     assert "candidate worse on overall" in text
     assert '"disagreeing": 1' in text
+
+
+def test_power_simulation_runs_and_flags_a_large_drop() -> None:
+    """sim/power.py drives real runs; a 30-point drop on 90 cases is flagged every night."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(root / "sim" / "power.py"),
+            "--nights",
+            "3",
+            "--cases",
+            "90",
+            "--drop",
+            "0.3",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)
+    assert (figures["nights"], figures["power"]) == (3, 1.0)
+    assert 0.0 <= figures["false_alarm_rate"] <= 1.0
