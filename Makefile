@@ -11,7 +11,7 @@ $(BIN)/python:
 
 $(VENV)/.runtime: requirements.lock pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --require-hashes -r requirements.lock
-	$(BIN)/pip install -q --no-deps --no-build-isolation -e . || $(BIN)/pip install -q --no-deps -e .
+	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
 $(VENV)/.dev: requirements-dev.lock $(VENV)/.runtime
