@@ -25,6 +25,11 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
+def valid_name(name: object) -> bool:
+    """A suite or endpoint name: safe as one path component (no '/', no leading '.')."""
+    return isinstance(name, str) and bool(_NAME.match(name)) and "\x00" not in name
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

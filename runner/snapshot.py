@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from runner.config import valid_name
 from runner.errors import DataError, ParallaxError
 from runner.ledger import write_json
 
@@ -74,6 +75,19 @@ def entry_for(verdict: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _acceptable(verdict: Mapping[str, Any]) -> bool:
+    """An admitted verdict carries everything `entry_for` reads."""
+    sides = [verdict.get("reference"), verdict.get("candidate")]
+    return (
+        isinstance(verdict.get("fixture_sha"), str)
+        and isinstance(verdict.get("disagreement"), list)
+        and all(
+            isinstance(s, dict) and {"misses", "response_model", "system_fingerprint"} <= set(s)
+            for s in sides
+        )
+    )
+
+
 @contextmanager
 def _locked(directory: Path) -> Iterator[None]:
     directory.mkdir(parents=True, exist_ok=True)
@@ -96,9 +110,16 @@ def promote(
         raise DataError(disagreement_file, "no such file (did the run finish?)") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise DataError(disagreement_file, f"unreadable: {exc}") from None
+    if not isinstance(doc, dict):
+        raise DataError(disagreement_file, "not a parallax disagreement map")
     suite, cases = doc.get("suite"), doc.get("cases")
     if not isinstance(suite, str) or not isinstance(cases, dict):
         raise DataError(disagreement_file, "not a parallax disagreement map")
+    if not valid_name(suite):  # it becomes a file name under snapshots/: no path tricks
+        raise DataError(disagreement_file, f"suite {suite!r} is not a valid suite name")
+    for case_id, verdict in cases.items():
+        if not isinstance(verdict, dict) or (verdict.get("admitted") and not _acceptable(verdict)):
+            raise DataError(disagreement_file, f"case {case_id!r}: not a parallax verdict")
     unscored = sorted(cid for cid, v in cases.items() if not v.get("admitted"))
     if unscored and not allow_partial:
         raise IncompleteError(
