@@ -62,7 +62,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
         from runner.runs import read_manifest
 
-        suite = read_manifest(run_dir)["suite"]
+        (suite,) = loaded.suite_names(read_manifest(run_dir)["suite"])
         check_files(loaded)
         check_keys(loaded, [suite])
         if args.resume:
@@ -96,7 +96,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     logs.configure()
     run_dir = Path(args.run_dir)
     loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
-    suite = read_manifest(run_dir)["suite"]
+    (suite,) = loaded.suite_names(read_manifest(run_dir)["suite"])
     out_dir, code, summary = run_suite(loaded, suite, parent_dir=run_dir, mode="replay")
     print_summary(summary, out_dir)
     _junit(args, [out_dir])
@@ -238,7 +238,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     retire_after: int | None = None
     try:
         loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
-        retire_after = loaded.thresholds(read_manifest(run_dir)["suite"]).retire_after
+        (suite,) = loaded.suite_names(read_manifest(run_dir)["suite"])
+        retire_after = loaded.thresholds(suite).retire_after
     except ParallaxError:
         if args.config:
             raise

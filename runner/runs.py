@@ -149,6 +149,13 @@ def new_run_dir(runs_dir: Path, suite: str) -> Path:
     return run_dir
 
 
+def _check_writable(run_dir: Path) -> None:
+    """Resume appends to the ledgers in place: refuse before any call if it cannot."""
+    for path in (run_dir, *(run_dir / n for n in ("manifest.json", "raw.jsonl", "outcomes.jsonl"))):
+        if path.exists() and not os.access(path, os.W_OK):
+            raise UsageError(f"{path}: not writable; cannot resume this run here")
+
+
 def manifest_for(
     loaded: LoadedConfig, suite: Suite, run_dir: Path, *, mode: str, parent: str | None
 ) -> dict[str, Any]:
@@ -207,6 +214,8 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
         raise DataError(path, f"unreadable manifest: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("version") != MANIFEST_VERSION:
         raise DataError(path, "not a parallax manifest (missing or unknown version)")
+    if not isinstance(manifest.get("suite"), str):
+        raise DataError(path, "not a parallax manifest (no suite name)")
     return manifest
 
 
@@ -215,7 +224,10 @@ def config_for_run(run_dir: Path, config_path: Path | None) -> LoadedConfig:
     if config_path is not None:
         return load_config(config_path)
     manifest = read_manifest(run_dir)
-    return load_config(Path(manifest["config"]["path"]))
+    config = manifest.get("config")
+    if not isinstance(config, dict) or not isinstance(config.get("path"), str):
+        raise DataError(run_dir / "manifest.json", "no config path; pass --config")
+    return load_config(Path(config["path"]))
 
 
 def read_exchanges(path: Path) -> Iterator[Exchange]:
@@ -636,6 +648,7 @@ async def run_suite_async(
             raise UsageError(
                 f"{run_dir}: is a run of suite {manifest.get('suite')!r}, not {name!r}"
             )
+        _check_writable(run_dir)
     else:
         run_dir = new_run_dir(loaded.runs_dir, name)
         parent = parent_dir.name if parent_dir is not None else None
