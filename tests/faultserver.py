@@ -33,6 +33,20 @@ Modes (`<name>[:<arg>[:<arg>]]`):
     badutf8                200 application/json body that is not valid UTF-8
     flaky:<n>[:<code>]     first n requests per (path, prompt) answer <code> (503), then ok
 
+Hostile replies (tests/test_hostile.py) and the soak's random mix (tests/test_soak.py):
+
+    nested:<depth>         200 JSON body nested <depth> arrays deep inside `choices`
+    nestedanswer:<depth>   200 chat completion whose content is JSON nested <depth> deep
+    huge:<bytes>           200 JSON whose Content-Length is <bytes>, streamed in 1 MB chunks
+    bighead:<bytes>        an ok reply carrying one response header of <bytes> bytes
+    manyheads:<n>          an ok reply carrying <n> response headers of 1 KB each
+    nul                    200 chat completion whose content holds escaped NULs (\u0000)
+    rawnul                 200 application/json body with raw NUL bytes inside a string
+    manychoices:<n>        200 chat completion with <n> items in `choices`
+    wrongtypes             200 JSON with numbers and lists where strings and objects belong
+    endless                200 chunked reply that streams spaces as fast as it can, forever
+    chaos:<seed>           each request draws one mode at random from CHAOS_MODES
+
 Per-case faults: `server.prompt_modes[prompt] = "<mode>"` overrides the path's mode for
 requests carrying that prompt, so one suite can mix faults case by case.
 
@@ -50,6 +64,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import select
 import socket
 import struct
@@ -72,6 +87,30 @@ _REASONS = {
     503: "Service Unavailable",
 }
 DRIP_INTERVAL = 0.2
+# every fault DESIGN names that a server can cause (connect_error needs a dead port instead)
+CHAOS_MODES = (
+    "ok",
+    "ok",
+    "ok",
+    "slow:0.1",
+    "hang",
+    "drip",
+    "reset",
+    "short",
+    "close",
+    "status:429:0",
+    "status:500",
+    "status:503",
+    "status:400",
+    "flaky:1",
+    "garbage",
+    "nochoices",
+    "nullcontent",
+    "big:5000",
+    "badutf8",
+    "wrongtypes",
+    "endless",
+)
 
 
 @dataclass(frozen=True)
@@ -136,6 +175,8 @@ class FaultServer:
         self._counts: dict[tuple[str, str], int] = {}
         self._inflight = 0
         self._serial = 0
+        self._chaos: dict[str, random.Random] = {}
+        self.chaos_drawn: dict[str, int] = {}  # mode -> how often chaos picked it
         self.port = 0
 
     # lifecycle -------------------------------------------------------------------------
@@ -271,6 +312,14 @@ class FaultServer:
         if len(parts) < 3 or parts[1] != "fault":
             return self._error(conn, 404, "no /fault/<mode>/ prefix")
         name, _, arg = self.prompt_modes.get(req.prompt, parts[2]).partition(":")
+        if name == "chaos":
+            with self._lock:
+                rng = self._chaos.setdefault(arg, random.Random(arg))
+                drawn = rng.choice(CHAOS_MODES)
+                self.chaos_drawn[drawn] = self.chaos_drawn.get(drawn, 0) + 1
+            name, _, arg = drawn.partition(":")
+        if name in _HOSTILE:
+            return _HOSTILE[name](self, conn, req, arg)
         if name == "ok":
             return self._ok(conn, req)
         if name == "slow":
@@ -437,6 +486,83 @@ class FaultServer:
         lines += [f"{k}: {v}" for k, v in merged.items()]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
+    # hostile replies --------------------------------------------------------------------
+
+    def _nested(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        depth = int(arg or "100000")
+        body = b'{"choices":' + b"[" * depth + b"]" * depth + b"}"
+        return self._send(conn, 200, _JSON, body)
+
+    def _nested_answer(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        depth = int(arg or "100000")
+        content = '{"a":' * depth + "1" + "}" * depth
+        return self._send(conn, 200, _JSON, self._completion(req, content, scripted=False))
+
+    def _huge(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        size = int(arg or str(50 * 1024 * 1024))
+        self._send_head(conn, 200, _JSON, size)
+        chunk = b"x" * (1024 * 1024)
+        sent = 0
+        while sent < size and not self._stop.is_set():
+            piece = chunk[: size - sent]
+            conn.sendall(piece)
+            sent += len(piece)
+        return False
+
+    def _bighead(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        size = int(arg or str(4 * 1024 * 1024))
+        headers = {**_JSON, "X-Fault-Big": "h" * size}
+        return self._send(conn, 200, headers, self._completion(req))
+
+    def _manyheads(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        count = int(arg or "5000")
+        headers = {**_JSON, **{f"X-Fault-{i}": "h" * 1024 for i in range(count)}}
+        return self._send(conn, 200, headers, self._completion(req))
+
+    def _nul(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        content = f"\x00{req.prompt}\x00 and a NUL\x00"
+        return self._send(conn, 200, _JSON, self._completion(req, content, scripted=False))
+
+    def _rawnul(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        body = b'{"choices": [{"message": {"content": "a\x00b\x00"}}]}'
+        return self._send(conn, 200, _JSON, body)
+
+    def _manychoices(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        doc = json.loads(self._completion(req))
+        doc["choices"] = doc["choices"] * int(arg or "10000")
+        return self._send_json(conn, 200, doc)
+
+    def _wrongtypes(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        doc = {
+            "id": 12345,
+            "model": 7,
+            "system_fingerprint": ["fp"],
+            "usage": "lots",
+            "choices": [{"index": "0", "message": {"role": 1, "content": 42}}],
+        }
+        return self._send_json(conn, 200, doc)
+
+    def _endless(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        conn.sendall((head + "Transfer-Encoding: chunked\r\n\r\n").encode("latin-1"))
+        chunk = b"%x\r\n%s\r\n" % (65536, b" " * 65536)
+        while not self._stop.is_set():
+            conn.sendall(chunk)
+        return False
+
+
+_HOSTILE: dict[str, Callable[[FaultServer, socket.socket, Received, str], bool]] = {
+    "nested": FaultServer._nested,
+    "nestedanswer": FaultServer._nested_answer,
+    "huge": FaultServer._huge,
+    "bighead": FaultServer._bighead,
+    "manyheads": FaultServer._manyheads,
+    "nul": FaultServer._nul,
+    "rawnul": FaultServer._rawnul,
+    "manychoices": FaultServer._manychoices,
+    "wrongtypes": FaultServer._wrongtypes,
+    "endless": FaultServer._endless,
+}
 
 _JSON = {"Content-Type": "application/json"}
 

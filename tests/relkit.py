@@ -1,0 +1,137 @@
+"""Helpers shared by the reliability tests (crash, soak, hostile, fuzz, integrity, secrets).
+
+`record(section, **figures)` adds to the session's reliability figures, which conftest.py
+prints at the end of the run and writes to `$PARALLAX_RELIABILITY_JSON` (default
+`<pytest basetemp>/reliability.json`): the numbers in README's Reliability section come from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+PARALLAX = [sys.executable, "-m", "runner"]
+# Every test secret starts with this, so the session-wide check (conftest.py) can find a leak.
+SECRET_PREFIX = "sk-paralleak-"
+
+FIGURES: dict[str, Counter[str]] = {}
+
+
+def record(section: str, **figures: int) -> None:
+    """Add counts to one section of the session's reliability figures."""
+    FIGURES.setdefault(section, Counter()).update(figures)
+
+
+def write_cases(root: Path, n: int, *, name: str = "cases.jsonl") -> list[str]:
+    """n unstratified cases whose expected word the fault server echoes; returns the prompts."""
+    rows = [
+        {
+            "id": f"case-{i:03d}",
+            "prompt": f"prompt {i:03d} word{i}",
+            "expect": {"must_include": [f"word{i}"]},
+        }
+        for i in range(n)
+    ]
+    (root / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return [str(r["prompt"]) for r in rows]
+
+
+def endpoint_toml(
+    name: str,
+    url: str,
+    *,
+    concurrency: int = 4,
+    deadline: float = 1.2,
+    read: float = 0.8,
+    attempts: int = 2,
+    backoff: float = 0.01,
+    max_bytes: int = 2048,
+    key_env: str | None = None,
+) -> str:
+    """One openai-chat endpoint table with short, explicit timeouts and fast retries."""
+    key = f'api_key_env = "{key_env}"\n' if key_env else ""
+    return (
+        f"[endpoints.{name}]\n"
+        f'kind = "openai-chat"\nbase_url = "{url}"\nmodel = "{name}-model"\n'
+        f"concurrency = {concurrency}\ndeadline = {deadline}\nmax_response_bytes = {max_bytes}\n"
+        f"timeout = {{ connect = 1.0, read = {read}, write = 1.0, pool = 2.0 }}\n"
+        f"retry = {{ attempts = {attempts}, backoff_base = {backoff}, backoff_max = {backoff * 2}, "
+        f"jitter = 0.5, retry_after_cap = 0.05 }}\n{key}"
+    )
+
+
+def write_config(root: Path, endpoints: str, suites: str, *, top: str = "") -> Path:
+    path = root / "parallax.toml"
+    path.write_text(f'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n{top}\n{endpoints}\n{suites}')
+    return path
+
+
+def suite_toml(name: str, fixtures: str = "cases.jsonl", *, extra: str = "") -> str:
+    return (
+        f'[suites.{name}]\nfixtures = "{fixtures}"\nreference = "ref"\ncandidate = "cand"\n{extra}'
+    )
+
+
+def jsonl(path: Path) -> list[Any]:
+    """Every line of a ledger, each of which must be whole, valid JSON (no torn tail allowed)."""
+    data = path.read_bytes()
+    assert not data or data.endswith(b"\n"), f"{path}: torn last line"
+    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+
+
+def key_rows(run_dir: Path) -> list[tuple[Any, ...]]:
+    """Outcome rows by key with their stamps and misses (no timings, attempts or ids)."""
+    return sorted(
+        (
+            o["case_id"],
+            o["side"],
+            o["sample"],
+            o["transport"],
+            o["schema"],
+            o["task_score"],
+            tuple(o["misses"]),
+        )
+        for o in jsonl(run_dir / "outcomes.jsonl")
+    )
+
+
+def check_complete(run_dir: Path, expected_keys: int) -> dict[str, int]:
+    """A finished run dir: whole ledgers, one raw and one outcome row per key, none lost.
+
+    Returns the figures: rows checked, and lost / duplicated / scored-while-unadmitted counts
+    (the assertions make each of those 0).
+    """
+    raw = jsonl(run_dir / "raw.jsonl")
+    out = jsonl(run_dir / "outcomes.jsonl")
+    raw_keys = [(e["case_id"], e["side"], e["sample"]) for e in raw]
+    out_keys = [(o["case_id"], o["side"], o["sample"]) for o in out]
+    assert len(raw_keys) == len(set(raw_keys)), "duplicated raw rows"
+    assert len(out_keys) == len(set(out_keys)), "duplicated outcome rows"
+    assert set(raw_keys) == set(out_keys)
+    assert len(out_keys) == expected_keys, f"{len(out_keys)} rows, expected {expected_keys}"
+    unadmitted = [o for o in out if not (o["transport"] == "ok" and o["schema"] == "ok")]
+    scored = [o for o in unadmitted if o["task_score"] is not None or o["misses"]]
+    assert not scored, f"unadmitted rows were scored: {scored[:2]}"
+    verdicts = json.loads((run_dir / "disagreement.json").read_text())["cases"]
+    bad = {o["case_id"] for o in unadmitted}
+    assert all(verdicts[c]["disagreement"] is None and not verdicts[c]["admitted"] for c in bad)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["unadmitted"] == len(bad)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["finished_at"] is not None
+    return {
+        "rows_checked": len(out_keys) + len(raw_keys),
+        "unadmitted_rows": len(unadmitted),
+        "lost_rows": expected_keys - len(set(out_keys)),
+        "duplicated_rows": (len(out_keys) - len(set(out_keys)))
+        + (len(raw_keys) - len(set(raw_keys))),
+        "unadmitted_scored": len(scored),
+    }
+
+
+def env_without_secrets() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not v.startswith(SECRET_PREFIX)}

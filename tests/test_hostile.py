@@ -1,0 +1,111 @@
+"""Hostile replies from a real loopback server: each is stamped, capped or rejected, in time.
+
+Deep nesting, a 50 MB body, megabytes of headers, invalid UTF-8, NUL bytes, ten thousand
+choices, numbers where strings belong and replies that never end all go through the whole
+pipeline (stamps, gate, ledgers, reports, JUnit) without crashing it or outliving a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from faultserver import FaultServer
+from relkit import check_complete, endpoint_toml, jsonl, record, suite_toml, write_config
+from structlog.testing import capture_logs
+
+from runner.cli import main
+from runner.config import load_config
+from runner.runs import run_suite
+
+DEADLINE = 3.0
+CAP = 4_000_000
+
+# mode, expects_json, (transport, schema), a piece the row's detail must contain
+HOSTILE = [
+    ("nested:100000", False, ("ok", "fail"), "not_json"),
+    ("nestedanswer:100000", True, ("ok", "fail"), "answer_not_json"),
+    ("nestedanswer:400", True, ("ok", "ok"), ""),
+    ("huge:52428800", False, ("too_large", "skipped"), "max_response_bytes=4000000"),
+    ("bighead:4194304", False, ("connection_lost", "skipped"), "connection_lost"),
+    ("manyheads:4000", False, ("connection_lost", "skipped"), "connection_lost"),
+    ("badutf8", False, ("ok", "fail"), "not_utf8"),
+    ("nul", False, ("ok", "ok"), ""),
+    ("rawnul", False, ("ok", "fail"), "not_json"),
+    ("manychoices:10000", False, ("ok", "ok"), ""),
+    ("wrongtypes", False, ("ok", "fail"), "missing_content"),
+    ("drip", False, ("timeout", "skipped"), "deadline"),
+    ("endless", False, ("too_large", "skipped"), "max_response_bytes"),
+]
+
+
+def _suite(root: Path, server: FaultServer) -> dict[str, tuple[str, bool, tuple[str, str], str]]:
+    rows = []
+    by_id = {}
+    for i, (mode, wants_json, stamps, detail) in enumerate(HOSTILE):
+        case_id = f"h{i:02d}-{mode.split(':')[0]}"
+        prompt = f"hostile {i} word{i}"
+        expect = {"json_fields": {}} if wants_json else {"must_include": [f"word{i}"]}
+        rows.append({"id": case_id, "prompt": prompt, "expect": expect})
+        server.prompt_modes[prompt] = mode
+        by_id[case_id] = (mode, wants_json, stamps, detail)
+    (root / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return by_id
+
+
+@pytest.mark.slow
+def test_every_hostile_reply_is_stamped_capped_or_rejected_within_its_deadline(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Each hostile reply gets a stamp and a clear detail; the run ends in time; reports render."""
+    cases = _suite(tmp_path, fault_server)
+    endpoints = "".join(
+        endpoint_toml(
+            side,
+            fault_server.url("ok", side),
+            concurrency=8,
+            deadline=DEADLINE,
+            read=2.0,
+            attempts=1,
+            max_bytes=CAP,
+        )
+        for side in ("ref", "cand")
+    )
+    config = write_config(tmp_path, endpoints, suite_toml("hostile"))
+
+    t0 = time.monotonic()
+    with capture_logs() as events:
+        run_dir, code, summary = run_suite(load_config(config), "hostile")
+    elapsed = time.monotonic() - t0
+
+    assert elapsed < DEADLINE * 2 + 10, f"the run took {elapsed:.1f}s"
+    rows = jsonl(run_dir / "outcomes.jsonl")
+    got = {}
+    for row in rows:
+        mode, _, (transport, schema), detail = cases[row["case_id"]]
+        got[(row["case_id"], row["side"])] = (row["transport"], row["schema"])
+        assert (row["transport"], row["schema"]) == (transport, schema), (mode, row["detail"])
+        assert detail in row["detail"], (mode, row["detail"])
+        assert len(row["detail"]) <= 400, (mode, len(row["detail"]))
+        if (transport, schema) != ("ok", "ok"):
+            assert row["task_score"] is None
+    assert len(got) == 2 * len(HOSTILE)
+    figures = check_complete(run_dir, 2 * len(HOSTILE))
+    raw = jsonl(run_dir / "raw.jsonl")
+    assert max(len(e["response"]["body"]) for e in raw if e["response"]) <= CAP * 4 // 3 + 4
+    assert code == 2
+    assert summary["unadmitted"] == sum(1 for c in cases.values() if c[2] != ("ok", "ok"))
+    assert not [e for e in events if e["event"] == "report.failed"]
+    assert (run_dir / "report.html").stat().st_size > 0
+    assert main(["report", str(run_dir), "--junit", str(tmp_path / "junit.xml")]) == 2
+    assert b"\x00" not in (tmp_path / "junit.xml").read_bytes()
+    record(
+        "hostile",
+        replies=len(rows),
+        kinds=len(HOSTILE),
+        rows_checked=figures["rows_checked"],
+        lost_rows=figures["lost_rows"],
+        crashes=0,
+    )
