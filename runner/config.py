@@ -109,7 +109,7 @@ class SuiteConfig(_Strict):
     candidate: str
     graders: str | None = None
     samples: int = Field(1, ge=1, le=100)
-    schedule: str | None = None  # five-field cron, used by `parallax serve`
+    schedule: str | None = None  # five-field cron (six: seconds first), for `parallax serve`
     timezone: str = "UTC"
     thresholds: Thresholds | None = None  # overrides the top-level [thresholds]
     noise_check: bool = False  # call the reference a second time: its disagreement with itself

@@ -114,7 +114,11 @@ def _crontab_dow(expr: str) -> str:
 
 
 class Trigger:
-    """A suite's five-field crontab line in its time zone, via APScheduler's CronTrigger."""
+    """A suite's crontab line in its time zone, via APScheduler's CronTrigger.
+
+    Five fields as crontab has them; six when the first is a second field (`*/10 * * * * *`
+    fires every ten seconds), for sub-minute schedules such as a soak test's.
+    """
 
     def __init__(self, expr: str, timezone: str, *, config_path: Path, suite: str) -> None:
         from apscheduler.triggers.cron import CronTrigger
@@ -126,16 +130,18 @@ class Trigger:
                 config_path, f"suites.{suite}.timezone", f"unknown time zone {timezone!r}"
             ) from None
         fields = expr.split()
-        if len(fields) != 5:
+        if len(fields) not in (5, 6):
             raise ConfigError(
                 config_path,
                 f"suites.{suite}.schedule",
                 f"bad cron {expr!r}: expected 5 fields (minute hour day month weekday), "
-                f"got {len(fields)}",
+                f"or 6 with a leading second field, got {len(fields)}",
             )
+        second = fields.pop(0) if len(fields) == 6 else "0"  # 6 fields: seconds first
         minute, hour, day, month, dow = fields
         try:
             self._cron = CronTrigger(
+                second=second,
                 minute=minute,
                 hour=hour,
                 day=day,
