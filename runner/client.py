@@ -495,8 +495,9 @@ class HttpEndpoint:
         retry_after = _retry_after(headers) if headers is not None else None
         response = None
         if status is not None and headers is not None:
-            text, encoding = _body_text(bytes(buf))
-            response = Response(status, _kept_headers(headers), text, encoding, truncated)
+            text, encoding = _body_text(logs.scrub_bytes(bytes(buf)))  # an echoed key too
+            kept = {k: logs.scrub_text(v) for k, v in _kept_headers(headers).items()}
+            response = Response(status, kept, text, encoding, truncated)
         attempt = Attempt(
             n=n,
             transport=str(stamp),

@@ -66,6 +66,13 @@ def scrub_text(text: str) -> str:
     return _BEARER.sub(r"\1***", text)
 
 
+def scrub_bytes(data: bytes) -> bytes:
+    """Mask known secrets in a raw body before it is stored (an upstream may echo the key)."""
+    for secret in _known_secrets:
+        data = data.replace(secret.encode("utf-8"), b"***")
+    return data
+
+
 def _is_secret_key(key: object) -> bool:
     return isinstance(key, str) and key != "api_key_env" and bool(_SECRET_KEYS.search(key))
 
