@@ -46,6 +46,7 @@ Hostile replies (tests/test_hostile.py) and the soak's random mix (tests/test_so
     wrongtypes             200 JSON with numbers and lists where strings and objects belong
     endless                200 chunked reply that streams spaces as fast as it can, forever
     chaos:<seed>           each request draws one mode at random from CHAOS_MODES
+    reflect[:<code>]       <code> (401) whose body and X-Request-Id echo the request's auth headers
 
 Per-case faults: `server.prompt_modes[prompt] = "<mode>"` overrides the path's mode for
 requests carrying that prompt, so one suite can mix faults case by case.
@@ -542,6 +543,11 @@ class FaultServer:
         }
         return self._send_json(conn, 200, doc)
 
+    def _reflect(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        echoed = f"{req.headers.get('authorization', '')} {req.headers.get('x-api-key', '')}"
+        extra = {"X-Request-Id": echoed}
+        return self._error(conn, int(arg or "401"), f"rejected credentials: {echoed}", extra)
+
     def _endless(self, conn: socket.socket, req: Received, arg: str) -> bool:
         head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
         conn.sendall((head + "Transfer-Encoding: chunked\r\n\r\n").encode("latin-1"))
@@ -562,6 +568,7 @@ _HOSTILE: dict[str, Callable[[FaultServer, socket.socket, Received, str], bool]]
     "manychoices": FaultServer._manychoices,
     "wrongtypes": FaultServer._wrongtypes,
     "endless": FaultServer._endless,
+    "reflect": FaultServer._reflect,
 }
 
 _JSON = {"Content-Type": "application/json"}
