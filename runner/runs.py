@@ -611,15 +611,28 @@ def run_suite(
     mode: str = "run",
 ) -> tuple[Path, int, dict[str, Any]]:
     """Blocking wrapper of `run_suite_async` for the one-shot commands."""
-    import functools
+    import gc
 
     import anyio
 
-    return anyio.run(
-        functools.partial(
-            run_suite_async, loaded, name, resume_dir=resume_dir, parent_dir=parent_dir, mode=mode
+    # Ledger rows are acyclic and freed by reference counting; at the default threshold the
+    # cycle collector rescans every live case and outcome over and over in a big run, which
+    # took a third of a 40,000-row replay (bench/RESULTS.md).
+    thresholds = gc.get_threshold()
+    gc.set_threshold(50_000, 20, 100)
+    try:
+        return anyio.run(
+            functools.partial(
+                run_suite_async,
+                loaded,
+                name,
+                resume_dir=resume_dir,
+                parent_dir=parent_dir,
+                mode=mode,
+            )
         )
-    )
+    finally:
+        gc.set_threshold(*thresholds)
 
 
 @holds_suite_lock  # runs/<suite>/.lock: one run of a suite at a time (not replay)
