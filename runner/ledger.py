@@ -104,7 +104,10 @@ def write_json(path: Path, value: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with tmp.open("w", encoding="utf-8") as handle:
-            handle.write(json.dumps(value, ensure_ascii=False, sort_keys=True, indent=2) + "\n")
+            # streamed: json.dumps would hold a 20,000-case disagreement.json as millions of
+            # small strings at once (over 100 MB of peak RSS, bench/RESULTS.md)
+            json.dump(value, handle, ensure_ascii=False, sort_keys=True, indent=2)
+            handle.write("\n")
             handle.flush()
             os.fsync(handle.fileno())
         tmp.replace(path)

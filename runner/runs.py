@@ -294,17 +294,25 @@ def heal(run_dir: Path, suite: Suite) -> set[tuple[str, str, int]]:
     graded = {o.key for o in read_outcomes(out_path)} if out_path.exists() else set()
     done: set[tuple[str, str, int]] = set()
     missing: list[dict[str, Any]] = []
-    if raw_path.exists():
-        for exchange in read_exchanges(raw_path):
-            done.add(exchange.key)
-            case = suite.case(exchange.case_id)
-            if exchange.key not in graded and case is not None:
-                missing.append(stamp(exchange, case, suite.graders).to_json())
-                graded.add(exchange.key)
-    if missing:
-        writer = LedgerWriter(out_path)
-        writer.write(missing)
-        writer.close()
+    writer: LedgerWriter | None = None
+    try:
+        if raw_path.exists():
+            for exchange in read_exchanges(raw_path):
+                done.add(exchange.key)
+                case = suite.case(exchange.case_id)
+                if exchange.key not in graded and case is not None:
+                    missing.append(stamp(exchange, case, suite.graders).to_json())
+                    graded.add(exchange.key)
+                if len(missing) >= 1000:  # in batches: a replay's memory stays flat
+                    writer = writer or LedgerWriter(out_path)
+                    writer.write(missing)
+                    missing = []
+        if missing:
+            writer = writer or LedgerWriter(out_path)
+            writer.write(missing)
+    finally:
+        if writer is not None:
+            writer.close()
     return done
 
 
