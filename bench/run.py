@@ -173,7 +173,8 @@ def request_phase(run_dir: Path) -> tuple[float, int, int]:
 
 
 def bare_main(args: argparse.Namespace) -> int:
-    """The floor: aiohttp, one session per side, a semaphore, the same bodies, JSON parsed."""
+    """The floor: aiohttp, one session and `concurrency` workers per side, the same bodies,
+    each reply's JSON parsed. Workers (not a task per call) keep its memory flat in N."""
     import asyncio
 
     import aiohttp
@@ -184,8 +185,12 @@ def bare_main(args: argparse.Namespace) -> int:
         connector = aiohttp.TCPConnector(limit=args.concurrency)
         ok = 0
         async with aiohttp.ClientSession(connector=connector) as session:
-            gate = asyncio.Semaphore(args.concurrency)
             url = args.url + "/chat/completions"
+            todo = iter(cases)
+
+            async def worker() -> None:
+                for case in todo:
+                    await one(case)
 
             async def one(case: dict[str, Any]) -> None:
                 nonlocal ok
@@ -198,22 +203,21 @@ def bare_main(args: argparse.Namespace) -> int:
                     "temperature": 0.0,
                     "max_tokens": 512,
                 }
-                async with gate:
-                    t0 = time.time()
-                    async with session.post(url, data=json.dumps(body).encode()) as resp:
-                        data = await resp.read()
-                    spans.append(t0)
-                    spans.append(time.time())
+                t0 = time.time()
+                async with session.post(url, data=json.dumps(body).encode()) as resp:
+                    data = await resp.read()
+                spans[0] = min(spans[0], t0)
+                spans[1] = time.time()
                 doc = json.loads(data)
                 ok += isinstance(doc["choices"][0]["message"]["content"], str)
 
-            await asyncio.gather(*(one(c) for c in cases))
+            await asyncio.gather(*(worker() for _ in range(args.concurrency)))
         return ok
 
     async def both() -> tuple[int, float]:
-        spans: list[float] = []
+        spans = [float("inf"), float("-inf")]  # first start, last end
         oks = await asyncio.gather(side("ref", spans), side("cand", spans))
-        return sum(oks), (max(spans) - min(spans)) if spans else 0.0
+        return sum(oks), max(0.0, spans[1] - spans[0])
 
     ok, phase = asyncio.run(both())
     print(json.dumps({"ok": ok, "phase": phase}))
