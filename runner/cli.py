@@ -23,10 +23,12 @@ Adder = Callable[[str, str], "argparse.ArgumentParser"]
 
 EXIT_CODES = """exit codes:
   0   clean
-  1   review needed: disagreement_changed, alias_swap, a stratum alert
+  1   review needed: disagreement_changed, alias_swap, a stratum alert,
+      a significant regression when fail_on asks for it
   2   incomplete: transport or schema misses (infrastructure, not quality)
   3   both 1 and 2
   64  usage error    65  bad fixture or data file    78  bad config
+  70  serve: the scheduler itself crashed    130  interrupted (resume with --resume)
 """
 
 
