@@ -228,6 +228,9 @@ def bare_main(args: argparse.Namespace) -> int:
 
 
 def parallax_run(root: Path, config: Path, server: FakeServer) -> dict[str, Any]:
+    # a fresh runs/ each time: the report reads the suite's history, which would otherwise
+    # grow with every repetition and make later runs of the median heavier than the first
+    shutil.rmtree(root / "runs", ignore_errors=True)
     s0 = server.cpu()
     child = run_child([PARALLAX, "run", "--config", str(config)], cwd=root)
     server_cpu = server.cpu() - s0
