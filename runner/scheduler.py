@@ -194,6 +194,16 @@ def _traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))[-4000:]
 
 
+def _task_count() -> int | None:
+    """Live tasks in the daemon's event loop: a leak shows here first (None outside the loop)."""
+    import asyncio
+
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:
+        return None
+
+
 def heartbeat_path(runs_dir: Path) -> Path:
     return runs_dir / HEARTBEAT_NAME
 
@@ -461,6 +471,7 @@ class Daemon:
             "started_at": _iso(self._started_at),
             "updated_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "heartbeat_seconds": self.heartbeat_seconds,
+            "tasks": _task_count(),
             "suites": {
                 s.name: {"next_fire": _iso(s.next_fire), "running": s.scope is not None}
                 for s in self._suites

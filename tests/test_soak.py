@@ -35,6 +35,7 @@ WINDOW = 8  # samples per window: a window's fd floor is its quietest moment
 FD_SLACK = 2
 FD_IN_FLIGHT = 2 * 2 * 4 + 4  # suites x endpoints x concurrency, plus files being written
 THREAD_SLACK = 2
+TASK_SLACK = 2  # asyncio tasks in the daemon loop, from the heartbeat (floor to floor)
 RSS_SLACK_KB = 24 * 1024
 
 
@@ -111,7 +112,10 @@ def test_serve_soaks_every_fault_without_leaking_or_exiting(
             events.append(event)
             if event["event"] == "scheduler.job_finished":
                 finished.append(event)
-                samples.append(proc_sample(proc.pid))
+                sample = proc_sample(proc.pid)
+                beat = json.loads((tmp_path / "runs" / ".parallax-serve.json").read_text())
+                sample["tasks"] = beat["tasks"]
+                samples.append(sample)
         assert proc.poll() is None, "the daemon exited during the soak"
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)
@@ -150,18 +154,21 @@ def test_serve_soaks_every_fault_without_leaking_or_exiting(
     fd_floor = min(s["fds"] for s in first)
     fd_growth = min(s["fds"] for s in last) - fd_floor
     thread_growth = max(s["threads"] for s in warm) - max(s["threads"] for s in first)
+    # the heartbeat is written between runs as often as during one, so compare floors
+    task_growth = min(s["tasks"] for s in last) - min(s["tasks"] for s in first)
     rss = (
         sorted(s["rss_kb"] for s in first)[WINDOW // 2],
         sorted(s["rss_kb"] for s in last)[WINDOW // 2],
     )
     print(
         f"\nsoak: {len(finished)} cycles; fd floor {fd_floor} -> {fd_floor + fd_growth}, "
-        f"fd max {max(s['fds'] for s in warm)}; threads +{thread_growth}; "
+        f"fd max {max(s['fds'] for s in warm)}; threads +{thread_growth}; tasks +{task_growth}; "
         f"median RSS {rss[0]} kB -> {rss[1]} kB"
     )
     assert fd_growth <= FD_SLACK, samples
     assert max(s["fds"] for s in warm) <= fd_floor + FD_IN_FLIGHT, samples
     assert thread_growth <= THREAD_SLACK, samples
+    assert task_growth <= TASK_SLACK, samples
     assert rss[1] - rss[0] <= RSS_SLACK_KB, samples
     benign = {"ok", "slow:0.1"}
     faults = sum(n for mode, n in fault_server.chaos_drawn.items() if mode not in benign)
@@ -180,6 +187,7 @@ def test_serve_soaks_every_fault_without_leaking_or_exiting(
         rss_growth_kb=max(0, rss[1] - rss[0]),
         fd_growth=max(0, fd_growth),
         thread_growth=max(0, thread_growth),
+        task_growth=max(0, task_growth),
     )
 
 
