@@ -370,15 +370,13 @@ def help_time(runs: int) -> float:
 
 
 def versions() -> dict[str, str]:
-    import aiohttp
-    import anyio
-    import httpx
+    from importlib.metadata import version
 
     return {
         "python": platform.python_version(),
-        "httpx": httpx.__version__,
-        "aiohttp": aiohttp.__version__,
-        "anyio": getattr(anyio, "__version__", "?"),
+        "httpx": version("httpx"),
+        "aiohttp": version("aiohttp"),
+        "anyio": version("anyio"),
         "machine": f"{platform.machine()} {os.cpu_count()} cpu, {platform.platform()}",
         "load_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
