@@ -28,6 +28,7 @@ import json
 import math
 import random
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -269,6 +270,14 @@ def _kept_headers(headers: dict[str, str]) -> dict[str, str]:
     }
 
 
+def _body_chunks(resp: httpx.Response, headers: dict[str, str]) -> AsyncIterator[bytes]:
+    """The body as sent, decoded by httpx only when it is Content-Encoded; an identity body is
+    read straight off the stream (httpx's decoder and chunker cost ~20 us a call for nothing)."""
+    if "content-encoding" not in headers and isinstance(resp.stream, httpx.AsyncByteStream):
+        return aiter(resp.stream)
+    return resp.aiter_bytes()
+
+
 def _body_text(raw: bytes) -> tuple[str, str]:
     try:
         return raw.decode("utf-8"), "utf-8"
@@ -468,7 +477,7 @@ class HttpEndpoint:
                     resp = await self._transport.handle_async_request(self._request(content))
                     try:
                         status, headers = resp.status_code, _plain_headers(resp.headers)
-                        async for chunk in resp.aiter_bytes():
+                        async for chunk in _body_chunks(resp, headers):
                             room = cap - len(buf)
                             if len(chunk) > room:
                                 buf += chunk[:room]

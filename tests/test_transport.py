@@ -252,3 +252,30 @@ def test_aiohttp_is_the_default_pool() -> None:
     endpoint = HttpEndpoint("ep", cfg, None)
     assert isinstance(endpoint._transport, AiohttpTransport)
     assert aiohttp.__version__
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("encoding", [None, "gzip"])
+async def test_bodies_are_recorded_decoded(encoding: str | None) -> None:
+    """An identity body is read as sent and a gzip body is decoded by httpx, the same text."""
+    import gzip
+
+    text = '{"choices": [{"message": {"content": "SKU-9"}}]}'
+    raw = gzip.compress(text.encode()) if encoding else text.encode()
+    headers = {"content-type": "application/json"}
+    if encoding:
+        headers["content-encoding"] = encoding
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers=headers, content=raw)
+
+    cfg = EndpointConfig(kind="openai-chat", base_url="http://mock.test/v1", model="m")
+    endpoint = HttpEndpoint("ep", cfg, None, transport=httpx.MockTransport(handler))
+    try:
+        with anyio.fail_after(5):
+            exchange = await endpoint.call(CASE, "reference", 0)
+    finally:
+        await endpoint.aclose()
+    assert exchange.transport == "ok"
+    assert exchange.response is not None
+    assert exchange.response.body == text
