@@ -30,6 +30,7 @@ Cancellation (anyio's deadline, a cancelled task group) passes through untouched
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -152,8 +153,11 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._keepalive = keepalive_expiry
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[tuple[Any, ...], aiohttp.ClientTimeout] = {}
+        self._ssl: ssl.SSLContext | None = None
 
     def _open(self) -> aiohttp.ClientSession:
+        import urllib.request
+
         connector = aiohttp.TCPConnector(
             limit=self._limit,
             limit_per_host=0,
@@ -164,11 +168,22 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             connector=connector,
             cookie_jar=aiohttp.DummyCookieJar(),  # httpx owns cookies; we send none
             auto_decompress=False,  # httpx decodes, so DecodingError stays httpx's
-            trust_env=False,
+            # HTTP(S)_PROXY / NO_PROXY honoured as httpx.AsyncClient did; aiohttp rereads them
+            # (and ~/.netrc) on every request, so only when a proxy is configured at all
+            trust_env=bool(urllib.request.getproxies()),
             raise_for_status=False,
             skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
         )
         return self._session
+
+    def _tls(self) -> ssl.SSLContext:
+        """The CA bundle httpx verifies against by default (certifi), built on the first https
+        request: endpoints that verified over httpx's pool verify the same way here."""
+        if self._ssl is None:
+            import certifi
+
+            self._ssl = ssl.create_default_context(cafile=certifi.where())
+        return self._ssl
 
     def _timeout(self, request: httpx.Request) -> aiohttp.ClientTimeout:
         spec = request.extensions.get("timeout") or {}
@@ -198,6 +213,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 timeout=self._timeout(request),
                 compress=None,
                 chunked=None,
+                ssl=self._tls() if request.url.scheme == "https" else True,
             )
         except asyncio.CancelledError:
             raise

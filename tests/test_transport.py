@@ -279,3 +279,31 @@ async def test_bodies_are_recorded_decoded(encoding: str | None) -> None:
     assert exchange.transport == "ok"
     assert exchange.response is not None
     assert exchange.response.body == text
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("proxy", [None, "http://127.0.0.1:9"])
+async def test_proxy_env_is_honoured_only_when_set(
+    monkeypatch: pytest.MonkeyPatch, proxy: str | None
+) -> None:
+    """HTTPS_PROXY is read as httpx.AsyncClient read it; without one, no per-request env scan."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    if proxy:
+        monkeypatch.setenv("HTTPS_PROXY", proxy)
+    transport = AiohttpTransport(limit=1)
+    try:
+        session = transport._open()
+        assert session.trust_env is bool(proxy)
+    finally:
+        await transport.aclose()
+
+
+def test_https_verifies_against_certifi() -> None:
+    """TLS verification uses certifi's bundle, httpx's default, with hostname checks on."""
+    import ssl
+
+    context = AiohttpTransport(limit=1)._tls()
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert context.check_hostname
+    assert context.cert_store_stats()["x509_ca"] > 50
