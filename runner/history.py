@@ -41,7 +41,9 @@ class RunRow:
     stratified: bool
     stratum_alerts: Mapping[str, Sequence[str]]
     served_models: Mapping[str, Sequence[str]]
-    cases: Mapping[str, Mapping[str, Any]] | None  # disagreement.json's cases; None if unread
+    # cases both sides passed with an empty disagreement; None when disagreement.json is
+    # unreadable. Only the ids are kept: a year of 20,000-case nights must fit in memory.
+    quiet: frozenset[str] | None
     paired: Mapping[str, Any] = field(default_factory=dict)  # the overall paired test
     noise_floor: Mapping[str, Any] = field(default_factory=dict)  # overall self-disagreement
 
@@ -120,13 +122,15 @@ def read_run(run_dir: Path) -> tuple[RunRow | None, list[str]]:
     if summary.get("version") != SUMMARY_VERSION:
         return None, [f"skipped {run_dir.name}: summary.json has an unknown version"]
     disagreement, why = _read_object(run_dir / "disagreement.json")
-    cases: dict[str, Mapping[str, Any]] | None = None
+    quiet: frozenset[str] | None = None
     if disagreement is None:
         notes.append(f"{run_dir.name}: {why}; its cases are left out of ceiling candidates")
     else:
-        cases = {
-            k: v for k, v in _mapping(disagreement.get("cases")).items() if isinstance(v, dict)
-        }
+        quiet = frozenset(
+            k
+            for k, v in _mapping(disagreement.get("cases")).items()
+            if isinstance(v, dict) and _quiet(v)
+        )
     counts = _mapping(summary.get("gate_counts"))
     strata = _mapping(summary.get("strata"))
     exit_code = summary.get("exit_code")
@@ -150,7 +154,7 @@ def read_run(run_dir: Path) -> tuple[RunRow | None, list[str]]:
         stratified=bool(summary.get("stratified", True)),
         stratum_alerts={s: _strings(_mapping(summary.get("stratum_alerts")).get(s)) for s in SIDES},
         served_models={s: _strings(_mapping(summary.get("served_models")).get(s)) for s in SIDES},
-        cases=cases,
+        quiet=quiet,
         paired=_mapping(_mapping(summary.get("paired")).get("overall")),
         noise_floor=_mapping(_mapping(summary.get("noise_floor")).get("overall")),
     )
@@ -207,16 +211,14 @@ def _quiet(case: Mapping[str, Any]) -> bool:
 
 def streaks(rows: Iterable[RunRow]) -> dict[str, int]:
     """Per case of the latest night, how many nights in a row (newest back) it stayed quiet."""
-    nights = [r for r in rows if r.counts_as_night and r.cases is not None]
+    nights = [r.quiet for r in rows if r.counts_as_night and r.quiet is not None]
     if not nights:
         return {}
     result: dict[str, int] = {}
-    latest = nights[-1].cases or {}
-    for case_id in latest:
+    for case_id in nights[-1]:  # a case that is not quiet tonight has a streak of 0
         n = 0
-        for row in reversed(nights):
-            case = (row.cases or {}).get(case_id)
-            if case is None or not _quiet(case):
+        for quiet in reversed(nights):
+            if case_id not in quiet:
                 break
             n += 1
         result[case_id] = n
@@ -268,7 +270,7 @@ def suite_report(suite_dir: Path, *, retire_after: int, last: int | None = None)
             {"case_id": c, "quiet_runs": runs_streak[c]}
             for c in ceiling_candidates(full.rows, retire_after)
         ],
-        "nights": sum(1 for r in full.rows if r.counts_as_night and r.cases is not None),
+        "nights": sum(1 for r in full.rows if r.counts_as_night and r.quiet is not None),
         "model_changes": model_changes(full.rows),
         "notes": full.notes,
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -99,18 +99,45 @@ class LedgerWriter:
             self._handle.close()
 
 
-def write_json(path: Path, value: Any) -> None:
-    """Write a whole JSON file atomically (temp file, fsync, rename): never half a file."""
+def _atomic(path: Path, write: Callable[[IO[str]], None]) -> None:
+    """Write a whole file atomically (temp file, fsync, rename): a reader never sees half."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with tmp.open("w", encoding="utf-8") as handle:
-            # streamed: json.dumps would hold a 20,000-case disagreement.json as millions of
-            # small strings at once (over 100 MB of peak RSS, bench/RESULTS.md)
-            json.dump(value, handle, ensure_ascii=False, sort_keys=True, indent=2)
-            handle.write("\n")
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_json(path: Path, value: Any) -> None:
+    """A small JSON file (manifest, summary, snapshot), indented so a review diff reads well."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, indent=2) + "\n"
+
+    def write(handle: IO[str]) -> None:
+        handle.write(text)
+
+    _atomic(path, write)
+
+
+def write_json_map(path: Path, head: Mapping[str, Any], key: str, items: Mapping[str, Any]) -> None:
+    """A JSON object whose `key` holds a large map, written one entry a line.
+
+    One `dumps` per entry keeps the C encoder (an indented dump runs in pure Python, and a
+    20,000-case map took seconds) and never holds the whole text at once; sorted, so a
+    replay writes the same bytes.
+    """
+
+    def write(handle: IO[str]) -> None:
+        for name in sorted(head):
+            handle.write(("{" if handle.tell() == 0 else ",\n") + dumps(name) + ":")
+            handle.write(dumps(head[name]))
+        handle.write(("{" if handle.tell() == 0 else ",\n") + dumps(key) + ":{")
+        for n, name in enumerate(sorted(items)):
+            handle.write(("\n" if n == 0 else ",\n") + dumps(name) + ":" + dumps(items[name]))
+        handle.write("\n}}\n")
+
+    _atomic(path, write)

@@ -80,6 +80,7 @@ class RunReport:
     ceiling: list[str]
     quiet_runs: dict[str, int]
     notes: list[str] = field(default_factory=list)
+    history: list[RunRow] = field(default_factory=list)  # the window read, oldest first
 
     @property
     def suite(self) -> str:
@@ -185,7 +186,8 @@ def build_report(
         if isinstance(raw_cases, dict)
         else {}
     )
-    wanted = {k for k, v in cases.items() if v.get("gate") != "unchanged" or not v.get("admitted")}
+    # replies are shown only for the cases that need review and the unscored ones
+    wanted = {k for k, v in cases.items() if v.get("gate") in REVIEW_ORDER or not v.get("admitted")}
     replies, notes = read_replies(run_dir, wanted)
     # a bounded window: the trend and a ceiling streak never need more, and a year of nightly
     # runs must not make every report read the whole history
@@ -195,6 +197,7 @@ def build_report(
     notes.extend(history.notes)
     ceiling = ceiling_candidates(history.rows, retire_after) if retire_after else []
     return RunReport(
+        history=history.rows,
         run_dir=run_dir,
         summary=summary,
         manifest=manifest,
@@ -840,14 +843,10 @@ def after_run(run_dir: Path, *, retire_after: int, log: Any) -> None:
             logs.REPORT_FAILED, error=f"{type(exc).__name__}: {exc}", run_dir=str(run_dir)
         )
         return
-    history = load_history(
-        run_dir.parent, until=run_dir.name, last=history_window(TREND_RUNS, retire_after)
-    )
-    if not history.rows or history.rows[-1].run_dir != run_dir:
+    rows = rep.history
+    if not rows or rows[-1].run_dir != run_dir or not rows[-1].counts_as_night:
         return
-    if not history.rows[-1].counts_as_night:
-        return
-    before = set(ceiling_candidates(history.rows[:-1], retire_after))
+    before = set(ceiling_candidates(rows[:-1], retire_after))
     now = rep.ceiling
     new = sorted(set(now) - before)
     if new:

@@ -12,6 +12,7 @@ import functools
 import os
 import platform
 import secrets
+import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -37,7 +38,7 @@ from runner.gate import (
     fold,
 )
 from runner.grading import GraderSet, check_cases, load_graders
-from runner.ledger import LedgerWriter, read_jsonl, write_json
+from runner.ledger import LedgerWriter, read_jsonl, write_json, write_json_map
 from runner.lock import holds_suite_lock
 from runner.model import SIDES, STRATA, Case, Endpoint, Exchange, Outcome
 from runner.progress import ProgressBar, start_progress
@@ -433,14 +434,11 @@ def finalize(
     for v in results:
         counts[v.gate] += 1
     counts[RETIRED_CASE] = len(retired)  # retired cases have no verdict, only a count
-    write_json(
+    write_json_map(
         run_dir / "disagreement.json",
-        {
-            "version": DISAGREEMENT_VERSION,
-            "suite": suite.name,
-            "cases": {v.case_id: v.to_json() for v in results},
-            "retired": retired,
-        },
+        {"version": DISAGREEMENT_VERSION, "suite": suite.name, "retired": retired},
+        "cases",
+        {v.case_id: v.to_json() for v in results},
     )
     strata: dict[str, Any] = {}
     stratum_alerts: dict[str, list[str]] = {}
@@ -677,9 +675,13 @@ async def run_suite_async(
             run_dir / "manifest.json",
             manifest_for(loaded, suite, run_dir, mode=mode, parent=parent),
         )
-        if parent_dir is not None:
-            skip = unscored_keys(parent_dir) if mode == "retry" else set()
-            _seed_raw(parent_dir, run_dir, skip)
+        if mode == "replay" and parent_dir is not None:  # the raw ledger, as it was written
+            source = parent_dir / "raw.jsonl"
+            if not source.is_file():
+                raise DataError(source, "no such file: nothing to replay")
+            shutil.copyfile(source, run_dir / "raw.jsonl")
+        elif parent_dir is not None:
+            _seed_raw(parent_dir, run_dir, unscored_keys(parent_dir))
     done = heal(run_dir, suite)
     structlog.contextvars.bind_contextvars(run_id=run_dir.name, suite=name)
     log = logs.get_logger()
