@@ -8,7 +8,6 @@ pinned files keep their hashes and a shape change in this loader can never move 
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
@@ -239,6 +238,16 @@ def _case_offsets(text: str) -> list[int]:
             _, pos = decoder.raw_decode(text, pos)
 
 
+def copy_json(value: Any) -> Any:
+    """A deep copy of a JSON value; far cheaper than copy.deepcopy, which a 20,000-case suite
+    spent a third of its load time in, and all a parsed row can hold."""
+    if isinstance(value, dict):
+        return {k: copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_json(v) for v in value]
+    return value
+
+
 def _fail(where: str, line: int, reason: str) -> FixtureError:
     """Build the one-line `path:line: reason` error that exits 65."""
     return FixtureError(where, reason, line=line)
@@ -317,18 +326,18 @@ def _expect_of(
         fields = data["expect"]
         if not isinstance(fields, dict):
             raise fail(f"'expect' must be an object, got {_json_kind(fields)}")
-        return {"json_fields": copy.deepcopy(fields)}
+        return {"json_fields": copy_json(fields)}
     top = [key for key in _SEED000_KEYS if key in data]
     if top and "expect" in data:
         raise fail(f"{top[0]!r} at top level and an 'expect' object; put it in 'expect'")
     if top:
-        expect = {key: copy.deepcopy(data[key]) for key in top}
+        expect = {key: copy_json(data[key]) for key in top}
         prefix = ""
     else:
         raw = data.get("expect", {})
         if not isinstance(raw, dict):
             raise fail(f"'expect' must be an object, got {_json_kind(raw)}")
-        expect = copy.deepcopy(raw)
+        expect = copy_json(raw)
         prefix = "expect."
     for key, check in _BUILTIN_CHECKS.items():
         if key in expect:

@@ -8,7 +8,6 @@ after the grader modules are loaded.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import importlib
 import importlib.util
@@ -23,6 +22,7 @@ from typing import Any
 from jsonschema.validators import validator_for
 
 from runner.errors import ConfigError, FixtureError
+from runner.fixtures import copy_json
 from runner.model import Case, Grade, Reply
 
 __all__ = [
@@ -235,7 +235,7 @@ def _patterns(value: Any) -> list[str]:
 def _run_custom(grader: Grader, text: str, expect: Mapping[str, Any]) -> list[str]:
     """Call a user grader on a private copy of expect, so it cannot change later grades."""
     try:
-        result = grader(text, copy.deepcopy(dict(expect)))
+        result = grader(text, copy_json(dict(expect)))
     except Exception as exc:
         return [f"grader_error:{type(exc).__name__}"]
     if not isinstance(result, list) or not all(isinstance(miss, str) for miss in result):

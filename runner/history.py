@@ -121,8 +121,11 @@ def read_run(run_dir: Path) -> tuple[RunRow | None, list[str]]:
         return None, [f"skipped {run_dir.name}: {why} (unfinished or broken run)"]
     if summary.get("version") != SUMMARY_VERSION:
         return None, [f"skipped {run_dir.name}: summary.json has an unknown version"]
-    disagreement, why = _read_object(run_dir / "disagreement.json")
     quiet: frozenset[str] | None = None
+    listed = summary.get("quiet_cases")
+    if isinstance(listed, list):  # written by finalize: no need to parse the whole map
+        return _row(run_dir, summary, frozenset(_strings(listed))), notes
+    disagreement, why = _read_object(run_dir / "disagreement.json")
     if disagreement is None:
         notes.append(f"{run_dir.name}: {why}; its cases are left out of ceiling candidates")
     else:
@@ -131,10 +134,14 @@ def read_run(run_dir: Path) -> tuple[RunRow | None, list[str]]:
             for k, v in _mapping(disagreement.get("cases")).items()
             if isinstance(v, dict) and _quiet(v)
         )
+    return _row(run_dir, summary, quiet), notes
+
+
+def _row(run_dir: Path, summary: Mapping[str, Any], quiet: frozenset[str] | None) -> RunRow:
     counts = _mapping(summary.get("gate_counts"))
     strata = _mapping(summary.get("strata"))
     exit_code = summary.get("exit_code")
-    row = RunRow(
+    return RunRow(
         run_id=str(summary.get("run_id") or run_dir.name),
         run_dir=run_dir,
         started_at=_str(summary.get("started_at")),
@@ -158,7 +165,6 @@ def read_run(run_dir: Path) -> tuple[RunRow | None, list[str]]:
         paired=_mapping(_mapping(summary.get("paired")).get("overall")),
         noise_floor=_mapping(_mapping(summary.get("noise_floor")).get("overall")),
     )
-    return row, notes
 
 
 def _order(run_dir: Path) -> tuple[str, int, str]:

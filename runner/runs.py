@@ -499,6 +499,12 @@ def finalize(
         "served_models": served,
         "paired": tests,
         "significant_regression": regression,
+        # both sides passed and agree: history counts these nights toward ceiling candidates
+        "quiet_cases": sorted(
+            v.case_id
+            for v in results
+            if v.admitted and v.reference.passed and v.candidate.passed and v.disagreement == []
+        ),
         "fail_on": list(suite.fail_on),
     }
     if suite.noise_check:

@@ -195,3 +195,33 @@ def test_history_with_negative_last_is_a_usage_error(tmp_path: Path) -> None:
     expected = 64
     actual = main(["history", "--config", str(project.config), "--last", "-1"])
     assert expected == actual
+
+
+def test_ceiling_streaks_come_from_the_summary_without_the_big_map(tmp_path: Path) -> None:
+    """Real runs list their quiet cases in summary.json; history needs no disagreement.json."""
+    from runner.config import load_config
+    from runner.runs import run_suite
+
+    (tmp_path / "cases.jsonl").write_text(
+        '{"id": "a", "prompt": "p", "expect": {"must_include": ["yes"]}}\n'
+        '{"id": "b", "prompt": "p", "expect": {"must_include": ["yes"]}}\n'
+    )
+    (tmp_path / "cassette.jsonl").write_text(
+        '{"case_id": "a", "completion": "yes"}\n{"case_id": "b", "completion": "no"}\n'
+    )
+    (tmp_path / "parallax.toml").write_text(
+        'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
+        '[endpoints.r]\nkind = "recorded"\ncassette = "cassette.jsonl"\n'
+        '[suites.s]\nfixtures = "cases.jsonl"\nreference = "r"\ncandidate = "r"\n'
+    )
+    for _ in range(3):
+        run_dir, _, summary = run_suite(load_config(tmp_path / "parallax.toml"), "s")
+        assert summary["quiet_cases"] == ["a"]
+    for path in (tmp_path / "runs" / "s").glob("*/disagreement.json"):
+        path.unlink()
+
+    history = load_history(tmp_path / "runs" / "s")
+
+    assert [row.quiet for row in history.rows] == [frozenset({"a"})] * 3
+    assert ceiling_candidates(history.rows, 3) == ["a"]
+    assert json.loads((run_dir / "summary.json").read_text())["quiet_cases"] == ["a"]
