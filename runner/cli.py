@@ -206,6 +206,7 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from runner.config import check_files, load_config
+    from runner.errors import ConfigError
     from runner.recorded import load_cassette
     from runner.runs import prepare_suite
 
@@ -215,9 +216,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for name in loaded.suite_names(args.suite):
         suite = prepare_suite(loaded, name)
         total += len(suite.cases)
-    for endpoint in loaded.config.endpoints.values():
+    for endpoint_name, endpoint in loaded.config.endpoints.items():
         if endpoint.cassette:
             load_cassette(loaded.resolve(endpoint.cassette))
+        elif endpoint.kind != "recorded":
+            from runner.client import request_problem
+
+            problem = request_problem(endpoint)
+            if problem:
+                raise ConfigError(loaded.path, f"endpoints.{endpoint_name}", problem)
     suites = len(loaded.suite_names(args.suite))
     print(f"{loaded.path}: ok ({suites} suite(s), {total} case(s))")
     return 0

@@ -81,8 +81,15 @@ class EndpointConfig(_Strict):
         if not self.base_url:
             raise ValueError(f"a {self.kind} endpoint needs base_url")
         parts = urlsplit(self.base_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"base_url must be an http(s) URL, got {self.base_url!r}")
+        try:
+            parts.port  # noqa: B018 - urlsplit checks the port's range only when it is read
+        except ValueError:
+            raise ValueError(f"base_url has an invalid port: {self.base_url!r}") from None
+        for name, value in self.headers.items():
+            if any(c in name + value for c in "\r\n\0"):
+                raise ValueError(f"header {name!r} contains a line break or NUL")
         if self.kind == "http-json" and self.body_template is None:
             raise ValueError("an http-json endpoint needs body_template")
         if self.kind != "http-json" and not self.model:

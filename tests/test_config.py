@@ -339,3 +339,19 @@ def test_an_unset_or_empty_key_var_is_a_config_error(
         "environment variable PARALLAX_TEST_KEY is not set",
     )
     assert expected == (info.value.key, info.value.reason)
+
+
+def test_a_base_url_with_an_impossible_port_is_a_config_error(tmp_path: Path) -> None:
+    """Port 99999 is refused by `validate`, naming the endpoint, not found at call time."""
+    error = load_error(tmp_path, MINIMAL.replace("https://api.example.com/v1", "http://h:99999/v1"))
+    assert "endpoints.cand" in str(error) and "invalid port" in str(error)
+
+
+def test_a_header_with_a_line_break_is_a_config_error(tmp_path: Path) -> None:
+    """A header value that would split the request on the wire is refused when loading."""
+    text = MINIMAL.replace(
+        'api_key_env = "PARALLAX_TEST_KEY"',
+        'api_key_env = "PARALLAX_TEST_KEY"\nheaders = { "X-Team" = "a\\nb" }',
+    )
+    error = load_error(tmp_path, text)
+    assert "endpoints.cand" in str(error) and "line break" in str(error)
