@@ -12,13 +12,14 @@ made harder. Replays regrade an earlier run's replies, so they never count as a 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.errors import DataError
 from runner.gate import GATE_CLASSES
+from runner.ledger import read_json_object
 from runner.model import SIDES, STRATA
 
 SUMMARY_VERSION = 1
@@ -89,16 +90,9 @@ class History:
 def _read_object(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     """A JSON object from `path`, or (None, why not)."""
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None, f"no {path.name}"
-    except OSError as exc:
-        return None, f"{path.name}: cannot read ({exc.strerror})"
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None, f"{path.name}: not valid JSON"
-    if not isinstance(value, dict):
-        return None, f"{path.name}: not a JSON object"
-    return value, None
+        return read_json_object(path, missing="missing"), None
+    except DataError as exc:
+        return None, f"{path.name}: {exc.reason.split(':')[0]}"
 
 
 def _mapping(value: Any) -> dict[str, Any]:

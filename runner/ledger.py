@@ -54,6 +54,25 @@ def read_jsonl(path: Path, *, tolerate_torn_tail: bool = True) -> Iterator[tuple
             yield line_no, value
 
 
+def read_json_object(path: Path, *, missing: str = "no such file") -> dict[str, Any]:
+    """A whole JSON file that must hold an object (manifest, summary, a disagreement map).
+
+    One reader for all of them, so a missing, unreadable, non-JSON or non-object file is always
+    one DataError (exit 65) naming the file, never a traceback.
+    """
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(path, missing) from None
+    except OSError as exc:
+        raise DataError(path, f"cannot read: {exc.strerror}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise DataError(path, f"unreadable JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise DataError(path, "not a JSON object")
+    return value
+
+
 def repair_tail(path: Path) -> bool:
     """Cut a torn last line off a ledger before appending to it again; True if one was cut."""
     if not path.exists():

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import binascii
 import html
-import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,7 +25,7 @@ from runner.adapters import parse
 from runner.errors import DataError
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, GATE_CLASSES, SCHEMA_MISS, TRANSPORT_MISS
 from runner.history import History, RunRow, ceiling_candidates, load_history, streaks
-from runner.ledger import read_jsonl
+from runner.ledger import read_json_object, read_jsonl
 from runner.model import SIDES, STRATA, Exchange, Response
 
 TREND_RUNS = 14
@@ -94,15 +93,7 @@ class RunReport:
 
 
 def _load_object(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(path, "no such file: not a finished parallax run") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DataError(path, f"not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise DataError(path, "not a JSON object")
-    return value
+    return read_json_object(path, missing="no such file: not a finished parallax run")
 
 
 def _body_text(response: Response) -> str:

@@ -38,7 +38,7 @@ from runner.gate import (
     fold,
 )
 from runner.grading import GraderSet, check_cases, load_graders
-from runner.ledger import LedgerWriter, read_jsonl, write_json, write_json_map
+from runner.ledger import LedgerWriter, read_json_object, read_jsonl, write_json, write_json_map
 from runner.lock import holds_suite_lock
 from runner.model import SIDES, STRATA, Case, Endpoint, Exchange, Outcome
 from runner.progress import ProgressBar, start_progress
@@ -205,15 +205,8 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "manifest.json"
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: no such run directory")
-    import json
-
-    try:
-        manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(path, "no such file: not a parallax run directory") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DataError(path, f"unreadable manifest: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("version") != MANIFEST_VERSION:
+    manifest = read_json_object(path, missing="no such file: not a parallax run directory")
+    if manifest.get("version") != MANIFEST_VERSION:
         raise DataError(path, "not a parallax manifest (missing or unknown version)")
     if not isinstance(manifest.get("suite"), str):
         raise DataError(path, "not a parallax manifest (no suite name)")

@@ -17,7 +17,7 @@ from typing import Any
 
 from runner.config import valid_name
 from runner.errors import DataError, ParallaxError
-from runner.ledger import write_json
+from runner.ledger import read_json_object, write_json
 
 SNAPSHOT_VERSION = 1
 
@@ -104,14 +104,7 @@ def promote(
 ) -> dict[str, list[str]]:
     """Accept a run's disagreement map as the suite's snapshot; returns what changed."""
     disagreement_file = run_dir / "disagreement.json"
-    try:
-        doc = json.loads(disagreement_file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(disagreement_file, "no such file (did the run finish?)") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DataError(disagreement_file, f"unreadable: {exc}") from None
-    if not isinstance(doc, dict):
-        raise DataError(disagreement_file, "not a parallax disagreement map")
+    doc = read_json_object(disagreement_file, missing="no such file (did the run finish?)")
     suite, cases = doc.get("suite"), doc.get("cases")
     if not isinstance(suite, str) or not isinstance(cases, dict):
         raise DataError(disagreement_file, "not a parallax disagreement map")
