@@ -90,7 +90,8 @@ def describe(result: PairedResult, scope: str, alpha: float = 0.05) -> str:
         if result.low is not None and result.high is not None
         else ""
     )
-    stats = f"{points} {interval}, p = {_p(result.p_value)}, {result.n} paired cases"
+    cases = "paired case" if result.n == 1 else "paired cases"
+    stats = f"{points} {interval}, p = {_p(result.p_value)}, {result.n} {cases}"
     if result.significant(alpha):
         return f"candidate {result.direction} on {scope}: {stats}"
     return f"{scope}: no significant difference ({stats})"
