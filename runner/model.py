@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 STRATA: tuple[str, ...] = ("easy", "medium", "stretch")
 SIDES: tuple[str, ...] = ("reference", "candidate")
+NOISE = "noise"  # ledger side of `noise_check`: the reference called a second, independent time
 LEDGER_VERSION = 1
 
 

@@ -27,14 +27,14 @@ from typing import Any
 from runner.adapters import OPENAI_CHAT
 from runner.errors import DataError
 from runner.ledger import read_jsonl
-from runner.model import SIDES, Attempt, Case, Exchange, Response, Transport
+from runner.model import NOISE, SIDES, Attempt, Case, Exchange, Response, Transport
 
 _FAULTS = {t.value for t in Transport} - {Transport.OK.value, Transport.HTTP_ERROR.value}
 _KEYS = {"case_id", "suite", "sample", "completion", "model", "id", "system_fingerprint"}
 _KEYS |= {"fault", "status", "body", "usage", "side"}
 
 
-CASSETTE_SIDES = (*SIDES, "noise")  # "noise": the reference's second call under noise_check
+CASSETTE_SIDES = (*SIDES, NOISE)
 CassetteKey = tuple[str | None, str | None, str, int | None]
 
 

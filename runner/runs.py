@@ -40,14 +40,13 @@ from runner.gate import (
 from runner.grading import GraderSet, check_cases, load_graders
 from runner.ledger import LedgerWriter, read_json_object, read_jsonl, write_json, write_json_map
 from runner.lock import holds_suite_lock
-from runner.model import SIDES, STRATA, Case, Endpoint, Exchange, Outcome
+from runner.model import NOISE, SIDES, STRATA, Case, Endpoint, Exchange, Outcome
 from runner.progress import ProgressBar, start_progress
 from runner.report import after_run
 from runner.snapshot import load_snapshot, snapshot_path
 from runner.stamps import stamp
 from runner.stats import describe, paired_test
 
-NOISE = "noise"  # ledger side of the noise check's second reference call
 MANIFEST_VERSION = 1
 SUMMARY_VERSION = 1
 DISAGREEMENT_VERSION = 1
