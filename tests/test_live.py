@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from faultserver import FaultServer
+from relkit import key_rows
 from structlog.testing import capture_logs
 
 from runner.config import load_config
@@ -372,20 +373,6 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(
 
     resumed = _run_cli(["run", "--resume", str(run_dir)], env, tmp_path)
     fresh, _, _ = run_suite(load_config(config), "live")
-
-    def key_rows(d: Path) -> list[tuple[Any, ...]]:
-        return sorted(
-            (
-                o["case_id"],
-                o["side"],
-                o["sample"],
-                o["transport"],
-                o["schema"],
-                o["task_score"],
-                tuple(o["misses"]),
-            )
-            for o in outcomes(d)
-        )
 
     assert resumed.returncode == 2, resumed.stderr
     assert key_rows(run_dir) == key_rows(fresh)
