@@ -13,6 +13,7 @@ from typing import Any
 
 from runner.config import EndpointConfig
 from runner.model import Case, Reply, Response
+from runner.text import may_hold_surrogates, scrub
 
 OPENAI_CHAT = "openai-chat"
 ANTHROPIC = "anthropic-messages"
@@ -114,9 +115,10 @@ def _strip_fence(text: str) -> str:
 
 def _loads(text: str) -> tuple[bool, Any]:
     try:
-        return True, json.loads(text)
+        doc = json.loads(text)
     except (ValueError, RecursionError):
         return False, None
+    return True, scrub(doc) if may_hold_surrogates(text) else doc
 
 
 def _str_or_none(value: Any) -> str | None:

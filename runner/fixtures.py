@@ -21,6 +21,7 @@ from jsonschema.validators import validator_for
 
 from runner.errors import DataError, FixtureError
 from runner.model import STRATA, Case
+from runner.text import holds_surrogate, may_hold_surrogates
 
 __all__ = ["fixture_sha", "load_cases", "pin_lines"]
 
@@ -88,6 +89,10 @@ def _load(path: Path) -> list[tuple[_Row, Case]]:
         raise DataError(where, f"cannot read: {exc.strerror or exc}") from None
     text = _decode(where, data)
     rows = _parse(where, text)
+    if may_hold_surrogates(text):
+        for row in rows:
+            if holds_surrogate(row.data):
+                raise _fail(where, row.line, "lone surrogate escape (\\ud800-\\udfff) is not text")
     seen: dict[str, int] = {}
     loaded: list[tuple[_Row, Case]] = []
     for row in rows:

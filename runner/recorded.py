@@ -28,6 +28,7 @@ from runner.adapters import OPENAI_CHAT
 from runner.errors import DataError
 from runner.ledger import read_jsonl
 from runner.model import NOISE, SIDES, Attempt, Case, Exchange, Response, Transport
+from runner.text import holds_surrogate
 
 _FAULTS = {t.value for t in Transport} - {Transport.OK.value, Transport.HTTP_ERROR.value}
 _KEYS = {"case_id", "suite", "sample", "completion", "model", "id", "system_fingerprint"}
@@ -48,6 +49,8 @@ def load_cassette(path: Path) -> dict[CassetteKey, dict[str, Any]]:
     for line_no, row in read_jsonl(path, tolerate_torn_tail=False):
         if not isinstance(row, dict):
             raise DataError(path, "cassette row must be a JSON object", line_no)
+        if holds_surrogate(row):
+            raise DataError(path, "lone surrogate escape (\\ud800-\\udfff) is not text", line_no)
         unknown = sorted(set(row) - _KEYS)
         if unknown:
             raise DataError(path, f"unknown cassette key {unknown[0]!r}", line_no)

@@ -18,6 +18,7 @@ from typing import Any
 from runner.config import valid_name
 from runner.errors import DataError, ParallaxError
 from runner.ledger import read_json_object, write_json
+from runner.text import holds_surrogate, may_hold_surrogates
 
 SNAPSHOT_VERSION = 1
 
@@ -46,6 +47,8 @@ def load_snapshot(path: Path) -> dict[str, Any]:
         raise DataError(path, f"invalid JSON: {exc}", getattr(exc, "lineno", None)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), dict):
         raise DataError(path, "not a parallax snapshot (no 'cases' object)")
+    if may_hold_surrogates(text) and holds_surrogate(doc):
+        raise DataError(path, "lone surrogate escape (\\ud800-\\udfff) is not text")
     if doc.get("version") != SNAPSHOT_VERSION:
         raise DataError(path, f"unsupported snapshot version {doc.get('version')!r}")
     for case_id, entry in doc["cases"].items():

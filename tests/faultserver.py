@@ -528,6 +528,13 @@ class FaultServer:
         body = b'{"choices": [{"message": {"content": "a\x00b\x00"}}]}'
         return self._send(conn, 200, _JSON, body)
 
+    def _surrogate(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        """Valid JSON whose escapes decode to lone surrogates: no UTF-8 file can hold them."""
+        doc = json.loads(self._completion(req))
+        doc["model"] = "served-\ud800"
+        doc["choices"][0]["message"]["content"] = f"{req.prompt} \udc00 then \ud83d\ude00"
+        return self._send(conn, 200, _JSON, json.dumps(doc).encode("ascii"))
+
     def _manychoices(self, conn: socket.socket, req: Received, arg: str) -> bool:
         doc = json.loads(self._completion(req))
         doc["choices"] = doc["choices"] * int(arg or "10000")
@@ -565,6 +572,7 @@ _HOSTILE: dict[str, Callable[[FaultServer, socket.socket, Received, str], bool]]
     "manyheads": FaultServer._manyheads,
     "nul": FaultServer._nul,
     "rawnul": FaultServer._rawnul,
+    "surrogate": FaultServer._surrogate,
     "manychoices": FaultServer._manychoices,
     "wrongtypes": FaultServer._wrongtypes,
     "endless": FaultServer._endless,

@@ -73,6 +73,11 @@ BAD_FIXTURES: dict[str, tuple[bytes, int, tuple[str, ...]]] = {
         2,
         ("must_rhyme",),
     ),
+    "lone-surrogate": (
+        f'{GOOD_ROW}\n{{"id": "b\\ud800", "prompt": "p"}}\n'.encode(),
+        2,
+        ("surrogate",),
+    ),
     "non-utf8": (
         GOOD_ROW.encode() + b'\n{"id": "b", "prompt": "caf\xe9"}\n',
         2,
@@ -304,6 +309,8 @@ BROKEN_SNAPSHOTS = {
     "cases-not-an-object": b'{"version": 1, "suite": "cities", "cases": []}\n',
     "entry-without-sha": b'{"version": 1, "suite": "cities", "cases": {"city-07": {}}}\n',
     "not-utf8": b'{"version": 1, "suite": "cities", "cases": {"caf\xe9": {}}}\n',
+    "lone-surrogate": b'{"version": 1, "suite": "cities", "cases": {"city-07": '
+    b'{"fixture_sha": "0", "models": {"reference": "m\\udc00"}}}}\n',
 }
 
 

@@ -1,8 +1,9 @@
 """Hostile replies from a real loopback server: each is stamped, capped or rejected, in time.
 
-Deep nesting, a 50 MB body, megabytes of headers, invalid UTF-8, NUL bytes, ten thousand
-choices, numbers where strings belong and replies that never end all go through the whole
-pipeline (stamps, gate, ledgers, reports, JUnit) without crashing it or outliving a deadline.
+Deep nesting, a 50 MB body, megabytes of headers, invalid UTF-8, NUL bytes, lone surrogate
+escapes, ten thousand choices, numbers where strings belong and replies that never end all go
+through the whole pipeline (stamps, gate, ledgers, reports, JUnit) without crashing it or
+outliving a deadline.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ HOSTILE = [
     ("nul", False, ("ok", "ok"), ""),
     ("rawnul", False, ("ok", "fail"), "not_json"),
     ("manychoices:10000", False, ("ok", "ok"), ""),
+    ("surrogate", False, ("ok", "ok"), ""),
     ("wrongtypes", False, ("ok", "fail"), "missing_content"),
     ("drip", False, ("timeout", "skipped"), "deadline"),
     ("endless", False, ("too_large", "skipped"), "max_response_bytes"),
@@ -101,6 +103,9 @@ def test_every_hostile_reply_is_stamped_capped_or_rejected_within_its_deadline(
     assert (run_dir / "report.html").stat().st_size > 0
     assert main(["report", str(run_dir), "--junit", str(tmp_path / "junit.xml")]) == 2
     assert b"\x00" not in (tmp_path / "junit.xml").read_bytes()
+    # lone surrogates are scrubbed to U+FFFD in what was parsed; the raw body keeps the escapes
+    assert "served-\ufffd" in summary["served_models"]["reference"]
+    assert any("\\udc00" in (e["response"] or {}).get("body", "") for e in raw)
     record(
         "hostile",
         replies=len(rows),

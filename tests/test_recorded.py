@@ -84,6 +84,7 @@ def test_load_cassette_keys_rows_by_suite_case_and_sample(tmp_path: Path) -> Non
         ({"case_id": "c1", "body": {"a": 1}}, "body must be a string"),
         ({"case_id": "c1", "sample": "1"}, "sample must be an integer"),
         ({"case_id": "c0", "completion": "dup"}, "duplicate cassette entry for 'c0'"),
+        ({"case_id": "c1", "completion": "half \ud800 a pair"}, "lone surrogate escape"),
     ],
 )
 def test_a_bad_cassette_row_names_file_and_line(tmp_path: Path, row: Any, reason: str) -> None:
