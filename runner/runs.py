@@ -430,7 +430,7 @@ def finalize(
         run_dir / "disagreement.json",
         {"version": DISAGREEMENT_VERSION, "suite": suite.name, "retired": retired},
         "cases",
-        {v.case_id: v.to_json() for v in results},
+        ((v.case_id, v.to_json()) for v in sorted(results, key=lambda v: v.case_id)),
     )
     strata: dict[str, Any] = {}
     stratum_alerts: dict[str, list[str]] = {}

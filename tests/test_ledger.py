@@ -26,8 +26,24 @@ def rows(path: Path, *, tolerate: bool = True) -> list[tuple[int, object]]:
 
 def test_dumps_is_one_canonical_line() -> None:
     """Sorted keys, no spaces, non-ASCII kept as is, so a replay writes identical bytes."""
-    expected = '{"a":[1,2],"b":"café"}'
+    expected = '{"a":[1,2],"b":"café"}'.encode()
     assert expected == dumps({"b": "café", "a": [1, 2]})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"usage": {"prompt_tokens": 10**30}},  # beyond 64 bits
+        {"model": "served-\ud800"},  # a lone surrogate
+        {"n": -(2**64), "s": "café \udfff"},
+    ],
+)
+def test_dumps_keeps_what_orjson_refuses_and_reads_it_back(tmp_path: Path, value: object) -> None:
+    """Values orjson will not encode still make one valid line that reads back the same."""
+    line = dumps(value)
+    assert b"\n" not in line
+    path = ledger(tmp_path, line + b"\n")
+    assert [(1, value)] == rows(path)
 
 
 # --- read_jsonl ----------------------------------------------------------------------------
@@ -90,7 +106,7 @@ def test_a_line_that_is_not_utf8_is_an_error(tmp_path: Path) -> None:
 
 def test_a_torn_last_line_cut_inside_a_multibyte_character_is_tolerated(tmp_path: Path) -> None:
     """A kill can land between the bytes of 'é'; that torn tail is dropped like any other."""
-    whole = (dumps({"a": "café"}) + "\n").encode("utf-8")
+    whole = dumps({"a": "café"}) + b"\n"
     path = ledger(tmp_path, b'{"a":1}\n' + whole[: whole.index("é".encode()) + 1])
     expected = [(1, {"a": 1})]
     assert expected == rows(path)
