@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import html
+import sys
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,7 +26,7 @@ from runner.adapters import parse
 from runner.errors import DataError
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, GATE_CLASSES, SCHEMA_MISS, TRANSPORT_MISS
 from runner.history import History, RunRow, ceiling_candidates, load_history, streaks
-from runner.ledger import read_json_object, read_jsonl
+from runner.ledger import read_json_map, read_json_object, read_jsonl
 from runner.model import SIDES, STRATA, Exchange, Response
 
 TREND_RUNS = 14
@@ -33,6 +34,7 @@ REPLY_CAP = 6000  # characters of a reply kept for the HTML report
 MD_REPLY_CAP = 160  # characters of a reply in a Markdown table cell
 MD_LINE_CAP = 400  # no Markdown line longer than this
 MD_TOP_CASES = 10
+HTML_TOP_CASES = 200  # cases shown in detail per section of report.html; all are in its table
 REVIEW_ORDER = (DISAGREEMENT_CHANGED, ALIAS_SWAP)
 INCOMPLETE_ORDER = (TRANSPORT_MISS, SCHEMA_MISS)
 GATE_COLOURS = {
@@ -72,7 +74,7 @@ class RunReport:
     run_dir: Path
     summary: Mapping[str, Any]
     manifest: Mapping[str, Any]
-    cases: Mapping[str, Mapping[str, Any]]
+    cases: Mapping[str, Mapping[str, Any]]  # the cases shown in detail (all when uncapped)
     replies: dict[tuple[str, str], ReplyView]
     trend: list[RunRow]
     retire_after: int | None
@@ -80,10 +82,18 @@ class RunReport:
     quiet_runs: dict[str, int]
     notes: list[str] = field(default_factory=list)
     history: list[RunRow] = field(default_factory=list)  # the window read, oldest first
+    # every case as (id, gate, stratum, detail), for the table of all cases
+    table: list[tuple[str, str, str | None, str]] = field(default_factory=list)
+    # how many cases each review gate and each unscored stamp has, shown in detail or not
+    totals: dict[str, int] = field(default_factory=dict)
 
     @property
     def suite(self) -> str:
         return str(self.summary.get("suite") or self.run_dir.parent.name)
+
+    def total(self, sections: Sequence[str]) -> int:
+        """Cases in these review gates or unscored stamps, whether shown in detail or not."""
+        return sum(self.totals.get(s, 0) for s in sections)
 
     def cases_in(self, gates: Sequence[str]) -> list[tuple[str, Mapping[str, Any]]]:
         """Cases of the given gate classes, in the order of `gates`, then by id."""
@@ -137,6 +147,8 @@ def read_replies(
     path = run_dir / "raw.jsonl"
     if not path.exists():
         return replies, [f"{path.name}: missing; replies are not shown"]
+    if wanted is not None and not wanted:
+        return replies, notes
     try:
         for line_no, row in read_jsonl(path):
             if not isinstance(row, dict) or row.get("sample", 0) != 0:
@@ -159,26 +171,69 @@ def history_window(trend_runs: int, retire_after: int | None) -> int:
     return max(trend_runs, (retire_after or 0) + 1)
 
 
+def _wants_detail(case: Mapping[str, Any]) -> str | None:
+    """The section a case is shown in detail in: a review gate, an unscored stamp, or none."""
+    gate = case.get("gate")
+    if gate in INCOMPLETE_ORDER or not case.get("admitted", True):
+        return _stamp_of(case)
+    return str(gate) if gate in REVIEW_ORDER else None
+
+
+def read_cases(
+    path: Path, top: int | None
+) -> tuple[dict[str, Mapping[str, Any]], list[tuple[str, str, str | None, str]], dict[str, int]]:
+    """Stream disagreement.json: the cases to show in detail, a row per case, section totals.
+
+    With `top`, each review gate and each unscored stamp keeps its first `top` cases by id
+    (the map is sorted by id), so a report's memory does not grow with the suite.
+    """
+    cases: dict[str, Mapping[str, Any]] = {}
+    table: list[tuple[str, str, str | None, str]] = []
+    totals: dict[str, int] = {}
+    for case_id, case in read_json_map(path, "cases"):
+        if not isinstance(case, dict):
+            continue
+        stratum = case.get("stratum")
+        table.append(
+            (
+                case_id,
+                sys.intern(str(case.get("gate"))),
+                sys.intern(stratum) if isinstance(stratum, str) else None,
+                sys.intern(str(case.get("detail"))),
+            )
+        )
+        section = _wants_detail(case)
+        if section is not None:
+            totals[section] = totals.get(section, 0) + 1
+        if top is None or (section is not None and totals[section] <= top):
+            cases[case_id] = case
+    return cases, table, totals
+
+
 def build_report(
-    run_dir: Path, *, retire_after: int | None = None, trend_runs: int = TREND_RUNS
+    run_dir: Path,
+    *,
+    retire_after: int | None = None,
+    trend_runs: int = TREND_RUNS,
+    top: int | None = HTML_TOP_CASES,
 ) -> RunReport:
-    """Read a finished run directory (and its suite's earlier runs) into a RunReport."""
+    """Read a finished run directory (and its suite's earlier runs) into a RunReport.
+
+    `top` caps the cases shown in detail per section; None keeps every case (JUnit).
+    """
     if not run_dir.is_dir():
         raise DataError(run_dir, "no such run directory")
     summary = _load_object(run_dir / "summary.json")
-    disagreement = _load_object(run_dir / "disagreement.json")
     try:
         manifest: Mapping[str, Any] = _load_object(run_dir / "manifest.json")
     except DataError:
         manifest = {}
-    raw_cases = disagreement.get("cases")
-    cases = (
-        {k: v for k, v in raw_cases.items() if isinstance(v, dict)}
-        if isinstance(raw_cases, dict)
-        else {}
-    )
+    path = run_dir / "disagreement.json"
+    if not path.exists():
+        raise DataError(path, "no such file: not a finished parallax run")
+    cases, table, totals = read_cases(path, top)
     # replies are shown only for the cases that need review and the unscored ones
-    wanted = {k for k, v in cases.items() if v.get("gate") in REVIEW_ORDER or not v.get("admitted")}
+    wanted = {k for k, v in cases.items() if _wants_detail(v) is not None}
     replies, notes = read_replies(run_dir, wanted)
     # a bounded window: the trend and a ceiling streak never need more, and a year of nightly
     # runs must not make every report read the whole history
@@ -199,6 +254,8 @@ def build_report(
         ceiling=ceiling,
         quiet_runs=streaks(history.rows),
         notes=notes,
+        table=table,
+        totals=totals,
     )
 
 
@@ -377,7 +434,8 @@ def _incomplete_html(rep: RunReport) -> str:
             )
         parts.append(
             f'<div class="card" style="margin-bottom:10px"><h3>{e(stamp_)} '
-            f'<span class="muted">· {len(rows)} case(s)</span></h3><table class="inc">'
+            f'<span class="muted">· {rep.totals.get(stamp_, len(rows))} case(s)</span></h3>'
+            f'{_more(rep.totals.get(stamp_, len(rows)) - len(rows))}<table class="inc">'
             "<tr><th>case</th><th>gate</th><th>reference</th><th>candidate</th></tr>"
             f"{''.join(body)}</table></div>"
         )
@@ -621,9 +679,9 @@ def _ceiling_html(rep: RunReport) -> str:
 
 def _all_cases_html(rep: RunReport) -> str:
     rows = "".join(
-        f"<tr><td class='mono'>{e(k)}</td><td>{_gate_tag(str(v.get('gate')))}</td>"
-        f"<td>{e(v.get('stratum') or '')}</td><td class='small'>{e(v.get('detail'))}</td></tr>"
-        for k, v in sorted(rep.cases.items())
+        f"<tr><td class='mono'>{e(k)}</td><td>{_gate_tag(gate)}</td>"
+        f"<td>{e(stratum or '')}</td><td class='small'>{e(detail)}</td></tr>"
+        for k, gate, stratum, detail in rep.table
     )
     retired = rep.summary.get("retired") or []
     retired_html = (
@@ -633,9 +691,19 @@ def _all_cases_html(rep: RunReport) -> str:
         else ""
     )
     return (
-        f"<details><summary>all {len(rep.cases)} case(s)</summary><div class='card'>"
+        f"<details><summary>all {len(rep.table)} case(s)</summary><div class='card'>"
         f"<table><tr><th>case</th><th>gate</th><th>stratum</th><th>detail</th></tr>{rows}"
         f"</table>{retired_html}</div></details>"
+    )
+
+
+def _more(hidden: int) -> str:
+    """The note under a section cut at HTML_TOP_CASES cases."""
+    if hidden <= 0:
+        return ""
+    return (
+        f'<p class="muted small">… and {hidden} more, not shown in detail: see the table of '
+        "all cases below and disagreement.json.</p>"
     )
 
 
@@ -647,6 +715,7 @@ def render_html(rep: RunReport) -> str:
     review = rep.cases_in(REVIEW_ORDER)
     review_html = (
         "".join(_case_html(rep, k, v) for k, v in review)
+        + _more(rep.total(REVIEW_ORDER) - len(review))
         if review
         else '<p class="muted">Nothing moved against the accepted snapshot.</p>'
     )
@@ -680,7 +749,7 @@ def render_html(rep: RunReport) -> str:
 <div class="meta">exit {e(s.get("exit_code"))} · {counts}<br><span class="small">{meta}</span></div>
 </div>
 <h2>Gate classes</h2>{_gate_chips(rep)}
-<h2>Needs review ({len(review)})</h2>{review_html}
+<h2>Needs review ({rep.total(REVIEW_ORDER)})</h2>{review_html}
 <h2>Strata pass rates (admitted rows only)</h2>{_strata_html(rep)}
 <h2>Reference vs candidate: paired test</h2>{_signal_html(rep)}
 <h2>Transport and schema misses</h2>{_incomplete_html(rep)}
@@ -758,7 +827,7 @@ def render_markdown(rep: RunReport) -> str:
     review = rep.cases_in(REVIEW_ORDER)
     if review:
         lines += [
-            f"**Needs review ({len(review)})**",
+            f"**Needs review ({rep.total(REVIEW_ORDER)})**",
             "",
             "| case | gate | detail | reference | candidate |",
             "|---|---|---|---|---|",
@@ -772,8 +841,9 @@ def render_markdown(rep: RunReport) -> str:
                     f"{_md_misses(view.get('misses'))}"
                 )
             lines.append("| " + " | ".join(cells) + " |")
-        if len(review) > MD_TOP_CASES:
-            lines.append(f"| … {len(review) - MD_TOP_CASES} more in report.html | | | | |")
+        if rep.total(REVIEW_ORDER) > MD_TOP_CASES:
+            hidden = rep.total(REVIEW_ORDER) - MD_TOP_CASES
+            lines.append(f"| … {hidden} more in report.html | | | | |")
         lines.append("")
     groups = incomplete_groups(rep)
     if groups:
@@ -781,8 +851,9 @@ def render_markdown(rep: RunReport) -> str:
         lines.append("")
         for stamp_, rows in groups.items():
             ids = ", ".join(f"`{md_text(k, 60)}`" for k, _ in rows[:MD_TOP_CASES])
-            more = f" and {len(rows) - MD_TOP_CASES} more" if len(rows) > MD_TOP_CASES else ""
-            lines.append(f"- {md_text(stamp_, 80)} — {len(rows)} case(s): {ids}{more}")
+            total = rep.totals.get(stamp_, len(rows))
+            more = f" and {total - MD_TOP_CASES} more" if total > MD_TOP_CASES else ""
+            lines.append(f"- {md_text(stamp_, 80)} — {total} case(s): {ids}{more}")
         lines.append("")
     alerts = _as_mapping(s.get("stratum_alerts"))
     for side in SIDES:

@@ -350,7 +350,9 @@ def verdicts(
     """One gate verdict per case of today's fixtures, and the noise-check folds by case id."""
     by_key: dict[tuple[str, str], list[Outcome]] = {}
     for outcome in read_outcomes(run_dir / "outcomes.jsonl"):
-        by_key.setdefault((outcome.case_id, outcome.side), []).append(outcome)
+        case = suite.case(outcome.case_id)
+        if case is not None:  # a row of a case no longer in the fixtures has no verdict
+            by_key.setdefault((case.id, sys.intern(outcome.side)), []).append(_lean(outcome, case))
     noise = {
         case.id: fold(by_key[(case.id, NOISE)])
         for case in suite.cases
@@ -370,6 +372,37 @@ def verdicts(
             )
         )
     return result, noise
+
+
+def _intern(text: str | None) -> str | None:
+    return None if text is None else sys.intern(text)
+
+
+def _lean(outcome: Outcome, case: Case) -> Outcome:
+    """What `fold` reads, with the strings every row repeats shared.
+
+    Every row of a run is held until its case is folded: whole, the 40,000 rows of a
+    20,000-case run were the largest part of its peak memory (bench/RESULTS.md).
+    """
+    return Outcome(
+        case_id=case.id,
+        side=sys.intern(outcome.side),
+        sample=outcome.sample,
+        fixture_sha=case.fixture_sha,
+        stratum=case.stratum,
+        model_alias=None,
+        response_model=_intern(outcome.response_model),
+        response_id=None,
+        system_fingerprint=_intern(outcome.system_fingerprint),
+        transport=sys.intern(outcome.transport),
+        schema=sys.intern(outcome.schema),
+        task_score=outcome.task_score,
+        misses=tuple(sys.intern(m) for m in outcome.misses),
+        detail=sys.intern(outcome.detail),
+        http_status=None,
+        attempts=outcome.attempts,
+        elapsed_ms=0,
+    )
 
 
 def _scopes(results: Sequence[Verdict]) -> tuple[str, ...]:

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runner.errors import DataError
-from runner.ledger import LedgerWriter, dumps, read_jsonl, repair_tail, write_json
+from runner.ledger import (
+    LedgerWriter,
+    dumps,
+    read_json_map,
+    read_jsonl,
+    repair_tail,
+    write_json,
+    write_json_map,
+)
 
 
 def ledger(tmp_path: Path, data: bytes) -> Path:
@@ -221,3 +230,41 @@ def test_write_json_writes_sorted_indented_json_and_no_temp_file(tmp_path: Path)
     assert expected == json.loads(path.read_text(encoding="utf-8"))
     expected = ["summary.json"]
     assert expected == [p.name for p in tmp_path.iterdir()]
+
+
+# --- write_json_map / read_json_map --------------------------------------------------------
+
+
+ENTRIES = [(f"case-{i}", {"gate": "unchanged", "misses": [i, "café"]}) for i in range(4)]
+
+
+def test_a_json_map_reads_back_one_entry_a_line(tmp_path: Path) -> None:
+    """What write_json_map writes is one JSON document, and read_json_map streams its entries."""
+    path = tmp_path / "disagreement.json"
+    write_json_map(path, {"version": 1, "suite": "s"}, "cases", iter(ENTRIES))
+    assert json.loads(path.read_text(encoding="utf-8"))["cases"] == dict(ENTRIES)
+    assert list(read_json_map(path, "cases")) == ENTRIES
+
+
+def test_a_reformatted_json_map_is_read_whole(tmp_path: Path) -> None:
+    """A map someone pretty-printed by hand still reads, in id order."""
+    path = tmp_path / "disagreement.json"
+    path.write_text(json.dumps({"cases": dict(reversed(ENTRIES)), "version": 1}, indent=2))
+    assert list(read_json_map(path, "cases")) == ENTRIES
+
+
+@pytest.mark.parametrize(
+    ("cut", "reason"),
+    [
+        (lambda text: text[: text.rindex("}}")], "truncated"),
+        (lambda text: text.replace('"case-2":{', '"case-2":{{', 1), "not one 'cases' entry"),
+    ],
+)
+def test_a_broken_json_map_names_file_and_line(tmp_path: Path, cut: Any, reason: str) -> None:
+    path = tmp_path / "disagreement.json"
+    write_json_map(path, {"version": 1}, "cases", iter(ENTRIES))
+    path.write_text(cut(path.read_text(encoding="utf-8")), encoding="utf-8")
+    with pytest.raises(DataError) as info:
+        list(read_json_map(path, "cases"))
+    assert reason in str(info.value)
+    assert str(info.value).startswith(f"{path}:")

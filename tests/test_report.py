@@ -241,8 +241,69 @@ def test_ceiling_alert_logged_when_the_list_grows(tmp_path: Path) -> None:
 
 def test_an_unknown_gate_class_still_renders(hostile: Path) -> None:
     """A gate class added after this report was written gets a neutral colour, not a crash."""
-    rep = build_report(hostile)
+    rep = build_report(hostile, top=None)
     rep.cases = {**rep.cases, "odd": {**rep.cases["easy-a"], "gate": "brand_new_class"}}
+    rep.table.append(("odd", "brand_new_class", None, "a detail"))
     expected = True
     actual = "brand_new_class" in render_html(rep)
     assert expected == actual
+
+
+def _synthetic_run(root: Path, gates: dict[str, str]) -> Path:
+    """A finished run directory with one case per entry of `gates`, and nothing else."""
+    from runner.ledger import write_json, write_json_map
+
+    run_dir = root / "runs" / "big" / "20260101T000000Z-aaaaaa"
+    run_dir.mkdir(parents=True)
+    side = {"transport": "ok", "schema": "ok", "admitted": True, "misses": [], "detail": "ok"}
+    down = {**side, "transport": "timeout", "schema": "skipped", "admitted": False}
+
+    def entry(gate: str) -> dict[str, object]:
+        admitted = gate != "transport_miss"
+        view = side if admitted else down
+        return {
+            "gate": gate,
+            "detail": gate,
+            "admitted": admitted,
+            "stratum": "easy",
+            "disagreement": [],
+            "reference": view,
+            "candidate": view,
+        }
+
+    write_json_map(
+        run_dir / "disagreement.json",
+        {"version": 1, "suite": "big", "retired": []},
+        "cases",
+        ((case_id, entry(gates[case_id])) for case_id in sorted(gates)),
+    )
+    write_json(run_dir / "summary.json", {"suite": "big", "verdict": "review+incomplete"})
+    return run_dir
+
+
+def test_a_big_run_shows_the_first_cases_of_each_section_and_counts_them_all(
+    tmp_path: Path,
+) -> None:
+    """Past `top` cases a section says how many more there are; the table and JUnit keep all."""
+    from runner.junit import junit_xml
+
+    gates = {f"r{i}": "disagreement_changed" for i in range(5)}
+    gates |= {f"t{i}": "transport_miss" for i in range(3)}
+    gates |= {f"u{i}": "unchanged" for i in range(2)}
+    run_dir = _synthetic_run(tmp_path, gates)
+    rep = build_report(run_dir, top=2)
+    expected_kept = ["r0", "r1", "t0", "t1"]
+    assert expected_kept == sorted(rep.cases)
+    assert len(gates) == len(rep.table)
+    page = render_html(rep)
+    assert "Needs review (5)" in page
+    assert "… and 3 more, not shown in detail" in page
+    assert "· 3 case(s)" in page and "… and 1 more, not shown in detail" in page
+    assert 'id="case-r1"' in page and 'id="case-r2"' not in page
+    assert "all 10 case(s)" in page
+    assert "**Needs review (5)**" in render_markdown(rep)
+    whole = build_report(run_dir, top=None)
+    assert sorted(gates) == sorted(whole.cases)
+    xml = junit_xml([whole])
+    assert xml.count(b"<testcase") == len(gates)
+    assert xml.count(b"<failure") == 5 and xml.count(b"<error") == 3
