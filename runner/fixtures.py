@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,14 +70,16 @@ def pin_lines(path: Path) -> Iterator[str]:
     The whole file is validated before the first line is yielded, so a bad row never leaves
     half a pinned file behind.
     """
-    rows = _load(path)
+    rows = list(_load(path))
     for row, case in rows:
         pinned = dict(row.data)
         pinned["fixture_sha"] = case.fixture_sha
         yield json.dumps(pinned, sort_keys=True)
 
 
-def _load(path: Path) -> list[tuple[_Row, Case]]:
+def _load(path: Path) -> Iterator[tuple[_Row, Case]]:
+    """Each row with its case, as the file is read: a caller that keeps only the cases never
+    holds every parsed row at once (a 20,000-case suite's largest transient)."""
     where = str(path)
     try:
         data = path.read_bytes()
@@ -88,21 +90,18 @@ def _load(path: Path) -> list[tuple[_Row, Case]]:
     except OSError as exc:
         raise DataError(where, f"cannot read: {exc.strerror or exc}") from None
     text = _decode(where, data)
-    rows = _parse(where, text)
-    if may_hold_surrogates(text):
-        for row in rows:
-            if holds_surrogate(row.data):
-                raise _fail(where, row.line, "lone surrogate escape (\\ud800-\\udfff) is not text")
+    del data
+    surrogates = may_hold_surrogates(text)
     seen: dict[str, int] = {}
-    loaded: list[tuple[_Row, Case]] = []
-    for row in rows:
+    for row in _parse(where, text):
+        if surrogates and holds_surrogate(row.data):
+            raise _fail(where, row.line, "lone surrogate escape (\\ud800-\\udfff) is not text")
         case = _to_case(where, row)
         first = seen.get(case.id)
         if first is not None:
             raise _fail(where, row.line, f"duplicate id {case.id!r} (first on line {first})")
         seen[case.id] = row.line
-        loaded.append((row, case))
-    return loaded
+        yield row, case
 
 
 def _decode(where: str, data: bytes) -> str:
@@ -117,7 +116,7 @@ def _decode(where: str, data: bytes) -> str:
         ) from None
 
 
-def _parse(where: str, text: str) -> list[_Row]:
+def _parse(where: str, text: str) -> Iterable[_Row]:
     """Tell a JSON document from JSONL, then return its rows with their line numbers.
 
     The first line of JSONL also opens with `{`, so the first character decides nothing: the
@@ -161,14 +160,14 @@ def _broken_document(text: str, exc: json.JSONDecodeError) -> bool:
     return False
 
 
-def _parse_jsonl(where: str, text: str) -> list[_Row]:
-    rows: list[_Row] = []
-    lines = text.split("\n")
-    last = len(lines)
-    while last > 0 and not lines[last - 1].strip(_JSON_WS):
-        last -= 1
+def _parse_jsonl(where: str, text: str) -> Iterator[_Row]:
+    last = text.rstrip(_JSON_WS).count("\n") + 1  # the last line that is not blank
     torn_possible = not text.endswith("\n")
-    for number, raw in enumerate(lines, 1):
+    start = 0
+    for number in range(1, last + 1):
+        end = text.find("\n", start)
+        raw = text[start:] if end < 0 else text[start:end]
+        start = end + 1
         if not raw.strip(_JSON_WS):
             continue
         try:
@@ -185,8 +184,7 @@ def _parse_jsonl(where: str, text: str) -> list[_Row]:
         if not isinstance(value, dict):
             kind = _json_kind(value)
             raise _fail(where, number, f"row is not a JSON object (got {kind})")
-        rows.append(_Row(value, number))
-    return rows
+        yield _Row(value, number)
 
 
 def _parse_document(where: str, text: str) -> list[_Row]:

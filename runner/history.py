@@ -12,6 +12,7 @@ made harder. Replays regrade an earlier run's replies, so they never count as a 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,7 +119,8 @@ def read_run(run_dir: Path) -> tuple[RunRow | None, list[str]]:
     quiet: frozenset[str] | None = None
     listed = summary.get("quiet_cases")
     if isinstance(listed, list):  # written by finalize: no need to parse the whole map
-        return _row(run_dir, summary, frozenset(_strings(listed))), notes
+        # interned: the nights of a window share one copy of each id, not one per night
+        return _row(run_dir, summary, frozenset(map(sys.intern, _strings(listed)))), notes
     disagreement, why = _read_object(run_dir / "disagreement.json")
     if disagreement is None:
         notes.append(f"{run_dir.name}: {why}; its cases are left out of ceiling candidates")
