@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -299,20 +300,26 @@ def _to_case(where: str, row: _Row) -> Case:
         raise fail("'tags' must be a list of strings")
 
     expect = _expect_of(data, seed004, fail)
+    # Every case is held for the whole run: the strings many rows repeat (expectation keys,
+    # a shared system prompt, stratum, grader, owner, tags) are kept once, not once a row.
     return Case(
         id=case_id,
         prompt=data["prompt"],
-        expect=expect,
+        expect={sys.intern(key): value for key, value in expect.items()},
         fixture_sha=fixture_sha(data),
         path=where,
         line=line,
-        stratum=stratum,
-        system=text_fields["system"],
-        grader=text_fields["grader"],
+        stratum=_shared(stratum),
+        system=_shared(text_fields["system"]),
+        grader=_shared(text_fields["grader"]),
         completion=text_fields["completion"],
-        owner=text_fields["owner"],
-        tags=tuple(tags),
+        owner=_shared(text_fields["owner"]),
+        tags=tuple(map(sys.intern, tags)),
     )
+
+
+def _shared(text: str | None) -> str | None:
+    return None if text is None else sys.intern(text)
 
 
 def _expect_of(

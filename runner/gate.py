@@ -12,11 +12,12 @@ only admitted pairs ever reach a disagreement.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.model import Outcome, Schema, Transport
+from runner.model import Case, Outcome, Schema, Transport
 
 NEW_CASE = "new_case"
 FIXTURE_MOVE = "fixture_move"
@@ -81,35 +82,38 @@ class SideView:
 
 
 def fold(outcomes: Sequence[Outcome]) -> SideView:
-    """A side is admitted only if every sample is; misses count when most samples show them."""
-    rows = sorted(outcomes, key=lambda o: o.sample)
+    """A side is admitted only if every sample is; misses count when most samples show them.
+
+    Its strings are shared (interned): a run holds one SideView per case and side.
+    """
+    rows = sorted(outcomes, key=_sample) if len(outcomes) > 1 else outcomes
     # Transport outranks schema (DESIGN's rule order), whichever sample it happened in.
     bad = next((o for o in rows if o.transport != Transport.OK), None) or next(
         (o for o in rows if not o.admitted), None
     )
-    models = [o.response_model for o in rows if o.response_model]
-    fingerprints = [o.system_fingerprint for o in rows if o.system_fingerprint]
+    model = _intern(next((o.response_model for o in rows if o.response_model), None))
+    fingerprint = _intern(next((o.system_fingerprint for o in rows if o.system_fingerprint), None))
     if bad is not None or not rows:
         return SideView(
-            transport=bad.transport if bad else Transport.CANCELLED.value,
-            schema=bad.schema if bad else Schema.SKIPPED.value,
+            transport=sys.intern(str(bad.transport)) if bad else Transport.CANCELLED.value,
+            schema=sys.intern(str(bad.schema)) if bad else Schema.SKIPPED.value,
             admitted=False,
             misses=(),
             noise=(),
             passed=None,
             pass_fraction=None,
             task_score=None,
-            response_model=models[0] if models else None,
-            system_fingerprint=fingerprints[0] if fingerprints else None,
+            response_model=model,
+            system_fingerprint=fingerprint,
             samples=len(rows),
-            detail=bad.detail if bad else "no outcome",
+            detail=sys.intern(str(bad.detail)) if bad else "no outcome",
         )
     counts: dict[str, int] = {}
     for row in rows:
         for miss in set(row.misses):
             counts[miss] = counts.get(miss, 0) + 1
-    stable = tuple(sorted(m for m, c in counts.items() if c * 2 > len(rows)))
-    noise = tuple(sorted(m for m, c in counts.items() if c * 2 <= len(rows)))
+    stable = tuple(sorted(sys.intern(str(m)) for m, c in counts.items() if c * 2 > len(rows)))
+    noise = tuple(sorted(sys.intern(str(m)) for m, c in counts.items() if c * 2 <= len(rows)))
     passes = sum(1 for o in rows if o.passed)
     scores = [o.task_score for o in rows if o.task_score is not None]
     return SideView(
@@ -121,10 +125,83 @@ def fold(outcomes: Sequence[Outcome]) -> SideView:
         passed=passes * 2 > len(rows),
         pass_fraction=passes / len(rows),
         task_score=sum(scores) / len(scores),
-        response_model=models[0] if models else None,
-        system_fingerprint=fingerprints[0] if fingerprints else None,
+        response_model=model,
+        system_fingerprint=fingerprint,
         samples=len(rows),
-        detail="ok" if not stable else ",".join(stable),
+        detail=sys.intern(",".join(stable)) if stable else "ok",
+    )
+
+
+def _sample(outcome: Outcome) -> int:
+    return outcome.sample
+
+
+def _intern(text: str | None) -> str | None:
+    """One shared copy of a repeated string (str() first: stamps may be StrEnum members)."""
+    return None if text is None else sys.intern(str(text))
+
+
+class Folds:
+    """Outcome rows folded per (case, side) as they are written.
+
+    A side is folded as soon as its `samples` rows are in, so a run holds one SideView per
+    case and side instead of every row (at 20,000 cases the rows were the largest part of the
+    peak), and the gate never reads outcomes.jsonl back. Only today's samples count: rows a
+    run with more samples wrote are left out when it is replayed with fewer, and so is a second
+    row for one key, which the ledgers never hold (resume skips what raw.jsonl has).
+    """
+
+    def __init__(self, samples: int) -> None:
+        self._samples = samples
+        self._pending: dict[tuple[str, str], list[Outcome]] = {}
+        self._views: dict[tuple[str, str], SideView] = {}
+
+    def add(self, outcome: Outcome, case: Case) -> None:
+        if not 0 <= outcome.sample < self._samples:
+            return
+        key = (case.id, sys.intern(str(outcome.side)))
+        if key in self._views:
+            return
+        if self._samples == 1:  # the usual case: folded at once, nothing kept of the row
+            self._views[key] = fold((outcome,))
+            return
+        rows = self._pending.setdefault(key, [])
+        if any(row.sample == outcome.sample for row in rows):
+            return
+        rows.append(_lean(outcome, case))
+        if len(rows) == self._samples:
+            self._views[key] = fold(rows)
+            del self._pending[key]
+
+    def view(self, case_id: str, side: str) -> SideView | None:
+        """The side's fold, or None when no row of it was written."""
+        key = (case_id, side)
+        found = self._views.get(key)
+        if found is None and key in self._pending:  # a side whose samples are not all in
+            found = fold(self._pending[key])
+        return found
+
+
+def _lean(outcome: Outcome, case: Case) -> Outcome:
+    """What `fold` reads, with the strings every row repeats shared."""
+    return Outcome(
+        case_id=case.id,
+        side=sys.intern(str(outcome.side)),
+        sample=outcome.sample,
+        fixture_sha=case.fixture_sha,
+        stratum=case.stratum,
+        model_alias=None,
+        response_model=_intern(outcome.response_model),
+        response_id=None,
+        system_fingerprint=_intern(outcome.system_fingerprint),
+        transport=sys.intern(str(outcome.transport)),
+        schema=sys.intern(str(outcome.schema)),
+        task_score=outcome.task_score,
+        misses=tuple(sys.intern(str(m)) for m in outcome.misses),
+        detail=sys.intern(str(outcome.detail)),
+        http_status=None,
+        attempts=outcome.attempts,
+        elapsed_ms=0,
     )
 
 

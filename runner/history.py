@@ -187,16 +187,23 @@ def load_history(suite_dir: Path, *, until: str | None = None, last: int | None 
     if until is not None:
         cut = _order(suite_dir / until)
         dirs = [p for p in dirs if _order(p) <= cut]
-    if last is not None:
-        # read a few more than asked, so a broken directory does not shorten the window
-        dirs = dirs[-(last * 2 + 2) :]
-    for run_dir in dirs:
+    if last is None:
+        for run_dir in dirs:
+            row, notes = read_run(run_dir)
+            history.notes.extend(notes)
+            if row is not None:
+                history.rows.append(row)
+        return history
+    # newest first, until the window is full: a row holds every quiet case id of its night,
+    # so rows outside the window are never built. A few broken directories are skipped over.
+    for run_dir in reversed(dirs[-(last * 2 + 2) :]):
+        if len(history.rows) >= last:
+            break
         row, notes = read_run(run_dir)
-        history.notes.extend(notes)
+        history.notes[:0] = notes
         if row is not None:
             history.rows.append(row)
-    if last is not None:
-        history.rows = history.rows[-last:] if last > 0 else []
+    history.rows.reverse()
     return history
 
 

@@ -31,6 +31,7 @@ from runner.gate import (
     INCOMPLETE,
     RETIRED_CASE,
     REVIEW,
+    Folds,
     SideView,
     Verdict,
     classify,
@@ -242,10 +243,11 @@ def read_outcomes(path: Path) -> Iterator[Outcome]:
 class Ledgers:
     """raw.jsonl and outcomes.jsonl, written together by the single writer task."""
 
-    def __init__(self, run_dir: Path, suite: Suite) -> None:
+    def __init__(self, run_dir: Path, suite: Suite, folds: Folds) -> None:
         self.raw = LedgerWriter(run_dir / "raw.jsonl")
         self.outcomes = LedgerWriter(run_dir / "outcomes.jsonl")
         self.suite = suite
+        self.folds = folds
         self.written = 0
         self.transport_misses = 0
         self.progress: ProgressBar | None = None  # a bar on a TTY, fed after every batch
@@ -261,6 +263,7 @@ class Ledgers:
             outcome = stamp(exchange, case, self.suite.graders)
             self.transport_misses += outcome.transport != "ok"
             rows.append(outcome.to_json())
+            self.folds.add(outcome, case)
         self.outcomes.write(rows)
         self.written += len(batch)
         if self.progress is not None:
@@ -273,18 +276,24 @@ class Ledgers:
         self.outcomes.close()
 
 
-def heal(run_dir: Path, suite: Suite) -> set[tuple[str, str, int]]:
+def heal(run_dir: Path, suite: Suite, folds: Folds) -> set[tuple[str, str, int]]:
     """Make outcomes.jsonl cover every exchange in raw.jsonl; return the keys already called.
 
     A kill can land between the raw and the outcome line of the same exchange, and a torn
-    line may end either file: both are repaired here before more is appended.
+    line may end either file: both are repaired here before more is appended. Every outcome
+    row, found or regraded, goes into `folds` for the gate.
     """
     raw_path, out_path = run_dir / "raw.jsonl", run_dir / "outcomes.jsonl"
     from runner.ledger import repair_tail
 
     repair_tail(raw_path)
     repair_tail(out_path)
-    graded = {o.key for o in read_outcomes(out_path)} if out_path.exists() else set()
+    graded: set[tuple[str, str, int]] = set()
+    if out_path.exists():
+        for outcome in read_outcomes(out_path):
+            graded.add(outcome.key)
+            if (case := suite.case(outcome.case_id)) is not None:
+                folds.add(outcome, case)
     done: set[tuple[str, str, int]] = set()
     missing: list[dict[str, Any]] = []
     writer: LedgerWriter | None = None
@@ -294,7 +303,9 @@ def heal(run_dir: Path, suite: Suite) -> set[tuple[str, str, int]]:
                 done.add(exchange.key)
                 case = suite.case(exchange.case_id)
                 if exchange.key not in graded and case is not None:
-                    missing.append(stamp(exchange, case, suite.graders).to_json())
+                    outcome = stamp(exchange, case, suite.graders)
+                    missing.append(outcome.to_json())
+                    folds.add(outcome, case)
                     graded.add(exchange.key)
                 if len(missing) >= 1000:  # in batches: a replay's memory stays flat
                     writer = writer or LedgerWriter(out_path)
@@ -310,7 +321,11 @@ def heal(run_dir: Path, suite: Suite) -> set[tuple[str, str, int]]:
 
 
 async def call_all(
-    loaded: LoadedConfig, suite: Suite, run_dir: Path, done: set[tuple[str, str, int]]
+    loaded: LoadedConfig,
+    suite: Suite,
+    run_dir: Path,
+    done: set[tuple[str, str, int]],
+    folds: Folds,
 ) -> None:
     """Call every (case, side, sample) not yet in raw.jsonl."""
     from runner.engine import execute
@@ -328,7 +343,7 @@ async def call_all(
                 if (case.id, side, sample) not in done:
                     yield case, sample
 
-    ledgers = Ledgers(run_dir, suite)
+    ledgers = Ledgers(run_dir, suite, folds)
     ledgers.progress = start_progress(suite.name, [c.id for c in suite.cases], suite.samples, done)
     try:
         await execute(
@@ -345,22 +360,15 @@ async def call_all(
 
 
 def verdicts(
-    suite: Suite, run_dir: Path, snapshot: Mapping[str, Any]
+    suite: Suite, folds: Folds, snapshot: Mapping[str, Any]
 ) -> tuple[list[Verdict], dict[str, SideView]]:
     """One gate verdict per case of today's fixtures, and the noise-check folds by case id."""
-    by_key: dict[tuple[str, str], list[Outcome]] = {}
-    for outcome in read_outcomes(run_dir / "outcomes.jsonl"):
-        case = suite.case(outcome.case_id)
-        if case is not None:  # a row of a case no longer in the fixtures has no verdict
-            by_key.setdefault((case.id, sys.intern(outcome.side)), []).append(_lean(outcome, case))
     noise = {
-        case.id: fold(by_key[(case.id, NOISE)])
-        for case in suite.cases
-        if (case.id, NOISE) in by_key
+        case.id: found for case in suite.cases if (found := folds.view(case.id, NOISE)) is not None
     }
     result = []
     for case in suite.cases:
-        sides = {side: fold(by_key.get((case.id, side), [])) for side in SIDES}
+        sides = {side: folds.view(case.id, side) or fold([]) for side in SIDES}
         result.append(
             classify(
                 case.id,
@@ -372,37 +380,6 @@ def verdicts(
             )
         )
     return result, noise
-
-
-def _intern(text: str | None) -> str | None:
-    return None if text is None else sys.intern(text)
-
-
-def _lean(outcome: Outcome, case: Case) -> Outcome:
-    """What `fold` reads, with the strings every row repeats shared.
-
-    Every row of a run is held until its case is folded: whole, the 40,000 rows of a
-    20,000-case run were the largest part of its peak memory (bench/RESULTS.md).
-    """
-    return Outcome(
-        case_id=case.id,
-        side=sys.intern(outcome.side),
-        sample=outcome.sample,
-        fixture_sha=case.fixture_sha,
-        stratum=case.stratum,
-        model_alias=None,
-        response_model=_intern(outcome.response_model),
-        response_id=None,
-        system_fingerprint=_intern(outcome.system_fingerprint),
-        transport=sys.intern(outcome.transport),
-        schema=sys.intern(outcome.schema),
-        task_score=outcome.task_score,
-        misses=tuple(sys.intern(m) for m in outcome.misses),
-        detail=sys.intern(outcome.detail),
-        http_status=None,
-        attempts=outcome.attempts,
-        elapsed_ms=0,
-    )
 
 
 def _scopes(results: Sequence[Verdict]) -> tuple[str, ...]:
@@ -449,11 +426,11 @@ def paired(results: Sequence[Verdict], alpha: float) -> dict[str, Any]:
 
 
 def finalize(
-    loaded: LoadedConfig, suite: Suite, run_dir: Path, log: Any
+    loaded: LoadedConfig, suite: Suite, run_dir: Path, folds: Folds, log: Any
 ) -> tuple[int, dict[str, Any]]:
     """Gate, strata, alerts and the exit code; writes disagreement.json and summary.json."""
     snapshot = suite.snapshot
-    results, noise = verdicts(suite, run_dir, snapshot)
+    results, noise = verdicts(suite, folds, snapshot)
     retired = sorted(set(snapshot) - {c.id for c in suite.cases})
     counts = dict.fromkeys(GATE_CLASSES, 0)
     for v in results:
@@ -713,7 +690,8 @@ async def run_suite_async(
             shutil.copyfile(source, run_dir / "raw.jsonl")
         elif parent_dir is not None:
             _seed_raw(parent_dir, run_dir, unscored_keys(parent_dir))
-    done = heal(run_dir, suite)
+    folds = Folds(suite.samples)
+    done = heal(run_dir, suite, folds)
     structlog.contextvars.bind_contextvars(run_id=run_dir.name, suite=name)
     log = logs.get_logger()
     try:
@@ -727,8 +705,8 @@ async def run_suite_async(
             run_dir=str(run_dir),
         )
         if mode != "replay":
-            await call_all(loaded, suite, run_dir, done)
-        exit_code, summary = finalize(loaded, suite, run_dir, log)
+            await call_all(loaded, suite, run_dir, done, folds)
+        exit_code, summary = finalize(loaded, suite, run_dir, folds, log)
         after_run(run_dir, retire_after=suite.thresholds.retire_after, log=log)
         log.info(
             logs.RUN_FINISHED,

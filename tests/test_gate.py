@@ -21,13 +21,14 @@ from runner.gate import (
     SCHEMA_MISS,
     TRANSPORT_MISS,
     UNCHANGED,
+    Folds,
     SideView,
     Verdict,
     classify,
     disagreement,
     fold,
 )
-from runner.model import Outcome
+from runner.model import Case, Outcome
 
 SHA = "a" * 16
 
@@ -262,6 +263,34 @@ def test_fold_reports_a_transport_miss_in_any_sample_before_a_schema_miss() -> N
 
 
 # --- classify: each rule, and first-rule-wins ----------------------------------------------
+
+
+CASE = Case(id="c1", prompt="p", expect={}, fixture_sha=SHA, path="cases.jsonl", line=1)
+
+
+def test_folds_fold_a_side_once_all_its_samples_are_in_whatever_their_order() -> None:
+    """Rows arrive in completion order; the fold is the same as folding them all at once."""
+    rows = [
+        outcome(sample=2, misses=["a"]),
+        outcome(sample=0),
+        outcome(sample=1, misses=["a", "b"], response_model="model-other"),
+    ]
+    folds = Folds(samples=3)
+    for row in rows[:2]:
+        folds.add(row, CASE)
+    assert fold(rows[:2]) == folds.view("c1", "reference")  # not all in yet: what is there
+    folds.add(rows[2], CASE)
+    assert fold(rows) == folds.view("c1", "reference")
+    assert folds.view("c1", "candidate") is None
+
+
+def test_folds_count_only_todays_samples_and_one_row_per_key() -> None:
+    """A replay with fewer samples ignores the extra rows; a repeated key counts once."""
+    folds = Folds(samples=1)
+    folds.add(outcome(sample=0, misses=["a"]), CASE)
+    folds.add(outcome(sample=1), CASE)  # written by a run with samples = 2
+    folds.add(outcome(sample=0), CASE)  # a second row for the same key
+    assert fold([outcome(sample=0, misses=["a"])]) == folds.view("c1", "reference")
 
 
 def test_gate_classes_are_listed_in_design_rule_order() -> None:
