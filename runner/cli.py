@@ -78,12 +78,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_files(loaded)
     names = loaded.suite_names(args.suite)
     check_keys(loaded, names)
+    checked = {}
     for name in names:  # every suite's fixtures, graders and snapshot, before any call
-        prepare_suite(loaded, name)
+        prepared = prepare_suite(loaded, name)
+        if len(names) == 1:  # run as checked: loading a big suite twice costs seconds
+            checked[name] = prepared
     worst = 0
     out_dirs = []
     for name in names:
-        out_dir, code, summary = run_suite(loaded, name)
+        out_dir, code, summary = run_suite(loaded, name, suite=checked.get(name))
         print_summary(summary, out_dir)
         out_dirs.append(out_dir)
         worst |= code

@@ -12,6 +12,7 @@ only admitted pairs ever reach a disagreement.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -123,13 +124,21 @@ def fold(outcomes: Sequence[Outcome]) -> SideView:
         misses=stable,
         noise=noise,
         passed=passes * 2 > len(rows),
-        pass_fraction=passes / len(rows),
-        task_score=sum(scores) / len(scores),
+        pass_fraction=_shared_float(passes / len(rows)),
+        task_score=_shared_float(sum(scores) / len(scores)),
         response_model=model,
         system_fingerprint=fingerprint,
         samples=len(rows),
         detail=sys.intern(",".join(stable)) if stable else "ok",
     )
+
+
+_FLOATS: dict[float, float] = {}
+
+
+def _shared_float(value: float) -> float:
+    """One object per distinct score (a handful): a float object per case and side adds up."""
+    return value if math.isnan(value) else _FLOATS.setdefault(value, value)
 
 
 def _sample(outcome: Outcome) -> int:
@@ -154,31 +163,31 @@ class Folds:
     def __init__(self, samples: int) -> None:
         self._samples = samples
         self._pending: dict[tuple[str, str], list[Outcome]] = {}
-        self._views: dict[tuple[str, str], SideView] = {}
+        self._views: dict[str, dict[str, SideView]] = {}  # side -> case id -> fold
 
     def add(self, outcome: Outcome, case: Case) -> None:
         if not 0 <= outcome.sample < self._samples:
             return
-        key = (case.id, sys.intern(str(outcome.side)))
-        if key in self._views:
+        side = sys.intern(str(outcome.side))
+        views = self._views.setdefault(side, {})
+        if case.id in views:
             return
         if self._samples == 1:  # the usual case: folded at once, nothing kept of the row
-            self._views[key] = fold((outcome,))
+            views[case.id] = fold((outcome,))
             return
-        rows = self._pending.setdefault(key, [])
+        rows = self._pending.setdefault((case.id, side), [])
         if any(row.sample == outcome.sample for row in rows):
             return
         rows.append(_lean(outcome, case))
         if len(rows) == self._samples:
-            self._views[key] = fold(rows)
-            del self._pending[key]
+            views[case.id] = fold(rows)
+            del self._pending[(case.id, side)]
 
     def view(self, case_id: str, side: str) -> SideView | None:
         """The side's fold, or None when no row of it was written."""
-        key = (case_id, side)
-        found = self._views.get(key)
-        if found is None and key in self._pending:  # a side whose samples are not all in
-            found = fold(self._pending[key])
+        found = self._views.get(side, {}).get(case_id)
+        if found is None and (case_id, side) in self._pending:  # not all samples are in
+            found = fold(self._pending[(case_id, side)])
         return found
 
 

@@ -15,7 +15,7 @@ import base64
 import binascii
 import html
 import sys
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -677,12 +677,17 @@ def _ceiling_html(rep: RunReport) -> str:
     )
 
 
-def _all_cases_html(rep: RunReport) -> str:
-    rows = "".join(
-        f"<tr><td class='mono'>{e(k)}</td><td>{_gate_tag(gate)}</td>"
-        f"<td>{e(stratum or '')}</td><td class='small'>{e(detail)}</td></tr>"
-        for k, gate, stratum, detail in rep.table
+def _all_cases_html(rep: RunReport) -> Iterator[str]:
+    """The table of every case, a row at a time: at 20,000 cases it is most of the page."""
+    yield (
+        f"<details><summary>all {len(rep.table)} case(s)</summary><div class='card'>"
+        "<table><tr><th>case</th><th>gate</th><th>stratum</th><th>detail</th></tr>"
     )
+    for k, gate, stratum, detail in rep.table:
+        yield (
+            f"<tr><td class='mono'>{e(k)}</td><td>{_gate_tag(gate)}</td>"
+            f"<td>{e(stratum or '')}</td><td class='small'>{e(detail)}</td></tr>"
+        )
     retired = rep.summary.get("retired") or []
     retired_html = (
         f"<p class='small muted'>retired (in the snapshot, not in the fixtures): "
@@ -690,11 +695,7 @@ def _all_cases_html(rep: RunReport) -> str:
         if retired
         else ""
     )
-    return (
-        f"<details><summary>all {len(rep.table)} case(s)</summary><div class='card'>"
-        f"<table><tr><th>case</th><th>gate</th><th>stratum</th><th>detail</th></tr>{rows}"
-        f"</table>{retired_html}</div></details>"
-    )
+    yield f"</table>{retired_html}</div></details>"
 
 
 def _more(hidden: int) -> str:
@@ -709,6 +710,11 @@ def _more(hidden: int) -> str:
 
 def render_html(rep: RunReport) -> str:
     """The whole report as one self-contained HTML document."""
+    return "".join(html_parts(rep))
+
+
+def html_parts(rep: RunReport) -> Iterator[str]:
+    """The HTML document in pieces, so writing it never holds the whole page."""
     s = rep.summary
     verdict = str(s.get("verdict") or "unknown")
     colour = VERDICT_COLOURS.get(verdict, "#334155")
@@ -736,7 +742,7 @@ def render_html(rep: RunReport) -> str:
         f"{e(s.get('unadmitted'))} unadmitted · samples {e(s.get('samples'))}"
     )
     generated = datetime.now(UTC).isoformat(timespec="seconds")
-    return f"""<!doctype html>
+    yield f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="{_CSP}">
@@ -756,7 +762,9 @@ def render_html(rep: RunReport) -> str:
 <h2>Served models</h2>{_models_html(rep)}
 <h2>Trend</h2>{_trend_html(rep)}
 <h2>Ceiling candidates</h2>{_ceiling_html(rep)}
-<h2>Cases</h2>{_all_cases_html(rep)}
+<h2>Cases</h2>"""
+    yield from _all_cases_html(rep)
+    yield f"""
 {notes_html}
 <footer>parallax {e(__version__)} · generated {e(generated)} · {e(rep.run_dir)}</footer>
 </main></body></html>
@@ -883,14 +891,16 @@ def render_markdown(rep: RunReport) -> str:
 def write_reports(run_dir: Path, *, retire_after: int | None = None) -> RunReport:
     """Render report.html and report.md into the run directory; return what was rendered."""
     rep = build_report(run_dir, retire_after=retire_after)
-    _write_text(run_dir / "report.html", render_html(rep))
-    _write_text(run_dir / "report.md", render_markdown(rep))
+    _write_text(run_dir / "report.html", html_parts(rep))
+    _write_text(run_dir / "report.md", [render_markdown(rep)])
     return rep
 
 
-def _write_text(path: Path, text: str) -> None:
+def _write_text(path: Path, parts: Iterable[str]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for part in parts:
+            handle.write(part)
     tmp.replace(path)
 
 

@@ -623,6 +623,7 @@ def run_suite(
     resume_dir: Path | None = None,
     parent_dir: Path | None = None,
     mode: str = "run",
+    suite: Suite | None = None,
 ) -> tuple[Path, int, dict[str, Any]]:
     """Blocking wrapper of `run_suite_async` for the one-shot commands."""
     import gc
@@ -643,6 +644,7 @@ def run_suite(
                 resume_dir=resume_dir,
                 parent_dir=parent_dir,
                 mode=mode,
+                suite=suite,
             )
         )
     finally:
@@ -657,16 +659,19 @@ async def run_suite_async(
     resume_dir: Path | None = None,
     parent_dir: Path | None = None,
     mode: str = "run",
+    suite: Suite | None = None,
 ) -> tuple[Path, int, dict[str, Any]]:
     """One run of one suite; returns the run dir, exit code and summary.
 
     mode "run" calls everything; "resume" finishes `resume_dir` in place; "retry" starts a new
     run from `parent_dir`'s scored rows and re-calls the rest; "replay" regrades `parent_dir`'s
-    raw.jsonl with today's fixtures and graders and calls nothing.
+    raw.jsonl with today's fixtures and graders and calls nothing. `suite` is the suite as
+    `prepare_suite` already loaded it, if the caller has it.
     """
     import structlog
 
-    suite = prepare_suite(loaded, name)
+    if suite is None:
+        suite = prepare_suite(loaded, name)
     if mode == "resume":
         assert resume_dir is not None
         run_dir = resume_dir
