@@ -164,6 +164,8 @@ class Folds:
         self._samples = samples
         self._pending: dict[tuple[str, str], list[Outcome]] = {}
         self._views: dict[str, dict[str, SideView]] = {}  # side -> case id -> fold
+        # Most sides of a run fold to equal views (ok, no misses, same model): one object each.
+        self._distinct: dict[SideView, SideView] = {}
 
     def add(self, outcome: Outcome, case: Case) -> None:
         if not 0 <= outcome.sample < self._samples:
@@ -173,15 +175,18 @@ class Folds:
         if case.id in views:
             return
         if self._samples == 1:  # the usual case: folded at once, nothing kept of the row
-            views[case.id] = fold((outcome,))
+            views[case.id] = self._share(fold((outcome,)))
             return
         rows = self._pending.setdefault((case.id, side), [])
         if any(row.sample == outcome.sample for row in rows):
             return
         rows.append(_lean(outcome, case))
         if len(rows) == self._samples:
-            views[case.id] = fold(rows)
+            views[case.id] = self._share(fold(rows))
             del self._pending[(case.id, side)]
+
+    def _share(self, view: SideView) -> SideView:
+        return self._distinct.setdefault(view, view)
 
     def view(self, case_id: str, side: str) -> SideView | None:
         """The side's fold, or None when no row of it was written."""
