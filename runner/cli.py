@@ -218,7 +218,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     total = 0
     for name in loaded.suite_names(args.suite):
         suite = prepare_suite(loaded, name)
-        total += len(suite.cases)
+        total += len(suite.refs)
     for endpoint_name, endpoint in loaded.config.endpoints.items():
         if endpoint.cassette:
             load_cassette(loaded.resolve(endpoint.cassette))

@@ -12,8 +12,9 @@ import hashlib
 import json
 import re
 import sys
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,68 @@ class _Row:
 
     data: dict[str, Any]
     line: int
+    start: int = 0  # where the row's text starts and ends in the decoded file
+    end: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CaseRef:
+    """A validated case by where its row sits in the fixture file, with what the gate needs."""
+
+    id: str
+    stratum: str | None
+    fixture_sha: str
+    line: int
+    start: int  # byte offsets of the row in the file
+    end: int
+
+
+class FixtureFile:
+    """A fixture file validated once, whose cases are read back one at a time when used.
+
+    Held as `Case` objects, a 20,000-case suite was most of a run's memory, which has to be
+    bounded by concurrency rather than suite size. A run keeps one `CaseRef` per case and reads
+    a case's row again to call or grade it; the cases in use stay in a small cache. A row that
+    no longer reads as the case that was validated (the file was edited during the run) is a
+    DataError naming it, never a silently different case.
+    """
+
+    KEEP = 2048  # cases kept parsed: more than a run has in flight
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._recent: OrderedDict[str, Case] = OrderedDict()
+
+    def scan(self) -> Iterator[tuple[Case, CaseRef]]:
+        """Every case, validated as `load_cases` does, with its ref."""
+        for row, case, (start, end) in _load(self.path):
+            yield case, CaseRef(case.id, case.stratum, case.fixture_sha, row.line, start, end)
+
+    def load(self, ref: CaseRef) -> Case:
+        case = self._recent.get(ref.id)
+        if case is not None:
+            self._recent.move_to_end(ref.id)
+            return case
+        case = self._read(ref)
+        self._recent[ref.id] = case
+        if len(self._recent) > self.KEEP:
+            self._recent.popitem(last=False)
+        return case
+
+    def _read(self, ref: CaseRef) -> Case:
+        where = str(self.path)
+        changed = f"changed during the run: case {ref.id!r} no longer reads as validated"
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(ref.start)
+                raw = handle.read(ref.end - ref.start)
+            case = _to_case(where, _Row(_loads(raw.decode("utf-8")), ref.line))
+        except (OSError, ValueError, FixtureError):
+            raise DataError(where, changed, ref.line) from None
+        if (case.id, case.fixture_sha) != (ref.id, ref.fixture_sha):
+            raise DataError(where, changed, ref.line)
+        # the suite settles strata (a stratified suite's unlabelled case is medium)
+        return case if case.stratum == ref.stratum else replace(case, stratum=ref.stratum)
 
 
 def load_cases(path: Path) -> list[Case]:
@@ -62,7 +125,7 @@ def load_cases(path: Path) -> list[Case]:
     Unknown `expect` keys pass here because only the suite knows its custom graders; see
     `runner.grading.check_cases`.
     """
-    return [case for _, case in _load(path)]
+    return [case for _, case, _ in _load(path)]
 
 
 def pin_lines(path: Path) -> Iterator[str]:
@@ -72,15 +135,16 @@ def pin_lines(path: Path) -> Iterator[str]:
     half a pinned file behind.
     """
     rows = list(_load(path))
-    for row, case in rows:
+    for row, case, _ in rows:
         pinned = dict(row.data)
         pinned["fixture_sha"] = case.fixture_sha
         yield json.dumps(pinned, sort_keys=True)
 
 
-def _load(path: Path) -> Iterator[tuple[_Row, Case]]:
-    """Each row with its case, as the file is read: a caller that keeps only the cases never
-    holds every parsed row at once (a 20,000-case suite's largest transient)."""
+def _load(path: Path) -> Iterator[tuple[_Row, Case, tuple[int, int]]]:
+    """Each row with its case and its byte span, as the file is read: a caller that keeps
+    only the cases never holds every parsed row at once (a 20,000-case suite's largest
+    transient)."""
     where = str(path)
     try:
         data = path.read_bytes()
@@ -91,6 +155,7 @@ def _load(path: Path) -> Iterator[tuple[_Row, Case]]:
     except OSError as exc:
         raise DataError(where, f"cannot read: {exc.strerror or exc}") from None
     text = _decode(where, data)
+    byte_at = _byte_offsets(text, len(data) - len(data.removeprefix(b"\xef\xbb\xbf")))
     del data
     surrogates = may_hold_surrogates(text)
     seen: dict[str, int] = {}
@@ -102,7 +167,21 @@ def _load(path: Path) -> Iterator[tuple[_Row, Case]]:
         if first is not None:
             raise _fail(where, row.line, f"duplicate id {case.id!r} (first on line {first})")
         seen[case.id] = row.line
-        yield row, case
+        yield row, case, (byte_at(row.start), byte_at(row.end))
+
+
+def _byte_offsets(text: str, shift: int) -> Callable[[int], int]:
+    """Map increasing character offsets of `text` to byte offsets in its file."""
+    if text.isascii():
+        return lambda index: index + shift
+    done = [0, shift]  # characters and bytes counted so far
+
+    def at(index: int) -> int:
+        done[1] += len(text[done[0] : index].encode("utf-8"))
+        done[0] = index
+        return done[1]
+
+    return at
 
 
 def _decode(where: str, data: bytes) -> str:
@@ -168,6 +247,7 @@ def _parse_jsonl(where: str, text: str) -> Iterator[_Row]:
     for number in range(1, last + 1):
         end = text.find("\n", start)
         raw = text[start:] if end < 0 else text[start:end]
+        span = (start, len(text) if end < 0 else end)
         start = end + 1
         if not raw.strip(_JSON_WS):
             continue
@@ -185,7 +265,7 @@ def _parse_jsonl(where: str, text: str) -> Iterator[_Row]:
         if not isinstance(value, dict):
             kind = _json_kind(value)
             raise _fail(where, number, f"row is not a JSON object (got {kind})")
-        yield _Row(value, number)
+        yield _Row(value, number, *span)
 
 
 def _parse_document(where: str, text: str) -> list[_Row]:
@@ -194,7 +274,7 @@ def _parse_document(where: str, text: str) -> list[_Row]:
     for index, start in enumerate(_case_offsets(text)):
         line = _line_at(text, start)
         try:
-            value, _ = _DECODER.raw_decode(text, start)
+            value, end = _DECODER.raw_decode(text, start)
         except _DuplicateKeyError as exc:
             raise _fail(where, line, f"duplicate key {exc.key!r} in one case") from None
         except ValueError as exc:
@@ -202,7 +282,7 @@ def _parse_document(where: str, text: str) -> list[_Row]:
         if not isinstance(value, dict):
             kind = _json_kind(value)
             raise _fail(where, line, f"case {index} is not a JSON object (got {kind})")
-        rows.append(_Row(value, line))
+        rows.append(_Row(value, line, start, end))
     return rows
 
 

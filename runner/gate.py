@@ -16,9 +16,12 @@ import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.model import Case, Outcome, Schema, Transport
+from runner.model import Outcome, Schema, Transport
+
+if TYPE_CHECKING:  # annotations only: the gate needs no fixture parsing
+    from runner.fixtures import CaseRef
 
 NEW_CASE = "new_case"
 FIXTURE_MOVE = "fixture_move"
@@ -167,7 +170,7 @@ class Folds:
         # Most sides of a run fold to equal views (ok, no misses, same model): one object each.
         self._distinct: dict[SideView, SideView] = {}
 
-    def add(self, outcome: Outcome, case: Case) -> None:
+    def add(self, outcome: Outcome, case: CaseRef) -> None:
         if not 0 <= outcome.sample < self._samples:
             return
         side = sys.intern(str(outcome.side))
@@ -196,7 +199,7 @@ class Folds:
         return found
 
 
-def _lean(outcome: Outcome, case: Case) -> Outcome:
+def _lean(outcome: Outcome, case: CaseRef) -> Outcome:
     """What `fold` reads, with the strings every row repeats shared."""
     return Outcome(
         case_id=case.id,

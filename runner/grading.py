@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -113,7 +113,7 @@ def load_graders(spec: str | None, base_dir: Path, *, config_path: str, key: str
     return GraderSet(base_dir=base_dir, module=module, config_path=config_path, key=key)
 
 
-def check_cases(cases: Sequence[Case], graders: GraderSet) -> None:
+def check_cases(cases: Iterable[Case], graders: GraderSet) -> None:
     """Refuse expectation keys that nothing would grade, before any call is made.
 
     An unknown key without a custom grader is almost always a typo (`must_includes`), and

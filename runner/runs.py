@@ -25,7 +25,7 @@ from runner import __version__, logs
 from runner.ceiling import detect, strata_rates
 from runner.config import LoadedConfig, Thresholds, load_config
 from runner.errors import ConfigError, DataError, UsageError
-from runner.fixtures import load_cases
+from runner.fixtures import CaseRef, FixtureFile
 from runner.gate import (
     GATE_CLASSES,
     INCOMPLETE,
@@ -58,7 +58,8 @@ class Suite:
     """A suite ready to run: cases (strata settled), graders and thresholds."""
 
     name: str
-    cases: tuple[Case, ...]
+    refs: tuple[CaseRef, ...]  # every case, in file order; `case` reads one back in full
+    fixtures: FixtureFile
     graders: GraderSet
     thresholds: Thresholds
     samples: int
@@ -69,12 +70,16 @@ class Suite:
     fail_on: tuple[str, ...] = ()
     alpha: float = 0.05
 
-    def case(self, case_id: str) -> Case | None:
+    def ref(self, case_id: str) -> CaseRef | None:
         return self._by_id.get(case_id)
 
+    def case(self, case_id: str) -> Case | None:
+        ref = self._by_id.get(case_id)
+        return None if ref is None else self.fixtures.load(ref)
+
     @functools.cached_property
-    def _by_id(self) -> dict[str, Case]:  # built once: `case` runs for every exchange
-        return {c.id: c for c in self.cases}
+    def _by_id(self) -> dict[str, CaseRef]:  # built once: looked up for every exchange
+        return {r.id: r for r in self.refs}
 
 
 def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
@@ -86,17 +91,25 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
     fixtures_path = loaded.resolve(cfg.fixtures)
     if not fixtures_path.is_file():
         raise ConfigError(loaded.path, f"suites.{name}.fixtures", f"no such file: {cfg.fixtures}")
-    cases = load_cases(fixtures_path)
     graders = load_graders(
         cfg.graders, loaded.base_dir, config_path=str(loaded.path), key=f"suites.{name}.graders"
     )
-    check_cases(cases, graders)
-    stratified = any(c.stratum for c in cases)
+    fixtures = FixtureFile(fixtures_path)
+    refs: list[CaseRef] = []
+
+    def scanned() -> Iterator[Case]:
+        for case, ref in fixtures.scan():
+            refs.append(ref)
+            yield case
+
+    check_cases(scanned(), graders)
+    stratified = any(r.stratum for r in refs)
     if stratified:
-        cases = [c if c.stratum else replace(c, stratum="medium") for c in cases]
+        refs = [r if r.stratum else replace(r, stratum="medium") for r in refs]
     return Suite(
         name=name,
-        cases=tuple(cases),
+        refs=tuple(refs),
+        fixtures=fixtures,
         graders=graders,
         thresholds=loaded.thresholds(name),
         samples=cfg.samples,
@@ -185,7 +198,7 @@ def manifest_for(
         "fixtures": {
             "path": str(suite.fixtures_path.resolve()),
             "digest": _file_digest(suite.fixtures_path),
-            "cases": len(suite.cases),
+            "cases": len(suite.refs),
         },
         "samples": suite.samples,
         "endpoints": endpoints,
@@ -257,13 +270,13 @@ class Ledgers:
         self.raw.write(e.to_json() for e in batch)
         rows = []
         for exchange in batch:
-            case = self.suite.case(exchange.case_id)
-            if case is None:
+            ref = self.suite.ref(exchange.case_id)
+            if ref is None:
                 continue
-            outcome = stamp(exchange, case, self.suite.graders)
+            outcome = stamp(exchange, self.suite.fixtures.load(ref), self.suite.graders)
             self.transport_misses += outcome.transport != "ok"
             rows.append(outcome.to_json())
-            self.folds.add(outcome, case)
+            self.folds.add(outcome, ref)
         self.outcomes.write(rows)
         self.written += len(batch)
         if self.progress is not None:
@@ -292,8 +305,8 @@ def heal(run_dir: Path, suite: Suite, folds: Folds) -> set[tuple[str, str, int]]
     if out_path.exists():
         for outcome in read_outcomes(out_path):
             graded.add(outcome.key)
-            if (case := suite.case(outcome.case_id)) is not None:
-                folds.add(outcome, case)
+            if (ref := suite.ref(outcome.case_id)) is not None:
+                folds.add(outcome, ref)
     done: set[tuple[str, str, int]] = set()
     missing: list[dict[str, Any]] = []
     writer: LedgerWriter | None = None
@@ -301,11 +314,11 @@ def heal(run_dir: Path, suite: Suite, folds: Folds) -> set[tuple[str, str, int]]
         if raw_path.exists():
             for exchange in read_exchanges(raw_path):
                 done.add(exchange.key)
-                case = suite.case(exchange.case_id)
-                if exchange.key not in graded and case is not None:
-                    outcome = stamp(exchange, case, suite.graders)
+                ref = suite.ref(exchange.case_id)
+                if exchange.key not in graded and ref is not None:
+                    outcome = stamp(exchange, suite.fixtures.load(ref), suite.graders)
                     missing.append(outcome.to_json())
-                    folds.add(outcome, case)
+                    folds.add(outcome, ref)
                     graded.add(exchange.key)
                 if len(missing) >= 1000:  # in batches: a replay's memory stays flat
                     writer = writer or LedgerWriter(out_path)
@@ -338,13 +351,13 @@ async def call_all(
         in_flight[NOISE] = in_flight["reference"]
 
     def work(side: str) -> Iterator[tuple[Case, int]]:
-        for case in suite.cases:
+        for ref in suite.refs:
             for sample in range(suite.samples):
-                if (case.id, side, sample) not in done:
-                    yield case, sample
+                if (ref.id, side, sample) not in done:
+                    yield suite.fixtures.load(ref), sample
 
     ledgers = Ledgers(run_dir, suite, folds)
-    ledgers.progress = start_progress(suite.name, [c.id for c in suite.cases], suite.samples, done)
+    ledgers.progress = start_progress(suite.name, [r.id for r in suite.refs], suite.samples, done)
     try:
         await execute(
             {side: work(side) for side in endpoints}, endpoints, ledgers.write, in_flight=in_flight
@@ -364,10 +377,10 @@ def verdicts(
 ) -> tuple[list[Verdict], dict[str, SideView]]:
     """One gate verdict per case of today's fixtures, and the noise-check folds by case id."""
     noise = {
-        case.id: found for case in suite.cases if (found := folds.view(case.id, NOISE)) is not None
+        case.id: found for case in suite.refs if (found := folds.view(case.id, NOISE)) is not None
     }
     result = []
-    for case in suite.cases:
+    for case in suite.refs:
         sides = {side: folds.view(case.id, side) or fold([]) for side in SIDES}
         result.append(
             classify(
@@ -431,7 +444,7 @@ def finalize(
     """Gate, strata, alerts and the exit code; writes disagreement.json and summary.json."""
     snapshot = suite.snapshot
     results, noise = verdicts(suite, folds, snapshot)
-    retired = sorted(set(snapshot) - {c.id for c in suite.cases})
+    retired = sorted(set(snapshot) - {r.id for r in suite.refs})
     counts = dict.fromkeys(GATE_CLASSES, 0)
     for v in results:
         counts[v.gate] += 1
@@ -703,7 +716,7 @@ async def run_suite_async(
         log.info(
             logs.RUN_RESUMED if mode == "resume" else logs.RUN_STARTED,
             mode=mode,
-            cases=len(suite.cases),
+            cases=len(suite.refs),
             samples=suite.samples,
             already_done=len(done),
             parent=parent_dir.name if parent_dir is not None else None,

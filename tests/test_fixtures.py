@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runner.errors import DataError, FixtureError
-from runner.fixtures import fixture_sha, load_cases, pin_lines
+from runner.fixtures import FixtureFile, fixture_sha, load_cases, pin_lines
 from runner.model import Case
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -393,3 +393,59 @@ def test_broken_document_is_reported_at_the_typo(tmp_path: Path) -> None:
     path = write(tmp_path, text, "suite.json")
     message = fixture_error(path)
     assert message.startswith(f"{path}:4: invalid JSON: Expecting ',' delimiter")
+
+
+# --- FixtureFile: cases read back one at a time --------------------------------------------
+
+ROWS = [
+    {"id": "a", "prompt": "Café au lait, s'il vous plaît.", "expect": {"must_include": ["é"]}},
+    {"id": "b", "stratum": "easy", "prompt": "日本語で答えて", "system": "short"},
+    {"id": "c", "prompt": "plain ascii", "expect": {"max_chars": 40}},
+]
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["jsonl", "jsonl-bom-crlf", "document"],
+)
+def test_a_fixture_file_reads_back_each_case_as_loaded(tmp_path: Path, layout: str) -> None:
+    """Every ref's byte span reads back the very case `load_cases` built, in any layout."""
+    path = tmp_path / "cases.jsonl"
+    if layout == "document":
+        body = json.dumps({"cases": ROWS}, indent=2, ensure_ascii=False)
+    else:
+        newline = "\r\n" if layout.endswith("crlf") else "\n"
+        body = "".join(json.dumps(r, ensure_ascii=False) + newline for r in ROWS)
+    prefix = "\ufeff" if "bom" in layout else ""
+    path.write_text(prefix + body, encoding="utf-8")
+    fixtures = FixtureFile(path)
+    refs = [ref for _, ref in fixtures.scan()]
+    expected = load_cases(path)
+    assert expected == [fixtures.load(ref) for ref in reversed(refs)][::-1]
+    assert [r.line for r in refs] == [c.line for c in expected]
+
+
+def test_a_fixture_file_evicts_old_cases_and_reads_them_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ROWS))
+    monkeypatch.setattr(FixtureFile, "KEEP", 1)
+    fixtures = FixtureFile(path)
+    refs = [ref for _, ref in fixtures.scan()]
+    first = [fixtures.load(ref) for ref in refs]
+    assert first == [fixtures.load(ref) for ref in refs] == load_cases(path)
+
+
+def test_a_fixture_edited_during_the_run_is_a_data_error(tmp_path: Path) -> None:
+    """A row that no longer reads as the validated case names the file and line (exit 65)."""
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ROWS))
+    refs = [ref for _, ref in FixtureFile(path).scan()]
+    path.write_text(path.read_text().replace("plain ascii", "plain ASCII"))
+    with pytest.raises(DataError) as info:
+        FixtureFile(path).load(refs[2])
+    assert str(info.value).startswith(f"{path}:3: changed during the run")
+    path.write_text("")
+    with pytest.raises(DataError):
+        FixtureFile(path).load(refs[0])
