@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sys
 from collections import OrderedDict
@@ -67,6 +68,7 @@ class CaseRef:
     line: int
     start: int  # byte offsets of the row in the file
     end: int
+    digest: bytes  # of the row's bytes, to know it unchanged when read back
 
 
 class FixtureFile:
@@ -74,9 +76,10 @@ class FixtureFile:
 
     Held as `Case` objects, a 20,000-case suite was most of a run's memory, which has to be
     bounded by concurrency rather than suite size. A run keeps one `CaseRef` per case and reads
-    a case's row again to call or grade it; the cases in use stay in a small cache. A row that
-    no longer reads as the case that was validated (the file was edited during the run) is a
-    DataError naming it, never a silently different case.
+    a case's row again to call or grade it; the cases in use stay in a small cache. The file
+    stays open from the first read to `close`, so a file replaced by a rename is still read as
+    validated; a row edited in place no longer matches its digest and is a DataError naming
+    it, never a silently different case.
     """
 
     KEEP = 2048  # cases kept parsed: more than a run has in flight
@@ -84,11 +87,14 @@ class FixtureFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._recent: OrderedDict[str, Case] = OrderedDict()
+        self._fd: int | None = None
 
     def scan(self) -> Iterator[tuple[Case, CaseRef]]:
         """Every case, validated as `load_cases` does, with its ref."""
-        for row, case, (start, end) in _load(self.path):
-            yield case, CaseRef(case.id, case.stratum, case.fixture_sha, row.line, start, end)
+        for row, case, (start, end), raw in _load(self.path):
+            digest = _digest(raw)
+            ref = CaseRef(case.id, case.stratum, case.fixture_sha, row.line, start, end, digest)
+            yield case, ref
 
     def load(self, ref: CaseRef) -> Case:
         case = self._recent.get(ref.id)
@@ -101,20 +107,30 @@ class FixtureFile:
             self._recent.popitem(last=False)
         return case
 
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
     def _read(self, ref: CaseRef) -> Case:
         where = str(self.path)
         changed = f"changed during the run: case {ref.id!r} no longer reads as validated"
         try:
-            with self.path.open("rb") as handle:
-                handle.seek(ref.start)
-                raw = handle.read(ref.end - ref.start)
-            case = _to_case(where, _Row(_loads(raw.decode("utf-8")), ref.line))
-        except (OSError, ValueError, FixtureError):
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDONLY)
+            raw = os.pread(self._fd, ref.end - ref.start, ref.start)
+        except OSError:
             raise DataError(where, changed, ref.line) from None
-        if (case.id, case.fixture_sha) != (ref.id, ref.fixture_sha):
+        if _digest(raw) != ref.digest:
             raise DataError(where, changed, ref.line)
+        # the row is the one validated: parse it plainly and keep its known pin
+        case = _to_case(where, _Row(json.loads(raw.decode("utf-8")), ref.line), sha=ref.fixture_sha)
         # the suite settles strata (a stratified suite's unlabelled case is medium)
         return case if case.stratum == ref.stratum else replace(case, stratum=ref.stratum)
+
+
+def _digest(raw: bytes) -> bytes:
+    return hashlib.blake2b(raw, digest_size=16).digest()
 
 
 def load_cases(path: Path) -> list[Case]:
@@ -125,7 +141,7 @@ def load_cases(path: Path) -> list[Case]:
     Unknown `expect` keys pass here because only the suite knows its custom graders; see
     `runner.grading.check_cases`.
     """
-    return [case for _, case, _ in _load(path)]
+    return [case for _, case, _, _ in _load(path)]
 
 
 def pin_lines(path: Path) -> Iterator[str]:
@@ -135,16 +151,16 @@ def pin_lines(path: Path) -> Iterator[str]:
     half a pinned file behind.
     """
     rows = list(_load(path))
-    for row, case, _ in rows:
+    for row, case, _, _ in rows:
         pinned = dict(row.data)
         pinned["fixture_sha"] = case.fixture_sha
         yield json.dumps(pinned, sort_keys=True)
 
 
-def _load(path: Path) -> Iterator[tuple[_Row, Case, tuple[int, int]]]:
-    """Each row with its case and its byte span, as the file is read: a caller that keeps
-    only the cases never holds every parsed row at once (a 20,000-case suite's largest
-    transient)."""
+def _load(path: Path) -> Iterator[tuple[_Row, Case, tuple[int, int], bytes]]:
+    """Each row with its case, its byte span and its bytes, as the file is read: a caller
+    that keeps only the cases never holds every parsed row at once (a 20,000-case suite's
+    largest transient)."""
     where = str(path)
     try:
         data = path.read_bytes()
@@ -156,7 +172,6 @@ def _load(path: Path) -> Iterator[tuple[_Row, Case, tuple[int, int]]]:
         raise DataError(where, f"cannot read: {exc.strerror or exc}") from None
     text = _decode(where, data)
     byte_at = _byte_offsets(text, len(data) - len(data.removeprefix(b"\xef\xbb\xbf")))
-    del data
     surrogates = may_hold_surrogates(text)
     seen: dict[str, int] = {}
     for row in _parse(where, text):
@@ -167,7 +182,8 @@ def _load(path: Path) -> Iterator[tuple[_Row, Case, tuple[int, int]]]:
         if first is not None:
             raise _fail(where, row.line, f"duplicate id {case.id!r} (first on line {first})")
         seen[case.id] = row.line
-        yield row, case, (byte_at(row.start), byte_at(row.end))
+        start, end = byte_at(row.start), byte_at(row.end)
+        yield row, case, (start, end), data[start:end]
 
 
 def _byte_offsets(text: str, shift: int) -> Callable[[int], int]:
@@ -337,8 +353,11 @@ def _fail(where: str, line: int, reason: str) -> FixtureError:
     return FixtureError(where, reason, line=line)
 
 
-def _to_case(where: str, row: _Row) -> Case:
-    """Validate one raw row and normalise it; the hash is taken before anything is rewritten."""
+def _to_case(where: str, row: _Row, sha: str | None = None) -> Case:
+    """Validate one raw row and normalise it; the hash is taken before anything is rewritten.
+
+    `sha` is the row's fixture_sha when it is already known (a row read back unchanged).
+    """
     data = row.data
     line = row.line
 
@@ -386,7 +405,7 @@ def _to_case(where: str, row: _Row) -> Case:
         id=case_id,
         prompt=data["prompt"],
         expect={sys.intern(key): value for key, value in expect.items()},
-        fixture_sha=fixture_sha(data),
+        fixture_sha=sha or fixture_sha(data),
         path=where,
         line=line,
         stratum=_shared(stratum),

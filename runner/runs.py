@@ -681,10 +681,28 @@ async def run_suite_async(
     raw.jsonl with today's fixtures and graders and calls nothing. `suite` is the suite as
     `prepare_suite` already loaded it, if the caller has it.
     """
-    import structlog
 
     if suite is None:
         suite = prepare_suite(loaded, name)
+    try:
+        return await _run_prepared(
+            loaded, suite, resume_dir=resume_dir, parent_dir=parent_dir, mode=mode
+        )
+    finally:
+        suite.fixtures.close()
+
+
+async def _run_prepared(
+    loaded: LoadedConfig,
+    suite: Suite,
+    *,
+    resume_dir: Path | None,
+    parent_dir: Path | None,
+    mode: str,
+) -> tuple[Path, int, dict[str, Any]]:
+    import structlog
+
+    name = suite.name
     if mode == "resume":
         assert resume_dir is not None
         run_dir = resume_dir
