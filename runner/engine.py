@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from runner.errors import ParallaxError
 from runner.model import Case, Endpoint, Exchange
 
 Sink = Callable[[Sequence[Exchange]], None]
@@ -65,6 +66,27 @@ async def execute(
     send, receive = anyio.create_memory_object_stream[Exchange](
         max_buffer_size=max(1, sum(in_flight.values()))
     )
+    try:
+        await _run(work, endpoints, sink, (send, receive), in_flight)
+    except BaseExceptionGroup as group:
+        # A bad input met mid-run (a fixture edited under the run) is one clear error, not a
+        # group of it and the broken streams it left behind.
+        found = group.subgroup(lambda exc: isinstance(exc, ParallaxError))
+        if found is None:
+            raise
+        while isinstance(found, BaseExceptionGroup):
+            found = found.exceptions[0]
+        raise found from None
+
+
+async def _run(
+    work: Mapping[str, Iterable[tuple[Case, int]]],
+    endpoints: Mapping[str, Endpoint],
+    sink: Sink,
+    stream: tuple[MemoryObjectSendStream[Exchange], MemoryObjectReceiveStream[Exchange]],
+    in_flight: Mapping[str, int],
+) -> None:
+    send, receive = stream
     async with anyio.create_task_group() as group:
         group.start_soon(_writer, receive, sink, name="ledger-writer")
         async with send:

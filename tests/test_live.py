@@ -382,3 +382,44 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(
         for e in map(json.loads, (run_dir / "raw.jsonl").read_text().splitlines())
     ]
     assert len(raw_keys) == len(set(raw_keys)) == 80
+
+
+def test_a_fixture_rewritten_during_a_run_stops_it_with_one_line(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Cases are read back from the fixture file as they are called: a row changed in place
+    under a running run is exit 65 naming file and line, and the run resumes once it is back."""
+    write_suite(tmp_path, 40)
+    config = write_config(
+        tmp_path,
+        fault_server.url("slow:0.05", "ref"),
+        fault_server.url("slow:0.05", "cand"),
+        concurrency=2,
+    )
+    fixtures = tmp_path / "cases.jsonl"
+    original = fixtures.read_text()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    deadline = time.monotonic() + 30
+    raw: list[Path] = []
+    while time.monotonic() < deadline and not raw:
+        raw = list((tmp_path / "runs").rglob("raw.jsonl"))
+        time.sleep(0.02)
+    with fixtures.open("r+") as handle:  # in place: same file, the last row's prompt edited
+        handle.write(original.replace("prompt 039", "PROMPT 039"))
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 65, stderr
+    assert "Traceback" not in stderr
+    assert stderr.strip() == (
+        f"parallax: {fixtures}:40: changed during the run: case 'case-039' no longer reads as "
+        "validated"
+    )
+    fixtures.write_text(original)
+    resumed = _run_cli(["run", "--resume", str(raw[0].parent)], dict(os.environ), tmp_path)
+    assert resumed.returncode == 0, resumed.stderr  # every case new and scored
+    assert len(outcomes(raw[0].parent)) == 80
