@@ -546,3 +546,34 @@ def test_a_changed_stable_miss_is_still_disagreement_changed() -> None:
         accepted=accepted([], ["a"]),
     )
     assert verdict.gate == "disagreement_changed"
+
+
+@given(
+    transport=st.sampled_from(["ok", "timeout", "connection_lost"]),
+    schema=st.sampled_from(["ok", "fail", "skipped"]),
+    task_score=st.none() | st.floats(0, 1) | st.integers(0, 1),
+    misses=st.lists(st.sampled_from(["a", "b", "missing:x"]), max_size=4),
+    model=st.none() | st.sampled_from(["", "m-1"]),
+    fingerprint=st.none() | st.sampled_from(["", "fp"]),
+)
+def test_the_one_sample_fold_agrees_with_the_general_one(
+    transport: str,
+    schema: str,
+    task_score: float | None,
+    misses: list[str],
+    model: str | None,
+    fingerprint: str | None,
+) -> None:
+    """The fast path for one sample is the general fold of a one-row list, field for field."""
+    from runner.gate import _fold_many, _fold_one
+
+    row = outcome(
+        transport=transport,
+        schema=schema,
+        task_score=task_score,
+        misses=misses,
+        response_model=model,
+        fingerprint=fingerprint,
+        detail="some detail",
+    )
+    assert _fold_many([row]) == _fold_one(row)
