@@ -708,13 +708,9 @@ def _more(hidden: int) -> str:
     )
 
 
-def render_html(rep: RunReport) -> str:
-    """The whole report as one self-contained HTML document."""
-    return "".join(html_parts(rep))
-
-
 def html_parts(rep: RunReport) -> Iterator[str]:
-    """The HTML document in pieces, so writing it never holds the whole page."""
+    """The whole report as one self-contained HTML document, in pieces, so writing it never
+    holds the whole page."""
     s = rep.summary
     verdict = str(s.get("verdict") or "unknown")
     colour = VERDICT_COLOURS.get(verdict, "#334155")

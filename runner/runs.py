@@ -58,12 +58,11 @@ class Suite:
     """A suite ready to run: cases (strata settled), graders and thresholds."""
 
     name: str
-    refs: tuple[CaseRef, ...]  # every case, in file order; `case` reads one back in full
+    refs: tuple[CaseRef, ...]  # every case, in file order; `fixtures.load` reads one in full
     fixtures: FixtureFile
     graders: GraderSet
     thresholds: Thresholds
     samples: int
-    fixtures_path: Path
     stratified: bool
     snapshot: Mapping[str, Any]  # the accepted entries, read before any call is made
     noise_check: bool = False
@@ -72,10 +71,6 @@ class Suite:
 
     def ref(self, case_id: str) -> CaseRef | None:
         return self._by_id.get(case_id)
-
-    def case(self, case_id: str) -> Case | None:
-        ref = self._by_id.get(case_id)
-        return None if ref is None else self.fixtures.load(ref)
 
     @functools.cached_property
     def _by_id(self) -> dict[str, CaseRef]:  # built once: looked up for every exchange
@@ -113,7 +108,6 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
         graders=graders,
         thresholds=loaded.thresholds(name),
         samples=cfg.samples,
-        fixtures_path=fixtures_path,
         stratified=stratified,
         snapshot=load_snapshot(snapshot_path(loaded.snapshots_dir, name)),
         noise_check=cfg.noise_check,
@@ -196,8 +190,8 @@ def manifest_for(
         "parent": parent,
         "config": {"path": str(loaded.path.resolve()), "digest": loaded.digest},
         "fixtures": {
-            "path": str(suite.fixtures_path.resolve()),
-            "digest": _file_digest(suite.fixtures_path),
+            "path": str(suite.fixtures.path.resolve()),
+            "digest": _file_digest(suite.fixtures.path),
             "cases": len(suite.refs),
         },
         "samples": suite.samples,

@@ -20,7 +20,18 @@ from reportkit import (
 from structlog.testing import capture_logs
 
 from runner.cli import main
-from runner.report import MD_LINE_CAP, build_report, md_text, render_html, render_markdown
+from runner.report import (
+    MD_LINE_CAP,
+    RunReport,
+    build_report,
+    html_parts,
+    md_text,
+    render_markdown,
+)
+
+
+def _html(rep: RunReport) -> str:
+    return "".join(html_parts(rep))
 
 
 class _Tags(HTMLParser):
@@ -174,7 +185,7 @@ def test_clean_run_says_nothing_moved(tmp_path: Path) -> None:
     first, _, _ = project.run()
     project.promote(first)
     run_dir, code, _ = project.run()
-    page = render_html(build_report(run_dir))
+    page = _html(build_report(run_dir))
     expected = (0, True, True)
     actual = (code, "Nothing moved against the accepted snapshot." in page, "CLEAN" in page)
     assert expected == actual
@@ -245,7 +256,7 @@ def test_an_unknown_gate_class_still_renders(hostile: Path) -> None:
     rep.cases = {**rep.cases, "odd": {**rep.cases["easy-a"], "gate": "brand_new_class"}}
     rep.table.append(("odd", "brand_new_class", None, "a detail"))
     expected = True
-    actual = "brand_new_class" in render_html(rep)
+    actual = "brand_new_class" in _html(rep)
     assert expected == actual
 
 
@@ -295,7 +306,7 @@ def test_a_big_run_shows_the_first_cases_of_each_section_and_counts_them_all(
     expected_kept = ["r0", "r1", "t0", "t1"]
     assert expected_kept == sorted(rep.cases)
     assert len(gates) == len(rep.table)
-    page = render_html(rep)
+    page = _html(rep)
     assert "Needs review (5)" in page
     assert "… and 3 more, not shown in detail" in page
     assert "· 3 case(s)" in page and "… and 1 more, not shown in detail" in page
