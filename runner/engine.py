@@ -67,36 +67,25 @@ async def execute(
         max_buffer_size=max(1, sum(in_flight.values()))
     )
     try:
-        await _run(work, endpoints, sink, (send, receive), in_flight)
-    except BaseExceptionGroup as group:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_writer, receive, sink, name="ledger-writer")
+            async with send:
+                for side, items in work.items():
+                    group.start_soon(
+                        _produce,
+                        endpoints[side],
+                        side,
+                        items,
+                        send.clone(),
+                        in_flight[side],
+                        name=f"producer:{side}",
+                    )
+    except BaseExceptionGroup as errors:
         # A bad input met mid-run (a fixture edited under the run) is one clear error, not a
         # group of it and the broken streams it left behind.
-        found = group.subgroup(lambda exc: isinstance(exc, ParallaxError))
+        found = errors.subgroup(lambda exc: isinstance(exc, ParallaxError))
         if found is None:
             raise
         while isinstance(found, BaseExceptionGroup):
             found = found.exceptions[0]
         raise found from None
-
-
-async def _run(
-    work: Mapping[str, Iterable[tuple[Case, int]]],
-    endpoints: Mapping[str, Endpoint],
-    sink: Sink,
-    stream: tuple[MemoryObjectSendStream[Exchange], MemoryObjectReceiveStream[Exchange]],
-    in_flight: Mapping[str, int],
-) -> None:
-    send, receive = stream
-    async with anyio.create_task_group() as group:
-        group.start_soon(_writer, receive, sink, name="ledger-writer")
-        async with send:
-            for side, items in work.items():
-                group.start_soon(
-                    _produce,
-                    endpoints[side],
-                    side,
-                    items,
-                    send.clone(),
-                    in_flight[side],
-                    name=f"producer:{side}",
-                )

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import re
-import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -24,7 +23,7 @@ from jsonschema.validators import validator_for
 
 from runner.errors import DataError, FixtureError
 from runner.model import STRATA, Case
-from runner.text import holds_surrogate, may_hold_surrogates
+from runner.text import holds_surrogate, may_hold_surrogates, shared
 
 __all__ = ["fixture_sha", "load_cases", "pin_lines"]
 
@@ -404,21 +403,17 @@ def _to_case(where: str, row: _Row, sha: str | None = None) -> Case:
     return Case(
         id=case_id,
         prompt=data["prompt"],
-        expect={sys.intern(key): value for key, value in expect.items()},
+        expect={shared(key): value for key, value in expect.items()},
         fixture_sha=sha or fixture_sha(data),
         path=where,
         line=line,
-        stratum=_shared(stratum),
-        system=_shared(text_fields["system"]),
-        grader=_shared(text_fields["grader"]),
+        stratum=shared(stratum),
+        system=shared(text_fields["system"]),
+        grader=shared(text_fields["grader"]),
         completion=text_fields["completion"],
-        owner=_shared(text_fields["owner"]),
-        tags=tuple(map(sys.intern, tags)),
+        owner=shared(text_fields["owner"]),
+        tags=tuple(map(shared, tags)),
     )
-
-
-def _shared(text: str | None) -> str | None:
-    return None if text is None else sys.intern(text)
 
 
 def _expect_of(

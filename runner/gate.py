@@ -12,13 +12,12 @@ only admitted pairs ever reach a disagreement.
 
 from __future__ import annotations
 
-import math
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from runner.model import Outcome, Schema, Transport
+from runner.text import shared
 
 if TYPE_CHECKING:  # annotations only: the gate needs no fixture parsing
     from runner.fixtures import CaseRef
@@ -96,38 +95,19 @@ def fold(outcomes: Sequence[Outcome]) -> SideView:
 def _fold_one(row: Outcome) -> SideView:
     """`_fold_many([row])` without the bookkeeping samples need: one sample is the usual case,
     and this runs for every call (tests/test_gate.py checks the two agree)."""
-    model = _intern(row.response_model or None)
-    fingerprint = _intern(row.system_fingerprint or None)
+    model, fingerprint = shared(row.response_model or None), shared(row.system_fingerprint or None)
     if row.transport != Transport.OK or not row.admitted:
-        return SideView(
-            transport=sys.intern(str(row.transport)),
-            schema=sys.intern(str(row.schema)),
-            admitted=False,
-            misses=(),
-            noise=(),
-            passed=None,
-            pass_fraction=None,
-            task_score=None,
-            response_model=model,
-            system_fingerprint=fingerprint,
-            samples=1,
-            detail=sys.intern(str(row.detail)),
-        )
-    stable = tuple(sorted({sys.intern(str(m)) for m in row.misses}))
+        return _unscored(row, model, fingerprint, 1)
     assert row.task_score is not None  # admitted
-    return SideView(
-        transport=Transport.OK.value,
-        schema=Schema.OK.value,
-        admitted=True,
-        misses=stable,
-        noise=(),
-        passed=not stable,
-        pass_fraction=_shared_float(0.0 if stable else 1.0),
-        task_score=_shared_float(row.task_score / 1),
-        response_model=model,
-        system_fingerprint=fingerprint,
+    stable = tuple(sorted({shared(m) for m in row.misses}))
+    return _scored(
+        stable,
+        (),
+        pass_fraction=0.0 if stable else 1.0,
+        task_score=row.task_score / 1,
+        model=model,
+        fingerprint=fingerprint,
         samples=1,
-        detail=sys.intern(",".join(stable)) if stable else "ok",
     )
 
 
@@ -137,62 +117,78 @@ def _fold_many(outcomes: Sequence[Outcome]) -> SideView:
     bad = next((o for o in rows if o.transport != Transport.OK), None) or next(
         (o for o in rows if not o.admitted), None
     )
-    model = _intern(next((o.response_model for o in rows if o.response_model), None))
-    fingerprint = _intern(next((o.system_fingerprint for o in rows if o.system_fingerprint), None))
+    model = shared(next((o.response_model for o in rows if o.response_model), None))
+    fingerprint = shared(next((o.system_fingerprint for o in rows if o.system_fingerprint), None))
     if bad is not None or not rows:
-        return SideView(
-            transport=sys.intern(str(bad.transport)) if bad else Transport.CANCELLED.value,
-            schema=sys.intern(str(bad.schema)) if bad else Schema.SKIPPED.value,
-            admitted=False,
-            misses=(),
-            noise=(),
-            passed=None,
-            pass_fraction=None,
-            task_score=None,
-            response_model=model,
-            system_fingerprint=fingerprint,
-            samples=len(rows),
-            detail=sys.intern(str(bad.detail)) if bad else "no outcome",
-        )
+        return _unscored(bad, model, fingerprint, len(rows))
     counts: dict[str, int] = {}
     for row in rows:
         for miss in set(row.misses):
             counts[miss] = counts.get(miss, 0) + 1
-    stable = tuple(sorted(sys.intern(str(m)) for m, c in counts.items() if c * 2 > len(rows)))
-    noise = tuple(sorted(sys.intern(str(m)) for m, c in counts.items() if c * 2 <= len(rows)))
+    stable = tuple(sorted(shared(m) for m, c in counts.items() if c * 2 > len(rows)))
+    noise = tuple(sorted(shared(m) for m, c in counts.items() if c * 2 <= len(rows)))
     passes = sum(1 for o in rows if o.passed)
     scores = [o.task_score for o in rows if o.task_score is not None]
+    return _scored(
+        stable,
+        noise,
+        pass_fraction=passes / len(rows),
+        task_score=sum(scores) / len(scores),
+        model=model,
+        fingerprint=fingerprint,
+        samples=len(rows),
+    )
+
+
+def _unscored(
+    bad: Outcome | None, model: str | None, fingerprint: str | None, samples: int
+) -> SideView:
+    """An unadmitted side, named by its first failing row (or by having no row at all)."""
+    return SideView(
+        transport=shared(bad.transport) if bad else Transport.CANCELLED.value,
+        schema=shared(bad.schema) if bad else Schema.SKIPPED.value,
+        admitted=False,
+        misses=(),
+        noise=(),
+        passed=None,
+        pass_fraction=None,
+        task_score=None,
+        response_model=model,
+        system_fingerprint=fingerprint,
+        samples=samples,
+        detail=shared(bad.detail) if bad else "no outcome",
+    )
+
+
+def _scored(
+    stable: tuple[str, ...],
+    noise: tuple[str, ...],
+    *,
+    pass_fraction: float,
+    task_score: float,
+    model: str | None,
+    fingerprint: str | None,
+    samples: int,
+) -> SideView:
+    """An admitted side; it passes when most of its samples did."""
     return SideView(
         transport=Transport.OK.value,
         schema=Schema.OK.value,
         admitted=True,
         misses=stable,
         noise=noise,
-        passed=passes * 2 > len(rows),
-        pass_fraction=_shared_float(passes / len(rows)),
-        task_score=_shared_float(sum(scores) / len(scores)),
+        passed=pass_fraction > 0.5,
+        pass_fraction=pass_fraction,
+        task_score=task_score,
         response_model=model,
         system_fingerprint=fingerprint,
-        samples=len(rows),
-        detail=sys.intern(",".join(stable)) if stable else "ok",
+        samples=samples,
+        detail=shared(",".join(stable)) if stable else "ok",
     )
-
-
-_FLOATS: dict[float, float] = {}
-
-
-def _shared_float(value: float) -> float:
-    """One object per distinct score (a handful): a float object per case and side adds up."""
-    return value if math.isnan(value) else _FLOATS.setdefault(value, value)
 
 
 def _sample(outcome: Outcome) -> int:
     return outcome.sample
-
-
-def _intern(text: str | None) -> str | None:
-    """One shared copy of a repeated string (str() first: stamps may be StrEnum members)."""
-    return None if text is None else sys.intern(str(text))
 
 
 class Folds:
@@ -215,7 +211,7 @@ class Folds:
     def add(self, outcome: Outcome, case: CaseRef) -> None:
         if not 0 <= outcome.sample < self._samples:
             return
-        side = sys.intern(str(outcome.side))
+        side = shared(outcome.side)
         views = self._views.setdefault(side, {})
         if case.id in views:
             return
@@ -245,19 +241,19 @@ def _lean(outcome: Outcome, case: CaseRef) -> Outcome:
     """What `fold` reads, with the strings every row repeats shared."""
     return Outcome(
         case_id=case.id,
-        side=sys.intern(str(outcome.side)),
+        side=shared(outcome.side),
         sample=outcome.sample,
         fixture_sha=case.fixture_sha,
         stratum=case.stratum,
         model_alias=None,
-        response_model=_intern(outcome.response_model),
+        response_model=shared(outcome.response_model),
         response_id=None,
-        system_fingerprint=_intern(outcome.system_fingerprint),
-        transport=sys.intern(str(outcome.transport)),
-        schema=sys.intern(str(outcome.schema)),
+        system_fingerprint=shared(outcome.system_fingerprint),
+        transport=shared(outcome.transport),
+        schema=shared(outcome.schema),
         task_score=outcome.task_score,
-        misses=tuple(sys.intern(str(m)) for m in outcome.misses),
-        detail=sys.intern(str(outcome.detail)),
+        misses=tuple(shared(m) for m in outcome.misses),
+        detail=shared(outcome.detail),
         http_status=None,
         attempts=outcome.attempts,
         elapsed_ms=0,

@@ -43,13 +43,7 @@ def read_jsonl(path: Path, *, tolerate_torn_tail: bool = True) -> Iterator[tuple
     A last line without its newline that does not parse is the mark of a killed writer:
     skipped when `tolerate_torn_tail`, an error otherwise. Any other bad line is an error.
     """
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        raise DataError(path, "no such file") from None
-    except OSError as exc:
-        raise DataError(path, f"cannot read: {exc.strerror}") from None
-    with handle:
+    with _open(path) as handle:
         line_no = 0
         for raw in handle:
             line_no += 1
@@ -76,6 +70,15 @@ def read_jsonl(path: Path, *, tolerate_torn_tail: bool = True) -> Iterator[tuple
                 reason = "truncated last line" if torn else f"invalid JSON: {exc}"
                 raise DataError(path, reason, line_no) from None
             yield line_no, value
+
+
+def _open(path: Path) -> IO[bytes]:
+    try:
+        return path.open("rb")
+    except FileNotFoundError:
+        raise DataError(path, "no such file") from None
+    except OSError as exc:
+        raise DataError(path, f"cannot read: {exc.strerror}") from None
 
 
 def read_json_object(path: Path, *, missing: str = "no such file") -> dict[str, Any]:
@@ -197,13 +200,7 @@ def read_json_map(path: Path, key: str) -> Iterator[tuple[str, Any]]:
     and reformatted by hand) is read whole instead, so it still works.
     """
     opening = dumps(key) + b":{"
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        raise DataError(path, "no such file") from None
-    except OSError as exc:
-        raise DataError(path, f"cannot read: {exc.strerror}") from None
-    with handle:
+    with _open(path) as handle:
         line_no = 0
         for line in handle:
             line_no += 1

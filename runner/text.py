@@ -1,4 +1,6 @@
-"""Lone UTF-16 surrogates: `"\\ud800"` is a valid JSON escape but not text.
+"""Text held for a whole run: lone surrogates refused or scrubbed, repeated strings shared.
+
+Lone UTF-16 surrogates: `"\\ud800"` is a valid JSON escape but not text.
 
 Python's json decodes such an escape into a str that no UTF-8 file can hold, so one hostile
 reply would stop the ledger writer mid-run. Replies are scrubbed as they are parsed (the raw
@@ -9,7 +11,8 @@ wrote, so there it is refused with its line instead.
 from __future__ import annotations
 
 import re
-from typing import Any
+import sys
+from typing import Any, overload
 
 _ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -42,3 +45,15 @@ def holds_surrogate(value: Any) -> bool:
     if isinstance(value, list):
         return any(holds_surrogate(v) for v in value)
     return False
+
+
+@overload
+def shared(text: str) -> str: ...
+@overload
+def shared(text: None) -> None: ...
+def shared(text: str | None) -> str | None:
+    """One copy of a string many rows repeat (a model name, a stamp, an expectation key).
+
+    str() first: stamps may be StrEnum members, which cannot be interned.
+    """
+    return None if text is None else sys.intern(str(text))

@@ -315,6 +315,28 @@ def _run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Comp
     )
 
 
+def _start_run(config: Path, cwd: Path) -> subprocess.Popen[str]:
+    """`parallax run` as a child process; its stderr is kept for the test to read."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner", "run", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+    )
+
+
+def _wait_for_rows(root: Path, rows: int) -> Path:
+    """The run directory, once its raw.jsonl exists and holds at least `rows` lines."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        raw = list((root / "runs").rglob("raw.jsonl"))
+        if raw and raw[0].read_bytes().count(b"\n") >= rows:
+            return raw[0].parent
+        time.sleep(0.02)
+    raise AssertionError("the run never started writing")
+
+
 def test_api_key_never_reaches_disk_or_logs(tmp_path: Path, fault_server: FaultServer) -> None:
     """The key arrives at the server as a bearer token but appears in no file and no log line."""
     secret = "sk-live-DO-NOT-LEAK-8c1f0e2d"
@@ -351,24 +373,10 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(
         concurrency=2,
     )
     env = dict(os.environ)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run", "--config", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=tmp_path,
-    )
-    deadline = time.monotonic() + 30
-    raw: list[Path] = []
-    while time.monotonic() < deadline:
-        raw = list((tmp_path / "runs").rglob("raw.jsonl"))
-        if raw and raw[0].read_bytes().count(b"\n") >= 20:
-            break
-        time.sleep(0.02)
+    proc = _start_run(config, tmp_path)
+    run_dir = _wait_for_rows(tmp_path, 20)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=10)
-    assert raw, "the run never started writing"
-    run_dir = raw[0].parent
+    proc.communicate(timeout=10)
     assert not (run_dir / "summary.json").exists()
 
     resumed = _run_cli(["run", "--resume", str(run_dir)], env, tmp_path)
@@ -398,21 +406,12 @@ def test_a_fixture_rewritten_during_a_run_stops_it_with_one_line(
     )
     fixtures = tmp_path / "cases.jsonl"
     original = fixtures.read_text()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run", "--config", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-    )
-    deadline = time.monotonic() + 30
-    raw: list[Path] = []
-    while time.monotonic() < deadline and not raw:
-        raw = list((tmp_path / "runs").rglob("raw.jsonl"))
-        time.sleep(0.02)
+    proc = _start_run(config, tmp_path)
+    run_dir = _wait_for_rows(tmp_path, 0)
     with fixtures.open("r+") as handle:  # in place: same file, the last row's prompt edited
         handle.write(original.replace("prompt 039", "PROMPT 039"))
     _, stderr = proc.communicate(timeout=30)
+    assert stderr is not None
     assert proc.returncode == 65, stderr
     assert "Traceback" not in stderr
     assert stderr.strip() == (
@@ -420,6 +419,6 @@ def test_a_fixture_rewritten_during_a_run_stops_it_with_one_line(
         "validated"
     )
     fixtures.write_text(original)
-    resumed = _run_cli(["run", "--resume", str(raw[0].parent)], dict(os.environ), tmp_path)
+    resumed = _run_cli(["run", "--resume", str(run_dir)], dict(os.environ), tmp_path)
     assert resumed.returncode == 0, resumed.stderr  # every case new and scored
-    assert len(outcomes(raw[0].parent)) == 80
+    assert len(outcomes(run_dir)) == 80
