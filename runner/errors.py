@@ -12,6 +12,7 @@ Transport failures are never exceptions that escape a call: they are stamps (dat
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
 class ParallaxError(Exception):
@@ -45,6 +46,9 @@ class DataError(ParallaxError):
         where = f"{self.path}:{line}" if line is not None else self.path
         super().__init__(f"{where}: {reason}")
 
+    def __reduce__(self) -> tuple[Any, ...]:  # a worker process's error crosses back whole
+        return type(self), (self.path, self.reason, self.line)
+
 
 class FixtureError(DataError):
     """A fixture row is malformed; the message reads `path:line: reason`."""
@@ -61,3 +65,6 @@ class ConfigError(ParallaxError):
         self.reason = reason
         where = f"{self.path}: {key}" if key else self.path
         super().__init__(f"{where}: {reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.path, self.key, self.reason)

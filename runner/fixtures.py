@@ -14,7 +14,7 @@ import os
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,10 +122,12 @@ class FixtureFile:
             raise DataError(where, changed, ref.line) from None
         if _digest(raw) != ref.digest:
             raise DataError(where, changed, ref.line)
-        # the row is the one validated: parse it plainly and keep its known pin
-        case = _to_case(where, _Row(json.loads(raw.decode("utf-8")), ref.line), sha=ref.fixture_sha)
+        # the row is the one validated: parse it plainly, check nothing again, keep its pin;
         # the suite settles strata (a stratified suite's unlabelled case is medium)
-        return case if case.stratum == ref.stratum else replace(case, stratum=ref.stratum)
+        data = json.loads(raw.decode("utf-8"))
+        return _case(
+            where, ref.line, data, _expect_shape(data), sha=ref.fixture_sha, stratum=ref.stratum
+        )
 
 
 def _digest(raw: bytes) -> bytes:
@@ -352,11 +354,8 @@ def _fail(where: str, line: int, reason: str) -> FixtureError:
     return FixtureError(where, reason, line=line)
 
 
-def _to_case(where: str, row: _Row, sha: str | None = None) -> Case:
-    """Validate one raw row and normalise it; the hash is taken before anything is rewritten.
-
-    `sha` is the row's fixture_sha when it is already known (a row read back unchanged).
-    """
+def _to_case(where: str, row: _Row) -> Case:
+    """Validate one raw row and normalise it; the hash is taken before anything is rewritten."""
     data = row.data
     line = row.line
 
@@ -385,64 +384,73 @@ def _to_case(where: str, row: _Row, sha: str | None = None) -> Case:
     stratum = data.get("stratum")
     if stratum is not None and stratum not in STRATA:
         raise fail(f"unknown stratum {stratum!r} (allowed: {', '.join(STRATA)})")
-    text_fields: dict[str, str | None] = {}
     for key in _OPTIONAL_TEXT_KEYS:
         value = data.get(key)
         if value is not None and not isinstance(value, str):
             raise fail(f"{key!r} must be a string, got {_json_kind(value)}")
-        text_fields[key] = value
-    if text_fields["grader"] is not None and not text_fields["grader"].strip():
+    if data.get("grader") is not None and not data["grader"].strip():
         raise fail("'grader' must not be empty")
-    tags = data.get("tags", [])
-    if not _is_str_list(tags):
+    if not _is_str_list(data.get("tags", [])):
         raise fail("'tags' must be a list of strings")
 
-    expect = _expect_of(data, seed004, fail)
-    # Every case is held for the whole run: the strings many rows repeat (expectation keys,
-    # a shared system prompt, stratum, grader, owner, tags) are kept once, not once a row.
+    expect = copy_json(_expect_of(data, seed004, fail))
+    return _case(where, line, data, expect, sha=fixture_sha(data), stratum=stratum)
+
+
+def _case(
+    where: str,
+    line: int,
+    data: Mapping[str, Any],
+    expect: Mapping[str, Any],
+    *,
+    sha: str,
+    stratum: str | None,
+) -> Case:
+    """The Case of a row known to be valid.
+
+    Every case is held for the whole run: the strings many rows repeat (expectation keys, a
+    shared system prompt, stratum, grader, owner, tags) are kept once, not once a row.
+    """
     return Case(
-        id=case_id,
+        id=data["case_id"] if "case_id" in data else data["id"],
         prompt=data["prompt"],
         expect={shared(key): value for key, value in expect.items()},
-        fixture_sha=sha or fixture_sha(data),
+        fixture_sha=sha,
         path=where,
         line=line,
         stratum=shared(stratum),
-        system=shared(text_fields["system"]),
-        grader=shared(text_fields["grader"]),
-        completion=text_fields["completion"],
-        owner=shared(text_fields["owner"]),
-        tags=tuple(map(shared, tags)),
+        system=shared(data.get("system")),
+        grader=shared(data.get("grader")),
+        completion=data.get("completion"),
+        owner=shared(data.get("owner")),
+        tags=tuple(map(shared, data.get("tags", ()))),
     )
+
+
+def _expect_shape(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Bring all three shapes to one `expect` mapping (of a row known to be valid)."""
+    if "case_id" in data:
+        return {"json_fields": data["expect"]}
+    top = {key: data[key] for key in _SEED000_KEYS if key in data}
+    return top or data.get("expect", {})
 
 
 def _expect_of(
     data: Mapping[str, Any], seed004: bool, fail: Callable[[str], FixtureError]
 ) -> dict[str, Any]:
-    """Bring all three shapes to one `expect` mapping, checking the built-in keys' types.
-
-    The copy is deep so that normalising (or a grader mutating its expect) never alters the
-    raw row that `pin` prints and the hash was taken over.
-    """
+    """`_expect_shape`, refusing a malformed shape and checking the built-in keys' types."""
     if seed004:
         if "expect" not in data:
             raise fail("missing 'expect' (a case_id row expects JSON fields)")
-        fields = data["expect"]
-        if not isinstance(fields, dict):
-            raise fail(f"'expect' must be an object, got {_json_kind(fields)}")
-        return {"json_fields": copy_json(fields)}
+        if not isinstance(data["expect"], dict):
+            raise fail(f"'expect' must be an object, got {_json_kind(data['expect'])}")
     top = [key for key in _SEED000_KEYS if key in data]
-    if top and "expect" in data:
+    if top and "expect" in data and not seed004:
         raise fail(f"{top[0]!r} at top level and an 'expect' object; put it in 'expect'")
-    if top:
-        expect = {key: copy_json(data[key]) for key in top}
-        prefix = ""
-    else:
-        raw = data.get("expect", {})
-        if not isinstance(raw, dict):
-            raise fail(f"'expect' must be an object, got {_json_kind(raw)}")
-        expect = copy_json(raw)
-        prefix = "expect."
+    if not seed004 and not top and not isinstance(data.get("expect", {}), dict):
+        raise fail(f"'expect' must be an object, got {_json_kind(data['expect'])}")
+    expect = _expect_shape(data)
+    prefix = "" if top else "expect."
     for key, check in _BUILTIN_CHECKS.items():
         if key in expect:
             problem = check(expect[key])

@@ -209,22 +209,36 @@ class Folds:
         self._distinct: dict[SideView, SideView] = {}
 
     def add(self, outcome: Outcome, case: CaseRef) -> None:
+        self.put(outcome.key, self.entry(outcome, case))
+
+    def entry(self, outcome: Outcome, case: CaseRef) -> SideView | Outcome | None:
+        """What `put` keeps of a row, made apart from it so a worker process can make it:
+        with one sample the side's fold itself, with more the row's lean copy."""
         if not 0 <= outcome.sample < self._samples:
-            return
-        side = shared(outcome.side)
-        views = self._views.setdefault(side, {})
-        if case.id in views:
-            return
+            return None
         if self._samples == 1:  # the usual case: folded at once, nothing kept of the row
-            views[case.id] = self._share(fold((outcome,)))
+            return self._share(fold((outcome,)))
+        return _lean(outcome, case)
+
+    def put(self, key: tuple[str, str, int], entry: SideView | Outcome | None) -> None:
+        """Keep a row's `entry`; the first row of a (case, side, sample) is the one that counts."""
+        if entry is None:
             return
-        rows = self._pending.setdefault((case.id, side), [])
-        if any(row.sample == outcome.sample for row in rows):
+        case_id, side, sample = key
+        side = shared(side)
+        views = self._views.setdefault(side, {})
+        if case_id in views:
             return
-        rows.append(_lean(outcome, case))
+        if isinstance(entry, SideView):
+            views[case_id] = self._share(entry)
+            return
+        rows = self._pending.setdefault((case_id, side), [])
+        if any(row.sample == sample for row in rows):
+            return
+        rows.append(entry)
         if len(rows) == self._samples:
-            views[case.id] = self._share(fold(rows))
-            del self._pending[(case.id, side)]
+            views[case_id] = self._share(fold(rows))
+            del self._pending[(case_id, side)]
 
     def _share(self, view: SideView) -> SideView:
         return self._distinct.setdefault(view, view)

@@ -37,6 +37,21 @@ def dumps(row: Any) -> bytes:
         return json.dumps(row, sort_keys=True, separators=(",", ":")).encode("ascii")
 
 
+def loads(raw: bytes) -> Any:
+    """Decode JSON bytes as the stdlib would, at orjson's speed where the two agree.
+
+    orjson reads an integer beyond 64 bits as a float, so text with 20 digits in a row (maybe
+    only inside a string) goes to the stdlib, which keeps it exact; so does what orjson
+    refuses, for the stdlib's own error (UnicodeDecodeError or ValueError).
+    """
+    if _LONG_NUMBER not in raw.translate(_DIGIT_RUNS):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw.decode("utf-8"))
+
+
 def read_jsonl(path: Path, *, tolerate_torn_tail: bool = True) -> Iterator[tuple[int, Any]]:
     """Yield (line number, value) for each non-blank line.
 
@@ -49,27 +64,25 @@ def read_jsonl(path: Path, *, tolerate_torn_tail: bool = True) -> Iterator[tuple
             line_no += 1
             if not raw.strip():
                 continue
-            torn = not raw.endswith(b"\n")
-            # orjson reads an integer beyond 64 bits as a float; a line with 20 digits in a row
-            # (maybe only inside a string) goes to the stdlib, which keeps it exact
-            if _LONG_NUMBER not in raw.translate(_DIGIT_RUNS):
-                try:  # the fast path; what orjson refuses gets the stdlib's verdict below
-                    yield line_no, orjson.loads(raw)
-                    continue
-                except orjson.JSONDecodeError:
-                    pass
             try:
-                value = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                if torn and tolerate_torn_tail:  # a kill can cut a line inside a character
+                value = decode_line(path, line_no, raw)
+            except DataError:
+                if tolerate_torn_tail and not raw.endswith(b"\n"):  # a kill can cut any line
                     return
-                raise DataError(path, f"not UTF-8 at byte {exc.start}", line_no) from None
-            except (ValueError, RecursionError) as exc:
-                if torn and tolerate_torn_tail:
-                    return
-                reason = "truncated last line" if torn else f"invalid JSON: {exc}"
-                raise DataError(path, reason, line_no) from None
+                raise
             yield line_no, value
+
+
+def decode_line(path: Path, line_no: int, raw: bytes) -> Any:
+    """One ledger line's value; a line that is not JSON is a DataError naming it."""
+    try:
+        return loads(raw)
+    except UnicodeDecodeError as exc:
+        raise DataError(path, f"not UTF-8 at byte {exc.start}", line_no) from None
+    except (ValueError, RecursionError) as exc:
+        torn = not raw.endswith(b"\n")
+        reason = "truncated last line" if torn else f"invalid JSON: {exc}"
+        raise DataError(path, reason, line_no) from None
 
 
 def _open(path: Path) -> IO[bytes]:
@@ -88,7 +101,7 @@ def read_json_object(path: Path, *, missing: str = "no such file") -> dict[str, 
     one DataError (exit 65) naming the file, never a traceback.
     """
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = loads(path.read_bytes())
     except FileNotFoundError:
         raise DataError(path, missing) from None
     except OSError as exc:
@@ -135,7 +148,11 @@ class LedgerWriter:
         self._handle: IO[bytes] = path.open("ab")
 
     def write(self, rows: Iterable[Any]) -> None:
-        self._handle.write(b"".join(dumps(row) + b"\n" for row in rows))
+        self.write_encoded(dumps(row) for row in rows)
+
+    def write_encoded(self, rows: Iterable[bytes]) -> None:
+        """Rows already through `dumps` (by a worker process, say)."""
+        self._handle.write(b"".join(row + b"\n" for row in rows))
         self._handle.flush()
 
     def close(self) -> None:

@@ -39,10 +39,11 @@ from runner.gate import (
     fold,
 )
 from runner.grading import GraderSet, check_cases, load_graders
-from runner.ledger import LedgerWriter, read_json_object, read_jsonl, write_json, write_json_map
+from runner.ledger import LedgerWriter, read_json_object, write_json, write_json_map
 from runner.lock import holds_suite_lock
-from runner.model import NOISE, SIDES, STRATA, Case, Endpoint, Exchange, Outcome
+from runner.model import NOISE, SIDES, STRATA, Case, Endpoint, Exchange
 from runner.progress import ProgressBar, start_progress
+from runner.regrade import heal, read_exchanges, read_outcomes
 from runner.report import after_run
 from runner.snapshot import load_snapshot, snapshot_path
 from runner.stamps import stamp
@@ -231,22 +232,6 @@ def config_for_run(run_dir: Path, config_path: Path | None) -> LoadedConfig:
     return load_config(Path(config["path"]))
 
 
-def read_exchanges(path: Path) -> Iterator[Exchange]:
-    for line_no, row in read_jsonl(path):
-        try:
-            yield Exchange.from_json(row)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise DataError(path, f"not an exchange: {exc!r}", line_no) from None
-
-
-def read_outcomes(path: Path) -> Iterator[Outcome]:
-    for line_no, row in read_jsonl(path):
-        try:
-            yield Outcome.from_json(row)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise DataError(path, f"not an outcome row: {exc!r}", line_no) from None
-
-
 class Ledgers:
     """raw.jsonl and outcomes.jsonl, written together by the single writer task."""
 
@@ -281,50 +266,6 @@ class Ledgers:
             self.progress.stop()
         self.raw.close()
         self.outcomes.close()
-
-
-def heal(run_dir: Path, suite: Suite, folds: Folds) -> set[tuple[str, str, int]]:
-    """Make outcomes.jsonl cover every exchange in raw.jsonl; return the keys already called.
-
-    A kill can land between the raw and the outcome line of the same exchange, and a torn
-    line may end either file: both are repaired here before more is appended. Every outcome
-    row, found or regraded, goes into `folds` for the gate.
-    """
-    raw_path, out_path = run_dir / "raw.jsonl", run_dir / "outcomes.jsonl"
-    from runner.ledger import repair_tail
-
-    repair_tail(raw_path)
-    repair_tail(out_path)
-    graded: set[tuple[str, str, int]] = set()
-    if out_path.exists():
-        for outcome in read_outcomes(out_path):
-            graded.add(outcome.key)
-            if (ref := suite.ref(outcome.case_id)) is not None:
-                folds.add(outcome, ref)
-    done: set[tuple[str, str, int]] = set()
-    missing: list[dict[str, Any]] = []
-    writer: LedgerWriter | None = None
-    try:
-        if raw_path.exists():
-            for exchange in read_exchanges(raw_path):
-                done.add(exchange.key)
-                ref = suite.ref(exchange.case_id)
-                if exchange.key not in graded and ref is not None:
-                    outcome = stamp(exchange, suite.fixtures.load(ref), suite.graders)
-                    missing.append(outcome.to_json())
-                    folds.add(outcome, ref)
-                    graded.add(exchange.key)
-                if len(missing) >= 1000:  # in batches: a replay's memory stays flat
-                    writer = writer or LedgerWriter(out_path)
-                    writer.write(missing)
-                    missing = []
-        if missing:
-            writer = writer or LedgerWriter(out_path)
-            writer.write(missing)
-    finally:
-        if writer is not None:
-            writer.close()
-    return done
 
 
 async def call_all(

@@ -401,6 +401,10 @@ ROWS = [
     {"id": "a", "prompt": "Café au lait, s'il vous plaît.", "expect": {"must_include": ["é"]}},
     {"id": "b", "stratum": "easy", "prompt": "日本語で答えて", "system": "short"},
     {"id": "c", "prompt": "plain ascii", "expect": {"max_chars": 40}},
+    # every other accepted shape: read back through its own path, it must build the same case
+    {"case_id": "d", "prompt": "as JSON", "stratum": "stretch", "expect": {"sku": "A-1"}},
+    {"id": "e", "prompt": "seed 000", "must_include": ["y"], "max_chars": 9, "completion": "y"},
+    {"id": "f", "prompt": "p", "tags": ["t1", "t2"], "owner": "qa", "grader": "g", "expect": {}},
 ]
 
 

@@ -28,7 +28,8 @@ from runner.errors import ConfigError, DataError, ParallaxError
 from runner.fixtures import load_cases
 from runner.ledger import read_jsonl
 from runner.recorded import load_cassette
-from runner.runs import read_exchanges, read_manifest, read_outcomes, run_suite
+from runner.regrade import read_exchanges, read_outcomes
+from runner.runs import read_manifest, run_suite
 from runner.snapshot import load_snapshot, promote
 
 FUZZ = settings(
