@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from runner.config import EndpointConfig
+from runner.jsontext import loads, too_deep
 from runner.model import Case, Reply, Response
 from runner.text import may_hold_surrogates, scrub
 
@@ -114,8 +115,10 @@ def _strip_fence(text: str) -> str:
 
 
 def _loads(text: str) -> tuple[bool, Any]:
+    if too_deep(text) is not None:
+        return False, None
     try:
-        doc = json.loads(text)
+        doc = loads(text)
     except (ValueError, RecursionError):
         return False, None
     return True, scrub(doc) if may_hold_surrogates(text) else doc

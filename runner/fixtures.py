@@ -22,6 +22,7 @@ from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 
 from runner.errors import DataError, FixtureError
+from runner.jsontext import MAX_DEPTH, loads, too_deep
 from runner.model import STRATA, Case
 from runner.text import holds_surrogate, may_hold_surrogates, shared
 
@@ -124,7 +125,7 @@ class FixtureFile:
             raise DataError(where, changed, ref.line)
         # the row is the one validated: parse it plainly, check nothing again, keep its pin;
         # the suite settles strata (a stratified suite's unlabelled case is medium)
-        data = json.loads(raw.decode("utf-8"))
+        data = loads(raw)
         return _case(
             where, ref.line, data, _expect_shape(data), sha=ref.fixture_sha, stratum=ref.stratum
         )
@@ -220,6 +221,9 @@ def _parse(where: str, text: str) -> Iterable[_Row]:
     file is a document only when the whole text parses as one object. A one-line object
     without `cases` is an ordinary single-row JSONL file.
     """
+    deep = too_deep(text)
+    if deep is not None:
+        raise _fail(where, _line_at(text, deep), f"nested deeper than {MAX_DEPTH} levels")
     stripped = text.strip(_JSON_WS)
     if not stripped.startswith("{"):
         return _parse_jsonl(where, text)

@@ -207,6 +207,7 @@ class Folds:
         self._views: dict[str, dict[str, SideView]] = {}  # side -> case id -> fold
         # Most sides of a run fold to equal views (ok, no misses, same model): one object each.
         self._distinct: dict[SideView, SideView] = {}
+        self._ones: dict[tuple[Any, ...], SideView] = {}  # one-row folds by what they read
 
     def add(self, outcome: Outcome, case: CaseRef) -> None:
         self.put(outcome.key, self.entry(outcome, case))
@@ -217,7 +218,20 @@ class Folds:
         if not 0 <= outcome.sample < self._samples:
             return None
         if self._samples == 1:  # the usual case: folded at once, nothing kept of the row
-            return self._share(fold((outcome,)))
+            # the fold of one row is a function of these fields alone, and most rows repeat them
+            seen = (
+                outcome.transport,
+                outcome.schema,
+                outcome.task_score,
+                outcome.misses,
+                outcome.detail,
+                outcome.response_model,
+                outcome.system_fingerprint,
+            )
+            view = self._ones.get(seen)
+            if view is None:
+                view = self._ones[seen] = self._share(fold((outcome,)))
+            return view
         return _lean(outcome, case)
 
     def put(self, key: tuple[str, str, int], entry: SideView | Outcome | None) -> None:

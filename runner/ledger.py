@@ -13,43 +13,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-import orjson
-
 from runner.errors import DataError
-
-_CANONICAL = orjson.OPT_SORT_KEYS
-# every digit to "0", every other byte to " ": a cheap way to find a run of 20 digits
-_DIGIT_RUNS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
-_LONG_NUMBER = b"0" * 20
-
-
-def dumps(row: Any) -> bytes:
-    """One canonical encoding (sorted keys, compact, UTF-8), so a replay writes identical bytes.
-
-    orjson, because encoding rows was a tenth of a run's CPU with the stdlib. It writes a
-    non-finite float as null (NaN is not JSON). What it refuses (an integer beyond 64 bits or
-    a lone surrogate from a hostile reply) goes through the stdlib with ASCII escapes, which
-    reads back as the same value, so no row is ever lost to its encoding.
-    """
-    try:
-        return orjson.dumps(row, option=_CANONICAL)
-    except TypeError:
-        return json.dumps(row, sort_keys=True, separators=(",", ":")).encode("ascii")
-
-
-def loads(raw: bytes) -> Any:
-    """Decode JSON bytes as the stdlib would, at orjson's speed where the two agree.
-
-    orjson reads an integer beyond 64 bits as a float, so text with 20 digits in a row (maybe
-    only inside a string) goes to the stdlib, which keeps it exact; so does what orjson
-    refuses, for the stdlib's own error (UnicodeDecodeError or ValueError).
-    """
-    if _LONG_NUMBER not in raw.translate(_DIGIT_RUNS):
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(raw.decode("utf-8"))
+from runner.jsontext import dumps, loads
 
 
 def read_jsonl(path: Path, *, tolerate_torn_tail: bool = True) -> Iterator[tuple[int, Any]]:
@@ -232,8 +197,8 @@ def read_json_map(path: Path, key: str) -> Iterator[tuple[str, Any]]:
             if entry == b"}}":
                 return
             try:
-                value = orjson.loads(b"{" + entry + b"}")
-            except orjson.JSONDecodeError:
+                value = loads(b"{" + entry + b"}")
+            except (ValueError, RecursionError):
                 value = None
             if not isinstance(value, dict) or len(value) != 1:
                 raise DataError(path, f"not one {key!r} entry per line", line_no)

@@ -127,6 +127,9 @@ class Exchange:
     def from_json(cls, data: Mapping[str, Any]) -> Exchange:
         """Rebuild from a raw.jsonl row; raises KeyError/TypeError/ValueError on bad rows."""
         response = data.get("response")
+        request = data["request"]
+        if not isinstance(request, dict):  # kept as read: nothing downstream changes it
+            raise TypeError(f"request is not an object: {request!r}")
         return cls(
             case_id=str(data["case_id"]),
             side=str(data["side"]),
@@ -135,7 +138,7 @@ class Exchange:
             endpoint=str(data["endpoint"]),
             adapter=str(data["adapter"]),
             model_alias=data.get("model_alias"),
-            request=dict(data["request"]),
+            request=request,
             attempts=tuple(Attempt(**a) for a in data["attempts"]),
             transport=str(data["transport"]),
             response=Response(**response) if response is not None else None,

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from runner.errors import DataError
 from runner.gate import Folds, SideView
-from runner.ledger import LedgerWriter, decode_line, dumps, read_jsonl, repair_tail
+from runner.jsontext import dumps
+from runner.ledger import LedgerWriter, decode_line, read_jsonl, repair_tail
 from runner.model import Exchange, Outcome
 from runner.stamps import stamp
 

@@ -27,23 +27,47 @@ def scrub(value: Any) -> Any:
     """The same JSON value with every lone surrogate replaced by U+FFFD.
 
     json pairs a valid high/low escape into one code point, so any surrogate left is lone.
+    Walked with a stack, not recursion, so that how deep the caller's stack already is can
+    never change how a reply is graded (a live run and its replay call from different depths).
     """
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {scrub(k): scrub(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [scrub(v) for v in value]
-    return value
+    if not isinstance(value, dict | list):
+        return _fix(value)
+    top: dict[Any, Any] | list[Any] = {} if isinstance(value, dict) else []
+    stack: list[tuple[Any, dict[Any, Any] | list[Any]]] = [(value, top)]
+    while stack:
+        source, target = stack.pop()
+        pairs = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, item in pairs:
+            copy: Any
+            if isinstance(item, dict | list):
+                copy = {} if isinstance(item, dict) else []
+                stack.append((item, copy))
+            else:
+                copy = _fix(item)
+            if isinstance(target, dict):
+                target[_fix(key)] = copy
+            else:
+                target.append(copy)
+    return top
+
+
+def _fix(value: Any) -> Any:
+    return _SURROGATE.sub("\ufffd", value) if isinstance(value, str) else value
 
 
 def holds_surrogate(value: Any) -> bool:
-    if isinstance(value, str):
-        return _SURROGATE.search(value) is not None
-    if isinstance(value, dict):
-        return any(holds_surrogate(k) or holds_surrogate(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(holds_surrogate(v) for v in value)
+    """Whether any string (or key) in a JSON value holds a lone surrogate; walked with a stack."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item) is not None:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
     return False
 
 

@@ -17,6 +17,7 @@ from runner.adapters import (
     request_url,
 )
 from runner.config import EndpointConfig
+from runner.jsontext import MAX_DEPTH
 from runner.model import Case, Reply, Response
 
 
@@ -360,24 +361,49 @@ DEPTHS = [50, 500, 990, 1000, sys.getrecursionlimit(), 5_000, 100_000]
 @pytest.mark.parametrize("depth", DEPTHS)
 @pytest.mark.parametrize(("adapter", "pointer"), [("openai-chat", None), ("http-json", "")])
 def test_a_deeply_nested_body_never_raises(depth: int, adapter: str, pointer: str | None) -> None:
-    """A hostile nesting depth is a detail string or a Reply, never a RecursionError."""
+    """Past MAX_DEPTH levels a body is not_json, whatever the depth; never a RecursionError."""
     body = '{"a":' * depth + "1" + "}" * depth
     actual = parse(adapter, response(body), expects_json=True, answer_pointer=pointer)
-    assert isinstance(actual, Reply | str)
-    if depth >= 5_000:
-        expected = "not_json"
-        assert expected == actual
+    if depth > MAX_DEPTH:
+        assert actual == "not_json"
+    else:
+        assert actual != "not_json"
 
 
 @pytest.mark.parametrize("depth", DEPTHS)
 def test_a_deeply_nested_answer_never_raises(depth: int) -> None:
-    """A deeply nested JSON answer inside the content is answer_not_json or parsed, not raised."""
+    """A JSON answer nested past MAX_DEPTH is answer_not_json; one within it is parsed."""
     content = "[" * depth + "]" * depth
     actual = parse("openai-chat", response(chat(content)), expects_json=True)
-    assert isinstance(actual, Reply | str)
-    if depth >= 5_000:
-        expected = "answer_not_json"
-        assert expected == actual
+    if depth > MAX_DEPTH:
+        assert actual == "answer_not_json"
+    else:
+        assert isinstance(actual, Reply)
+
+
+def _at_stack_depth(frames: int, body: str) -> Reply | str:
+    if frames:
+        return _at_stack_depth(frames - 1, body)
+    return parse("http-json", response(body), expects_json=True, answer_pointer="")
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH, MAX_DEPTH + 1])
+def test_a_deep_reply_grades_the_same_however_deep_the_caller_is(depth: int) -> None:
+    """The stamp of a reply cannot depend on the stack it is parsed on: a live run and its
+    replay call the adapter from different depths, and must agree."""
+    body = '{"a":' * (depth - 1) + '["\\ud800", 1]' + "}" * (depth - 1)
+    shallow = _at_stack_depth(0, body)
+    deep = _at_stack_depth(sys.getrecursionlimit() - 250, body)
+    assert shallow == deep
+    assert (shallow == "not_json") is (depth > MAX_DEPTH)
+
+
+def test_a_lone_surrogate_deep_in_a_body_is_replaced_not_raised() -> None:
+    body = '{"a":' * 120 + '"x\\udfff"' + "}" * 120
+    reply = parse("http-json", response(body), expects_json=True, answer_pointer="")
+    assert isinstance(reply, Reply)
+    assert "x\ufffd" in reply.text
+    assert "\udfff" not in reply.text
 
 
 def test_an_http_json_answer_at_any_depth_never_raises() -> None:

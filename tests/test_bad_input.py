@@ -78,6 +78,11 @@ BAD_FIXTURES: dict[str, tuple[bytes, int, tuple[str, ...]]] = {
         2,
         ("surrogate",),
     ),
+    "nested-too-deep": (
+        f'{GOOD_ROW}\n{{"id": "b", "prompt": "p", "tags": {"[" * 200}{"]" * 200}}}\n'.encode(),
+        2,
+        ("nested deeper than 128 levels",),
+    ),
     "non-utf8": (
         GOOD_ROW.encode() + b'\n{"id": "b", "prompt": "caf\xe9"}\n',
         2,
@@ -311,6 +316,8 @@ BROKEN_SNAPSHOTS = {
     "not-utf8": b'{"version": 1, "suite": "cities", "cases": {"caf\xe9": {}}}\n',
     "lone-surrogate": b'{"version": 1, "suite": "cities", "cases": {"city-07": '
     b'{"fixture_sha": "0", "models": {"reference": "m\\udc00"}}}}\n',
+    "deep-lone-surrogate": b'{"version": 1, "suite": "cities", "cases": {"city-07": '
+    b'{"fixture_sha": "0", "note": ' + b"[" * 700 + b'"\\udc00"' + b"]" * 700 + b"}}}\n",
 }
 
 

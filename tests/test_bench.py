@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.ledger import dumps
+from runner.jsontext import dumps
 from runner.model import Attempt, Exchange, Outcome, Response
 
 ROOT = Path(__file__).resolve().parent.parent

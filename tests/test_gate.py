@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from runner.fixtures import CaseRef
 from runner.gate import (
     ALIAS_SWAP,
     DISAGREEMENT_CHANGED,
@@ -577,3 +579,28 @@ def test_the_one_sample_fold_agrees_with_the_general_one(
         detail="some detail",
     )
     assert _fold_many([row]) == _fold_one(row)
+
+
+row_fields = st.fixed_dictionaries(
+    {
+        "transport": st.sampled_from(["ok", "timeout"]),
+        "schema": st.sampled_from(["ok", "fail"]),
+        "task_score": st.none() | st.sampled_from([0.0, 0.5, 1.0, 1]),
+        "misses": st.lists(st.sampled_from(["a", "b"]), max_size=2),
+        "response_model": st.none() | st.sampled_from(["m-1", "m-2"]),
+        "fingerprint": st.none() | st.sampled_from(["fp"]),
+        "detail": st.sampled_from(["ok", "a", "timeout: 30s"]),
+    }
+)
+
+
+@given(st.lists(row_fields, max_size=30))
+def test_folds_of_one_sample_give_each_side_its_own_fold(rows: list[dict[str, Any]]) -> None:
+    """Folds remembers one-row folds by the fields they read: never one row's view for another."""
+    folds = Folds(1)
+    expected = {}
+    for i, fields in enumerate(rows):
+        row = replace(outcome(**fields), case_id=f"c{i}")
+        folds.add(row, CaseRef(f"c{i}", None, SHA, i + 1, 0, 0, b""))
+        expected[f"c{i}"] = fold((row,))
+    assert {case_id: folds.view(case_id, "reference") for case_id in expected} == expected

@@ -28,7 +28,9 @@ CAP = 4_000_000
 HOSTILE = [
     ("nested:100000", False, ("ok", "fail"), "not_json"),
     ("nestedanswer:100000", True, ("ok", "fail"), "answer_not_json"),
-    ("nestedanswer:400", True, ("ok", "ok"), ""),
+    ("nestedanswer:100", True, ("ok", "ok"), ""),
+    ("nestedanswer:129", True, ("ok", "fail"), "answer_not_json"),  # past jsontext.MAX_DEPTH
+    ("nested:129", False, ("ok", "fail"), "not_json"),
     ("huge:52428800", False, ("too_large", "skipped"), "max_response_bytes=4000000"),
     ("bighead:4194304", False, ("connection_lost", "skipped"), "connection_lost"),
     ("manyheads:4000", False, ("connection_lost", "skipped"), "connection_lost"),

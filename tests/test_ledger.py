@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from runner.errors import DataError
+from runner.jsontext import dumps
 from runner.ledger import (
     LedgerWriter,
-    dumps,
     read_json_map,
     read_jsonl,
     repair_tail,
@@ -45,6 +45,7 @@ def test_dumps_is_one_canonical_line() -> None:
         {"usage": {"prompt_tokens": 10**30}},  # beyond 64 bits
         {"model": "served-\ud800"},  # a lone surrogate
         {"n": -(2**64), "s": "café \udfff"},
+        {"n": -(2**63) - 1},  # 19 digits, just beyond 64 bits
     ],
 )
 def test_dumps_keeps_what_orjson_refuses_and_reads_it_back(tmp_path: Path, value: object) -> None:
