@@ -221,14 +221,13 @@ def _parse(where: str, text: str) -> Iterable[_Row]:
     file is a document only when the whole text parses as one object. A one-line object
     without `cases` is an ordinary single-row JSONL file.
     """
-    deep = too_deep(text)
-    if deep is not None:
-        raise _fail(where, _line_at(text, deep), f"nested deeper than {MAX_DEPTH} levels")
     stripped = text.strip(_JSON_WS)
     if not stripped.startswith("{"):
         return _parse_jsonl(where, text)
     try:
         whole = json.loads(text)
+    except RecursionError:  # only text far past MAX_DEPTH gets here
+        raise _too_deep(where, text, 1) from None
     except json.JSONDecodeError as exc:
         if _broken_document(text, exc):
             reason = f"invalid JSON: {exc.msg} (column {exc.colno})"
@@ -241,7 +240,16 @@ def _parse(where: str, text: str) -> Iterable[_Row]:
     if not isinstance(whole.get("cases"), list):
         start = len(text) - len(text.lstrip(_JSON_WS))
         raise _fail(where, _line_at(text, start), "JSON document without a 'cases' list")
+    if too_deep(text) is not None:
+        raise _too_deep(where, text, 1)
     return _parse_document(where, text)
+
+
+def _too_deep(where: str, text: str, first_line: int) -> FixtureError:
+    """Rows are refused past MAX_DEPTH before they are parsed: see `runner.jsontext`."""
+    at = too_deep(text)
+    line = first_line if at is None else first_line + text.count("\n", 0, at)
+    return _fail(where, line, f"nested deeper than {MAX_DEPTH} levels")
 
 
 def _broken_document(text: str, exc: json.JSONDecodeError) -> bool:
@@ -272,6 +280,8 @@ def _parse_jsonl(where: str, text: str) -> Iterator[_Row]:
         start = end + 1
         if not raw.strip(_JSON_WS):
             continue
+        if too_deep(raw) is not None:
+            raise _too_deep(where, raw, number)
         try:
             value = _loads(raw)
         except _DuplicateKeyError as exc:

@@ -83,6 +83,20 @@ BAD_FIXTURES: dict[str, tuple[bytes, int, tuple[str, ...]]] = {
         2,
         ("nested deeper than 128 levels",),
     ),
+    "far-too-deep-first-row": (  # deeper than the stdlib's recursion limit, on line 1
+        f'{{"id": "a", "prompt": "p", "tags": {"[" * 5000}{"]" * 5000}}}\n{GOOD_ROW}\n'.encode(),
+        1,
+        ("nested deeper than 128 levels",),
+    ),
+    "document-nested-too-deep": (
+        b'{"cases": [\n  {"id": "a", "prompt": "p"},\n  {"id": "b", "prompt": "p",\n'
+        + b'   "tags": '
+        + b"[" * 200
+        + b"]" * 200
+        + b"}\n]}\n",
+        4,
+        ("nested deeper than 128 levels",),
+    ),
     "non-utf8": (
         GOOD_ROW.encode() + b'\n{"id": "b", "prompt": "caf\xe9"}\n',
         2,
