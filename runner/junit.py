@@ -85,7 +85,7 @@ def testsuite(rep: RunReport) -> ET.Element:
         prop.set("name", name)
         prop.set("value", xml_safe(value))
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for case_id, gate, stratum, detail in rep.table:  # every case; details where kept
+    for case_id, gate, stratum, detail in rep.table():  # every case; details where kept
         case = rep.cases.get(case_id) or {"gate": gate, "detail": detail}
         tc = ET.SubElement(suite, "testcase")
         tc.set("classname", xml_safe(f"parallax.{rep.suite}.{stratum or 'case'}"))

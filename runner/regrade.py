@@ -153,8 +153,12 @@ _JOB: _Job | None = None  # set in the parent just before the fork
 
 
 def _quiet_worker() -> None:
-    """Ctrl-C is the parent's to handle: it cancels the pool, and no worker prints a trace."""
+    """Signals are the parent's to handle: Ctrl-C cancels the pool without a trace from each
+    worker, and a SIGTERM meant for a worker ends it instead of reaching the event loop's
+    handler the fork copied (whose wakeup socket the parent still reads)."""
+    signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _grade_chunk(first_line: int, lines: list[bytes]) -> list[Graded]:

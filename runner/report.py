@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import binascii
 import html
-import sys
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -82,10 +81,22 @@ class RunReport:
     quiet_runs: dict[str, int]
     notes: list[str] = field(default_factory=list)
     history: list[RunRow] = field(default_factory=list)  # the window read, oldest first
-    # every case as (id, gate, stratum, detail), for the table of all cases
-    table: list[tuple[str, str, str | None, str]] = field(default_factory=list)
     # how many cases each review gate and each unscored stamp has, shown in detail or not
     totals: dict[str, int] = field(default_factory=dict)
+    count: int = 0  # cases in disagreement.json
+
+    def table(self) -> Iterator[tuple[str, str, str | None, str]]:
+        """Every case as (id, gate, stratum, detail), read again from disagreement.json as it
+        is written out: at 20,000 cases, held as a list it was the largest part of a report."""
+        for case_id, case in read_json_map(self.run_dir / "disagreement.json", "cases"):
+            if isinstance(case, dict):
+                stratum = case.get("stratum")
+                yield (
+                    case_id,
+                    str(case.get("gate")),
+                    stratum if isinstance(stratum, str) else None,
+                    str(case.get("detail")),
+                )
 
     @property
     def suite(self) -> str:
@@ -181,33 +192,25 @@ def _wants_detail(case: Mapping[str, Any]) -> str | None:
 
 def read_cases(
     path: Path, top: int | None
-) -> tuple[dict[str, Mapping[str, Any]], list[tuple[str, str, str | None, str]], dict[str, int]]:
-    """Stream disagreement.json: the cases to show in detail, a row per case, section totals.
+) -> tuple[dict[str, Mapping[str, Any]], dict[str, int], int]:
+    """Stream disagreement.json: the cases to show in detail, section totals, the case count.
 
     With `top`, each review gate and each unscored stamp keeps its first `top` cases by id
     (the map is sorted by id), so a report's memory does not grow with the suite.
     """
     cases: dict[str, Mapping[str, Any]] = {}
-    table: list[tuple[str, str, str | None, str]] = []
     totals: dict[str, int] = {}
+    count = 0
     for case_id, case in read_json_map(path, "cases"):
         if not isinstance(case, dict):
             continue
-        stratum = case.get("stratum")
-        table.append(
-            (
-                case_id,
-                sys.intern(str(case.get("gate"))),
-                sys.intern(stratum) if isinstance(stratum, str) else None,
-                sys.intern(str(case.get("detail"))),
-            )
-        )
+        count += 1
         section = _wants_detail(case)
         if section is not None:
             totals[section] = totals.get(section, 0) + 1
         if top is None or (section is not None and totals[section] <= top):
             cases[case_id] = case
-    return cases, table, totals
+    return cases, totals, count
 
 
 def build_report(
@@ -231,7 +234,7 @@ def build_report(
     path = run_dir / "disagreement.json"
     if not path.exists():
         raise DataError(path, "no such file: not a finished parallax run")
-    cases, table, totals = read_cases(path, top)
+    cases, totals, count = read_cases(path, top)
     # replies are shown only for the cases that need review and the unscored ones
     wanted = {k for k, v in cases.items() if _wants_detail(v) is not None}
     replies, notes = read_replies(run_dir, wanted)
@@ -254,8 +257,8 @@ def build_report(
         ceiling=ceiling,
         quiet_runs=streaks(history.rows),
         notes=notes,
-        table=table,
         totals=totals,
+        count=count,
     )
 
 
@@ -680,10 +683,10 @@ def _ceiling_html(rep: RunReport) -> str:
 def _all_cases_html(rep: RunReport) -> Iterator[str]:
     """The table of every case, a row at a time: at 20,000 cases it is most of the page."""
     yield (
-        f"<details><summary>all {len(rep.table)} case(s)</summary><div class='card'>"
+        f"<details><summary>all {rep.count} case(s)</summary><div class='card'>"
         "<table><tr><th>case</th><th>gate</th><th>stratum</th><th>detail</th></tr>"
     )
-    for k, gate, stratum, detail in rep.table:
+    for k, gate, stratum, detail in rep.table():
         yield (
             f"<tr><td class='mono'>{e(k)}</td><td>{_gate_tag(gate)}</td>"
             f"<td>{e(stratum or '')}</td><td class='small'>{e(detail)}</td></tr>"

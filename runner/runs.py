@@ -360,12 +360,11 @@ def paired(results: Sequence[Verdict], alpha: float) -> dict[str, Any]:
     """The paired test overall and per stratum, on each side's majority pass per case."""
     out: dict[str, Any] = {}
     for scope in _scopes(results):
-        pairs = [
+        result = paired_test(
             (bool(v.reference.passed), bool(v.candidate.passed))
             for v in results
             if v.admitted and scope in ("overall", v.stratum)
-        ]
-        result = paired_test(pairs)
+        )
         out[scope] = result.to_json() | {
             "significant": result.significant(alpha),
             "text": describe(result, scope, alpha),
@@ -678,6 +677,7 @@ async def _run_prepared(
         if mode != "replay":
             await call_all(loaded, suite, run_dir, done, folds)
         exit_code, summary = finalize(loaded, suite, run_dir, folds, log)
+        del folds, done  # a run's largest structures: the reports read disagreement.json back
         after_run(run_dir, retire_after=suite.thresholds.retire_after, log=log)
         log.info(
             logs.RUN_FINISHED,
