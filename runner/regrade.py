@@ -16,6 +16,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -181,7 +182,11 @@ def _chunks(path: Path) -> Iterator[tuple[int, list[bytes]]]:
 
 
 def _graded_in_workers(job: _Job, workers: int) -> Iterator[Graded]:
-    """Chunks go out to the workers a few at a time and come back in file order."""
+    """Chunks go out to the workers a few at a time and come back in file order.
+
+    A worker that dies (the OOM killer, a signal meant for it) breaks the pool; every chunk not
+    yet back is then graded here, so the regrade still finishes whole and in order.
+    """
     import multiprocessing
 
     global _JOB  # noqa: PLW0603 - the fork hands it to the workers
@@ -189,14 +194,36 @@ def _graded_in_workers(job: _Job, workers: int) -> Iterator[Graded]:
     pool = ProcessPoolExecutor(
         workers, mp_context=multiprocessing.get_context("fork"), initializer=_quiet_worker
     )
+    pending: deque[tuple[int, list[bytes], Future[list[Graded]] | None]] = deque()
+    broken = False
+
+    def send(first: int, lines: list[bytes]) -> None:
+        nonlocal broken
+        future = None
+        if not broken:
+            try:
+                future = pool.submit(_grade_chunk, first, lines)
+            except BrokenProcessPool:
+                broken = True
+        pending.append((first, lines, future))
+
+    def oldest() -> list[Graded]:
+        nonlocal broken
+        first, lines, future = pending.popleft()
+        if future is not None:
+            try:
+                return future.result()
+            except BrokenProcessPool:
+                broken = True
+        return list(job.grade(first, lines))
+
     try:
-        pending: deque[Future[list[Graded]]] = deque()
         for first, lines in _chunks(job.path):
-            pending.append(pool.submit(_grade_chunk, first, lines))
+            send(first, lines)
             if len(pending) > workers * 2:  # bounded: memory stays flat on any ledger
-                yield from pending.popleft().result()
+                yield from oldest()
         while pending:
-            yield from pending.popleft().result()
+            yield from oldest()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         _JOB = None

@@ -8,6 +8,7 @@ of three lines so that every run spans many chunks.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 from collections.abc import Iterator
@@ -41,6 +42,16 @@ def _in_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return pools
 
 
+_grade_chunk = regrade._grade_chunk
+
+
+def _dying_chunk(first_line: int, lines: list[bytes]) -> list[regrade.Graded]:
+    """A worker grading anything past line 3 dies as the OOM killer would end it."""
+    if first_line > 3:
+        os._exit(9)
+    return _grade_chunk(first_line, lines)
+
+
 def _in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(regrade, "PARALLEL_BYTES", 1 << 60)
 
@@ -64,6 +75,24 @@ def test_a_replay_in_workers_is_byte_identical(
 ) -> None:
     config, source, code = _live_run(tmp_path, fault_server, samples=samples)
     pools = _in_workers(monkeypatch)
+
+    replayed, replay_code, _ = run_suite(
+        load_config(config), "live", parent_dir=source, mode="replay"
+    )
+
+    assert pools == [2]
+    for name in ("outcomes.jsonl", "disagreement.json"):
+        assert (replayed / name).read_bytes() == (source / name).read_bytes(), name
+    assert replay_code == code
+
+
+def test_a_worker_that_dies_leaves_the_rest_to_the_parent(
+    tmp_path: Path, fault_server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool breaks; the chunks not yet back are graded in the parent, nothing is lost."""
+    config, source, code = _live_run(tmp_path, fault_server)
+    pools = _in_workers(monkeypatch)
+    monkeypatch.setattr(regrade, "_grade_chunk", _dying_chunk)
 
     replayed, replay_code, _ = run_suite(
         load_config(config), "live", parent_dir=source, mode="replay"
