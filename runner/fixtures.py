@@ -22,7 +22,7 @@ from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 
 from runner.errors import DataError, FixtureError
-from runner.jsontext import MAX_DEPTH, loads, too_deep
+from runner.jsontext import MAX_DEPTH, copy_json, loads, too_deep
 from runner.model import STRATA, Case
 from runner.text import holds_surrogate, may_hold_surrogates, shared
 
@@ -227,7 +227,8 @@ def _parse(where: str, text: str) -> Iterable[_Row]:
     try:
         whole = json.loads(text)
     except RecursionError:  # only text far past MAX_DEPTH gets here
-        raise _too_deep(where, text, 1) from None
+        _refuse_too_deep(where, text, 1)
+        raise _fail(where, 1, f"nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
         if _broken_document(text, exc):
             reason = f"invalid JSON: {exc.msg} (column {exc.colno})"
@@ -240,16 +241,16 @@ def _parse(where: str, text: str) -> Iterable[_Row]:
     if not isinstance(whole.get("cases"), list):
         start = len(text) - len(text.lstrip(_JSON_WS))
         raise _fail(where, _line_at(text, start), "JSON document without a 'cases' list")
-    if too_deep(text) is not None:
-        raise _too_deep(where, text, 1)
+    _refuse_too_deep(where, text, 1)
     return _parse_document(where, text)
 
 
-def _too_deep(where: str, text: str, first_line: int) -> FixtureError:
+def _refuse_too_deep(where: str, text: str, first_line: int) -> None:
     """Rows are refused past MAX_DEPTH before they are parsed: see `runner.jsontext`."""
     at = too_deep(text)
-    line = first_line if at is None else first_line + text.count("\n", 0, at)
-    return _fail(where, line, f"nested deeper than {MAX_DEPTH} levels")
+    if at is not None:
+        line = first_line + text.count("\n", 0, at)
+        raise _fail(where, line, f"nested deeper than {MAX_DEPTH} levels")
 
 
 def _broken_document(text: str, exc: json.JSONDecodeError) -> bool:
@@ -280,8 +281,7 @@ def _parse_jsonl(where: str, text: str) -> Iterator[_Row]:
         start = end + 1
         if not raw.strip(_JSON_WS):
             continue
-        if too_deep(raw) is not None:
-            raise _too_deep(where, raw, number)
+        _refuse_too_deep(where, raw, number)
         try:
             value = _loads(raw)
         except _DuplicateKeyError as exc:
@@ -351,16 +351,6 @@ def _case_offsets(text: str) -> list[int]:
                 _, pos = decoder.raw_decode(text, pos)
         else:
             _, pos = decoder.raw_decode(text, pos)
-
-
-def copy_json(value: Any) -> Any:
-    """A deep copy of a JSON value; far cheaper than copy.deepcopy, which a 20,000-case suite
-    spent a third of its load time in, and all a parsed row can hold."""
-    if isinstance(value, dict):
-        return {k: copy_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [copy_json(v) for v in value]
-    return value
 
 
 def _fail(where: str, line: int, reason: str) -> FixtureError:

@@ -22,7 +22,7 @@ from typing import Any
 from jsonschema.validators import validator_for
 
 from runner.errors import ConfigError, FixtureError
-from runner.fixtures import copy_json
+from runner.jsontext import copy_json
 from runner.model import Case, Grade, Reply
 
 __all__ = [

@@ -16,7 +16,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from runner.errors import UsageError
 from runner.gate import (
@@ -27,6 +27,7 @@ from runner.gate import (
     SCHEMA_MISS,
     TRANSPORT_MISS,
 )
+from runner.ledger import write_atomic
 from runner.model import SIDES
 from runner.report import RunReport, build_report
 
@@ -141,10 +142,12 @@ def junit_xml(reports: Sequence[RunReport]) -> bytes:
 def write_junit(run_dirs: Sequence[Path], path: Path) -> Path:
     """Write the JUnit XML of `run_dirs` to `path` (atomically); return the path."""
     data = junit_xml([build_report(d, top=None) for d in run_dirs])
-    tmp = path.with_name(f".{path.name}.tmp")
+
+    def write(handle: IO[bytes]) -> None:
+        handle.write(data)
+
     try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
+        write_atomic(path, write)
     except OSError as exc:
         raise UsageError(f"{path}: cannot write JUnit XML: {exc.strerror}") from None
     return path

@@ -71,7 +71,7 @@ def read_json_object(path: Path, *, missing: str = "no such file") -> dict[str, 
         raise DataError(path, missing) from None
     except OSError as exc:
         raise DataError(path, f"cannot read: {exc.strerror}") from None
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise DataError(path, f"unreadable JSON: {exc}") from None
     if not isinstance(value, dict):
         raise DataError(path, "not a JSON object")
@@ -127,7 +127,7 @@ class LedgerWriter:
             self._handle.close()
 
 
-def _atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """Write a whole file atomically (temp file, fsync, rename): a reader never sees half."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -148,7 +148,7 @@ def write_json(path: Path, value: Any) -> None:
     def write(handle: IO[bytes]) -> None:
         handle.write(data)
 
-    _atomic(path, write)
+    write_atomic(path, write)
 
 
 def write_json_map(
@@ -171,7 +171,7 @@ def write_json_map(
             separator = b",\n"
         handle.write(b"\n}}\n")
 
-    _atomic(path, write)
+    write_atomic(path, write)
 
 
 def read_json_map(path: Path, key: str) -> Iterator[tuple[str, Any]]:

@@ -18,14 +18,14 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from runner import __version__
 from runner.adapters import parse
 from runner.errors import DataError
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, GATE_CLASSES, SCHEMA_MISS, TRANSPORT_MISS
 from runner.history import History, RunRow, ceiling_candidates, load_history, streaks
-from runner.ledger import read_json_map, read_json_object, read_jsonl
+from runner.ledger import read_json_map, read_json_object, read_jsonl, write_atomic
 from runner.model import SIDES, STRATA, Exchange, Response
 
 TREND_RUNS = 14
@@ -896,11 +896,11 @@ def write_reports(run_dir: Path, *, retire_after: int | None = None) -> RunRepor
 
 
 def _write_text(path: Path, parts: Iterable[str]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
+    def write(handle: IO[bytes]) -> None:
         for part in parts:
-            handle.write(part)
-    tmp.replace(path)
+            handle.write(part.encode("utf-8"))
+
+    write_atomic(path, write)
 
 
 def after_run(run_dir: Path, *, retire_after: int, log: Any) -> None:

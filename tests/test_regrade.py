@@ -69,6 +69,15 @@ def _live_run(root: Path, server: FaultServer, *, samples: int = 1) -> tuple[Pat
     return config, run_dir, code
 
 
+def _assert_replayed_as_run(config: Path, source: Path, code: int) -> None:
+    replayed, replay_code, _ = run_suite(
+        load_config(config), "live", parent_dir=source, mode="replay"
+    )
+    for name in ("outcomes.jsonl", "disagreement.json"):
+        assert (replayed / name).read_bytes() == (source / name).read_bytes(), name
+    assert replay_code == code
+
+
 @pytest.mark.parametrize("samples", [1, 3])
 def test_a_replay_in_workers_is_byte_identical(
     tmp_path: Path, fault_server: FaultServer, monkeypatch: pytest.MonkeyPatch, samples: int
@@ -76,14 +85,8 @@ def test_a_replay_in_workers_is_byte_identical(
     config, source, code = _live_run(tmp_path, fault_server, samples=samples)
     pools = _in_workers(monkeypatch)
 
-    replayed, replay_code, _ = run_suite(
-        load_config(config), "live", parent_dir=source, mode="replay"
-    )
-
+    _assert_replayed_as_run(config, source, code)
     assert pools == [2]
-    for name in ("outcomes.jsonl", "disagreement.json"):
-        assert (replayed / name).read_bytes() == (source / name).read_bytes(), name
-    assert replay_code == code
 
 
 def test_a_worker_that_dies_leaves_the_rest_to_the_parent(
@@ -94,14 +97,8 @@ def test_a_worker_that_dies_leaves_the_rest_to_the_parent(
     pools = _in_workers(monkeypatch)
     monkeypatch.setattr(regrade, "_grade_chunk", _dying_chunk)
 
-    replayed, replay_code, _ = run_suite(
-        load_config(config), "live", parent_dir=source, mode="replay"
-    )
-
+    _assert_replayed_as_run(config, source, code)
     assert pools == [2]
-    for name in ("outcomes.jsonl", "disagreement.json"):
-        assert (replayed / name).read_bytes() == (source / name).read_bytes(), name
-    assert replay_code == code
 
 
 def _heal(
