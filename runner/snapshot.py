@@ -45,6 +45,8 @@ def load_snapshot(path: Path) -> dict[str, Any]:
         doc = json.loads(text)
     except ValueError as exc:
         raise DataError(path, f"invalid JSON: {exc}", getattr(exc, "lineno", None)) from None
+    except RecursionError:
+        raise DataError(path, "invalid JSON: nested too deeply to read") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), dict):
         raise DataError(path, "not a parallax snapshot (no 'cases' object)")
     if may_hold_surrogates(text) and holds_surrogate(doc):

@@ -332,6 +332,10 @@ BROKEN_SNAPSHOTS = {
     b'{"fixture_sha": "0", "models": {"reference": "m\\udc00"}}}}\n',
     "deep-lone-surrogate": b'{"version": 1, "suite": "cities", "cases": {"city-07": '
     b'{"fixture_sha": "0", "note": ' + b"[" * 700 + b'"\\udc00"' + b"]" * 700 + b"}}}\n",
+    "far-too-deep": b'{"version": 1, "suite": "cities", "cases": {"city-07": '
+    + b"[" * 5000
+    + b"]" * 5000
+    + b"}}\n",
 }
 
 
