@@ -124,6 +124,12 @@ def _loads(text: str) -> tuple[bool, Any]:
     return True, scrub(doc) if may_hold_surrogates(text) else doc
 
 
+def json_answer(text: str) -> dict[str, Any] | list[Any] | None:
+    """The JSON object or array a reply's text holds (fenced or not), or None."""
+    ok, answer = _loads(_strip_fence(text))
+    return answer if ok and isinstance(answer, dict | list) else None
+
+
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -179,8 +185,8 @@ def parse(
     else:
         return f"unknown_adapter:{adapter}"
     if expects_json and answer is None:
-        ok, answer = _loads(_strip_fence(text))
-        if not ok or not isinstance(answer, dict | list):
+        answer = json_answer(text)
+        if answer is None:
             return "answer_not_json"
     usage = doc.get("usage")
     return Reply(

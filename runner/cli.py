@@ -136,6 +136,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
+    from runner.adapters import json_answer
     from runner.ceiling import detect, strata_rates
     from runner.config import Thresholds
     from runner.fixtures import load_cases
@@ -153,12 +154,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     stratified = any(c.stratum for c in cases)
     for case in cases:
         text = case.completion or ""
-        answer: Any = None
-        if case.expects_json:
-            try:
-                answer = json.loads(text)
-            except ValueError:
-                answer = None
+        answer = json_answer(text) if case.expects_json else None
         result = grade(case, Reply(text=text, answer=answer), graders)
         passed = not result.misses
         stratum = case.stratum or "medium"

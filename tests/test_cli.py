@@ -652,6 +652,34 @@ def test_grade_stretch_high_zero_alerts(tmp_path: Path) -> None:
     assert report["ok"] is False
 
 
+def test_grade_reads_a_recorded_json_answer_as_a_run_does(tmp_path: Path) -> None:
+    """`grade` parses a recorded completion the way a run's adapter does: a fenced JSON answer
+    is JSON, and one nested past the bound is no answer (a miss), never a traceback."""
+    deep = "[" * 5000 + "]" * 5000
+    rows = [
+        {
+            "id": "fenced",
+            "prompt": "p",
+            "completion": '```json\n{"sku": "A-1"}\n```',
+            "expect": {"json_fields": {"sku": "A-1"}},
+        },
+        {
+            "id": "deep",
+            "prompt": "p",
+            "completion": deep,
+            "expect": {"json_fields": {"a": 1}, "max_chars": 20000},
+        },
+    ]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = parallax("grade", path, cwd=tmp_path)
+    no_traceback(proc)
+    report = json.loads(proc.stdout)
+    assert [(f["case_id"], f["reasons"]) for f in report["failures"]] == [
+        ("deep", ["field_missing:a"])
+    ]
+
+
 def test_diff_seed_004_ledgers(tmp_path: Path) -> None:
     """diff on seed 004's example ledgers prints its exact counts and exits 3."""
     proc = parallax(
