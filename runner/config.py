@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from runner.errors import ConfigError
+from runner.jsontext import MAX_DEPTH
 
 ENDPOINT_KINDS = ("recorded", "openai-chat", "anthropic-messages", "http-json")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -200,6 +201,19 @@ class LoadedConfig:
         return value
 
 
+def _refuse_too_deep(data: Mapping[str, Any], path: Path) -> None:
+    """No config nests past MAX_DEPTH; checked with a stack, before anything recurses."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, key, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError(path, key, f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, Mapping):
+            stack.extend((v, f"{key}.{k}" if key else str(k), depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, key, depth + 1) for v in value)
+
+
 def _interpolate(value: Any, path: Path, key: str) -> Any:
     if isinstance(value, str):
 
@@ -255,6 +269,9 @@ def load_config(path: Path) -> LoadedConfig:
         raise ConfigError(path, None, f"not UTF-8 at byte {exc.start}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, None, f"invalid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(path, None, "invalid TOML: nested too deeply to read") from None
+    _refuse_too_deep(data, path)
     data = _interpolate(data, path, "")
     try:
         config = Config.model_validate(data)

@@ -221,6 +221,8 @@ BAD_CONFIGS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "invalid-toml": (CONFIG.replace('kind = "recorded"\nmodel = "ref"', "kind = recorded"), ()),
     "unknown-key": (_with(top='colour = "red"\n'), ("colour", "unknown key")),
+    "nested-past-the-parser": (_with(top="x = " + "[" * 3000 + "]" * 3000 + "\n"), ("TOML",)),
+    "nested-past-interpolation": (_with(top="x = " + "[" * 600 + "]" * 600 + "\n"), ("x",)),
     "api-key-in-file": (
         _with(extra_endpoint_line='api_key = "sk-live-1234567890"'),
         ("endpoints.reference.api_key", "api_key_env"),
