@@ -52,7 +52,7 @@ def _read_holder(fd: int) -> dict[str, Any]:
     try:
         raw = os.pread(fd, 4096, 0)
         holder = json.loads(raw.decode("utf-8")) if raw.strip() else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return holder if isinstance(holder, dict) else {}
 

@@ -268,7 +268,7 @@ def check_health(
     except FileNotFoundError:
         report["reason"] = "no heartbeat file: is `parallax serve` running with this config?"
         return report
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         report["reason"] = f"unreadable heartbeat: {exc}"
         return report
     limit = max_age if max_age is not None else 3 * interval + 5

@@ -23,9 +23,9 @@ from structlog.testing import capture_logs
 from runner.cli import main
 from runner.config import LoadedConfig, load_config
 from runner.errors import ConfigError
-from runner.lock import suite_lock
+from runner.lock import is_locked, suite_lock
 from runner.runs import run_suite_async
-from runner.scheduler import Daemon, Trigger, check_health, find_interrupted
+from runner.scheduler import Daemon, Trigger, check_health, find_interrupted, heartbeat_path
 
 pytestmark = pytest.mark.anyio
 
@@ -450,6 +450,20 @@ def test_heartbeat_goes_stale_when_the_scheduler_loop_is_stuck(
         portal.call(daemon.request_stop)
         assert done.result(timeout=10) == 0
     assert check_health(loaded.runs_dir, 30)["reason"] == "scheduler is stopped"
+
+
+def test_health_and_lock_probes_survive_hostile_files(tmp_path: Path) -> None:
+    """A heartbeat or lock file nested past the parser's limit reads as unreadable, not a crash."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    deep = "[" * 5000 + "]" * 5000
+    heartbeat_path(runs).write_text(deep)
+    report = check_health(runs)
+    assert not report["healthy"]
+    assert report["reason"].startswith("unreadable heartbeat")
+    with suite_lock(runs, "s") as path:
+        path.write_text(deep)
+        assert is_locked(runs, "s") == {"pid": None}
 
 
 def test_health_without_a_daemon_fails_with_a_reason(tmp_path: Path) -> None:
