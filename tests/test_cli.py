@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from runner import history
+
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 SCRIPT = Path(sys.executable).parent / "parallax"
@@ -99,7 +101,9 @@ def snapshot_bytes(root: Path) -> dict[str, bytes]:
 
 
 def run_dirs(root: Path, suite: str) -> list[Path]:
-    return sorted(p for p in (root / "runs" / suite).iterdir() if p.is_dir())
+    """Oldest first, in the product's order: two runs can start within one second, and the
+    random suffix after the second would then order them by chance."""
+    return history.run_dirs(root / "runs" / suite)
 
 
 def only_run_dir(root: Path, suite: str) -> Path:
@@ -466,7 +470,8 @@ def test_rerun_after_partial_promote(tmp_path: Path) -> None:
     """After a partial promote, admitted cases are unchanged and the timeout stays a miss."""
     root = make_demo(tmp_path)
     parallax("run", "--config", "config/demo.toml", "--suite", "ceiling", cwd=root)
-    parallax("promote", "--allow-partial", only_run_dir(root, "ceiling"), cwd=root)
+    promoted = parallax("promote", "--allow-partial", only_run_dir(root, "ceiling"), cwd=root)
+    assert promoted.returncode == 0, promoted.stderr
     again = parallax("run", "--config", "config/demo.toml", "--suite", "ceiling", cwd=root)
     # still incomplete (the recorded timeout) and still a stratum alert on the candidate
     assert again.returncode == 3, again.stderr
