@@ -9,14 +9,7 @@ same, byte for byte, as one process would make them.
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
-import threading
-from collections import deque
-from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +20,7 @@ from runner.jsontext import dumps
 from runner.ledger import LedgerWriter, decode_line, read_jsonl, repair_tail
 from runner.model import Exchange, Outcome
 from runner.stamps import stamp
+from runner.workers import available, ordered
 
 if TYPE_CHECKING:
     from runner.runs import Suite
@@ -39,7 +33,6 @@ Graded = tuple[Key, SideView | Outcome | None, bytes | None]
 # Below this much raw ledger, starting workers costs more than they save (some 2,000 rows).
 PARALLEL_BYTES = 2 << 20
 CHUNK_LINES = 500  # lines a worker grades per task: big enough to pay for the round trip
-MAX_WORKERS = 8
 
 
 def exchange_at(path: Path, line_no: int, row: Any) -> Exchange:
@@ -106,17 +99,18 @@ def heal(run_dir: Path, suite: Suite, folds: Folds) -> set[Key]:
 
 def _graded(path: Path, suite: Suite, graded: frozenset[Key], folds: Folds) -> Iterator[Graded]:
     job = _Job(path, suite, graded, folds)
-    workers = _workers()
+    workers = available()
     if workers < 2 or path.stat().st_size < PARALLEL_BYTES:
         with path.open("rb") as handle:
             yield from job.grade(1, handle)
         return
-    yield from _graded_in_workers(job, workers)
+    for results in ordered(_grade_chunk(job), _chunks(path), workers):
+        yield from results
 
 
 @dataclass(frozen=True)
 class _Job:
-    """A regrade's inputs; a forked worker inherits it whole."""
+    """A regrade's inputs; a forked worker inherits it whole (`runner.workers`)."""
 
     path: Path
     suite: Suite
@@ -139,32 +133,11 @@ class _Job:
             yield key, self.folds.entry(outcome, ref), dumps(outcome.to_json())
 
 
-def _workers() -> int:
-    """Worker processes for a large regrade: the cores this process may use.
+def _grade_chunk(job: _Job) -> Callable[[tuple[int, list[bytes]]], list[Graded]]:
+    def task(chunk: tuple[int, list[bytes]]) -> list[Graded]:
+        return list(job.grade(*chunk))
 
-    Only forked workers inherit the suite (graders may be loaded from a file path), and a fork
-    is only safe while this process runs a single thread; otherwise the regrade stays here.
-    """
-    if sys.platform != "linux" or threading.active_count() > 1:
-        return 1
-    return min(len(os.sched_getaffinity(0)), MAX_WORKERS)
-
-
-_JOB: _Job | None = None  # set in the parent just before the fork
-
-
-def _quiet_worker() -> None:
-    """Signals are the parent's to handle: Ctrl-C cancels the pool without a trace from each
-    worker, and a SIGTERM meant for a worker ends it instead of reaching the event loop's
-    handler the fork copied (whose wakeup socket the parent still reads)."""
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _grade_chunk(first_line: int, lines: list[bytes]) -> list[Graded]:
-    assert _JOB is not None
-    return list(_JOB.grade(first_line, lines))
+    return task
 
 
 def _chunks(path: Path) -> Iterator[tuple[int, list[bytes]]]:
@@ -179,51 +152,3 @@ def _chunks(path: Path) -> Iterator[tuple[int, list[bytes]]]:
                 lines = []
         if lines:
             yield first, lines
-
-
-def _graded_in_workers(job: _Job, workers: int) -> Iterator[Graded]:
-    """Chunks go out to the workers a few at a time and come back in file order.
-
-    A worker that dies (the OOM killer, a signal meant for it) breaks the pool; every chunk not
-    yet back is then graded here, so the regrade still finishes whole and in order.
-    """
-    import multiprocessing
-
-    global _JOB  # noqa: PLW0603 - the fork hands it to the workers
-    _JOB = job
-    pool = ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context("fork"), initializer=_quiet_worker
-    )
-    pending: deque[tuple[int, list[bytes], Future[list[Graded]] | None]] = deque()
-    broken = False
-
-    def send(first: int, lines: list[bytes]) -> None:
-        nonlocal broken
-        future = None
-        if not broken:
-            try:
-                future = pool.submit(_grade_chunk, first, lines)
-            except BrokenProcessPool:
-                broken = True
-        pending.append((first, lines, future))
-
-    def oldest() -> list[Graded]:
-        nonlocal broken
-        first, lines, future = pending.popleft()
-        if future is not None:
-            try:
-                return future.result()
-            except BrokenProcessPool:
-                broken = True
-        return list(job.grade(first, lines))
-
-    try:
-        for first, lines in _chunks(job.path):
-            send(first, lines)
-            if len(pending) > workers * 2:  # bounded: memory stays flat on any ledger
-                yield from oldest()
-        while pending:
-            yield from oldest()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        _JOB = None

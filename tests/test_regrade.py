@@ -11,8 +11,9 @@ import json
 import os
 import pickle
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from faultserver import FaultServer
@@ -25,31 +26,39 @@ from runner.gate import Folds
 from runner.model import SIDES
 from runner.runs import prepare_suite, run_suite
 
+T = TypeVar("T")
+R = TypeVar("R")
+
 
 def _in_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Send every regrade to two forked workers; returns a list of the pools it started."""
     pools: list[int] = []
-    real = regrade._graded_in_workers
+    real = regrade.ordered
 
-    def spy(job: regrade._Job, workers: int) -> Iterator[regrade.Graded]:
+    def spy(task: Callable[[T], R], chunks: Iterable[T], workers: int) -> Iterator[R]:
         pools.append(workers)
-        yield from real(job, workers)
+        yield from real(task, chunks, workers)
 
     monkeypatch.setattr(regrade, "PARALLEL_BYTES", 0)
     monkeypatch.setattr(regrade, "CHUNK_LINES", 3)
-    monkeypatch.setattr(regrade, "_workers", lambda: 2)
-    monkeypatch.setattr(regrade, "_graded_in_workers", spy)
+    monkeypatch.setattr(regrade, "available", lambda: 2)
+    monkeypatch.setattr(regrade, "ordered", spy)
     return pools
 
 
 _grade_chunk = regrade._grade_chunk
 
 
-def _dying_chunk(first_line: int, lines: list[bytes]) -> list[regrade.Graded]:
+def _dying_chunk(job: regrade._Job) -> Callable[[tuple[int, list[bytes]]], list[regrade.Graded]]:
     """A worker grading anything past line 3 dies as the OOM killer would end it."""
-    if first_line > 3:
-        os._exit(9)
-    return _grade_chunk(first_line, lines)
+    task, parent = _grade_chunk(job), os.getpid()
+
+    def dying(chunk: tuple[int, list[bytes]]) -> list[regrade.Graded]:
+        if chunk[0] > 3 and os.getpid() != parent:
+            os._exit(9)
+        return task(chunk)
+
+    return dying
 
 
 def _in_process(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,7 +195,7 @@ def test_a_small_ledger_is_regraded_in_process(
     """Below PARALLEL_BYTES no pool is started: forking would cost more than the rows."""
     config, source, _ = _live_run(tmp_path, fault_server)
     started: list[int] = []
-    monkeypatch.setattr(regrade, "_graded_in_workers", lambda job, n: started.append(n))
+    monkeypatch.setattr(regrade, "ordered", lambda task, chunks, n: started.append(n))
     run_dir = tmp_path / "small"
     run_dir.mkdir()
     shutil.copy(source / "raw.jsonl", run_dir / "raw.jsonl")

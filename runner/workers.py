@@ -1,0 +1,102 @@
+"""Forked worker processes for the CPU-bound stages: fixture validation and regrading.
+
+Both are pure functions of chunks of a file, and both must end exactly as one process would:
+the same rows in the same order, the same first error. `ordered` runs a task function over
+chunks in worker processes and hands the results back in chunk order, so the caller stays the
+only one who writes, folds or decides which error comes first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+MAX_WORKERS = 8
+
+_TASK: Callable[[Any], Any] | None = None  # set in the parent just before the fork
+
+
+def available() -> int:
+    """Worker processes a stage may fork: the cores this process may use.
+
+    Only forked workers inherit what the stage loaded (graders may come from a file path), and
+    a fork is only safe while this process runs a single thread; otherwise the stage stays
+    here (1).
+    """
+    if sys.platform != "linux" or threading.active_count() > 1:
+        return 1
+    return min(len(os.sched_getaffinity(0)), MAX_WORKERS)
+
+
+def ordered(task: Callable[[T], R], chunks: Iterable[T], workers: int) -> Iterator[R]:
+    """`task(chunk)` for every chunk, computed in `workers` forked processes, in chunk order.
+
+    Chunks go out a few at a time, so memory stays bounded by the number of workers on any
+    file. A worker that dies (the OOM killer, a signal meant for it) breaks the pool; every
+    chunk not yet back is then computed here, so the stage still finishes whole and in order.
+    An exception a task raises comes back as itself (parallax's errors survive pickling).
+    """
+    import multiprocessing
+
+    global _TASK  # noqa: PLW0603 - the fork hands it to the workers
+    _TASK = task
+    pool = ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("fork"), initializer=_quiet_worker
+    )
+    pending: deque[tuple[T, Future[R] | None]] = deque()
+    broken = False
+
+    def send(chunk: T) -> None:
+        nonlocal broken
+        future = None
+        if not broken:
+            try:
+                future = pool.submit(_run, chunk)
+            except BrokenProcessPool:
+                broken = True
+        pending.append((chunk, future))
+
+    def oldest() -> R:
+        nonlocal broken
+        chunk, future = pending.popleft()
+        if future is not None:
+            try:
+                return future.result()
+            except BrokenProcessPool:
+                broken = True
+        return task(chunk)
+
+    try:
+        for chunk in chunks:
+            send(chunk)
+            if len(pending) > workers * 2:
+                yield oldest()
+        while pending:
+            yield oldest()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        _TASK = None
+
+
+def _run(chunk: Any) -> Any:
+    assert _TASK is not None
+    return _TASK(chunk)
+
+
+def _quiet_worker() -> None:
+    """Signals are the parent's to handle: Ctrl-C cancels the pool without a trace from each
+    worker, and a SIGTERM meant for a worker ends it instead of reaching the event loop's
+    handler the fork copied (whose wakeup socket the parent still reads)."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
