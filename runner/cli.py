@@ -136,11 +136,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
+    import functools
+
     from runner.adapters import json_answer
     from runner.ceiling import detect, strata_rates
     from runner.config import Thresholds
     from runner.fixtures import load_cases
-    from runner.grading import check_cases, grade, load_graders
+    from runner.grading import check_case, grade, load_graders
     from runner.model import Reply
 
     thresholds = Thresholds(
@@ -149,8 +151,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     graders = load_graders(args.graders, Path.cwd(), config_path="--graders", key="graders")
     results: list[tuple[str | None, bool | None]] = []
     failures: list[dict[str, Any]] = []
-    cases = load_cases(_existing_file(args.file))
-    check_cases(cases, graders)
+    cases = load_cases(
+        _existing_file(args.file), check=functools.partial(check_case, graders=graders)
+    )
     stratified = any(c.stratum for c in cases)
     for case in cases:
         text = case.completion or ""

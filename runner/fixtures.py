@@ -8,6 +8,7 @@ pinned files keep their hashes and a shape change in this loader can never move 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -21,10 +22,11 @@ from typing import Any
 from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 
-from runner.errors import DataError, FixtureError
+from runner.errors import DataError, FixtureError, ParallaxError
 from runner.jsontext import MAX_DEPTH, copy_json, loads, too_deep
 from runner.model import STRATA, Case
 from runner.text import holds_surrogate, may_hold_surrogates, shared
+from runner.workers import available, ordered
 
 __all__ = ["fixture_sha", "load_cases", "pin_lines"]
 
@@ -35,6 +37,12 @@ _CANONICAL_KEYS = frozenset(
 )
 _SEED004_KEYS = (_CANONICAL_KEYS - {"id"}) | {"case_id"}
 _JSON_WS = " \t\r\n"
+_BOM = b"\xef\xbb\xbf"
+
+# A JSONL file this large is validated in worker processes (some 5,000 rows), CHUNK_LINES rows
+# a task: below it, forking costs more than it saves.
+PARALLEL_BYTES = 1 << 20
+CHUNK_LINES = 1000
 
 
 def fixture_sha(row: Mapping[str, Any]) -> str:
@@ -71,6 +79,10 @@ class CaseRef:
     digest: bytes  # of the row's bytes, to know it unchanged when read back
 
 
+def _no_check(case: Case) -> None:
+    """Every case passes: expectation keys are only checked against a suite's graders."""
+
+
 class FixtureFile:
     """A fixture file validated once, whose cases are read back one at a time when used.
 
@@ -89,30 +101,52 @@ class FixtureFile:
         self._recent: OrderedDict[str, Case] = OrderedDict()
         self._fd: int | None = None
 
-    def scan(self) -> Iterator[tuple[Case, CaseRef]]:
-        """Every case, validated as `load_cases` does, with its ref."""
-        for row, case, (start, end), raw in _load(self.path):
-            digest = _digest(raw)
-            ref = CaseRef(case.id, case.stratum, case.fixture_sha, row.line, start, end, digest)
-            yield case, ref
+    def validate(self, check: Callable[[Case], None] = _no_check) -> list[CaseRef]:
+        """Validate every row into a case, pass each case to `check`, and return their refs.
+
+        A large JSONL file is validated in forked worker processes, chunk by chunk, and `check`
+        (the suite's expectation-key check) runs where the case was built. Duplicate ids and
+        which error comes first are settled here, in file order, so the first error is the
+        one a single process would report.
+        """
+        where = str(self.path)
+        data = _read_file(where, self.path)
+        text = _decode(where, data)
+        rows = _document_rows(where, text)
+        if rows is not None:
+            return _settle(where, [_scanned(where, rows, _Piece(data, 0, text), check)])
+        last = text.rstrip(_JSON_WS).count("\n") + 1  # the last line that is not blank
+        task = _JsonlTask(where, last, not text.endswith("\n"), check)
+        del text
+        workers = available()
+        if workers < 2 or len(data) < PARALLEL_BYTES:
+            return _settle(where, [task((1, 0, data))])
+        with contextlib.closing(ordered(task, _jsonl_chunks(data), workers)) as scans:
+            return _settle(where, scans)  # an error found stops the workers here
 
     def load(self, ref: CaseRef) -> Case:
         case = self._recent.get(ref.id)
         if case is not None:
             self._recent.move_to_end(ref.id)
             return case
-        case = self._read(ref)
+        # the row is the one validated: parse it plainly, check nothing again, keep its pin;
+        # the suite settles strata (a stratified suite's unlabelled case is medium)
+        data = self.row(ref)
+        case = _case(
+            str(self.path),
+            ref.line,
+            data,
+            _expect_shape(data),
+            sha=ref.fixture_sha,
+            stratum=ref.stratum,
+        )
         self._recent[ref.id] = case
         if len(self._recent) > self.KEEP:
             self._recent.popitem(last=False)
         return case
 
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def _read(self, ref: CaseRef) -> Case:
+    def row(self, ref: CaseRef) -> dict[str, Any]:
+        """A validated case's row as written, read back by its byte span."""
         where = str(self.path)
         changed = f"changed during the run: case {ref.id!r} no longer reads as validated"
         try:
@@ -123,27 +157,32 @@ class FixtureFile:
             raise DataError(where, changed, ref.line) from None
         if _digest(raw) != ref.digest:
             raise DataError(where, changed, ref.line)
-        # the row is the one validated: parse it plainly, check nothing again, keep its pin;
-        # the suite settles strata (a stratified suite's unlabelled case is medium)
-        data = loads(raw)
-        return _case(
-            where, ref.line, data, _expect_shape(data), sha=ref.fixture_sha, stratum=ref.stratum
-        )
+        data: dict[str, Any] = loads(raw)
+        return data
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _digest(raw: bytes) -> bytes:
     return hashlib.blake2b(raw, digest_size=16).digest()
 
 
-def load_cases(path: Path) -> list[Case]:
+def load_cases(path: Path, check: Callable[[Case], None] = _no_check) -> list[Case]:
     """Read a JSONL or JSON-document fixture file into validated, normalised cases.
 
     A row's own `fixture_sha` is ignored and recomputed: the pin is an output of the content,
     not a claim about it, so a stale pin can never make an edited case look unchanged.
-    Unknown `expect` keys pass here because only the suite knows its custom graders; see
-    `runner.grading.check_cases`.
+    Unknown `expect` keys pass unless `check` refuses them: only the suite knows its custom
+    graders (`runner.grading.check_case`).
     """
-    return [case for _, case, _, _ in _load(path)]
+    fixtures = FixtureFile(path)
+    try:
+        return [fixtures.load(ref) for ref in fixtures.validate(check)]
+    finally:
+        fixtures.close()
 
 
 def pin_lines(path: Path) -> Iterator[str]:
@@ -152,44 +191,132 @@ def pin_lines(path: Path) -> Iterator[str]:
     The whole file is validated before the first line is yielded, so a bad row never leaves
     half a pinned file behind.
     """
-    rows = list(_load(path))
-    for row, case, _, _ in rows:
-        pinned = dict(row.data)
-        pinned["fixture_sha"] = case.fixture_sha
-        yield json.dumps(pinned, sort_keys=True)
-
-
-def _load(path: Path) -> Iterator[tuple[_Row, Case, tuple[int, int], bytes]]:
-    """Each row with its case, its byte span and its bytes, as the file is read: a caller
-    that keeps only the cases never holds every parsed row at once (a 20,000-case suite's
-    largest transient)."""
-    where = str(path)
+    fixtures = FixtureFile(path)
     try:
-        data = path.read_bytes()
+        for ref in fixtures.validate():
+            pinned = fixtures.row(ref)
+            pinned["fixture_sha"] = ref.fixture_sha
+            yield json.dumps(pinned, sort_keys=True)
+    finally:
+        fixtures.close()
+
+
+# What validating a run of rows gives back: each case's ref fields, then the first error and
+# (when the error came from `check`) the id and line of the case it was about.
+RefFields = tuple[str, str | None, str, int, int, int, bytes]
+_Scan = tuple[list[RefFields], ParallaxError | None, tuple[str, int] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """Whole rows of a fixture file: their bytes, where those start in the file, their text."""
+
+    data: bytes
+    offset: int
+    text: str  # `data` decoded, without the file's BOM
+
+    @classmethod
+    def of(cls, data: bytes, offset: int) -> _Piece:
+        # the whole file was decoded before it was cut, so this cannot fail
+        return cls(data, offset, (data.removeprefix(_BOM) if offset == 0 else data).decode())
+
+
+def _scanned(
+    where: str, rows: Iterable[_Row], piece: _Piece, check: Callable[[Case], None]
+) -> _Scan:
+    """Validate rows parsed from the piece's text and check each case; stop at the first error
+    and say how far it got."""
+    data, offset = piece.data, piece.offset
+    bom = len(data) - len(data.removeprefix(_BOM)) if offset == 0 else 0
+    byte_at = _byte_offsets(piece.text, bom)
+    surrogates = may_hold_surrogates(piece.text)
+    refs: list[RefFields] = []
+    case: Case | None = None
+    try:
+        for row in rows:
+            if surrogates and holds_surrogate(row.data):
+                raise _fail(where, row.line, "lone surrogate escape (\\ud800-\\udfff) is not text")
+            case = _to_case(where, row)
+            check(case)
+            start, end = byte_at(row.start), byte_at(row.end)
+            pin = case.fixture_sha
+            span = (offset + start, offset + end)
+            refs.append((case.id, case.stratum, pin, row.line, *span, _digest(data[start:end])))
+            case = None
+    except ParallaxError as exc:  # a FixtureError, or a ConfigError naming a missing grader
+        return refs, exc, (case.id, case.line) if case is not None else None
+    return refs, None, None
+
+
+@dataclass(frozen=True)
+class _JsonlTask:
+    """Validate one chunk of whole JSONL lines: (first line number, byte offset, bytes).
+    A forked worker inherits it whole, `check` and the graders behind it included."""
+
+    where: str
+    last: int  # the file's last line that is not blank
+    torn: bool  # the file does not end with a newline
+    check: Callable[[Case], None]
+
+    def __call__(self, chunk: tuple[int, int, bytes]) -> _Scan:
+        first, offset, data = chunk
+        piece = _Piece.of(data, offset)
+        rows = _parse_jsonl(self.where, piece.text, first, self.last, self.torn)
+        return _scanned(self.where, rows, piece, self.check)
+
+
+def _jsonl_chunks(data: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """Whole lines, CHUNK_LINES at a time, with the number of the first and where it starts."""
+    line, start = 1, 0
+    while start < len(data):
+        end = start
+        for _ in range(CHUNK_LINES):
+            newline = data.find(b"\n", end)
+            if newline < 0:
+                end = len(data)
+                break
+            end = newline + 1
+        yield line, start, data[start:end]
+        line += data.count(b"\n", start, end)
+        start = end
+
+
+def _settle(where: str, scans: Iterable[_Scan]) -> list[CaseRef]:
+    """Refs in file order, refusing a duplicate id before any later error."""
+    seen: dict[str, int] = {}
+    refs: list[CaseRef] = []
+    for fields, error, failed in scans:
+        for case_id, stratum, sha, line, start, end, digest in fields:
+            first = seen.get(case_id)
+            if first is not None:
+                raise _duplicate(where, case_id, line, first)
+            seen[case_id] = line
+            refs.append(CaseRef(case_id, stratum, sha, line, start, end, digest))
+        if error is not None:
+            if failed is not None and failed[0] in seen:
+                raise _duplicate(where, failed[0], failed[1], seen[failed[0]])
+            raise error
+    return refs
+
+
+def _duplicate(where: str, case_id: str, line: int, first: int) -> FixtureError:
+    return _fail(where, line, f"duplicate id {case_id!r} (first on line {first})")
+
+
+def _read_file(where: str, path: Path) -> bytes:
+    try:
+        return path.read_bytes()
     except FileNotFoundError:
         raise DataError(where, "no such file") from None
     except IsADirectoryError:
         raise DataError(where, "is a directory, not a fixture file") from None
     except OSError as exc:
         raise DataError(where, f"cannot read: {exc.strerror or exc}") from None
-    text = _decode(where, data)
-    byte_at = _byte_offsets(text, len(data) - len(data.removeprefix(b"\xef\xbb\xbf")))
-    surrogates = may_hold_surrogates(text)
-    seen: dict[str, int] = {}
-    for row in _parse(where, text):
-        if surrogates and holds_surrogate(row.data):
-            raise _fail(where, row.line, "lone surrogate escape (\\ud800-\\udfff) is not text")
-        case = _to_case(where, row)
-        first = seen.get(case.id)
-        if first is not None:
-            raise _fail(where, row.line, f"duplicate id {case.id!r} (first on line {first})")
-        seen[case.id] = row.line
-        start, end = byte_at(row.start), byte_at(row.end)
-        yield row, case, (start, end), data[start:end]
 
 
 def _byte_offsets(text: str, shift: int) -> Callable[[int], int]:
-    """Map increasing character offsets of `text` to byte offsets in its file."""
+    """Map increasing character offsets of `text` to offsets in the bytes it was decoded from,
+    which begin with `shift` bytes of BOM."""
     if text.isascii():
         return lambda index: index + shift
     done = [0, shift]  # characters and bytes counted so far
@@ -214,8 +341,8 @@ def _decode(where: str, data: bytes) -> str:
         ) from None
 
 
-def _parse(where: str, text: str) -> Iterable[_Row]:
-    """Tell a JSON document from JSONL, then return its rows with their line numbers.
+def _document_rows(where: str, text: str) -> list[_Row] | None:
+    """The rows of a JSON document with a `cases` list, or None when the file is JSONL.
 
     The first line of JSONL also opens with `{`, so the first character decides nothing: the
     file is a document only when the whole text parses as one object. A one-line object
@@ -223,7 +350,7 @@ def _parse(where: str, text: str) -> Iterable[_Row]:
     """
     stripped = text.strip(_JSON_WS)
     if not stripped.startswith("{"):
-        return _parse_jsonl(where, text)
+        return None
     try:
         whole = json.loads(text)
     except RecursionError:  # only text far past MAX_DEPTH gets here
@@ -233,11 +360,11 @@ def _parse(where: str, text: str) -> Iterable[_Row]:
         if _broken_document(text, exc):
             reason = f"invalid JSON: {exc.msg} (column {exc.colno})"
             raise _fail(where, exc.lineno, reason) from None
-        return _parse_jsonl(where, text)
+        return None
     except ValueError:
-        return _parse_jsonl(where, text)
+        return None
     if not isinstance(whole, dict) or ("cases" not in whole and "\n" not in stripped):
-        return _parse_jsonl(where, text)
+        return None
     if not isinstance(whole.get("cases"), list):
         start = len(text) - len(text.lstrip(_JSON_WS))
         raise _fail(where, _line_at(text, start), "JSON document without a 'cases' list")
@@ -270,11 +397,11 @@ def _broken_document(text: str, exc: json.JSONDecodeError) -> bool:
     return False
 
 
-def _parse_jsonl(where: str, text: str) -> Iterator[_Row]:
-    last = text.rstrip(_JSON_WS).count("\n") + 1  # the last line that is not blank
-    torn_possible = not text.endswith("\n")
+def _parse_jsonl(where: str, text: str, first: int, last: int, torn: bool) -> Iterator[_Row]:
+    """The rows of whole JSONL lines numbered from `first`; the file's last line that is not
+    blank is `last`, torn when the file does not end with a newline."""
     start = 0
-    for number in range(1, last + 1):
+    for number in range(first, first + text.rstrip(_JSON_WS).count("\n") + 1):
         end = text.find("\n", start)
         raw = text[start:] if end < 0 else text[start:end]
         span = (start, len(text) if end < 0 else end)
@@ -288,7 +415,7 @@ def _parse_jsonl(where: str, text: str) -> Iterator[_Row]:
             raise _fail(where, number, f"duplicate key {exc.key!r} in one row") from None
         except json.JSONDecodeError as exc:
             reason = f"invalid JSON: {exc.msg} (column {exc.colno})"
-            if torn_possible and number == last:
+            if torn and number == last:
                 reason = f"truncated last line (no newline at end; {reason})"
             raise _fail(where, number, reason) from None
         except ValueError as exc:

@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -30,7 +30,7 @@ __all__ = [
     "DEFAULT_MAX_CHARS",
     "Grader",
     "GraderSet",
-    "check_cases",
+    "check_case",
     "grade",
     "load_graders",
 ]
@@ -113,23 +113,21 @@ def load_graders(spec: str | None, base_dir: Path, *, config_path: str, key: str
     return GraderSet(base_dir=base_dir, module=module, config_path=config_path, key=key)
 
 
-def check_cases(cases: Iterable[Case], graders: GraderSet) -> None:
+def check_case(case: Case, graders: GraderSet) -> None:
     """Refuse expectation keys that nothing would grade, before any call is made.
 
     An unknown key without a custom grader is almost always a typo (`must_includes`), and
     ignoring it would turn a strict case into one that always passes.
     """
-    for case in cases:
-        grader = graders.resolve(case)
-        if grader is not None:
-            continue
-        unknown = [key for key in case.expect if key not in BUILTIN_KEYS]
-        if unknown:
-            raise FixtureError(
-                case.path,
-                f"unknown expect key {unknown[0]!r} and no custom grader for case {case.id!r}",
-                line=case.line,
-            )
+    if graders.resolve(case) is not None:
+        return
+    unknown = [key for key in case.expect if key not in BUILTIN_KEYS]
+    if unknown:
+        raise FixtureError(
+            case.path,
+            f"unknown expect key {unknown[0]!r} and no custom grader for case {case.id!r}",
+            line=case.line,
+        )
 
 
 def grade(case: Case, reply: Reply, graders: GraderSet) -> Grade:
@@ -137,7 +135,7 @@ def grade(case: Case, reply: Reply, graders: GraderSet) -> Grade:
 
     A custom grader that raises or returns garbage yields `grader_error:<Class>` instead of
     crashing the run: one broken grader must not cost the whole night's ledger. Expectation
-    keys that are neither built-in nor handled by a grader are ignored here; `check_cases`
+    keys that are neither built-in nor handled by a grader are ignored here; `check_case`
     refuses them at load time.
     """
     tally = _Tally()

@@ -38,7 +38,7 @@ from runner.gate import (
     disagreement,
     fold,
 )
-from runner.grading import GraderSet, check_cases, load_graders
+from runner.grading import GraderSet, check_case, load_graders
 from runner.ledger import LedgerWriter, read_json_object, write_json, write_json_map
 from runner.lock import holds_suite_lock
 from runner.model import NOISE, SIDES, STRATA, Case, Endpoint, Exchange
@@ -91,14 +91,7 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
         cfg.graders, loaded.base_dir, config_path=str(loaded.path), key=f"suites.{name}.graders"
     )
     fixtures = FixtureFile(fixtures_path)
-    refs: list[CaseRef] = []
-
-    def scanned() -> Iterator[Case]:
-        for case, ref in fixtures.scan():
-            refs.append(ref)
-            yield case
-
-    check_cases(scanned(), graders)
+    refs = fixtures.validate(functools.partial(check_case, graders=graders))
     stratified = any(r.stratum for r in refs)
     if stratified:
         refs = [r if r.stratum else replace(r, stratum="medium") for r in refs]

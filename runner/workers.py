@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
@@ -23,7 +23,7 @@ R = TypeVar("R")
 
 MAX_WORKERS = 8
 
-_TASK: Callable[[Any], Any] | None = None  # set in the parent just before the fork
+_TASK: Callable[[Any], Any] | None = None  # a worker's task, set as it starts
 
 
 def available() -> int:
@@ -38,7 +38,7 @@ def available() -> int:
     return min(len(os.sched_getaffinity(0)), MAX_WORKERS)
 
 
-def ordered(task: Callable[[T], R], chunks: Iterable[T], workers: int) -> Iterator[R]:
+def ordered(task: Callable[[T], R], chunks: Iterable[T], workers: int) -> Generator[R, None, None]:
     """`task(chunk)` for every chunk, computed in `workers` forked processes, in chunk order.
 
     Chunks go out a few at a time, so memory stays bounded by the number of workers on any
@@ -48,10 +48,13 @@ def ordered(task: Callable[[T], R], chunks: Iterable[T], workers: int) -> Iterat
     """
     import multiprocessing
 
-    global _TASK  # noqa: PLW0603 - the fork hands it to the workers
-    _TASK = task
+    # forked, a worker inherits its arguments instead of unpickling them: the task may be a
+    # closure over the suite and its graders
     pool = ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context("fork"), initializer=_quiet_worker
+        workers,
+        mp_context=multiprocessing.get_context("fork"),
+        initializer=_start_worker,
+        initargs=(task,),
     )
     pending: deque[tuple[T, Future[R] | None]] = deque()
     broken = False
@@ -85,7 +88,6 @@ def ordered(task: Callable[[T], R], chunks: Iterable[T], workers: int) -> Iterat
             yield oldest()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-        _TASK = None
 
 
 def _run(chunk: Any) -> Any:
@@ -93,10 +95,12 @@ def _run(chunk: Any) -> Any:
     return _TASK(chunk)
 
 
-def _quiet_worker() -> None:
+def _start_worker(task: Callable[[Any], Any]) -> None:
     """Signals are the parent's to handle: Ctrl-C cancels the pool without a trace from each
     worker, and a SIGTERM meant for a worker ends it instead of reaching the event loop's
     handler the fork copied (whose wakeup socket the parent still reads)."""
+    global _TASK  # noqa: PLW0603 - one task per worker process
+    _TASK = task
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import random
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.errors import DataError, FixtureError
+from runner import fixtures
+from runner.errors import DataError, FixtureError, ParallaxError
 from runner.fixtures import FixtureFile, fixture_sha, load_cases, pin_lines
+from runner.grading import GraderSet, check_case
 from runner.model import Case
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -423,10 +429,10 @@ def test_a_fixture_file_reads_back_each_case_as_loaded(tmp_path: Path, layout: s
     prefix = "\ufeff" if "bom" in layout else ""
     path.write_text(prefix + body, encoding="utf-8")
     fixtures = FixtureFile(path)
-    refs = [ref for _, ref in fixtures.scan()]
-    expected = load_cases(path)
-    assert expected == [fixtures.load(ref) for ref in reversed(refs)][::-1]
-    assert [r.line for r in refs] == [c.line for c in expected]
+    built: list[Case] = []  # the cases as validation built them
+    refs = fixtures.validate(built.append)
+    assert built == [fixtures.load(ref) for ref in reversed(refs)][::-1]
+    assert [r.line for r in refs] == [c.line for c in built]
 
 
 def test_a_fixture_file_evicts_old_cases_and_reads_them_again(
@@ -436,7 +442,7 @@ def test_a_fixture_file_evicts_old_cases_and_reads_them_again(
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ROWS))
     monkeypatch.setattr(FixtureFile, "KEEP", 1)
     fixtures = FixtureFile(path)
-    refs = [ref for _, ref in fixtures.scan()]
+    refs = fixtures.validate()
     first = [fixtures.load(ref) for ref in refs]
     assert first == [fixtures.load(ref) for ref in refs] == load_cases(path)
 
@@ -445,7 +451,7 @@ def test_a_fixture_edited_during_the_run_is_a_data_error(tmp_path: Path) -> None
     """A row that no longer reads as the validated case names the file and line (exit 65)."""
     path = tmp_path / "cases.jsonl"
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ROWS))
-    refs = [ref for _, ref in FixtureFile(path).scan()]
+    refs = FixtureFile(path).validate()
     path.write_text(path.read_text().replace("plain ascii", "plain ASCII"))
     with pytest.raises(DataError) as info:
         FixtureFile(path).load(refs[2])
@@ -453,3 +459,77 @@ def test_a_fixture_edited_during_the_run_is_a_data_error(tmp_path: Path) -> None
     path.write_text("")
     with pytest.raises(DataError):
         FixtureFile(path).load(refs[0])
+
+
+# --- validation in worker processes -------------------------------------------------------------
+
+# Row kinds for files validated both ways; the first row of every file is case "c0".
+TYPO = {"must_includ": []}  # an expectation key nothing grades: refused by `check_case`
+WORKER_ROWS: dict[str, Callable[[int], str]] = {
+    "ok": lambda i: json.dumps({"id": f"c{i}", "prompt": "p", "expect": {"must_include": ["x"]}}),
+    "unicode": lambda i: json.dumps({"id": f"ü{i}", "prompt": "héllo ✓"}, ensure_ascii=False),
+    "blank": lambda i: "  ",
+    "bad_json": lambda i: f'{{"id": "b{i}", "prompt": ',
+    "unknown_key": lambda i: json.dumps({"id": f"k{i}", "prompt": "p", "colour": 1}),
+    "typo_expect": lambda i: json.dumps({"id": f"t{i}", "prompt": "p", "expect": TYPO}),
+    "no_grader": lambda i: json.dumps({"id": f"g{i}", "prompt": "p", "grader": "whisper"}),
+    "deep": lambda i: f'{{"id": "d{i}", "prompt": "p", "tags": {"[" * 130 + "]" * 130}}}',
+    "surrogate": lambda i: f'{{"id": "s{i}", "prompt": "\\ud800"}}',
+    "dup": lambda i: json.dumps({"id": "c0", "prompt": "again"}),
+    "dup_typo": lambda i: json.dumps({"id": "c0", "prompt": "p", "expect": TYPO}),
+}
+
+
+def _validated(path: Path, *, chunk: int | None) -> tuple[str, Any]:
+    """What validating `path` gives: its refs, or the error's class and line. `chunk` set:
+    in two forked workers, that many lines a task."""
+    check = functools.partial(check_case, graders=GraderSet.empty())
+    pools: list[int] = []
+    with pytest.MonkeyPatch.context() as patch:
+        if chunk is not None:
+            real = fixtures.ordered
+            patch.setattr(fixtures, "PARALLEL_BYTES", 0)
+            patch.setattr(fixtures, "CHUNK_LINES", chunk)
+            patch.setattr(fixtures, "available", lambda: 2)
+            patch.setattr(fixtures, "ordered", lambda *a: pools.append(1) or real(*a))
+        try:
+            result: tuple[str, Any] = ("refs", FixtureFile(path).validate(check))
+        except ParallaxError as exc:
+            result = (type(exc).__name__, str(exc))
+    assert pools == ([1] if chunk is not None else [])
+    return result
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kinds=st.lists(st.sampled_from(sorted(WORKER_ROWS)), max_size=24),
+    newline=st.sampled_from(["\n", "\r\n"]),
+    bom=st.booleans(),
+    torn=st.booleans(),
+    chunk=st.integers(1, 5),
+)
+def test_validating_in_workers_gives_what_one_process_gives(
+    kinds: list[str], newline: str, bom: bool, torn: bool, chunk: int
+) -> None:
+    """The same refs, or the same first error in file order: a duplicate id on an earlier
+    line than a broken row, or on the very row a check refuses, is still the one reported."""
+    lines = [WORKER_ROWS["ok"](0)] + [WORKER_ROWS[kind](i) for i, kind in enumerate(kinds, 1)]
+    text = ("\ufeff" if bom else "") + newline.join(lines) + ("" if torn else newline)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "cases.jsonl"
+        path.write_text(text, encoding="utf-8")
+        one = _validated(path, chunk=None)
+        assert _validated(path, chunk=chunk) == one
+        if one[0] == "refs":
+            assert not {"bad_json", "unknown_key", "typo_expect", "no_grader"} & set(kinds)
+            fixtures_file = FixtureFile(path)
+            assert [c.id for c in map(fixtures_file.load, one[1])] == [r.id for r in one[1]]
+            fixtures_file.close()
+
+
+def test_a_duplicate_id_is_reported_before_a_check_on_the_same_row(tmp_path: Path) -> None:
+    """One process checks ids before expectation keys; a worker checks keys first, and the
+    parent puts the duplicate back in front."""
+    path = write(tmp_path, WORKER_ROWS["ok"](0) + "\n" + WORKER_ROWS["dup_typo"](1) + "\n")
+    expected = f"{path}:2: duplicate id 'c0' (first on line 1)"
+    assert _validated(path, chunk=None) == _validated(path, chunk=1) == ("FixtureError", expected)

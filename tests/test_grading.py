@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from runner.fixtures import load_cases
 from runner.grading import (
     BUILTIN_KEYS,
     GraderSet,
-    check_cases,
+    check_case,
     grade,
     load_graders,
 )
@@ -288,7 +289,8 @@ def test_support_graders_grade_the_seed_001_cases() -> None:
         "graders/support.py", FIXTURES, config_path="demo.toml", key="suites.support.graders"
     )
     refund, tracking = load_cases(FIXTURES / "support.json")
-    check_cases([refund, tracking], graders)
+    for checked in (refund, tracking):
+        check_case(checked, graders)
     replies = {
         "refund_ok": (refund, "We cannot refund order 1842 immediately; it is under review."),
         "refund_bad": (refund, "Sure! I will refund you now. Thanks. Bye. Really. Done."),
@@ -355,7 +357,7 @@ def test_malformed_graders_registry_is_a_config_error(tmp_path: Path) -> None:
 def test_unknown_expect_key_without_grader_is_a_fixture_error() -> None:
     """An expect key nothing grades is a FixtureError at the case's line."""
     with pytest.raises(FixtureError) as info:
-        check_cases([case({"must_includes": ["x"]})], NONE)
+        check_case(case({"must_includes": ["x"]}), NONE)
     expected = (
         "suite.jsonl:7: unknown expect key 'must_includes' and no custom grader for case 'c1'"
     )
@@ -364,19 +366,20 @@ def test_unknown_expect_key_without_grader_is_a_fixture_error() -> None:
 
 def test_unknown_expect_key_with_a_grader_is_accepted(suite: GraderSet) -> None:
     """A custom grader takes responsibility for the keys it is given."""
-    check_cases([case({"must_be_kind": True})], suite)
+    check_case(case({"must_be_kind": True}), suite)
 
 
 def test_builtin_only_cases_need_no_grader() -> None:
     """Cases with only built-in keys pass the check without any graders module."""
-    check_cases(load_cases(FIXTURES / "ceiling.jsonl"), NONE)
-    check_cases(load_cases(FIXTURES / "cities.jsonl"), NONE)
+    check = functools.partial(check_case, graders=NONE)
+    assert load_cases(FIXTURES / "ceiling.jsonl", check)
+    assert load_cases(FIXTURES / "cities.jsonl", check)
 
 
 def test_grader_naming_a_missing_function_is_a_config_error(suite: GraderSet) -> None:
     """`grader` naming a function that does not exist is a ConfigError at the case."""
     with pytest.raises(ConfigError) as info:
-        check_cases([case({}, grader="whisper")], suite)
+        check_case(case({}, grader="whisper"), suite)
     expected = "suite.jsonl:7: grader: no grader function 'whisper' in the suite's graders module"
     assert expected == str(info.value)
 
@@ -384,14 +387,14 @@ def test_grader_naming_a_missing_function_is_a_config_error(suite: GraderSet) ->
 def test_grader_name_without_a_suite_module_is_a_config_error() -> None:
     """A bare grader name needs a suite graders module to look in."""
     with pytest.raises(ConfigError, match="no graders module"):
-        check_cases([case({}, grader="shout")], NONE)
+        check_case(case({}, grader="shout"), NONE)
 
 
 def test_module_grader_naming_a_missing_function_is_a_config_error(tmp_path: Path) -> None:
     """`file.py:function` with no such function is a ConfigError."""
     write_module(tmp_path, "extra.py", "def quiet(text, expect):\n    return []\n")
     with pytest.raises(ConfigError, match=r"no grader function 'loud' in extra\.py"):
-        check_cases([case({}, grader="extra.py:loud")], load(tmp_path, None))
+        check_case(case({}, grader="extra.py:loud"), load(tmp_path, None))
 
 
 def test_two_grader_files_with_one_name_do_not_collide(tmp_path: Path) -> None:
