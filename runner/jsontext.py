@@ -25,7 +25,6 @@ _NESTING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a string literal, or a b
 # shortest integer orjson cannot hold (-9223372036854775809)
 _DIGIT_RUNS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
 _LONG_NUMBER = b"0" * 19
-_LONG_NUMBER_TEXT = re.compile(r"[0-9]{19}")
 
 
 def dumps(row: Any) -> bytes:
@@ -50,10 +49,10 @@ def loads(raw: bytes | str) -> Any:
     refuses (NaN, a lone surrogate escape, an overflowing float), for the stdlib's own value
     or error (UnicodeDecodeError or another ValueError).
     """
-    if isinstance(raw, str):
-        long_number = _LONG_NUMBER_TEXT.search(raw) is not None
-    else:
-        long_number = _LONG_NUMBER in raw.translate(_DIGIT_RUNS)
+    # ASCII digits are the only digit bytes in UTF-8, so the runs are looked for in bytes:
+    # a regular expression over the text took three times as long as orjson's parse
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    long_number = _LONG_NUMBER in data.translate(_DIGIT_RUNS)
     if not long_number:
         try:
             return orjson.loads(raw)
