@@ -19,9 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jsonschema import SchemaError
-from jsonschema.validators import validator_for
-
 from runner.errors import DataError, FixtureError, ParallaxError
 from runner.jsontext import MAX_DEPTH, copy_json, loads, too_deep
 from runner.model import STRATA, Case
@@ -619,6 +616,9 @@ def _check_object(value: Any) -> str | None:
 def _check_schema(value: Any) -> str | None:
     if not isinstance(value, dict):
         return f"must be a JSON Schema object, got {_json_kind(value)}"
+    from jsonschema import SchemaError  # only suites with schemas pay for the import
+    from jsonschema.validators import validator_for
+
     try:
         validator_for(value).check_schema(value)
     except SchemaError as exc:

@@ -19,8 +19,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from jsonschema.validators import validator_for
-
 from runner.errors import ConfigError, FixtureError
 from runner.jsontext import copy_json
 from runner.model import Case, Grade, Reply
@@ -219,6 +217,8 @@ def _schema_violations(answer: Any, schema: Mapping[str, Any]) -> list[str]:
     Several errors at one path (two missing required keys both sit at `$`) collapse into one
     code: the code names where the answer is wrong, and repeating it would add nothing.
     """
+    from jsonschema.validators import validator_for  # imported by the few suites that use it
+
     validator = validator_for(schema)(schema)
     paths = {error.json_path for error in validator.iter_errors(answer)}
     return [f"schema_violation:{path}" for path in sorted(paths)]
