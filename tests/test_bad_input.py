@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from runner import fixtures
+
 REPO = Path(__file__).resolve().parent.parent
 
 GOOD_ROW = '{"id": "a", "stratum": "easy", "prompt": "Say hi.", "expect": {"must_include": ["hi"]}}'
@@ -166,6 +168,26 @@ def test_bad_fixture_through_config_exits_65(tmp_path: Path, kind: str, command:
         assert word in message.lower(), message
     assert no_run_dirs(tmp_path), "a bad fixture must be caught before a run starts"
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize("kind", ["malformed-json", "duplicate-id", "torn-last-line"])
+def test_bad_row_deep_in_a_large_file_exits_65(tmp_path: Path, kind: str, command: str) -> None:
+    """A file large enough to be validated in worker processes: the error crosses back from
+    the worker whole and is still one line naming its line."""
+    pad = "x" * 200
+    good = "".join(
+        f'{{"id": "p{n:05}", "prompt": "{pad}", "expect": {{"must_include": ["x"]}}}}\n'
+        for n in range(6000)
+    ).encode()
+    assert len(good) > fixtures.PARALLEL_BYTES
+    data, line, words = BAD_FIXTURES[kind]
+    config = project(tmp_path, fixture=good + data)
+    message = one_line_error(parallax(command, "--config", config, cwd=tmp_path), 65)
+    assert f"cases.jsonl:{6000 + line}:" in message
+    for word in words:
+        assert word in message.lower(), message
+    assert no_run_dirs(tmp_path)
 
 
 @pytest.mark.parametrize("command", ["pin", "grade"])
