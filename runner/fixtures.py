@@ -13,11 +13,12 @@ import hashlib
 import json
 import os
 import re
+from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, overload
 
 from runner.errors import DataError, FixtureError, ParallaxError
 from runner.jsontext import MAX_DEPTH, copy_json, loads, too_deep
@@ -63,9 +64,11 @@ class _Row:
     end: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class CaseRef:
-    """A validated case by where its row sits in the fixture file, with what the gate needs."""
+class CaseRef(NamedTuple):
+    """A validated case by where its row sits in the fixture file, with what the gate needs.
+
+    A tuple: `CaseRefs` builds one on every lookup, and a tuple is the cheapest to build.
+    """
 
     id: str
     stratum: str | None
@@ -74,6 +77,90 @@ class CaseRef:
     start: int  # byte offsets of the row in the file
     end: int
     digest: bytes  # of the row's bytes, to know it unchanged when read back
+
+
+_STRATUM_OF: tuple[str | None, ...] = (None, *STRATA)  # a case's stratum by its code in CaseRefs
+
+
+def _new_ref(fields: tuple[str, str | None, str, int, int, int, bytes]) -> CaseRef:
+    return tuple.__new__(CaseRef, fields)  # skips NamedTuple's keyword-taking __new__
+
+
+class CaseRefs(Sequence[CaseRef]):
+    """Every validated case of a fixture file in file order, held in columns.
+
+    As one `CaseRef` object each, with their ints, digests and an index entry, the cases were
+    the largest thing a 20,000-case run holds that grows with the suite (some 370 bytes a
+    case); in plain arrays the same is about half, and a `CaseRef` is built when asked for.
+    """
+
+    def __init__(self) -> None:
+        self._ids: list[str] = []
+        self._shas: list[str] = []
+        self._strata = bytearray()
+        self._lines = array("q")
+        self._spans = array("q")  # start, end of each row: byte offsets in the file
+        self._digests = bytearray()
+        self._index: dict[str, int] = {}
+
+    def add(self, fields: RefFields) -> int | None:
+        """Add a case; or, when its id is taken, add nothing and return the first one's line."""
+        case_id, stratum, sha, line, start, end, digest = fields
+        first = self.first_line(case_id)
+        if first is not None:
+            return first
+        self._index[case_id] = len(self._ids)
+        self._ids.append(case_id)
+        self._shas.append(sha)
+        self._strata.append(_STRATUM_OF.index(stratum))
+        self._lines.append(line)
+        self._spans.extend((start, end))
+        self._digests += digest
+        return None
+
+    def default_stratum(self, stratum: str) -> None:
+        """Give the cases that name no stratum this one (a stratified suite's are medium)."""
+        self._strata = self._strata.replace(b"\0", bytes([_STRATUM_OF.index(stratum)]))
+
+    @property
+    def ids(self) -> Sequence[str]:
+        """The case ids in file order, without building a ref for each."""
+        return self._ids
+
+    def get(self, case_id: str) -> CaseRef | None:
+        at = self._index.get(case_id)
+        return None if at is None else self[at]
+
+    def first_line(self, case_id: str) -> int | None:
+        at = self._index.get(case_id)
+        return None if at is None else self._lines[at]
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @overload
+    def __getitem__(self, at: int) -> CaseRef: ...
+
+    @overload
+    def __getitem__(self, at: slice) -> Sequence[CaseRef]: ...
+
+    def __getitem__(self, at: int | slice) -> CaseRef | Sequence[CaseRef]:
+        if isinstance(at, slice):
+            return [self[i] for i in range(*at.indices(len(self)))]
+        return _new_ref(
+            (
+                self._ids[at],
+                _STRATUM_OF[self._strata[at]],
+                self._shas[at],
+                self._lines[at],
+                self._spans[2 * at],
+                self._spans[2 * at + 1],
+                bytes(self._digests[_DIGEST_SIZE * at : _DIGEST_SIZE * (at + 1)]),
+            )
+        )
+
+    def __iter__(self) -> Iterator[CaseRef]:
+        return map(self.__getitem__, range(len(self)))
 
 
 def _no_check(case: Case) -> None:
@@ -98,7 +185,7 @@ class FixtureFile:
         self._recent: OrderedDict[str, Case] = OrderedDict()
         self._fd: int | None = None
 
-    def validate(self, check: Callable[[Case], None] = _no_check) -> list[CaseRef]:
+    def validate(self, check: Callable[[Case], None] = _no_check) -> CaseRefs:
         """Validate every row into a case, pass each case to `check`, and return their refs.
 
         A large JSONL file is validated in forked worker processes, chunk by chunk, and `check`
@@ -163,8 +250,11 @@ class FixtureFile:
             self._fd = None
 
 
+_DIGEST_SIZE = 16
+
+
 def _digest(raw: bytes) -> bytes:
-    return hashlib.blake2b(raw, digest_size=16).digest()
+    return hashlib.blake2b(raw, digest_size=_DIGEST_SIZE).digest()
 
 
 def load_cases(path: Path, check: Callable[[Case], None] = _no_check) -> list[Case]:
@@ -278,20 +368,17 @@ def _jsonl_chunks(data: bytes) -> Iterator[tuple[int, int, bytes]]:
         start = end
 
 
-def _settle(where: str, scans: Iterable[_Scan]) -> list[CaseRef]:
+def _settle(where: str, scans: Iterable[_Scan]) -> CaseRefs:
     """Refs in file order, refusing a duplicate id before any later error."""
-    seen: dict[str, int] = {}
-    refs: list[CaseRef] = []
+    refs = CaseRefs()
     for fields, error, failed in scans:
-        for case_id, stratum, sha, line, start, end, digest in fields:
-            first = seen.get(case_id)
+        for row in fields:
+            first = refs.add(row)
             if first is not None:
-                raise _duplicate(where, case_id, line, first)
-            seen[case_id] = line
-            refs.append(CaseRef(case_id, stratum, sha, line, start, end, digest))
+                raise _duplicate(where, row[0], row[3], first)
         if error is not None:
-            if failed is not None and failed[0] in seen:
-                raise _duplicate(where, failed[0], failed[1], seen[failed[0]])
+            if failed is not None and (first := refs.first_line(failed[0])) is not None:
+                raise _duplicate(where, failed[0], failed[1], first)
             raise error
     return refs
 

@@ -15,7 +15,7 @@ import secrets
 import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from runner import __version__, logs
 from runner.ceiling import detect, strata_rates
 from runner.config import LoadedConfig, Thresholds, load_config
 from runner.errors import ConfigError, DataError, UsageError
-from runner.fixtures import CaseRef, FixtureFile
+from runner.fixtures import CaseRef, CaseRefs, FixtureFile
 from runner.gate import (
     GATE_CLASSES,
     INCOMPLETE,
@@ -59,7 +59,7 @@ class Suite:
     """A suite ready to run: cases (strata settled), graders and thresholds."""
 
     name: str
-    refs: tuple[CaseRef, ...]  # every case, in file order; `fixtures.load` reads one in full
+    refs: CaseRefs  # every case, in file order; `fixtures.load` reads one in full
     fixtures: FixtureFile
     graders: GraderSet
     thresholds: Thresholds
@@ -71,11 +71,7 @@ class Suite:
     alpha: float = 0.05
 
     def ref(self, case_id: str) -> CaseRef | None:
-        return self._by_id.get(case_id)
-
-    @functools.cached_property
-    def _by_id(self) -> dict[str, CaseRef]:  # built once: looked up for every exchange
-        return {r.id: r for r in self.refs}
+        return self.refs.get(case_id)
 
 
 def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
@@ -94,10 +90,10 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
     refs = fixtures.validate(functools.partial(check_case, graders=graders))
     stratified = any(r.stratum for r in refs)
     if stratified:
-        refs = [r if r.stratum else replace(r, stratum="medium") for r in refs]
+        refs.default_stratum("medium")
     return Suite(
         name=name,
-        refs=tuple(refs),
+        refs=refs,
         fixtures=fixtures,
         graders=graders,
         thresholds=loaded.thresholds(name),
@@ -285,7 +281,7 @@ async def call_all(
                     yield suite.fixtures.load(ref), sample
 
     ledgers = Ledgers(run_dir, suite, folds)
-    ledgers.progress = start_progress(suite.name, [r.id for r in suite.refs], suite.samples, done)
+    ledgers.progress = start_progress(suite.name, suite.refs.ids, suite.samples, done)
     try:
         await execute(
             {side: work(side) for side in endpoints}, endpoints, ledgers.write, in_flight=in_flight
@@ -305,7 +301,9 @@ def verdicts(
 ) -> tuple[list[Verdict], dict[str, SideView]]:
     """One gate verdict per case of today's fixtures, and the noise-check folds by case id."""
     noise = {
-        case.id: found for case in suite.refs if (found := folds.view(case.id, NOISE)) is not None
+        case_id: found
+        for case_id in suite.refs.ids
+        if (found := folds.view(case_id, NOISE)) is not None
     }
     result = []
     for case in suite.refs:
@@ -371,7 +369,7 @@ def finalize(
     """Gate, strata, alerts and the exit code; writes disagreement.json and summary.json."""
     snapshot = suite.snapshot
     results, noise = verdicts(suite, folds, snapshot)
-    retired = sorted(set(snapshot) - {r.id for r in suite.refs})
+    retired = sorted(set(snapshot) - set(suite.refs.ids))
     counts = dict.fromkeys(GATE_CLASSES, 0)
     for v in results:
         counts[v.gate] += 1

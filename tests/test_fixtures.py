@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from runner import fixtures
 from runner.errors import DataError, FixtureError, ParallaxError
-from runner.fixtures import FixtureFile, fixture_sha, load_cases, pin_lines
+from runner.fixtures import CaseRef, FixtureFile, fixture_sha, load_cases, pin_lines
 from runner.grading import GraderSet, check_case
 from runner.model import Case
 
@@ -493,7 +493,7 @@ def _validated(path: Path, *, chunk: int | None) -> tuple[str, Any]:
             patch.setattr(fixtures, "available", lambda: 2)
             patch.setattr(fixtures, "ordered", lambda *a: pools.append(1) or real(*a))
         try:
-            result: tuple[str, Any] = ("refs", FixtureFile(path).validate(check))
+            result: tuple[str, Any] = ("refs", list(FixtureFile(path).validate(check)))
         except ParallaxError as exc:
             result = (type(exc).__name__, str(exc))
     assert pools == ([1] if chunk is not None else [])
@@ -533,3 +533,37 @@ def test_a_duplicate_id_is_reported_before_a_check_on_the_same_row(tmp_path: Pat
     path = write(tmp_path, WORKER_ROWS["ok"](0) + "\n" + WORKER_ROWS["dup_typo"](1) + "\n")
     expected = f"{path}:2: duplicate id 'c0' (first on line 1)"
     assert _validated(path, chunk=None) == _validated(path, chunk=1) == ("FixtureError", expected)
+
+
+REF_FIELDS = st.tuples(
+    st.sampled_from(["a", "b", "c", "d", "é", "case-000001"]),
+    st.sampled_from([None, "easy", "medium", "stretch"]),
+    st.text("0123456789abcdef", min_size=16, max_size=16),
+    st.integers(1, 2**40),
+    st.integers(0, 2**62),
+    st.integers(0, 2**62),
+    st.binary(min_size=16, max_size=16),
+)
+
+
+@given(rows=st.lists(REF_FIELDS, max_size=12))
+def test_case_refs_give_back_each_case_as_added(rows: list[fixtures.RefFields]) -> None:
+    """Columns in, the same refs out: by position, by id, in order; a second id is refused
+    with the first one's line."""
+    refs = fixtures.CaseRefs()
+    kept: dict[str, CaseRef] = {}
+    for row in rows:
+        first = refs.add(row)
+        if row[0] in kept:
+            assert first == kept[row[0]].line
+        else:
+            assert first is None
+            kept[row[0]] = CaseRef(*row)
+    assert list(refs) == list(kept.values())
+    assert list(refs.ids) == list(kept)
+    assert len(refs) == len(kept)
+    assert list(refs[1:]) == list(kept.values())[1:]
+    assert all(refs.get(case_id) == ref for case_id, ref in kept.items())
+    assert refs.get("missing") is None
+    refs.default_stratum("medium")
+    assert list(refs) == [ref._replace(stratum=ref.stratum or "medium") for ref in kept.values()]
