@@ -567,3 +567,21 @@ def test_case_refs_give_back_each_case_as_added(rows: list[fixtures.RefFields]) 
     assert refs.get("missing") is None
     refs.default_stratum("medium")
     assert list(refs) == [ref._replace(stratum=ref.stratum or "medium") for ref in kept.values()]
+
+
+def test_an_error_found_stops_the_validating_workers_at_once(tmp_path: Path) -> None:
+    """The first error ends the pool before it propagates, not when the traceback that holds
+    the chunks still to come is finally let go."""
+    import multiprocessing
+
+    rows = [WORKER_ROWS["ok"](i) for i in range(40)]
+    rows[2] = WORKER_ROWS["bad_json"](2)
+    path = write(tmp_path, "\n".join(rows) + "\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fixtures, "PARALLEL_BYTES", 0)
+        patch.setattr(fixtures, "CHUNK_LINES", 1)
+        patch.setattr(fixtures, "available", lambda: 2)
+        with pytest.raises(FixtureError, match=":3: invalid JSON") as info:
+            FixtureFile(path).validate()
+    assert info.traceback  # the validation's frames are still held here
+    assert multiprocessing.active_children() == []
