@@ -416,12 +416,12 @@ ROWS = [
 
 @pytest.mark.parametrize(
     "layout",
-    ["jsonl", "jsonl-bom-crlf", "document"],
+    ["jsonl", "jsonl-bom-crlf", "document", "document-bom"],
 )
 def test_a_fixture_file_reads_back_each_case_as_loaded(tmp_path: Path, layout: str) -> None:
     """Every ref's byte span reads back the very case `load_cases` built, in any layout."""
     path = tmp_path / "cases.jsonl"
-    if layout == "document":
+    if layout.startswith("document"):
         body = json.dumps({"cases": ROWS}, indent=2, ensure_ascii=False)
     else:
         newline = "\r\n" if layout.endswith("crlf") else "\n"
