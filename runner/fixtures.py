@@ -82,7 +82,7 @@ class CaseRef(NamedTuple):
 _STRATUM_OF: tuple[str | None, ...] = (None, *STRATA)  # a case's stratum by its code in CaseRefs
 
 
-def _new_ref(fields: tuple[str, str | None, str, int, int, int, bytes]) -> CaseRef:
+def _new_ref(fields: RefFields) -> CaseRef:
     return tuple.__new__(CaseRef, fields)  # skips NamedTuple's keyword-taking __new__
 
 
@@ -371,11 +371,11 @@ def _jsonl_chunks(data: bytes) -> Iterator[tuple[int, int, bytes]]:
 def _settle(where: str, scans: Iterable[_Scan]) -> CaseRefs:
     """Refs in file order, refusing a duplicate id before any later error."""
     refs = CaseRefs()
-    for fields, error, failed in scans:
-        for row in fields:
-            first = refs.add(row)
+    for found, error, failed in scans:
+        for fields in found:
+            first = refs.add(fields)
             if first is not None:
-                raise _duplicate(where, row[0], row[3], first)
+                raise _duplicate(where, fields[0], fields[3], first)
         if error is not None:
             if failed is not None and (first := refs.first_line(failed[0])) is not None:
                 raise _duplicate(where, failed[0], failed[1], first)
