@@ -119,7 +119,7 @@ def _loads(text: str) -> tuple[bool, Any]:
         return False, None
     try:
         doc = loads(text)
-    except (ValueError, RecursionError):
+    except ValueError:
         return False, None
     return True, scrub(doc) if may_hold_surrogates(text) else doc
 

@@ -47,7 +47,8 @@ def loads(raw: bytes | str) -> Any:
     orjson reads an integer beyond 64 bits as a float, so text with 19 digits in a row (maybe
     only inside a string) goes to the stdlib, which keeps it exact; so does what orjson
     refuses (NaN, a lone surrogate escape, an overflowing float), for the stdlib's own value
-    or error (UnicodeDecodeError or another ValueError).
+    or error (UnicodeDecodeError or another ValueError). Text nested past what the stdlib can
+    parse is a ValueError too, so every reader handles it where it handles broken JSON.
     """
     # ASCII digits are the only digit bytes in UTF-8, so the runs are looked for in bytes:
     # a regular expression over the text took three times as long as orjson's parse
@@ -58,7 +59,10 @@ def loads(raw: bytes | str) -> Any:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(raw if isinstance(raw, str) else raw.decode("utf-8"))
+    try:
+        return json.loads(raw if isinstance(raw, str) else raw.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
 
 
 def too_deep(text: str) -> int | None:

@@ -44,7 +44,7 @@ def decode_line(path: Path, line_no: int, raw: bytes) -> Any:
         return loads(raw)
     except UnicodeDecodeError as exc:
         raise DataError(path, f"not UTF-8 at byte {exc.start}", line_no) from None
-    except (ValueError, RecursionError) as exc:
+    except ValueError as exc:
         torn = not raw.endswith(b"\n")
         reason = "truncated last line" if torn else f"invalid JSON: {exc}"
         raise DataError(path, reason, line_no) from None
@@ -71,7 +71,7 @@ def read_json_object(path: Path, *, missing: str = "no such file") -> dict[str, 
         raise DataError(path, missing) from None
     except OSError as exc:
         raise DataError(path, f"cannot read: {exc.strerror}") from None
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError
         raise DataError(path, f"unreadable JSON: {exc}") from None
     if not isinstance(value, dict):
         raise DataError(path, "not a JSON object")
@@ -198,7 +198,7 @@ def read_json_map(path: Path, key: str) -> Iterator[tuple[str, Any]]:
                 return
             try:
                 value = loads(b"{" + entry + b"}")
-            except (ValueError, RecursionError):
+            except ValueError:
                 value = None
             if not isinstance(value, dict) or len(value) != 1:
                 raise DataError(path, f"not one {key!r} entry per line", line_no)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from runner.errors import UsageError
+from runner.jsontext import loads
 
 if TYPE_CHECKING:
     from runner.config import LoadedConfig
@@ -51,8 +52,8 @@ def lock_path(runs_dir: Path, suite: str) -> Path:
 def _read_holder(fd: int) -> dict[str, Any]:
     try:
         raw = os.pread(fd, 4096, 0)
-        holder = json.loads(raw.decode("utf-8")) if raw.strip() else {}
-    except (OSError, ValueError, RecursionError):
+        holder = loads(raw) if raw.strip() else {}
+    except (OSError, ValueError):
         return {}
     return holder if isinstance(holder, dict) else {}
 

@@ -48,6 +48,7 @@ from anyio.abc import TaskStatus
 from runner import logs
 from runner.config import LoadedConfig
 from runner.errors import ConfigError, ParallaxError, UsageError
+from runner.jsontext import loads
 from runner.lock import SuiteLocked, is_locked
 
 HEARTBEAT_NAME = ".parallax-serve.json"
@@ -260,7 +261,7 @@ def check_health(
     path = heartbeat_path(runs_dir)
     report: dict[str, Any] = {"healthy": False, "heartbeat": str(path)}
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = loads(path.read_bytes())
         updated = datetime.fromisoformat(doc["updated_at"])
         interval = float(doc.get("heartbeat_seconds", 15.0))
         state = str(doc["state"])
@@ -268,7 +269,7 @@ def check_health(
     except FileNotFoundError:
         report["reason"] = "no heartbeat file: is `parallax serve` running with this config?"
         return report
-    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         report["reason"] = f"unreadable heartbeat: {exc}"
         return report
     limit = max_age if max_age is not None else 3 * interval + 5

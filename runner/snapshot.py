@@ -8,7 +8,6 @@ silently replaced.
 from __future__ import annotations
 
 import fcntl
-import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -17,6 +16,7 @@ from typing import Any
 
 from runner.config import valid_name
 from runner.errors import DataError, ParallaxError
+from runner.jsontext import loads
 from runner.ledger import read_json_object, write_json
 from runner.text import holds_surrogate, may_hold_surrogates
 
@@ -42,11 +42,9 @@ def load_snapshot(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise DataError(path, f"not UTF-8 at byte {exc.start}") from None
     try:
-        doc = json.loads(text)
+        doc = loads(text)
     except ValueError as exc:
         raise DataError(path, f"invalid JSON: {exc}", getattr(exc, "lineno", None)) from None
-    except RecursionError:
-        raise DataError(path, "invalid JSON: nested too deeply to read") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), dict):
         raise DataError(path, "not a parallax snapshot (no 'cases' object)")
     if may_hold_surrogates(text) and holds_surrogate(doc):

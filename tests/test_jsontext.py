@@ -6,6 +6,7 @@ import json
 import math
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -56,3 +57,11 @@ def test_a_long_integer_stays_exact_wherever_it_sits(digits: int, sign: str, pad
     number = int(sign + "9" * digits)
     text = json.dumps({"pad": pad, "n": number}, ensure_ascii=False)
     assert same(loads(text), {"pad": pad, "n": number})
+
+
+def test_text_nested_past_what_the_stdlib_can_read_is_a_value_error() -> None:
+    """Every reader already handles ValueError as broken JSON; a RecursionError would escape."""
+    deep = "[" * 100_000 + "]" * 100_000
+    for raw in (deep, deep.encode()):
+        with pytest.raises(ValueError, match="nested too deeply"):
+            loads(raw)
