@@ -16,7 +16,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from runner.errors import UsageError
 from runner.gate import (
@@ -142,12 +142,8 @@ def junit_xml(reports: Sequence[RunReport]) -> bytes:
 def write_junit(run_dirs: Sequence[Path], path: Path) -> Path:
     """Write the JUnit XML of `run_dirs` to `path` (atomically); return the path."""
     data = junit_xml([build_report(d, top=None) for d in run_dirs])
-
-    def write(handle: IO[bytes]) -> None:
-        handle.write(data)
-
     try:
-        write_atomic(path, write)
+        write_atomic(path, [data])
     except OSError as exc:
         raise UsageError(f"{path}: cannot write JUnit XML: {exc.strerror}") from None
     return path

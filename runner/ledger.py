@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -127,12 +127,16 @@ class LedgerWriter:
             self._handle.close()
 
 
-def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Write a whole file atomically (temp file, fsync, rename): a reader never sees half."""
+def write_atomic(path: Path, parts: Iterable[bytes]) -> None:
+    """Write a whole file atomically (temp file, fsync, rename): a reader never sees half.
+
+    `parts` is consumed as it is written, so a large file is never held whole.
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with tmp.open("wb") as handle:
-            write(handle)
+            for part in parts:
+                handle.write(part)
             handle.flush()
             os.fsync(handle.fileno())
         tmp.replace(path)
@@ -144,11 +148,7 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
 def write_json(path: Path, value: Any) -> None:
     """A small JSON file (manifest, summary, snapshot), indented so a review diff reads well."""
     data = (json.dumps(value, ensure_ascii=False, sort_keys=True, indent=2) + "\n").encode()
-
-    def write(handle: IO[bytes]) -> None:
-        handle.write(data)
-
-    write_atomic(path, write)
+    write_atomic(path, [data])
 
 
 def write_json_map(
@@ -160,18 +160,18 @@ def write_json_map(
     held whole, neither as values nor as text; sorted, so a replay writes the same bytes.
     """
 
-    def write(handle: IO[bytes]) -> None:
-        handle.write(b"{")
+    def parts() -> Iterator[bytes]:
+        yield b"{"
         for name in sorted(head):
-            handle.write(dumps(name) + b":" + dumps(head[name]) + b",\n")
-        handle.write(dumps(key) + b":{")
+            yield dumps(name) + b":" + dumps(head[name]) + b",\n"
+        yield dumps(key) + b":{"
         separator = b"\n"
         for name, value in items:
-            handle.write(separator + dumps(name) + b":" + dumps(value))
+            yield separator + dumps(name) + b":" + dumps(value)
             separator = b",\n"
-        handle.write(b"\n}}\n")
+        yield b"\n}}\n"
 
-    write_atomic(path, write)
+    write_atomic(path, parts())
 
 
 def read_json_map(path: Path, key: str) -> Iterator[tuple[str, Any]]:

@@ -18,7 +18,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from runner import __version__
 from runner.adapters import parse
@@ -896,11 +896,7 @@ def write_reports(run_dir: Path, *, retire_after: int | None = None) -> RunRepor
 
 
 def _write_text(path: Path, parts: Iterable[str]) -> None:
-    def write(handle: IO[bytes]) -> None:
-        for part in parts:
-            handle.write(part.encode("utf-8"))
-
-    write_atomic(path, write)
+    write_atomic(path, (part.encode("utf-8") for part in parts))
 
 
 def after_run(run_dir: Path, *, retire_after: int, log: Any) -> None:
