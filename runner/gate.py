@@ -104,7 +104,7 @@ def _fold_one(row: Outcome) -> SideView:
         stable,
         (),
         pass_fraction=0.0 if stable else 1.0,
-        task_score=row.task_score / 1,
+        task_score=row.task_score / 1,  # a float, as the mean over several samples is
         model=model,
         fingerprint=fingerprint,
         samples=1,
