@@ -318,6 +318,21 @@ class Verdict:
         }
 
 
+def unscored_by(reference: SideView, candidate: SideView) -> tuple[str, str] | None:
+    """The stamp that keeps a pair out of the comparison, as (gate class, detail), or None.
+
+    Rules 3 and 4 of the gate, and also what the transport and schema alerts page on for a
+    case whose gate class came earlier (a new or edited case that timed out).
+    """
+    for side, view in (("reference", reference), ("candidate", candidate)):
+        if view.transport != Transport.OK:
+            return TRANSPORT_MISS, f"{side}: {view.detail}"
+    for side, view in (("reference", reference), ("candidate", candidate)):
+        if view.schema != Schema.OK or not view.admitted:
+            return SCHEMA_MISS, f"{side}: {view.detail}"
+    return None
+
+
 def classify(
     case_id: str,
     *,
@@ -341,12 +356,9 @@ def classify(
         return verdict(NEW_CASE, "not in the snapshot")
     if accepted.get("fixture_sha") != fixture_sha:
         return verdict(FIXTURE_MOVE, f"fixture_sha {accepted.get('fixture_sha')} -> {fixture_sha}")
-    for side, view in (("reference", reference), ("candidate", candidate)):
-        if view.transport != Transport.OK:
-            return verdict(TRANSPORT_MISS, f"{side}: {view.detail}")
-    for side, view in (("reference", reference), ("candidate", candidate)):
-        if view.schema != Schema.OK or not view.admitted:
-            return verdict(SCHEMA_MISS, f"{side}: {view.detail}")
+    unscored = unscored_by(reference, candidate)
+    if unscored is not None:
+        return verdict(*unscored)
     models = accepted.get("models") or {}
     for side, view in (("reference", reference), ("candidate", candidate)):
         was = models.get(side)

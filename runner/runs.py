@@ -31,12 +31,15 @@ from runner.gate import (
     INCOMPLETE,
     RETIRED_CASE,
     REVIEW,
+    SCHEMA_MISS,
+    TRANSPORT_MISS,
     Folds,
     SideView,
     Verdict,
     classify,
     disagreement,
     fold,
+    unscored_by,
 )
 from runner.grading import GraderSet, check_case, load_graders
 from runner.ledger import LedgerWriter, read_json_object, write_json, write_json_map
@@ -478,18 +481,14 @@ def _log_alerts(
     moved = [v.case_id for v in changed if v.detail.startswith("reference")]
     if moved:
         log.warning(logs.ALERT_REFERENCE_MOVED, count=len(moved), case_ids=moved)
-    for gate, event in (
-        ("transport_miss", logs.ALERT_TRANSPORT),
-        ("schema_miss", logs.ALERT_SCHEMA),
-    ):
-        rows = [v for v in results if v.gate == gate]
-        if rows:
-            log.warning(
-                event,
-                count=len(rows),
-                case_ids=[v.case_id for v in rows],
-                details={v.case_id: v.detail for v in rows},
-            )
+    # by the stamp, not the gate class: a new or edited case that timed out pages too
+    unscored: dict[str, dict[str, str]] = {TRANSPORT_MISS: {}, SCHEMA_MISS: {}}
+    for v in results:
+        if (found := unscored_by(v.reference, v.candidate)) is not None:
+            unscored[found[0]][v.case_id] = found[1]
+    for gate, event in ((TRANSPORT_MISS, logs.ALERT_TRANSPORT), (SCHEMA_MISS, logs.ALERT_SCHEMA)):
+        if details := unscored[gate]:
+            log.warning(event, count=len(details), case_ids=list(details), details=details)
     drift: dict[tuple[str, str, str | None], list[str]] = {}
     for v in results:
         if v.gate != "alias_swap":

@@ -375,6 +375,26 @@ def test_run_one_suite(tmp_path: Path) -> None:
     assert {e["suite"] for e in log_lines(proc.stdout)} == {"cities"}
 
 
+def test_unscored_new_case_pages_as_a_transport_alert(tmp_path: Path) -> None:
+    """A timeout pages through alert.transport even when the case's gate class is new_case:
+    the alert follows the stamp, as the incomplete exit bit does, not the gate class."""
+    root = make_demo(tmp_path)
+    cassette = root / "fixtures" / "cassettes" / "reference.jsonl"
+    rows = [json.loads(line) for line in cassette.read_text(encoding="utf-8").splitlines()]
+    for row in rows:
+        if row["case_id"] == "city-11":
+            row.pop("completion")
+            row["fault"] = "timeout"
+    cassette.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    proc = parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    assert proc.returncode == 3, proc.stderr
+    assert gates(only_run_dir(root, "cities"))["city-11"] == "new_case"
+    alerts = [e for e in log_lines(proc.stdout) if e["event"] == "alert.transport"]
+    assert len(alerts) == 1, alerts
+    assert alerts[0]["case_ids"] == ["city-11"] and alerts[0]["count"] == 1
+    assert alerts[0]["details"]["city-11"].startswith("reference: timeout")
+
+
 def test_run_unknown_suite_exits_78(tmp_path: Path) -> None:
     """An unknown --suite is a config error: one line naming it, exit 78, no run dir."""
     root = make_demo(tmp_path)
