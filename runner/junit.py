@@ -140,9 +140,14 @@ def junit_xml(reports: Sequence[RunReport]) -> bytes:
 
 
 def write_junit(run_dirs: Sequence[Path], path: Path) -> Path:
-    """Write the JUnit XML of `run_dirs` to `path` (atomically); return the path."""
+    """Write the JUnit XML of `run_dirs` to `path` (atomically); return the path.
+
+    Missing folders are made, as CI report paths (`reports/parallax.xml`) usually name one
+    that no step has created yet.
+    """
     data = junit_xml([build_report(d, top=None) for d in run_dirs])
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, [data])
     except OSError as exc:
         raise UsageError(f"{path}: cannot write JUnit XML: {exc.strerror}") from None

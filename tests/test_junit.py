@@ -101,9 +101,20 @@ def test_run_with_junit_flag_writes_a_parseable_file(tmp_path: Path) -> None:
     assert expected == actual
 
 
-def test_write_junit_to_a_missing_folder_is_a_usage_error(hostile: Path, tmp_path: Path) -> None:
-    """An unwritable --junit path is one line and exit 64, after the report is built."""
+def test_write_junit_makes_missing_folders(hostile: Path, tmp_path: Path) -> None:
+    """A CI report path whose folders do not exist yet is made, as pytest's --junitxml does."""
+    out = write_junit([hostile], tmp_path / "reports" / "nightly" / "parallax.xml")
+    assert ET.parse(out).getroot().tag == "testsuites"
+
+
+def test_write_junit_to_an_unwritable_path_is_a_usage_error(
+    hostile: Path, tmp_path: Path
+) -> None:
+    """An --junit path under a regular file is one UsageError (exit 64) naming the path."""
     from runner.errors import UsageError
 
-    with pytest.raises(UsageError):
-        write_junit([hostile], tmp_path / "no" / "such" / "dir" / "j.xml")
+    (tmp_path / "file").write_text("not a folder", encoding="utf-8")
+    target = tmp_path / "file" / "j.xml"
+    with pytest.raises(UsageError, match="cannot write JUnit XML") as caught:
+        write_junit([hostile], target)
+    assert str(target) in str(caught.value)
