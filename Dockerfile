@@ -1,7 +1,10 @@
 # parallax: `serve` (the default) runs each suite on its cron schedule; `run` is the one-shot.
-# Mount the config, fixtures and snapshots read-only under /work and give /work/runs a volume:
+# Mount the config, fixtures and snapshots read-only under /work, give /work/runs a volume, and
+# name the config (PARALLAX_CONFIG defaults to /work/config/parallax.toml):
 #   docker run -d --name parallax -v "$PWD/config:/work/config:ro" -v "$PWD/fixtures:/work/fixtures:ro" \
-#     -v "$PWD/snapshots:/work/snapshots:ro" -v parallax-runs:/work/runs -e REF_API_KEY parallax
+#     -v "$PWD/snapshots:/work/snapshots:ro" -v parallax-runs:/work/runs \
+#     -e PARALLAX_CONFIG=/work/config/nightly.toml -e REF_BASE_URL -e REF_MODEL -e REF_API_KEY \
+#     -e CAND_BASE_URL -e CAND_MODEL -e CAND_API_KEY parallax
 
 # --- build: a virtualenv from the hash-pinned lock, then parallax itself (no other deps) ---
 FROM python:3.11-slim AS build
