@@ -21,15 +21,50 @@ from runner.errors import ParallaxError, UsageError
 DEFAULT_CONFIG = "parallax.toml"
 Adder = Callable[[str, str], "argparse.ArgumentParser"]
 
-EXIT_CODES = """exit codes:
-  0   clean
+_VERDICT = """  0   clean
   1   review needed: disagreement_changed, alias_swap, a stratum alert,
       a significant regression when fail_on asks for it
   2   incomplete: transport or schema misses (infrastructure, not quality)
   3   both 1 and 2
-  64  usage error    65  bad fixture or data file    78  bad config
-  70  serve: the scheduler itself crashed    130  interrupted (resume with --resume)
 """
+_ERRORS = "  64  usage error    65  bad fixture or data file    78  bad config\n"
+_INTERRUPTED = "  130 interrupted (resume with --resume)\n"
+
+# Every command shares one contract; each --help lists only the codes that command returns.
+EXIT_CODES = (
+    f"exit codes:\n{_VERDICT}{_ERRORS}"
+    "  70  serve: the scheduler itself crashed    130  interrupted (resume with --resume)\n"
+)
+_COMMAND_EXIT_CODES = {
+    "run": _VERDICT + _ERRORS + _INTERRUPTED,
+    "replay": _VERDICT + _ERRORS + _INTERRUPTED,
+    "report": "  0-3 the run's own exit code (see `parallax run --help`)\n" + _ERRORS,
+    "promote": "  0   snapshot written\n" + _ERRORS,
+    "pin": "  0   every row printed\n" + _ERRORS,
+    "validate": "  0   nothing wrong\n" + _ERRORS,
+    "diff": "  0   clean\n  1   a silent regression\n  2   transport or schema misses\n"
+    "  3   both 1 and 2\n" + _ERRORS,
+    "grade": "  0   no stratum alert\n  1   a stratum alert\n" + _ERRORS,
+    "serve": "  0   stopped by SIGTERM or SIGINT\n  70  the scheduler itself crashed\n" + _ERRORS,
+    "health": "  0   the daemon runs with a fresh heartbeat\n  1   it does not\n" + _ERRORS,
+    "history": "  0   printed\n" + _ERRORS,
+}
+
+
+# `grade`'s ceiling-detector defaults, named in its --help without importing the config models
+# (pydantic) at start-up; tests hold them equal to `runner.config.Thresholds`.
+GRADE_THRESHOLDS = {"stretch_high": 0.80, "easy_floor": 1.0, "medium_floor": 0.85}
+
+
+def _rate(value: str) -> float:
+    """A pass-rate threshold from the command line: a number from 0 to 1."""
+    try:
+        rate = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0 <= rate <= 1:  # NaN is refused here too
+        raise argparse.ArgumentTypeError(f"{value!r} is not between 0 and 1")
+    return rate
 
 
 class _Parser(argparse.ArgumentParser):
@@ -146,7 +181,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from runner.model import Reply
 
     thresholds = Thresholds(
-        easy_floor=args.easy_floor, medium_floor=args.medium_floor, stretch_high=args.stretch_high
+        **{key: value for key in GRADE_THRESHOLDS if (value := getattr(args, key)) is not None}
     )
     graders = load_graders(args.graders, Path.cwd(), config_path="--graders", key="graders")
     results: list[tuple[str | None, bool | None]] = []
@@ -218,6 +253,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for name in loaded.suite_names(args.suite):
         suite = prepare_suite(loaded, name)
         total += len(suite.refs)
+        cfg = loaded.config.suites[name]
+        if cfg.schedule:  # as `serve` reads it, so a bad cron line fails here, not at deploy
+            from runner.scheduler import Trigger
+
+            Trigger(cfg.schedule, cfg.timezone, config_path=loaded.path, suite=name)
     for endpoint_name, endpoint in loaded.config.endpoints.items():
         if endpoint.cassette:
             load_cassette(loaded.resolve(endpoint.cassette))
@@ -315,7 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_, description=help_, epilog=EXIT_CODES)
+        epilog = f"exit codes:\n{_COMMAND_EXIT_CODES[name]}"
+        p = sub.add_parser(name, help=help_, description=help_, epilog=epilog)
         p.formatter_class = argparse.RawDescriptionHelpFormatter
         return p
 
@@ -367,12 +408,16 @@ def _add_fixture_commands(add: Adder, config_help: str) -> None:
     p = add("grade", "Grade one side's recorded completions and report strata (seed 000).")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--graders", help="custom graders: a Python file or module name")
-    p.add_argument("--stretch-high", type=float, default=0.80)
-    p.add_argument("--easy-floor", type=float, default=1.0)
-    p.add_argument("--medium-floor", type=float, default=0.85)
+    for flag, meaning in (
+        ("--stretch-high", "stretch pass rate at or above which stretch_too_easy fires"),
+        ("--easy-floor", "easy pass rate below which easy_regression fires"),
+        ("--medium-floor", "medium pass rate below which medium_regression fires"),
+    ):
+        default = GRADE_THRESHOLDS[flag.removeprefix("--").replace("-", "_")]
+        p.add_argument(flag, type=_rate, metavar="RATE", help=f"{meaning} (default {default})")
     p.set_defaults(func=cmd_grade)
 
-    p = add("validate", "Check the config, its fixtures, cassettes and custom graders.")
+    p = add("validate", "Check the config, fixtures, snapshots, cassettes, graders and schedules.")
     p.add_argument("--config", help=config_help)
     p.add_argument("--suite", help="validate only this suite")
     p.set_defaults(func=cmd_validate)

@@ -7,6 +7,7 @@ directories land there and the repository is never written. Commands go through
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -25,7 +26,10 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 SCRIPT = Path(sys.executable).parent / "parallax"
 SUITES = ("ceiling", "support", "cities")
-SUBCOMMANDS = ("run", "replay", "promote", "pin", "diff", "grade", "validate")
+SUBCOMMANDS = (
+    *("run", "replay", "promote", "pin", "diff", "grade", "validate"),
+    *("serve", "health", "report", "history"),
+)
 RUN_FILES = ("manifest.json", "raw.jsonl", "outcomes.jsonl", "disagreement.json", "summary.json")
 OUTCOME_FIELDS = frozenset(
     {
@@ -170,16 +174,39 @@ def test_subcommand_help_exits_zero(tmp_path: Path, command: str) -> None:
     assert proc.stderr == ""
 
 
+def test_each_help_lists_the_exit_codes_its_command_returns() -> None:
+    """`health --help` says what 1 means for health, not for a run; every command lists the
+    error codes, and only commands that gate list the review and incomplete codes."""
+    from runner.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {command: child.format_help() for command, child in sub.choices.items()}
+    assert set(helps) == set(SUBCOMMANDS)
+    for command, text in helps.items():
+        assert "64  usage error" in text and "78  bad config" in text, command
+        gates = "review needed" in text
+        assert gates == (command in ("run", "replay")), command
+    assert "1   it does not" in helps["health"]
+    assert "70  the scheduler itself crashed" in helps["serve"]
+    assert "1   a stratum alert" in helps["grade"]
+
+
 @pytest.mark.parametrize(
     "args",
     [
         ["frobnicate"],
         ["run", "--bogus"],
         ["grade", "--stretch-high", "high", "x.jsonl"],
+        ["grade", "--easy-floor", "5", "x.jsonl"],
+        ["grade", "--medium-floor", "nan", "x.jsonl"],
         ["diff", "only-one.jsonl"],
         [],
     ],
-    ids=["unknown-subcommand", "bad-flag", "bad-flag-value", "missing-argument", "no-command"],
+    ids=[
+        *("unknown-subcommand", "bad-flag", "bad-flag-value", "rate-above-one", "rate-nan"),
+        *("missing-argument", "no-command"),
+    ],
 )
 def test_usage_errors_exit_64(tmp_path: Path, args: list[str]) -> None:
     """Usage errors exit 64 (not argparse's 2, which means incomplete here), no traceback."""
@@ -413,6 +440,30 @@ def test_validate_demo_config(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "ok" in proc.stdout
     assert no_run_dirs(root)
+
+
+@pytest.mark.parametrize(
+    ("setting", "key", "reason"),
+    [
+        ('schedule = "bogus cron"', "suites.cities.schedule", "bad cron"),
+        ('schedule = "0 3 * * *"\ntimezone = "Mars/Base"', "suites.cities.timezone", "time zone"),
+        ('schedule = "0 25 * * *"', "suites.cities.schedule", "bad cron"),
+    ],
+    ids=["fields", "timezone", "hour"],
+)
+def test_validate_refuses_a_schedule_serve_would_refuse(
+    tmp_path: Path, setting: str, key: str, reason: str
+) -> None:
+    """`validate` reads each suite's schedule as `serve` does: one line naming the key, 78."""
+    root = make_demo(tmp_path)
+    config = root / "config" / "demo.toml"
+    text = config.read_text(encoding="utf-8")
+    config.write_text(text.replace("[suites.cities]\n", f"[suites.cities]\n{setting}\n"), "utf-8")
+    proc = parallax("validate", "--config", "config/demo.toml", cwd=root)
+    assert proc.returncode == 78, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and key in lines[0] and reason in lines[0], proc.stderr
+    no_traceback(proc)
 
 
 def test_run_reads_config_from_environment(tmp_path: Path) -> None:
@@ -654,6 +705,15 @@ def test_grade_ceiling_fixture(tmp_path: Path) -> None:
         "stretch-missing-field",
     ]
     assert all(f["stratum"] == "stretch" and f["reasons"] for f in report["failures"])
+
+
+def test_grade_threshold_defaults_are_the_configs() -> None:
+    """`grade --help` names its defaults without importing the config models; they must be
+    the defaults a suite's [thresholds] has."""
+    from runner.cli import GRADE_THRESHOLDS
+    from runner.config import Thresholds
+
+    assert {key: Thresholds().model_dump()[key] for key in GRADE_THRESHOLDS} == GRADE_THRESHOLDS
 
 
 def test_grade_stretch_heavy_file_alerts(tmp_path: Path) -> None:

@@ -107,9 +107,7 @@ def test_write_junit_makes_missing_folders(hostile: Path, tmp_path: Path) -> Non
     assert ET.parse(out).getroot().tag == "testsuites"
 
 
-def test_write_junit_to_an_unwritable_path_is_a_usage_error(
-    hostile: Path, tmp_path: Path
-) -> None:
+def test_write_junit_to_an_unwritable_path_is_a_usage_error(hostile: Path, tmp_path: Path) -> None:
     """An --junit path under a regular file is one UsageError (exit 64) naming the path."""
     from runner.errors import UsageError
 
