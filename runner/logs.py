@@ -44,6 +44,7 @@ SCHEDULER_RESUME_SKIPPED = "scheduler.resume_skipped"  # an interrupted run that
 SCHEDULER_STOPPING = "scheduler.stopping"  # a signal arrived: no new runs, grace starts
 SCHEDULER_STOPPED = "scheduler.stopped"
 SCHEDULER_CRASHED = "scheduler.crashed"
+SCHEDULER_HEARTBEAT_FAILED = "scheduler.heartbeat_failed"  # the final heartbeat was not written
 
 EVENTS: tuple[str, ...] = tuple(
     value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)

@@ -487,7 +487,11 @@ class Daemon:
         try:
             self._write_heartbeat(state)
         except OSError as exc:
-            self._log.warning(logs.SCHEDULER_CRASHED, phase="heartbeat", message=str(exc))
+            # the daemon's last word is still scheduler.stopped or scheduler.crashed: a file it
+            # could not write at the end is not itself a crash
+            self._log.warning(
+                logs.SCHEDULER_HEARTBEAT_FAILED, path=str(self.heartbeat), message=str(exc)
+            )
 
     def _log_next_fire(self, entry: _Suite) -> None:
         self._log.info(

@@ -172,6 +172,21 @@ def test_bad_schedule_or_zone_is_a_config_error_naming_the_key() -> None:
         Trigger("0 3 * * *", "Mars/Olympus", config_path=Path("p.toml"), suite="s")
 
 
+def test_a_final_heartbeat_that_cannot_be_written_is_not_a_crash(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Paging on scheduler.crashed must mean a crash: a last heartbeat the disk refused is its
+    own warning, with the path and the reason."""
+    loaded = write_config(tmp_path, fault_server)
+    daemon = Daemon(loaded, handle_signals=False)
+    daemon.heartbeat.mkdir(parents=True)  # a directory where the file goes: the rename fails
+    with capture_logs() as logs:
+        daemon._safe_heartbeat("stopped")
+    assert [e["event"] for e in logs] == ["scheduler.heartbeat_failed"]
+    assert logs[0]["path"] == str(daemon.heartbeat) and logs[0]["log_level"] == "warning"
+    assert logs[0]["message"]
+
+
 async def test_next_fire_is_logged_at_start_across_a_dst_gap(
     tmp_path: Path, fault_server: FaultServer
 ) -> None:
