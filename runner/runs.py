@@ -157,13 +157,18 @@ def _check_writable(run_dir: Path) -> None:
             raise UsageError(f"{path}: not writable; cannot resume this run here")
 
 
+@functools.cache
+def _versions() -> dict[str, str]:
+    """The installed versions of the libraries a run's bytes pass through, read from their
+    package metadata: anyio has no `__version__`, and a replay need not import httpx."""
+    from importlib.metadata import version
+
+    return {name: version(name) for name in ("httpx", "aiohttp", "anyio", "structlog", "orjson")}
+
+
 def manifest_for(
     loaded: LoadedConfig, suite: Suite, run_dir: Path, *, mode: str, parent: str | None
 ) -> dict[str, Any]:
-    import anyio
-    import httpx
-    import structlog
-
     cfg = loaded.config.suites[suite.name]
     endpoints = {}
     for side in SIDES:
@@ -192,9 +197,7 @@ def manifest_for(
         "versions": {
             "parallax": __version__,
             "python": platform.python_version(),
-            "httpx": httpx.__version__,
-            "anyio": anyio.__version__ if hasattr(anyio, "__version__") else None,
-            "structlog": structlog.__version__,
+            **_versions(),
         },
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "finished_at": None,

@@ -235,6 +235,19 @@ def test_demo_run_exits_3(demo_run: tuple[Path, Any, dict[str, bytes]]) -> None:
     no_traceback(proc)
 
 
+def test_manifest_records_the_installed_library_versions(
+    demo_run: tuple[Path, Any, dict[str, bytes]],
+) -> None:
+    """Every library a run's bytes pass through is named with its installed version (anyio,
+    which has no __version__, was recorded as null)."""
+    from importlib.metadata import version
+
+    root, _, _ = demo_run
+    versions = load(only_run_dir(root, "cities") / "manifest.json")["versions"]
+    for name in ("httpx", "aiohttp", "anyio", "structlog", "orjson"):
+        assert versions[name] == version(name), name
+
+
 def test_demo_run_writes_every_file_of_each_run_dir(
     demo_run: tuple[Path, Any, dict[str, bytes]],
 ) -> None:
