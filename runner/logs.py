@@ -7,6 +7,8 @@ neither an API key nor an Authorization header can reach a log line by accident.
 
 from __future__ import annotations
 
+import functools
+
 import re
 import sys
 from collections.abc import MutableMapping
@@ -68,10 +70,38 @@ def scrub_text(text: str) -> str:
 
 
 def scrub_bytes(data: bytes) -> bytes:
-    """Mask known secrets in a raw body before it is stored (an upstream may echo the key)."""
+    """Mask known secrets in a raw body before it is stored (an upstream may echo the key).
+
+    A JSON body may carry the key with any of its characters escaped (`\\u0073k-...`), which
+    decodes back to the key the moment a report shows the reply: those spellings are masked
+    too.
+    """
     for secret in _known_secrets:
         data = data.replace(secret.encode("utf-8"), b"***")
+        if b"\\" in data:
+            data = _escaped_pattern(secret).sub(b"***", data)
     return data
+
+
+_SHORT_ESCAPES = {'"': rb'|\\"', "\\": rb"|\\\\", "/": rb"|\\/"}
+
+
+@functools.cache
+def _escaped_pattern(secret: str) -> re.Pattern[bytes]:
+    """The secret with each character as itself or as a JSON escape (`\\uXXXX`, any hex case;
+    the short forms of a quote, a backslash and a slash; a surrogate pair outside the BMP)."""
+    parts = []
+    for char in secret:
+        code = ord(char)
+        if code > 0xFFFF:
+            high, low = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
+            escape = rb"\\u(?i:%04x)\\u(?i:%04x)" % (high, low)
+        else:
+            escape = rb"\\u(?i:%04x)" % code
+        literal = re.escape(char.encode("utf-8"))
+        short = _SHORT_ESCAPES.get(char, b"")
+        parts.append(b"(?:" + literal + b"|" + escape + short + b")")
+    return re.compile(b"".join(parts))
 
 
 def _is_secret_key(key: object) -> bool:

@@ -7,12 +7,16 @@ captured output and every ParallaxError message is searched for the test secrets
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from faultserver import FaultServer
+from hypothesis import given
+from hypothesis import strategies as st
 from relkit import (
     PARALLAX,
     SECRET_PREFIX,
@@ -71,3 +75,42 @@ def test_a_key_echoed_back_by_the_server_never_reaches_a_file_or_a_log(
     assert not leaks
     assert KEY not in done.stdout + done.stderr + report.stdout + report.stderr
     record("secrets", files_checked=len(files), leaks=0)
+
+
+def _json_string(text: str, escaped: list[bool]) -> str:
+    """`text` as the body of a JSON string, each character escaped or not as `escaped` says,
+    the ways an encoder may write it (lower- or upper-case hex, short forms, surrogate pairs)."""
+    out = []
+    for char, escape in zip(text, escaped, strict=True):
+        if char in '"\\':
+            out.append("\\" + char)
+        elif not escape:
+            out.append(char)
+        elif char == "/" or ord(char) > 0xFFFF:
+            out.append(json.dumps(char, ensure_ascii=True)[1:-1])  # "/" stays, pairs lower-case
+        else:
+            out.append(("\\u%04X" if ord(char) % 2 else "\\u%04x") % ord(char))
+    return "".join(out)
+
+
+_KEY_CHARS = st.characters(blacklist_categories=("Cs", "Cc"))
+
+
+@given(
+    secret=st.text(_KEY_CHARS, min_size=4, max_size=40),
+    data=st.data(),
+    before=st.text(_KEY_CHARS, max_size=20),
+)
+def test_an_escaped_echo_of_the_key_is_masked(
+    secret: str, data: st.DataObject, before: str
+) -> None:
+    """However a JSON body spells the key, what is stored never decodes back to it."""
+    from runner import logs
+
+    escaped = data.draw(st.lists(st.booleans(), min_size=len(secret), max_size=len(secret)))
+    shown = f"{_json_string(before, [False] * len(before))} {_json_string(secret, escaped)}"
+    body = f'{{"content": "{shown}"}}'
+    assert json.loads(body)["content"].endswith(secret)  # the upstream really sent the key
+    with mock.patch.object(logs, "_known_secrets", {secret}):
+        stored = logs.scrub_bytes(body.encode("utf-8"))
+    assert secret not in json.loads(stored)["content"]
