@@ -300,7 +300,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(run_dir / "report.md")
     _junit(args, [run_dir])
     code = rep.summary.get("exit_code")
-    return code if isinstance(code, int) else 0
+    if type(code) is not int or not 0 <= code <= 3:  # CI reads this as the verdict
+        from runner.errors import DataError
+
+        raise DataError(run_dir / "summary.json", f"'exit_code' must be 0 to 3, got {code!r}")
+    return code
 
 
 def cmd_history(args: argparse.Namespace) -> int:

@@ -8,7 +8,6 @@ neither an API key nor an Authorization header can reach a log line by accident.
 from __future__ import annotations
 
 import functools
-
 import re
 import sys
 from collections.abc import MutableMapping
@@ -77,10 +76,15 @@ def scrub_bytes(data: bytes) -> bytes:
     too.
     """
     for secret in _known_secrets:
-        data = data.replace(secret.encode("utf-8"), b"***")
-        if b"\\" in data:
-            data = _escaped_pattern(secret).sub(b"***", data)
+        if b"\\" not in data:
+            data = data.replace(secret.encode("utf-8"), b"***")
+        else:  # escapes are read whole, so a match never starts inside one (`\\"` + key)
+            data = _escaped_pattern(secret).sub(_mask, data)
     return data
+
+
+def _mask(match: re.Match[bytes]) -> bytes:
+    return b"***" if match.group("secret") is not None else match.group(0)
 
 
 _SHORT_ESCAPES = {'"': rb'|\\"', "\\": rb"|\\\\", "/": rb"|\\/"}
@@ -99,9 +103,9 @@ def _escaped_pattern(secret: str) -> re.Pattern[bytes]:
         else:
             escape = rb"\\u(?i:%04x)" % code
         literal = re.escape(char.encode("utf-8"))
-        short = _SHORT_ESCAPES.get(char, b"")
-        parts.append(b"(?:" + literal + b"|" + escape + short + b")")
-    return re.compile(b"".join(parts))
+        short = _SHORT_ESCAPES.get(char, b"")  # escapes first: `\\` is one char
+        parts.append(b"(?:" + escape + short + b"|" + literal + b")")
+    return re.compile(b"(?P<secret>" + b"".join(parts) + rb")|\\(?:u[0-9a-fA-F]{4}|.)", re.S)
 
 
 def _is_secret_key(key: object) -> bool:

@@ -273,6 +273,13 @@ def test_a_grader_that_returns_no_list_is_a_miss(suite: GraderSet) -> None:
     assert expected == result.misses
 
 
+def test_a_grader_that_calls_sys_exit_is_a_miss(tmp_path: Path) -> None:
+    """sys.exit(0) inside a grader is a grader_error, not the end of the run with exit 0."""
+    write_module(tmp_path, "g.py", "import sys\ndef quits(text, expect):\n    sys.exit(0)\n")
+    result = grade(case({"custom": 1}, grader="g.py:quits"), Reply(text="x"), load(tmp_path, None))
+    assert "grader_error:SystemExit" in result.misses
+
+
 def test_a_grader_cannot_change_the_case(tmp_path: Path) -> None:
     """A grader that mutates its expect leaves the case's expect as it was."""
     source = "def greedy(text, expect):\n    expect.clear()\n    return []\n"

@@ -7,6 +7,7 @@ import re
 import shutil
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 from reportkit import (
@@ -205,6 +206,23 @@ def test_report_on_missing_run_dir_is_a_data_error(tmp_path: Path) -> None:
     expected = True
     actual = main(["report", str(tmp_path / "nope")]) in (64, 65)
     assert expected == actual
+
+
+@pytest.mark.parametrize("code", ["x", None, 300, -5, True, 1.0], ids=repr)
+def test_report_refuses_a_summary_exit_code_that_is_no_verdict(
+    hostile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], code: Any
+) -> None:
+    """CI takes `report`'s exit as the run's verdict: a corrupt one is exit 65, never 0."""
+    import shutil
+
+    copy = tmp_path / "s" / hostile.name
+    shutil.copytree(hostile, copy)
+    summary = json.loads((copy / "summary.json").read_text(encoding="utf-8"))
+    summary["exit_code"] = code
+    (copy / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    assert main(["report", str(copy)]) == 65
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "summary.json" in err[0] and "exit_code" in err[0], err
 
 
 def test_report_without_a_reachable_config_still_renders(hostile: Path, tmp_path: Path) -> None:
