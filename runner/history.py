@@ -116,6 +116,11 @@ def read_run(run_dir: Path) -> tuple[RunRow | None, list[str]]:
         return None, [f"skipped {run_dir.name}: {why} (unfinished or broken run)"]
     if summary.get("version") != SUMMARY_VERSION:
         return None, [f"skipped {run_dir.name}: summary.json has an unknown version"]
+    counts = _mapping(summary.get("gate_counts"))
+    for gate in GATE_CLASSES:
+        count = counts.get(gate, 0)
+        if type(count) is not int or count < 0:  # one bad night must not end every report
+            return None, [f"skipped {run_dir.name}: summary.json gate_counts.{gate} is {count!r}"]
     quiet: frozenset[str] | None = None
     listed = summary.get("quiet_cases")
     if isinstance(listed, list):  # written by finalize: no need to parse the whole map
@@ -145,7 +150,7 @@ def _row(run_dir: Path, summary: Mapping[str, Any], quiet: frozenset[str] | None
         mode=_str(summary.get("mode")),
         exit_code=exit_code if isinstance(exit_code, int) else None,
         verdict=_str(summary.get("verdict")),
-        gate_counts={g: int(counts.get(g) or 0) for g in GATE_CLASSES},
+        gate_counts={g: counts.get(g, 0) for g in GATE_CLASSES},  # checked by read_run
         strata={
             side: {
                 name: _mapping(_mapping(strata.get(side)).get(name))

@@ -116,6 +116,21 @@ def test_broken_run_dirs_are_skipped_with_a_note(tmp_path: Path) -> None:
     assert expected == actual
 
 
+@pytest.mark.parametrize("count", ["x", [1], -1, 1.5, True, None], ids=repr)
+def test_a_summary_with_a_bad_gate_count_is_skipped_with_a_note(tmp_path: Path, count: Any) -> None:
+    """One night's corrupt summary is a note naming the key, not an exception: every later
+    run's report reads this history."""
+    suite = tmp_path / "s"
+    _run(suite, _name(1), cases={"c": (True, True)})
+    bad = _run(suite, _name(2), cases={"c": (True, True)})
+    summary = json.loads((bad / "summary.json").read_text(encoding="utf-8"))
+    summary["gate_counts"]["unchanged"] = count
+    (bad / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    history = load_history(suite)
+    assert [r.run_id for r in history.rows] == [_name(1)]
+    assert len(history.notes) == 1 and "gate_counts.unchanged" in history.notes[0]
+
+
 def test_model_changes_list_every_switch(tmp_path: Path) -> None:
     """Each change of a side's served model is listed once, with the run it appeared in."""
     suite = tmp_path / "s"
