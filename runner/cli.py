@@ -246,6 +246,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from runner.errors import ConfigError
     from runner.recorded import load_cassette
     from runner.runs import prepare_suite
+    from runner.scheduler import Trigger
 
     loaded = load_config(_config_path(args))
     check_files(loaded)
@@ -253,11 +254,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for name in loaded.suite_names(args.suite):
         suite = prepare_suite(loaded, name)
         total += len(suite.refs)
-        cfg = loaded.config.suites[name]
-        if cfg.schedule:  # as `serve` reads it, so a bad cron line fails here, not at deploy
-            from runner.scheduler import Trigger
-
-            Trigger(cfg.schedule, cfg.timezone, config_path=loaded.path, suite=name)
+        Trigger.for_suite(loaded, name)  # a bad cron line fails here, not once deployed
     for endpoint_name, endpoint in loaded.config.endpoints.items():
         if endpoint.cassette:
             load_cassette(loaded.resolve(endpoint.cassette))

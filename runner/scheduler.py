@@ -158,6 +158,14 @@ class Trigger:
         self.timezone = timezone
         self.tz = tz
 
+    @classmethod
+    def for_suite(cls, loaded: LoadedConfig, name: str) -> Trigger | None:
+        """The suite's `schedule` in its `timezone`, as `serve` fires it; None without one."""
+        suite = loaded.config.suites[name]
+        if not suite.schedule:
+            return None
+        return cls(suite.schedule, suite.timezone, config_path=loaded.path, suite=name)
+
     def first(self, now: datetime) -> datetime | None:
         """The first fire time at or after `now`."""
         fire: datetime | None = self._cron.get_next_fire_time(None, now)
@@ -334,9 +342,9 @@ class Daemon:
         self._handle_signals = handle_signals
         self._log = logs.get_logger()
         self._suites = [
-            _Suite(name, Trigger(s.schedule, s.timezone, config_path=loaded.path, suite=name))
-            for name, s in cfg.suites.items()
-            if s.schedule
+            _Suite(name, trigger)
+            for name in cfg.suites
+            if (trigger := Trigger.for_suite(loaded, name)) is not None
         ]
         if not self._suites:
             raise ConfigError(

@@ -86,8 +86,10 @@ def _json_string(text: str, escaped: list[bool]) -> str:
             out.append("\\" + char)
         elif not escape:
             out.append(char)
-        elif char == "/" or ord(char) > 0xFFFF:
-            out.append(json.dumps(char, ensure_ascii=True)[1:-1])  # "/" stays, pairs lower-case
+        elif char == "/":
+            out.append("\\/")
+        elif ord(char) > 0xFFFF:
+            out.append(json.dumps(char, ensure_ascii=True)[1:-1])  # a surrogate pair, lower-case
         else:
             out.append(("\\u%04X" if ord(char) % 2 else "\\u%04x") % ord(char))
     return "".join(out)
