@@ -52,12 +52,41 @@ def load_snapshot(path: Path) -> dict[str, Any]:
     if doc.get("version") != SNAPSHOT_VERSION:
         raise DataError(path, f"unsupported snapshot version {doc.get('version')!r}")
     for case_id, entry in doc["cases"].items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("fixture_sha"), str):
-            raise DataError(path, f"case {case_id!r}: entry needs a fixture_sha")
-        if not isinstance(entry.get("disagreement", []), list):
-            raise DataError(path, f"case {case_id!r}: disagreement must be a list")
+        if (problem := entry_problem(entry)) is not None:
+            raise DataError(path, f"case {case_id!r}: {problem}")
     cases: dict[str, Any] = doc["cases"]
     return cases
+
+
+_LISTS = (
+    *("disagreement", "reference_misses", "candidate_misses"),
+    *("reference_noise", "candidate_noise"),
+)
+_SIDE_MAPS = ("models", "system_fingerprints")
+
+
+def entry_problem(entry: Any) -> str | None:
+    """Why the gate could not read this snapshot entry, or None.
+
+    Checked when a snapshot is loaded, before the first call of a run, and on every entry
+    `promote` is about to write, so a hand-edited file or a tampered run cannot stop a run
+    after a night's calls are paid for.
+    """
+    if not isinstance(entry, dict) or not isinstance(entry.get("fixture_sha"), str):
+        return "entry needs a fixture_sha"
+    for key in _LISTS:
+        value = entry.get(key, [])
+        if not isinstance(value, list):
+            return f"{key} must be a list"
+        if not all(isinstance(item, str) for item in value):
+            return f"{key} must hold only strings"
+    for key in _SIDE_MAPS:
+        value = entry.get(key, {})
+        if not isinstance(value, dict) or not all(
+            item is None or isinstance(item, str) for item in value.values()
+        ):
+            return f"{key} must map each side to a string or null"
+    return None
 
 
 def entry_for(verdict: Mapping[str, Any]) -> dict[str, Any]:
@@ -130,6 +159,8 @@ def promote(
         for case_id, verdict in sorted(cases.items()):
             if verdict.get("admitted"):
                 new[case_id] = entry_for(verdict)
+                if (problem := entry_problem(new[case_id])) is not None:
+                    raise DataError(disagreement_file, f"case {case_id!r}: {problem}")
             elif case_id in old:
                 new[case_id] = old[case_id]
         changes = {

@@ -356,6 +356,10 @@ BROKEN_SNAPSHOTS = {
     b'{"fixture_sha": "0", "models": {"reference": "m\\udc00"}}}}\n',
     "deep-lone-surrogate": b'{"version": 1, "suite": "cities", "cases": {"city-07": '
     b'{"fixture_sha": "0", "note": ' + b"[" * 700 + b'"\\udc00"' + b"]" * 700 + b"}}}\n",
+    "models-a-string": b'{"version": 1, "suite": "cities", "cases": {"city-07": '
+    b'{"fixture_sha": "0", "models": "x"}}}\n',
+    "misses-a-number": b'{"version": 1, "suite": "cities", "cases": {"city-07": '
+    b'{"fixture_sha": "0", "candidate_misses": 5}}}\n',
     "far-too-deep": b'{"version": 1, "suite": "cities", "cases": {"city-07": '
     + b"[" * 5000
     + b"]" * 5000

@@ -111,6 +111,22 @@ def test_a_valid_snapshot_loads_its_cases(tmp_path: Path) -> None:
             b'{"version": 1, "cases": {"c1": {"fixture_sha": "x", "disagreement": "a"}}}',
             "case 'c1': disagreement must be a list",
         ),
+        (
+            b'{"version": 1, "cases": {"c1": {"fixture_sha": "x", "candidate_misses": 5}}}',
+            "case 'c1': candidate_misses must be a list",
+        ),
+        (
+            b'{"version": 1, "cases": {"c1": {"fixture_sha": "x", "reference_noise": [1, null]}}}',
+            "case 'c1': reference_noise must hold only strings",
+        ),
+        (
+            b'{"version": 1, "cases": {"c1": {"fixture_sha": "x", "models": "x"}}}',
+            "case 'c1': models must map each side to a string or null",
+        ),
+        (
+            b'{"version": 1, "cases": {"c1": {"fixture_sha": "x", "models": {"reference": [1]}}}}',
+            "case 'c1': models must map each side to a string or null",
+        ),
     ],
 )
 def test_a_broken_snapshot_is_a_data_error_naming_the_file(
@@ -290,3 +306,25 @@ def test_promote_rejects_a_malformed_disagreement_map(
     with pytest.raises(DataError) as info:
         promote(run, tmp_path / "snapshots")
     assert str(info.value).startswith(f"{run / 'disagreement.json'}: {reason}")
+
+
+@pytest.mark.parametrize(
+    ("side_key", "value", "reason"),
+    [
+        ("misses", "abc", "candidate_misses must be a list"),
+        ("noise", 5, "candidate_noise must be a list"),
+        ("response_model", 5, "models must map each side to a string or null"),
+    ],
+)
+def test_promote_refuses_a_verdict_the_gate_could_not_read(
+    tmp_path: Path, side_key: str, value: Any, reason: str
+) -> None:
+    """A tampered disagreement.json never becomes a snapshot that stops the next run mid-way:
+    promote names the case and writes nothing."""
+    bad = verdict()
+    bad["candidate"][side_key] = value
+    run = run_dir(tmp_path, {"c1": verdict(), "c2": bad})
+    with pytest.raises(DataError) as info:
+        promote(run, tmp_path / "snapshots")
+    assert str(info.value) == f"{run / 'disagreement.json'}: case 'c2': {reason}"
+    assert not (tmp_path / "snapshots" / "s.json").exists()
