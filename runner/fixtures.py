@@ -710,7 +710,37 @@ def _check_schema(value: Any) -> str | None:
         validator_for(value).check_schema(value)
     except SchemaError as exc:
         return f"is not a valid JSON Schema: {exc.message}"
+    ref = _unresolvable_ref(value)
+    if ref is not None:
+        return f"has a $ref that names nothing in the schema: {ref!r}"
     return None
+
+
+def _unresolvable_ref(schema: dict[str, Any]) -> str | None:
+    """The first `$ref` that resolves to nothing inside the schema itself, or None.
+
+    Grading never fetches a schema from elsewhere, so a ref to a URL or a file cannot resolve
+    either; refused here, it is a fixture error instead of a failure in the middle of a run.
+    """
+    from referencing import Registry, Resource
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
+    def first_bad(resource: Resource[Any], resolver: Any) -> str | None:
+        resolver = resolver.in_subresource(resource)  # a nested $id moves the base URI
+        contents = resource.contents
+        if isinstance(contents, dict) and isinstance(ref := contents.get("$ref"), str):
+            try:
+                resolver.lookup(ref)
+            except Unresolvable:
+                return ref
+        for sub in resource.subresources():
+            if (found := first_bad(sub, resolver)) is not None:
+                return found
+        return None
+
+    root = Resource.from_contents(schema, default_specification=DRAFT202012)
+    return first_bad(root, Registry().resolver_with_root(root))
 
 
 # Types of the built-in expectation keys (see `runner.grading.BUILTIN_KEYS`). Checked at load

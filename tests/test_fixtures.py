@@ -301,6 +301,31 @@ def test_missing_file_is_a_data_error(tmp_path: Path) -> None:
     assert f"{path}: no such file" == str(info.value)
 
 
+def test_schema_refs_inside_the_schema_resolve(tmp_path: Path) -> None:
+    """Refs to $defs, to a nested $id and to draft-07 definitions load: only a ref that names
+    nothing is refused."""
+    schemas = [
+        {"$defs": {"x": {"type": "string"}}, "properties": {"a": {"$ref": "#/$defs/x"}}},
+        {
+            "$id": "https://example.test/root",
+            "$defs": {"s": {"$id": "sub", "$defs": {"y": {}}, "items": {"$ref": "#/$defs/y"}}},
+            "properties": {"a": {"$ref": "sub"}},
+        },
+        {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "definitions": {"d": {}},
+            "properties": {"a": {"$ref": "#/definitions/d"}},
+        },
+    ]
+    path = tmp_path / "cases.jsonl"
+    rows = [
+        {"id": f"c{i}", "prompt": "p", "expect": {"json_schema": schema}}
+        for i, schema in enumerate(schemas)
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    assert [case.id for case in load_cases(path)] == ["c0", "c1", "c2"]
+
+
 @pytest.mark.parametrize(
     ("text", "line", "reason"),
     [
@@ -318,6 +343,18 @@ def test_missing_file_is_a_data_error(tmp_path: Path) -> None:
         ('{"id": "a", "prompt": "p", "expect": {"max_sentences": 2.5}}\n', 1, "'max_sentences'"),
         ('{"id": "a", "prompt": "p", "expect": {"regex": "("}}\n', 1, "invalid pattern '('"),
         ('{"id": "a", "prompt": "p", "expect": {"json_schema": {"type": 5}}}\n', 1, "JSON Schema"),
+        (
+            '{"id": "a", "prompt": "p"}\n'
+            '{"id": "b", "prompt": "p", "expect": {"json_schema": {"$ref": "#/nope"}}}\n',
+            2,
+            "$ref that names nothing in the schema: '#/nope'",
+        ),
+        (
+            '{"id": "a", "prompt": "p", "expect": {"json_schema": '
+            '{"properties": {"x": {"$ref": "http://127.0.0.1:9/s.json"}}}}}\n',
+            1,
+            "$ref that names nothing in the schema: 'http://127.0.0.1:9/s.json'",
+        ),
         ('{"id": "a", "prompt": "p", "expect": []}\n', 1, "'expect' must be an object"),
         ('{"id": "a", "prompt": "p", "tags": ["x", 1]}\n', 1, "'tags' must be a list of strings"),
         ('{"id": "a", "prompt": "p", "system": 1}\n', 1, "'system' must be a string"),
