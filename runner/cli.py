@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -65,6 +66,17 @@ def _rate(value: str) -> float:
     if not 0 <= rate <= 1:  # NaN is refused here too
         raise argparse.ArgumentTypeError(f"{value!r} is not between 0 and 1")
     return rate
+
+
+def _seconds(value: str) -> float:
+    """A positive, finite number of seconds from the command line."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0 < seconds < math.inf:  # NaN is refused here too
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
+    return seconds
 
 
 class _Parser(argparse.ArgumentParser):
@@ -434,7 +446,7 @@ def _add_daemon_commands(add: Adder, config_help: str) -> None:
     p.add_argument("--config", help=config_help)
     p.add_argument(
         "--max-age",
-        type=float,
+        type=_seconds,
         metavar="S",
         help="seconds a heartbeat may age (default: 3 heartbeat intervals + 5)",
     )

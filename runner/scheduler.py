@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import signal
 import socket
@@ -269,11 +270,7 @@ def check_health(
     path = heartbeat_path(runs_dir)
     report: dict[str, Any] = {"healthy": False, "heartbeat": str(path)}
     try:
-        doc = loads(path.read_bytes())
-        updated = datetime.fromisoformat(doc["updated_at"])
-        interval = float(doc.get("heartbeat_seconds", 15.0))
-        state = str(doc["state"])
-        pid = int(doc["pid"])
+        doc, updated, interval, state, pid = _read_heartbeat(path)
     except FileNotFoundError:
         report["reason"] = "no heartbeat file: is `parallax serve` running with this config?"
         return report
@@ -285,6 +282,8 @@ def check_health(
     report.update(state=state, pid=pid, age_seconds=round(age, 3), max_age_seconds=limit)
     if state != "running":
         report["reason"] = f"scheduler is {state}"
+    elif age < -limit:  # clocks of two hosts sharing the volume may differ, not by this much
+        report["reason"] = f"heartbeat from the future: updated_at is {-age:.1f}s ahead"
     elif age > limit:
         report["reason"] = f"stale heartbeat: {age:.1f}s old (limit {limit:g}s)"
     elif doc.get("host") == socket.gethostname() and not _alive(pid):
@@ -292,6 +291,22 @@ def check_health(
     else:
         report["healthy"] = True
     return report
+
+
+def _read_heartbeat(path: Path) -> tuple[dict[str, Any], datetime, float, str, int]:
+    """The heartbeat and the fields health reads; ValueError for a value no daemon writes,
+    which must read as unhealthy, never as fresh (NaN compares false with every age)."""
+    doc = loads(path.read_bytes())
+    updated = datetime.fromisoformat(doc["updated_at"])
+    interval = float(doc.get("heartbeat_seconds", 15.0))
+    pid = doc["pid"]
+    if updated.tzinfo is None:
+        raise ValueError("updated_at has no time zone")
+    if not 0 < interval < math.inf:
+        raise ValueError(f"heartbeat_seconds is {interval!r}")
+    if type(pid) is not int or not 0 < pid < 2**31:  # os.kill(-1, 0) would say "alive"
+        raise ValueError(f"pid is {pid!r}")
+    return doc, updated, interval, str(doc["state"]), pid
 
 
 def _alive(pid: int) -> bool:

@@ -200,11 +200,13 @@ def test_each_help_lists_the_exit_codes_its_command_returns() -> None:
         ["grade", "--stretch-high", "high", "x.jsonl"],
         ["grade", "--easy-floor", "5", "x.jsonl"],
         ["grade", "--medium-floor", "nan", "x.jsonl"],
+        ["health", "--max-age", "nan"],
         ["diff", "only-one.jsonl"],
         [],
     ],
     ids=[
         *("unknown-subcommand", "bad-flag", "bad-flag-value", "rate-above-one", "rate-nan"),
+        "max-age-nan",
         *("missing-argument", "no-command"),
     ],
 )

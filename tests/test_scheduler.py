@@ -6,6 +6,8 @@ Time is compressed or moved by hand (never slept on); endpoints are the loopback
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -486,3 +488,46 @@ def test_health_without_a_daemon_fails_with_a_reason(tmp_path: Path) -> None:
     report = check_health(tmp_path / "runs")
     assert not report["healthy"]
     assert "no heartbeat file" in report["reason"]
+
+
+def _heartbeat(runs: Path, **changes: Any) -> None:
+    """A heartbeat as the daemon writes it, for this live process, with `changes` applied."""
+    doc = {
+        "version": 1,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "state": "running",
+        "updated_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "heartbeat_seconds": 15,
+        "suites": {},
+    }
+    runs.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(doc | changes)
+    heartbeat_path(runs).write_text(text.replace('"NAN"', "NaN"), encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"heartbeat_seconds": "NAN", "updated_at": "2020-01-01T00:00:00+00:00"}, "unreadable"),
+        ({"heartbeat_seconds": 0}, "unreadable heartbeat: heartbeat_seconds is 0.0"),
+        ({"updated_at": "2020-01-01T00:00:00"}, "unreadable heartbeat: updated_at has no time"),
+        ({"updated_at": "2099-01-01T00:00:00+00:00"}, "heartbeat from the future"),
+        ({"pid": -1}, "unreadable heartbeat: pid is -1"),
+        ({"pid": 1e30}, "unreadable heartbeat: pid is 1e+30"),
+        ({"pid": "12"}, "unreadable heartbeat: pid is '12'"),
+    ],
+    ids=["nan-interval", "zero-interval", "naive-time", "future", "pid-1", "pid-float", "pid-str"],
+)
+def test_health_never_reads_a_heartbeat_no_daemon_writes_as_healthy(
+    tmp_path: Path, changes: dict[str, Any], reason: str
+) -> None:
+    """A heartbeat with a NaN interval, a time from the future or without a zone, or a pid no
+    process has is unhealthy with a reason, never fresh and never a traceback."""
+    runs = tmp_path / "runs"
+    _heartbeat(runs)
+    assert check_health(runs)["healthy"]  # the same file untouched is healthy
+    _heartbeat(runs, **changes)
+    report = check_health(runs)
+    assert not report["healthy"]
+    assert report["reason"].startswith(reason), report
