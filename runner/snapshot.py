@@ -41,6 +41,8 @@ def load_snapshot(path: Path) -> dict[str, Any]:
         return {}
     except UnicodeDecodeError as exc:
         raise DataError(path, f"not UTF-8 at byte {exc.start}") from None
+    except OSError as exc:  # a directory, a symlink loop, snapshots_dir naming a file
+        raise DataError(path, f"cannot read: {exc.strerror or exc}") from None
     try:
         doc = loads(text)
     except ValueError as exc:
@@ -153,30 +155,33 @@ def promote(
             "rerun them (parallax run --retry-unscored) or pass --allow-partial"
         )
     path = snapshot_path(snapshots_dir, suite)
-    with _locked(snapshots_dir):
-        old = load_snapshot(path)
-        new: dict[str, Any] = {}
-        for case_id, verdict in sorted(cases.items()):
-            if verdict.get("admitted"):
-                new[case_id] = entry_for(verdict)
-                if (problem := entry_problem(new[case_id])) is not None:
-                    raise DataError(disagreement_file, f"case {case_id!r}: {problem}")
-            elif case_id in old:
-                new[case_id] = old[case_id]
-        changes = {
-            "added": sorted(set(new) - set(old)),
-            "removed": sorted(set(old) - set(new)),
-            "changed": sorted(c for c in set(new) & set(old) if new[c] != old[c]),
-            "kept_unscored": sorted(c for c in unscored if c in old),
-        }
-        write_json(
-            path,
-            {
-                "version": SNAPSHOT_VERSION,
-                "suite": suite,
-                "promoted_from": doc.get("run_id") or run_dir.name,
-                "promoted_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                "cases": new,
-            },
-        )
+    try:
+        with _locked(snapshots_dir):
+            old = load_snapshot(path)
+            new: dict[str, Any] = {}
+            for case_id, verdict in sorted(cases.items()):
+                if verdict.get("admitted"):
+                    new[case_id] = entry_for(verdict)
+                    if (problem := entry_problem(new[case_id])) is not None:
+                        raise DataError(disagreement_file, f"case {case_id!r}: {problem}")
+                elif case_id in old:
+                    new[case_id] = old[case_id]
+            changes = {
+                "added": sorted(set(new) - set(old)),
+                "removed": sorted(set(old) - set(new)),
+                "changed": sorted(c for c in set(new) & set(old) if new[c] != old[c]),
+                "kept_unscored": sorted(c for c in unscored if c in old),
+            }
+            write_json(
+                path,
+                {
+                    "version": SNAPSHOT_VERSION,
+                    "suite": suite,
+                    "promoted_from": doc.get("run_id") or run_dir.name,
+                    "promoted_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "cases": new,
+                },
+            )
+    except OSError as exc:  # the old snapshot stays whole: the write is atomic
+        raise DataError(path, f"cannot write the snapshot: {exc.strerror or exc}") from None
     return changes

@@ -379,6 +379,33 @@ def test_run_with_broken_snapshot_exits_65(tmp_path: Path, kind: str) -> None:
     assert path.read_bytes() == BROKEN_SNAPSHOTS[kind]
 
 
+@pytest.mark.parametrize("kind", ["directory", "symlink-loop", "under-a-file"])
+def test_a_snapshot_path_that_is_no_file_is_one_line(tmp_path: Path, kind: str) -> None:
+    """A snapshot that is a directory or a symlink loop, or a snapshots_dir naming a file, is
+    one line naming the path and exit 65 from validate, run and promote; no traceback."""
+    root = demo(tmp_path)
+    ran = parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    path = root / "snapshots" / "cities.json"
+    path.unlink()
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "symlink-loop":
+        path.symlink_to("cities.json")
+    else:
+        shutil.rmtree(root / "snapshots")
+        (root / "snapshots").write_text("not a folder", encoding="utf-8")
+    assert ran.returncode == 1, ran.stderr
+    for args in (
+        ("validate", "--config", "config/demo.toml"),
+        ("run", "--config", "config/demo.toml", "--suite", "cities"),
+        ("promote", run_dir),
+    ):
+        message = one_line_error(parallax(*args, cwd=root), 65)
+        named = "snapshots/" if kind == "under-a-file" else "cities.json"  # validate: every suite
+        assert named in message, (args, message)
+
+
 def test_promote_onto_broken_snapshot_exits_65(tmp_path: Path) -> None:
     """promote refuses to overwrite a hand-broken snapshot: one line, exit 65, file untouched."""
     root = demo(tmp_path)
