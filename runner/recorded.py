@@ -68,10 +68,13 @@ def load_cassette(path: Path) -> dict[CassetteKey, dict[str, Any]]:
         sample = row.get("sample")
         if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int)):
             raise DataError(path, "sample must be an integer", line_no)
+        suite = row.get("suite")
+        if suite is not None and not isinstance(suite, str):
+            raise DataError(path, "suite must be a string (a suite name)", line_no)
         side = row.get("side")
-        if side is not None and side not in CASSETTE_SIDES:
+        if side is not None and (not isinstance(side, str) or side not in CASSETTE_SIDES):
             raise DataError(path, f"side must be one of {list(CASSETTE_SIDES)}", line_no)
-        key = _key(row.get("suite"), side, case_id, sample)
+        key = _key(suite, side, case_id, sample)
         if key in entries:
             raise DataError(path, f"duplicate cassette entry for {case_id!r}", line_no)
         entries[key] = row
