@@ -7,6 +7,7 @@ Reads seed 004's spellings (`transport_ok`, `schema_ok`) as well as parallax's o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,15 @@ def _read(path: Path) -> dict[Key, dict[str, Any]]:
         if not isinstance(row, dict) or not isinstance(row.get("case_id"), str):
             raise DataError(path, "an outcome row needs a string case_id", line_no)
         score = row.get("task_score")
-        if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)):
+        numeric = isinstance(score, int | float) and not isinstance(score, bool)
+        if score is not None and not (numeric and math.isfinite(score)):
             raise DataError(path, "task_score must be a number or null", line_no)
-        sample = row.get("sample", 0)
-        key = (row["case_id"], row.get("side"), sample if isinstance(sample, int) else 0)
-        rows[key] = row
+        side, sample = row.get("side"), row.get("sample", 0)
+        if side is not None and not isinstance(side, str):
+            raise DataError(path, "side must be a string", line_no)
+        if isinstance(sample, bool) or not isinstance(sample, int):
+            raise DataError(path, "sample must be an integer", line_no)
+        rows[(row["case_id"], side, sample)] = row
     return rows
 
 

@@ -163,6 +163,13 @@ def test_exit_code_table(counts: dict[str, int], expected: int) -> None:
             '{"case_id": "c1"}\n{"case_id": "c2", "task_score": true}\n',
             "task_score must be a number or null",
         ),
+        (
+            '{"case_id": "c1"}\n{"case_id": "c2", "task_score": NaN}\n',
+            "task_score must be a number or null",
+        ),
+        ('{"case_id": "c1"}\n{"case_id": "c2", "side": ["x"]}\n', "side must be a string"),
+        ('{"case_id": "c1"}\n{"case_id": "c2", "side": 5}\n', "side must be a string"),
+        ('{"case_id": "c1"}\n{"case_id": "c2", "sample": "1"}\n', "sample must be an integer"),
         ('{"case_id": "c1"}\n{"case_id": "c2"', "truncated last line"),
     ],
 )
