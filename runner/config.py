@@ -192,11 +192,17 @@ class LoadedConfig:
         if env is None:
             return None
         value = os.environ.get(env)
+        key = f"endpoints.{endpoint}.api_key_env"
         if not value:
+            raise ConfigError(self.path, key, f"environment variable {env} is not set")
+        # a key file read with its newline (a mounted secret) fails as a header only mid-run;
+        # the value itself is never part of the message
+        if value != value.strip() or not (value.isascii() and value.isprintable()):
             raise ConfigError(
                 self.path,
-                f"endpoints.{endpoint}.api_key_env",
-                f"environment variable {env} is not set",
+                key,
+                f"environment variable {env} holds whitespace at an end, a control or a "
+                "non-ASCII character: not a usable header value",
             )
         return value
 

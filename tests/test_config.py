@@ -341,6 +341,24 @@ def test_an_unset_or_empty_key_var_is_a_config_error(
     assert expected == (info.value.key, info.value.reason)
 
 
+@pytest.mark.parametrize(
+    "value", ["sk-secret-1234\n", " sk-secret-1234", "sk-secr\x07t-1234", "sk-secret-1234\u00e9"]
+)
+def test_a_key_no_header_can_carry_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """A key read from a file with its newline, or holding a control or non-ASCII character,
+    is refused at api_key_env before the first call, and the message never shows the key."""
+    monkeypatch.setenv("PARALLAX_TEST_KEY", value)
+    loaded = load_config(write(tmp_path, MINIMAL))
+    with pytest.raises(ConfigError) as info:
+        loaded.api_key("cand")
+    assert info.value.key == "endpoints.cand.api_key_env"
+    assert "PARALLAX_TEST_KEY" in info.value.reason
+    assert "not a usable header value" in info.value.reason
+    assert "secr" not in str(info.value)
+
+
 def test_a_base_url_with_an_impossible_port_is_a_config_error(tmp_path: Path) -> None:
     """Port 99999 is refused by `validate`, naming the endpoint, not found at call time."""
     error = load_error(tmp_path, MINIMAL.replace("https://api.example.com/v1", "http://h:99999/v1"))
