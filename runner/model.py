@@ -18,6 +18,25 @@ NOISE = "noise"  # ledger side of `noise_check`: the reference called a second, 
 LEDGER_VERSION = 1
 
 
+def _opt_str(data: Mapping[str, Any], key: str) -> str | None:
+    """A ledger field that is text or null; anything else is a corrupt row (TypeError), found
+    where the row is read, not where the gate first hashes or sorts the value."""
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{key} must be a string or null, got {value!r:.40}")
+    return value
+
+
+def _response(data: Mapping[str, Any]) -> Response:
+    """A raw row's response, its types checked: a replay decodes and parses `body`."""
+    response = Response(**data)
+    if not isinstance(response.body, str) or response.encoding not in ("utf-8", "base64"):
+        raise TypeError("response body must be text in utf-8 or base64")
+    if type(response.status) is not int or not isinstance(response.headers, dict):
+        raise TypeError("response status must be an integer and headers an object")
+    return response
+
+
 def _fields(value: Any) -> dict[str, Any]:
     """A dataclass's fields as a dict, one level deep (the hot path of every ledger row)."""
     return {name: getattr(value, name) for name in value.__dataclass_fields__}
@@ -137,14 +156,14 @@ class Exchange:
             fixture_sha=str(data["fixture_sha"]),
             endpoint=str(data["endpoint"]),
             adapter=str(data["adapter"]),
-            model_alias=data.get("model_alias"),
+            model_alias=_opt_str(data, "model_alias"),
             request=request,
             attempts=tuple(Attempt(**a) for a in data["attempts"]),
             transport=str(data["transport"]),
-            response=Response(**response) if response is not None else None,
+            response=_response(response) if response is not None else None,
             started_at=str(data["started_at"]),
             elapsed_ms=int(data["elapsed_ms"]),
-            answer_pointer=data.get("answer_pointer"),
+            answer_pointer=_opt_str(data, "answer_pointer"),
         )
 
 
@@ -203,11 +222,11 @@ class Outcome:
             side=str(data["side"]),
             sample=int(data.get("sample", 0)),
             fixture_sha=str(data["fixture_sha"]),
-            stratum=data.get("stratum"),
-            model_alias=data.get("model_alias"),
-            response_model=data.get("response_model"),
-            response_id=data.get("response_id"),
-            system_fingerprint=data.get("system_fingerprint"),
+            stratum=_opt_str(data, "stratum"),
+            model_alias=_opt_str(data, "model_alias"),
+            response_model=_opt_str(data, "response_model"),
+            response_id=_opt_str(data, "response_id"),
+            system_fingerprint=_opt_str(data, "system_fingerprint"),
             transport=str(data["transport"]),
             schema=str(data["schema"]),
             task_score=float(score) if score is not None else None,

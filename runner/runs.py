@@ -155,6 +155,8 @@ def _check_writable(run_dir: Path) -> None:
     for path in (run_dir, *(run_dir / n for n in ("manifest.json", "raw.jsonl", "outcomes.jsonl"))):
         if path.exists() and not os.access(path, os.W_OK):
             raise UsageError(f"{path}: not writable; cannot resume this run here")
+        if path != run_dir and path.exists() and not path.is_file():
+            raise DataError(path, "not a file; cannot resume this run")
 
 
 @functools.cache

@@ -6,11 +6,13 @@ traceback. Each test builds its broken input in a temporary directory and runs t
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -441,6 +443,43 @@ def test_replay_of_a_run_with_a_corrupt_ledger_exits_65(tmp_path: Path) -> None:
     raw.write_text("".join(lines), encoding="utf-8")
     message = one_line_error(parallax("replay", run_dir, cwd=root), 65)
     assert "raw.jsonl:2" in message
+
+
+def _rewrite_first_row(path: Path, key: str, value: Any) -> None:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    target = rows[0]["response"] if key == "body" else rows[0]
+    target[key] = value
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("command", "ledger", "key", "value", "where"),
+    [
+        ("replay", "raw.jsonl", "body", 5, "raw.jsonl:1: not an exchange"),
+        ("replay", "raw.jsonl", "model_alias", ["m"], "raw.jsonl:1: not an exchange"),
+        ("resume", "outcomes.jsonl", "response_model", [1], "outcomes.jsonl:1: not an outcome"),
+        ("resume", "outcomes.jsonl", "stratum", {"a": 1}, "outcomes.jsonl:1: not an outcome"),
+        ("resume", "raw.jsonl", None, None, "raw.jsonl: not a file"),
+    ],
+    ids=["raw-body-number", "raw-alias-list", "outcome-model-list", "outcome-stratum", "raw-dir"],
+)
+def test_a_ledger_field_of_the_wrong_type_is_one_line(
+    tmp_path: Path, command: str, ledger: str, key: str | None, value: Any, where: str
+) -> None:
+    """A field the gate hashes or a replay parses, of the wrong type, is found where the row is
+    read: one line naming the ledger and line, exit 65, never a traceback."""
+    root = demo(tmp_path)
+    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    path = run_dir / ledger
+    if key is None:
+        path.unlink()
+        path.mkdir()
+    else:
+        _rewrite_first_row(path, key, value)
+    args = ("replay", run_dir) if command == "replay" else ("run", "--resume", run_dir)
+    message = one_line_error(parallax(*args, cwd=root), 65)
+    assert where in message, message
 
 
 def test_unreadable_manifest_exits_65(tmp_path: Path) -> None:
