@@ -79,7 +79,11 @@ def read_json_object(path: Path, *, missing: str = "no such file") -> dict[str, 
 
 
 def repair_tail(path: Path) -> bool:
-    """Cut a torn last line off a ledger before appending to it again; True if one was cut."""
+    """Cut a torn last line off a ledger before appending to it again; True if one was cut.
+
+    A last row that lacks only its newline is whole (no prefix of a JSON object parses as
+    one): it keeps its place and gets the newline, so a resume does not call it again.
+    """
     if not path.exists():
         return False
     with path.open("rb+") as handle:
@@ -89,19 +93,33 @@ def repair_tail(path: Path) -> bool:
         handle.seek(size - 1)
         if handle.read(1) == b"\n":
             return False
-        pos = size - 1
-        chunk = 4096
-        while pos > 0:
-            start = max(0, pos - chunk)
-            handle.seek(start)
-            data = handle.read(pos - start)
-            idx = data.rfind(b"\n")
-            if idx >= 0:
-                handle.truncate(start + idx + 1)
-                return True
-            pos = start
-        handle.truncate(0)
+        start = _last_line_start(handle, size)
+        handle.seek(start)
+        if _whole_row(handle.read(size - start)):
+            handle.write(b"\n")
+            return False
+        handle.truncate(start)
         return True
+
+
+def _last_line_start(handle: IO[bytes], size: int) -> int:
+    """Where the last line begins: after the last newline before `size`, or 0."""
+    pos, chunk = size - 1, 4096
+    while pos > 0:
+        start = max(0, pos - chunk)
+        handle.seek(start)
+        idx = handle.read(pos - start).rfind(b"\n")
+        if idx >= 0:
+            return start + idx + 1
+        pos = start
+    return 0
+
+
+def _whole_row(line: bytes) -> bool:
+    try:
+        return isinstance(loads(line), dict)
+    except ValueError:  # torn JSON, torn UTF-8, nested too deeply
+        return False
 
 
 class LedgerWriter:

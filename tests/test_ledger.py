@@ -172,6 +172,23 @@ def test_repair_finds_the_newline_before_a_torn_line_longer_than_a_chunk(tmp_pat
     assert expected == path.read_bytes()
 
 
+def test_repair_keeps_a_whole_last_row_that_lacks_only_its_newline(tmp_path: Path) -> None:
+    """A row that parses is not torn: it stays, gets its newline, and nothing counts as cut,
+    so a resume does not call that key again."""
+    path = ledger(tmp_path, b'{"a":1}\n{"a":2}')
+    assert repair_tail(path) is False
+    expected = b'{"a":1}\n{"a":2}\n'
+    assert expected == path.read_bytes()
+
+
+@pytest.mark.parametrize("tail", [b'"a"', b"[1]", b'{"a":"\xc3', b"2"], ids=repr)
+def test_repair_cuts_a_last_line_that_is_no_whole_row(tmp_path: Path, tail: bytes) -> None:
+    """Only a JSON object is a row: any other complete value or torn UTF-8 is cut."""
+    path = ledger(tmp_path, b'{"a":1}\n' + tail)
+    assert repair_tail(path) is True
+    assert path.read_bytes() == b'{"a":1}\n'
+
+
 # --- LedgerWriter --------------------------------------------------------------------------
 
 
