@@ -22,7 +22,7 @@ from typing import Any
 
 from runner import __version__
 from runner.adapters import parse
-from runner.errors import DataError
+from runner.errors import DataError, UsageError
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, GATE_CLASSES, SCHEMA_MISS, TRANSPORT_MISS
 from runner.history import History, RunRow, ceiling_candidates, load_history, streaks
 from runner.ledger import read_json_map, read_json_object, read_jsonl, write_atomic
@@ -225,7 +225,7 @@ def build_report(
     `top` caps the cases shown in detail per section; None keeps every case (JUnit).
     """
     if not run_dir.is_dir():
-        raise DataError(run_dir, "no such run directory")
+        raise UsageError(f"{run_dir}: no such run directory")  # as replay and promote say
     summary = _load_object(run_dir / "summary.json")
     try:
         manifest: Mapping[str, Any] = _load_object(run_dir / "manifest.json")
