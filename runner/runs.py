@@ -621,6 +621,24 @@ async def run_suite_async(
         suite.fixtures.close()
 
 
+def _start(
+    loaded: LoadedConfig, suite: Suite, run_dir: Path, *, parent_dir: Path | None, mode: str
+) -> None:
+    """A new run directory's manifest, and for a replay or retry its parent's exchanges."""
+    parent = parent_dir.name if parent_dir is not None else None
+    write_json(
+        run_dir / "manifest.json",
+        manifest_for(loaded, suite, run_dir, mode=mode, parent=parent),
+    )
+    if mode == "replay" and parent_dir is not None:  # the raw ledger, as it was written
+        source = parent_dir / "raw.jsonl"
+        if not source.is_file():
+            raise DataError(source, "no such file: nothing to replay")
+        shutil.copyfile(source, run_dir / "raw.jsonl")
+    elif parent_dir is not None:
+        _seed_raw(parent_dir, run_dir, unscored_keys(parent_dir))
+
+
 async def _run_prepared(
     loaded: LoadedConfig,
     suite: Suite,
@@ -632,6 +650,7 @@ async def _run_prepared(
     import structlog
 
     name = suite.name
+    folds = Folds(suite.samples)
     if mode == "resume":
         assert resume_dir is not None
         run_dir = resume_dir
@@ -641,22 +660,19 @@ async def _run_prepared(
                 f"{run_dir}: is a run of suite {manifest.get('suite')!r}, not {name!r}"
             )
         _check_writable(run_dir)
+        done = heal(run_dir, suite, folds)
     else:
         run_dir = new_run_dir(loaded.runs_dir, name)
-        parent = parent_dir.name if parent_dir is not None else None
-        write_json(
-            run_dir / "manifest.json",
-            manifest_for(loaded, suite, run_dir, mode=mode, parent=parent),
-        )
-        if mode == "replay" and parent_dir is not None:  # the raw ledger, as it was written
-            source = parent_dir / "raw.jsonl"
-            if not source.is_file():
-                raise DataError(source, "no such file: nothing to replay")
-            shutil.copyfile(source, run_dir / "raw.jsonl")
-        elif parent_dir is not None:
-            _seed_raw(parent_dir, run_dir, unscored_keys(parent_dir))
-    folds = Folds(suite.samples)
-    done = heal(run_dir, suite, folds)
+        try:
+            _start(loaded, suite, run_dir, parent_dir=parent_dir, mode=mode)
+            done = heal(run_dir, suite, folds)
+        except DataError as exc:
+            # nothing was called: the new directory holds only a manifest and copies, and a
+            # broken parent is reported where the user can mend it, not in the copy
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if parent_dir is not None and exc.path == str(run_dir / "raw.jsonl"):
+                raise DataError(parent_dir / "raw.jsonl", exc.reason, exc.line) from None
+            raise
     structlog.contextvars.bind_contextvars(run_id=run_dir.name, suite=name)
     log = logs.get_logger()
     try:

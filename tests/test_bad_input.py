@@ -482,6 +482,25 @@ def test_a_ledger_field_of_the_wrong_type_is_one_line(
     assert where in message, message
 
 
+@pytest.mark.parametrize("command", ["replay", "retry"])
+def test_a_child_run_of_a_corrupt_parent_names_the_parent_and_leaves_no_run(
+    tmp_path: Path, command: str
+) -> None:
+    """A replay or retry of a run whose raw.jsonl is corrupt names the parent's file, where the
+    user can mend it, and leaves no unfinished run directory behind (nothing was called)."""
+    root = demo(tmp_path)
+    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    raw = run_dir / "raw.jsonl"
+    lines = raw.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[1] = "{not json}\n"
+    raw.write_text("".join(lines), encoding="utf-8")
+    args = ("replay", run_dir) if command == "replay" else ("run", "--retry-unscored", run_dir)
+    message = one_line_error(parallax(*args, cwd=root), 65)
+    assert f"{raw}:2:" in message or f"{raw.relative_to(root)}:2:" in message, message
+    assert [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()] == [run_dir]
+
+
 def test_unreadable_manifest_exits_65(tmp_path: Path) -> None:
     """A run dir whose manifest is not JSON is bad data: one line naming it, exit 65."""
     run_dir = tmp_path / "runs" / "x" / "r1"
