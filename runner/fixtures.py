@@ -435,8 +435,14 @@ def _document_rows(where: str, text: str) -> list[_Row] | None:
     stripped = text.strip(_JSON_WS)
     if not stripped.startswith("{"):
         return None
+    outer: list[str] = []
+
+    def keys_kept(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        outer[:] = [key for key, _ in pairs]  # the outermost object is built last
+        return dict(pairs)
+
     try:
-        whole = json.loads(text)
+        whole = json.loads(text, object_pairs_hook=keys_kept)
     except RecursionError:  # only text far past MAX_DEPTH gets here
         _refuse_too_deep(where, text, 1)
         raise _fail(where, 1, f"nested deeper than {MAX_DEPTH} levels") from None
@@ -449,8 +455,11 @@ def _document_rows(where: str, text: str) -> list[_Row] | None:
         return None
     if not isinstance(whole, dict) or ("cases" not in whole and "\n" not in stripped):
         return None
+    start = len(text) - len(text.lstrip(_JSON_WS))
+    twice = next((key for i, key in enumerate(outer) if key in outer[:i]), None)
+    if twice is not None:  # a second `cases` would silently replace the first
+        raise _fail(where, _line_at(text, start), f"duplicate key {twice!r} in the document")
     if not isinstance(whole.get("cases"), list):
-        start = len(text) - len(text.lstrip(_JSON_WS))
         raise _fail(where, _line_at(text, start), "JSON document without a 'cases' list")
     _refuse_too_deep(where, text, 1)
     return _parse_document(where, text)

@@ -91,6 +91,8 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
     )
     fixtures = FixtureFile(fixtures_path)
     refs = fixtures.validate(functools.partial(check_case, graders=graders))
+    if not len(refs):  # an empty or truncated file would retire every case and read clean
+        raise DataError(fixtures_path, "no cases: a suite needs at least one")
     stratified = any(r.stratum for r in refs)
     if stratified:
         refs.default_stratum("medium")

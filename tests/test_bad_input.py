@@ -501,6 +501,23 @@ def test_a_child_run_of_a_corrupt_parent_names_the_parent_and_leaves_no_run(
     assert [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()] == [run_dir]
 
 
+@pytest.mark.parametrize("content", ["", "\n  \n", '{"version": 1, "cases": []}\n'])
+def test_a_fixture_file_without_cases_stops_the_run(tmp_path: Path, content: str) -> None:
+    """An emptied or truncated fixture file would retire every accepted case and read clean:
+    validate and run refuse it with one line naming the file (exit 65), before any call."""
+    root = demo(tmp_path)
+    (root / "fixtures" / "cities.jsonl").write_text(content, encoding="utf-8")
+    for args in (
+        ("validate", "--config", "config/demo.toml"),
+        ("run", "--config", "config/demo.toml", "--suite", "cities"),
+    ):
+        message = one_line_error(parallax(*args, cwd=root), 65)
+        assert "cities.jsonl: no cases" in message, message
+    assert not (root / "runs" / "cities").exists() or not [
+        p for p in (root / "runs" / "cities").iterdir() if p.is_dir()
+    ]
+
+
 def test_unreadable_manifest_exits_65(tmp_path: Path) -> None:
     """A run dir whose manifest is not JSON is bad data: one line naming it, exit 65."""
     run_dir = tmp_path / "runs" / "x" / "r1"

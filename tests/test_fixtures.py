@@ -356,6 +356,11 @@ def test_schema_refs_inside_the_schema_resolve(tmp_path: Path) -> None:
             "$ref that names nothing in the schema: 'http://127.0.0.1:9/s.json'",
         ),
         ('{"id": "a", "prompt": "p", "expect": []}\n', 1, "'expect' must be an object"),
+        (
+            '\n{"version": 1,\n "cases": [{"id": "a", "prompt": "p"}],\n "cases": []}\n',
+            2,
+            "duplicate key 'cases' in the document",
+        ),
         ('{"id": "a", "prompt": "p", "tags": ["x", 1]}\n', 1, "'tags' must be a list of strings"),
         ('{"id": "a", "prompt": "p", "system": 1}\n', 1, "'system' must be a string"),
         ('{"id": "a", "prompt": "p", "stratum": "hard"}\n', 1, "unknown stratum 'hard'"),
