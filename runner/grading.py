@@ -49,6 +49,7 @@ BUILTIN_KEYS: tuple[str, ...] = (
 DEFAULT_MAX_CHARS = 1200
 
 _SENTENCE_END = re.compile(r"[.!?]")
+REGEX_SECONDS = 1.0  # per search of a fixture's `regex` / `not_regex` pattern
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +153,11 @@ def grade(case: Case, reply: Reply, graders: GraderSet) -> Grade:
         count = sum(1 for piece in _SENTENCE_END.split(text) if piece.strip())
         tally.check(count <= limit, f"too_verbose:{count}>{limit}")
     for pattern in _patterns(expect.get("regex")):
-        tally.check(re.search(pattern, text) is not None, f"regex_mismatch:{pattern}")
+        found = _search(pattern, text)
+        tally.check(found is True, f"regex_{'mismatch' if found is False else 'timeout'}:{pattern}")
     for pattern in _patterns(expect.get("not_regex")):
-        tally.check(re.search(pattern, text) is None, f"regex_forbidden:{pattern}")
+        found = _search(pattern, text)
+        tally.check(found is False, f"regex_{'forbidden' if found else 'timeout'}:{pattern}")
     if "json_fields" in expect:
         _grade_fields(tally, reply.answer, expect["json_fields"])
     if "json_schema" in expect:
@@ -222,6 +225,20 @@ def _schema_violations(answer: Any, schema: Mapping[str, Any]) -> list[str]:
     validator = validator_for(schema)(schema)
     paths = {error.json_path for error in validator.iter_errors(answer)}
     return [f"schema_violation:{path}" for path in sorted(paths)]
+
+
+def _search(pattern: str, text: str) -> bool | None:
+    """Whether `pattern` occurs in `text`; None when it ran out of time.
+
+    A pattern that backtracks without end on some reply (`(a|aa)+$`) would stall the whole
+    run in one grade: the `regex` engine, `re`'s syntax with a timeout, bounds each search.
+    """
+    import regex  # only suites with patterns pay for the import
+
+    try:
+        return regex.search(pattern, text, timeout=REGEX_SECONDS) is not None
+    except TimeoutError:
+        return None
 
 
 def _patterns(value: Any) -> list[str]:

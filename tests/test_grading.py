@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from runner import grading
 from runner.errors import ConfigError, FixtureError
 from runner.fixtures import load_cases
 from runner.grading import (
@@ -257,6 +258,19 @@ def test_custom_grader_runs_with_the_builtin_keys(suite: GraderSet) -> None:
     result = grade(case(expect), Reply(text="One. Two."), suite)
     expected = (("too_verbose:2>1", "by_id"), 4, 2)
     assert expected == (result.misses, result.checks, result.passed_checks)
+
+
+def test_a_pattern_that_backtracks_without_end_times_out_as_a_miss(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`(a|aa)+$` on a long run of a's backtracks for hours in `re`: the search is bounded and
+    the check is a `regex_timeout` miss, for `regex` and `not_regex` alike."""
+    monkeypatch.setattr(grading, "REGEX_SECONDS", 0.05)
+    pattern, text = "(a|aa)+$", "a" * 60 + "b"
+    expect = {"regex": [pattern, "a+"], "not_regex": [pattern, "zz"]}
+    result = grade(case(expect), Reply(text=text), GraderSet.empty())
+    assert result.misses == (f"regex_timeout:{pattern}", f"regex_timeout:{pattern}")
+    assert (result.checks, result.passed_checks) == (6, 4)
 
 
 def test_a_grader_that_raises_is_a_miss(suite: GraderSet) -> None:
