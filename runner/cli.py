@@ -81,8 +81,8 @@ def _seconds(value: str) -> float:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        """One line, as for every other bad input, and exit 64 (argparse's 2 means incomplete)."""
+        print(f"{self.prog}: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         raise SystemExit(UsageError.exit_code)
 
 

@@ -270,7 +270,7 @@ def load_config(path: Path) -> LoadedConfig:
     except OSError as exc:
         raise ConfigError(path, None, f"cannot read: {exc.strerror}") from None
     try:
-        data = tomllib.loads(raw_bytes.decode("utf-8"))
+        data = tomllib.loads(raw_bytes.decode("utf-8-sig"))  # an editor's BOM is no error
     except UnicodeDecodeError as exc:
         raise ConfigError(path, None, f"not UTF-8 at byte {exc.start}") from None
     except tomllib.TOMLDecodeError as exc:

@@ -217,6 +217,9 @@ def test_usage_errors_exit_64(tmp_path: Path, args: list[str]) -> None:
     assert proc.stdout == ""
     assert proc.stderr.strip()
     no_traceback(proc)
+    if args:  # a mistake is one line pointing at --help; no command at all prints the help
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].endswith("--help`)"), lines
 
 
 def test_usage_error_via_console_script_exits_64(tmp_path: Path) -> None:

@@ -317,6 +317,15 @@ def test_api_key_is_read_from_the_named_env_var(
     assert expected == loaded.api_key("cand")
 
 
+def test_a_config_saved_with_a_bom_loads_as_without(tmp_path: Path) -> None:
+    """Editors on some systems start UTF-8 files with a BOM; fixtures accept one, so does the
+    config, with the same result as the file without it."""
+    plain = load_config(write(tmp_path, MINIMAL)).config
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + textwrap.dedent(MINIMAL).encode("utf-8"))
+    assert load_config(path).config == plain
+
+
 def test_an_endpoint_without_api_key_env_has_no_key(tmp_path: Path) -> None:
     """No api_key_env means no key at all."""
     assert load_config(write(tmp_path, MINIMAL)).api_key("ref") is None
