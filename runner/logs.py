@@ -78,20 +78,34 @@ def scrub_bytes(data: bytes) -> bytes:
     for secret in _known_secrets:
         if b"\\" not in data:
             data = data.replace(secret.encode("utf-8"), b"***")
-        else:  # escapes are read whole, so a match never starts inside one (`\\"` + key)
+        elif _may_spell(data, secret):  # escapes are read whole: no match starts inside one
             data = _escaped_pattern(secret).sub(_mask, data)
     return data
+
+
+def _may_spell(data: bytes, secret: str) -> bool:
+    """Whether `data`, which holds escapes, may spell `secret` at all: a cheap test first.
+
+    Replies escape newlines and quotes all the time, but the characters of a plain key
+    (printable ASCII without a quote, backslash or slash) can only be escaped as `\\u00XX`
+    below 0x80: without such an escape in the body the key can only appear as itself.
+    """
+    if _PLAIN_KEY.fullmatch(secret) and not _ASCII_ESCAPE.search(data):
+        return secret.encode("ascii") in data
+    return _spelled(secret).search(data) is not None
 
 
 def _mask(match: re.Match[bytes]) -> bytes:
     return b"***" if match.group("secret") is not None else match.group(0)
 
 
+_PLAIN_KEY = re.compile(r"[ !#-.0-\[\]-~]+")
+_ASCII_ESCAPE = re.compile(rb"\\u00[0-7]")
 _SHORT_ESCAPES = {'"': rb'|\\"', "\\": rb"|\\\\", "/": rb"|\\/"}
 
 
 @functools.cache
-def _escaped_pattern(secret: str) -> re.Pattern[bytes]:
+def _spellings(secret: str) -> bytes:
     """The secret with each character as itself or as a JSON escape (`\\uXXXX`, any hex case;
     the short forms of a quote, a backslash and a slash; a surrogate pair outside the BMP)."""
     parts = []
@@ -105,7 +119,18 @@ def _escaped_pattern(secret: str) -> re.Pattern[bytes]:
         literal = re.escape(char.encode("utf-8"))
         short = _SHORT_ESCAPES.get(char, b"")  # escapes first: `\\` is one char
         parts.append(b"(?:" + escape + short + b"|" + literal + b")")
-    return re.compile(b"(?P<secret>" + b"".join(parts) + rb")|\\(?:u[0-9a-fA-F]{4}|.)", re.S)
+    return b"".join(parts)
+
+
+@functools.cache
+def _spelled(secret: str) -> re.Pattern[bytes]:
+    return re.compile(_spellings(secret), re.S)
+
+
+@functools.cache
+def _escaped_pattern(secret: str) -> re.Pattern[bytes]:
+    """A spelling of the secret, or an escape read whole (so no spelling starts inside one)."""
+    return re.compile(b"(?P<secret>" + _spellings(secret) + rb")|\\(?:u[0-9a-fA-F]{4}|.)", re.S)
 
 
 def _is_secret_key(key: object) -> bool:
