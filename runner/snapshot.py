@@ -147,6 +147,10 @@ def promote(
     for case_id, verdict in cases.items():
         if not isinstance(verdict, dict) or (verdict.get("admitted") and not _acceptable(verdict)):
             raise DataError(disagreement_file, f"case {case_id!r}: not a parallax verdict")
+    accepted = {cid: entry_for(v) for cid, v in sorted(cases.items()) if v.get("admitted")}
+    for case_id, entry in accepted.items():  # before the lock: nothing is written on a refusal
+        if (problem := entry_problem(entry)) is not None:
+            raise DataError(disagreement_file, f"case {case_id!r}: {problem}")
     unscored = sorted(cid for cid, v in cases.items() if not v.get("admitted"))
     if unscored and not allow_partial:
         raise IncompleteError(
@@ -158,14 +162,11 @@ def promote(
     try:
         with _locked(snapshots_dir):
             old = load_snapshot(path)
-            new: dict[str, Any] = {}
-            for case_id, verdict in sorted(cases.items()):
-                if verdict.get("admitted"):
-                    new[case_id] = entry_for(verdict)
-                    if (problem := entry_problem(new[case_id])) is not None:
-                        raise DataError(disagreement_file, f"case {case_id!r}: {problem}")
-                elif case_id in old:
-                    new[case_id] = old[case_id]
+            new = {
+                cid: accepted[cid] if cid in accepted else old[cid]
+                for cid in sorted(cases)
+                if cid in accepted or cid in old
+            }
             changes = {
                 "added": sorted(set(new) - set(old)),
                 "removed": sorted(set(old) - set(new)),
