@@ -27,6 +27,7 @@ import base64
 import math
 import random
 import time
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -270,12 +271,95 @@ def _kept_headers(headers: dict[str, str]) -> dict[str, str]:
     }
 
 
-def _body_chunks(resp: httpx.Response, headers: dict[str, str]) -> AsyncIterator[bytes]:
-    """The body as sent, decoded by httpx only when it is Content-Encoded; an identity body is
-    read straight off the stream (httpx's decoder and chunker cost ~20 us a call for nothing)."""
-    if "content-encoding" not in headers and isinstance(resp.stream, httpx.AsyncByteStream):
-        return aiter(resp.stream)
-    return resp.aiter_bytes()
+class _Inflated(Exception):
+    """A Content-Encoding layer inflated past the size cap; private, like `_BodyTooLarge`."""
+
+
+class _Layer:
+    """One Content-Encoding layer, inflating no more than `limit` bytes in all.
+
+    httpx's decoders inflate each chunk whole, so 18 KB of `gzip, gzip` grew to gigabytes
+    before the size cap saw a byte. Like httpx, `deflate` is tried as zlib, then as raw
+    deflate, and a damaged stream is a DecodingError (stamped connection_lost).
+    """
+
+    def __init__(self, encoding: str, limit: int) -> None:
+        self._raw_fallback = encoding == "deflate"
+        wbits = zlib.MAX_WBITS | 16 if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
+        self._zlib = zlib.decompressobj(wbits)
+        self._left = limit
+        self._fed = False
+
+    def feed(self, data: bytes) -> bytes:
+        self._fed = self._fed or bool(data)
+        try:
+            out = self._zlib.decompress(data, self._left + 1)
+        except zlib.error as exc:
+            if not self._raw_fallback:
+                raise httpx.DecodingError(f"damaged Content-Encoding: {exc}") from None
+            self._raw_fallback = False
+            self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+            return self.feed(data)
+        self._raw_fallback = False
+        return self._take(out)
+
+    def flush(self) -> bytes:
+        try:
+            out = self._take(self._zlib.flush())
+        except zlib.error as exc:
+            raise httpx.DecodingError(f"damaged Content-Encoding: {exc}") from None
+        if self._fed and not self._zlib.eof:  # the server's stream stopped mid-way
+            raise httpx.DecodingError("Content-Encoding stream ends before its end marker")
+        return out
+
+    def _take(self, out: bytes) -> bytes:
+        if len(out) > self._left:
+            raise _Inflated
+        self._left -= len(out)
+        return out
+
+
+_ENCODINGS = frozenset({"gzip", "x-gzip", "deflate"})  # httpx's own, without brotli or zstd
+
+
+async def _body_chunks(
+    resp: httpx.Response, headers: dict[str, str], cap: int
+) -> AsyncIterator[bytes]:
+    """The body as sent, Content-Encoding undone layer by layer, never inflating past `cap`.
+
+    An identity body is read straight off the stream (httpx's decoder and chunker cost ~20 us
+    a call for nothing); encodings httpx would not decode either pass through as they are.
+    """
+    raw = resp.stream if isinstance(resp.stream, httpx.AsyncByteStream) else resp.aiter_raw()
+    names = [e.strip().lower() for e in headers.get("content-encoding", "").split(",")]
+    layers = [_Layer(name, cap) for name in reversed(names) if name in _ENCODINGS]
+    async for chunk in raw:
+        data = chunk
+        for layer in layers:
+            data = layer.feed(data)
+        if data:
+            yield data
+    tail = b""
+    for layer in layers:
+        tail = layer.feed(tail) + layer.flush()
+    if tail:
+        yield tail
+
+
+async def _read_body(
+    resp: httpx.Response, headers: dict[str, str], cap: int, buf: bytearray
+) -> bool:
+    """Read the body into `buf`, at most `cap` bytes; True when there was more than that."""
+    try:
+        async for chunk in _body_chunks(resp, headers, cap):
+            room = cap - len(buf)
+            if len(chunk) > room:
+                buf += chunk[:room]
+                return True
+            buf += chunk
+    except _Inflated:
+        return True
+    return False
 
 
 def _body_text(raw: bytes) -> tuple[str, str]:
@@ -477,15 +561,9 @@ class HttpEndpoint:
                     resp = await self._transport.handle_async_request(self._request(content))
                     try:
                         status, headers = resp.status_code, _plain_headers(resp.headers)
-                        async for chunk in _body_chunks(resp, headers):
-                            room = cap - len(buf)
-                            if len(chunk) > room:
-                                buf += chunk[:room]
-                                truncated = True
-                                if 200 <= status < 300:
-                                    raise _BodyTooLarge(cap)
-                                break  # an oversized error page keeps its status stamp
-                            buf += chunk
+                        truncated = await _read_body(resp, headers, cap, buf)
+                        if truncated and 200 <= status < 300:
+                            raise _BodyTooLarge(cap)  # an oversized error page keeps its stamp
                     finally:
                         await resp.aclose()
             except CONFIG_ERRORS as err:

@@ -47,6 +47,7 @@ Hostile replies (tests/test_hostile.py) and the soak's random mix (tests/test_so
     endless                200 chunked reply that streams spaces as fast as it can, forever
     chaos:<seed>           each request draws one mode at random from CHAOS_MODES
     reflect[:<code>]       <code> (401) whose body and X-Request-Id echo the request's auth headers
+    bomb[:<MB>]            200 whose `gzip, gzip` body of a few hundred KB inflates to <MB> (256) MB
 
 Per-case faults: `server.prompt_modes[prompt] = "<mode>"` overrides the path's mode for
 requests carrying that prompt, so one suite can mix faults case by case.
@@ -64,6 +65,8 @@ Socket helpers: `refused_port()` (nothing listens: connection refused) and `Back
 from __future__ import annotations
 
 import contextlib
+import functools
+import gzip
 import json
 import random
 import select
@@ -71,6 +74,7 @@ import socket
 import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -555,6 +559,10 @@ class FaultServer:
         extra = {"X-Request-Id": echoed}
         return self._error(conn, int(arg or "401"), f"rejected credentials: {echoed}", extra)
 
+    def _bomb(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        headers = {**_JSON, "Content-Encoding": "gzip, gzip"}
+        return self._send(conn, 200, headers, _gzip_bomb(int(arg or "256")))
+
     def _endless(self, conn: socket.socket, req: Received, arg: str) -> bool:
         head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
         conn.sendall((head + "Transfer-Encoding: chunked\r\n\r\n").encode("latin-1"))
@@ -577,7 +585,18 @@ _HOSTILE: dict[str, Callable[[FaultServer, socket.socket, Received, str], bool]]
     "wrongtypes": FaultServer._wrongtypes,
     "endless": FaultServer._endless,
     "reflect": FaultServer._reflect,
+    "bomb": FaultServer._bomb,
 }
+
+
+@functools.cache
+def _gzip_bomb(megabytes: int) -> bytes:  # cached: tests build it before a run
+    """Zeros gzipped twice: each layer shrinks a run of zeros about a thousandfold."""
+    inner = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = bytes(1 << 20)
+    layer = b"".join([*(inner.compress(block) for _ in range(megabytes)), inner.flush()])
+    return gzip.compress(layer, 9)
+
 
 _JSON = {"Content-Type": "application/json"}
 

@@ -9,12 +9,23 @@ outliving a deadline.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from faultserver import FaultServer
-from relkit import check_complete, endpoint_toml, jsonl, record, suite_toml, write_config
+from faultserver import FaultServer, _gzip_bomb
+from relkit import (
+    PARALLAX,
+    check_complete,
+    endpoint_toml,
+    jsonl,
+    record,
+    suite_toml,
+    write_cases,
+    write_config,
+)
 from structlog.testing import capture_logs
 
 from runner.cli import main
@@ -42,6 +53,7 @@ HOSTILE = [
     ("wrongtypes", False, ("ok", "fail"), "missing_content"),
     ("drip", False, ("timeout", "skipped"), "deadline"),
     ("endless", False, ("too_large", "skipped"), "max_response_bytes"),
+    ("bomb:64", False, ("too_large", "skipped"), "max_response_bytes"),
 ]
 
 
@@ -116,3 +128,42 @@ def test_every_hostile_reply_is_stamped_capped_or_rejected_within_its_deadline(
         lost_rows=figures["lost_rows"],
         crashes=0,
     )
+
+
+_PEAK_OF_CHILD = (
+    "import resource, subprocess, sys; "
+    "code = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)"
+)
+
+
+@pytest.mark.slow
+def test_a_compressed_reply_never_inflates_past_the_cap(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A few hundred bytes of `gzip, gzip` that inflate to 256 MB are stamped too_large, and the
+    run's own peak memory stays far below what inflating them whole would take."""
+    _gzip_bomb(256)  # built before the run, so the server answers within the deadline
+    prompts = write_cases(tmp_path, 2)
+    for prompt in prompts:
+        fault_server.prompt_modes[prompt] = "bomb:256"
+    endpoints = "".join(
+        endpoint_toml(side, fault_server.url("ok", side), attempts=1) for side in ("ref", "cand")
+    )
+    config = write_config(tmp_path, endpoints, suite_toml("s"))
+    # measured from a small go-between: a child forked from this test process would count
+    # the test process's own pages (and its bomb) in its peak until it execs
+    proc = subprocess.run(
+        [sys.executable, "-c", _PEAK_OF_CHILD, *PARALLAX, "run", "--config", str(config)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    rows = jsonl(next((tmp_path / "runs" / "s").glob("2*")) / "outcomes.jsonl")
+    assert {row["transport"] for row in rows} == {"too_large"} and len(rows) == 4
+    peak_mb = int(proc.stdout.split()[-1]) / 1024  # ru_maxrss is in kilobytes on Linux
+    assert peak_mb < 200, f"peak RSS {peak_mb:.0f} MB"
+    record("hostile", bomb_peak_rss_mb=round(peak_mb))

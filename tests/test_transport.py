@@ -255,17 +255,33 @@ def test_aiohttp_is_the_default_pool() -> None:
     assert aiohttp.__version__
 
 
-@pytest.mark.anyio
-@pytest.mark.parametrize("encoding", [None, "gzip"])
-async def test_bodies_are_recorded_decoded(encoding: str | None) -> None:
-    """An identity body is read as sent and a gzip body is decoded by httpx, the same text."""
+def _encoded(data: bytes, encoding: str) -> bytes:
+    """`data` under one Content-Encoding, as a server writes it (deflate: zlib or raw)."""
     import gzip
+    import zlib
 
+    if encoding in ("gzip", "x-gzip"):
+        return gzip.compress(data)
+    if encoding == "deflate":
+        return zlib.compress(data)
+    raw = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)  # "raw deflate"
+    return raw.compress(data) + raw.flush()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "encoding", [None, "gzip", "x-gzip", "deflate", "deflate-raw", "gzip, deflate", "br"]
+)
+async def test_bodies_are_recorded_decoded(encoding: str | None) -> None:
+    """An identity body is read as sent; gzip and deflate (zlib or raw), in layers too, are
+    undone as httpx would; an encoding httpx cannot decode (br here) is kept as sent."""
     text = '{"choices": [{"message": {"content": "SKU-9"}}]}'
-    raw = gzip.compress(text.encode()) if encoding else text.encode()
+    raw = text.encode()
     headers = {"content-type": "application/json"}
     if encoding:
-        headers["content-encoding"] = encoding
+        for layer in encoding.split(", "):
+            raw = raw if layer == "br" else _encoded(raw, layer)
+        headers["content-encoding"] = encoding.replace("deflate-raw", "deflate")
 
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, headers=headers, content=raw)
@@ -280,6 +296,31 @@ async def test_bodies_are_recorded_decoded(encoding: str | None) -> None:
     assert exchange.transport == "ok"
     assert exchange.response is not None
     assert exchange.response.body == text
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("encoding", "body"),
+    [("gzip", b"not gzip at all"), ("deflate", b"\xff" * 40), ("gzip", b"\x1f\x8b\x08")],
+    ids=["gzip-garbage", "deflate-garbage", "gzip-cut-short"],
+)
+async def test_a_damaged_encoded_body_is_connection_lost(encoding: str, body: bytes) -> None:
+    """A body its Content-Encoding cannot undo is a transport stamp, never a crash or a grade."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-encoding": encoding}, content=body)
+
+    cfg = EndpointConfig(
+        kind="openai-chat", base_url="http://mock.test/v1", model="m", retry={"attempts": 1}
+    )
+    endpoint = HttpEndpoint("ep", cfg, None, transport=httpx.MockTransport(handler))
+    try:
+        with anyio.fail_after(5):
+            exchange = await endpoint.call(CASE, "reference", 0)
+    finally:
+        await endpoint.aclose()
+    assert exchange.transport == "connection_lost"
+    assert exchange.attempts[-1].error == "DecodingError"
 
 
 @pytest.mark.anyio
