@@ -156,12 +156,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    from runner.runs import config_for_run
+    from runner.runs import config_for_run, read_manifest
     from runner.snapshot import promote
 
     run_dir = Path(args.run_dir)
     loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
-    changes = promote(run_dir, loaded.snapshots_dir, allow_partial=args.allow_partial)
+    (suite,) = loaded.suite_names(read_manifest(run_dir)["suite"])  # a suite of this config
+    changes = promote(run_dir, loaded.snapshots_dir, suite=suite, allow_partial=args.allow_partial)
     print(json.dumps(changes, sort_keys=True))
     return 0
 

@@ -134,16 +134,22 @@ def _locked(directory: Path) -> Iterator[None]:
 
 
 def promote(
-    run_dir: Path, snapshots_dir: Path, *, allow_partial: bool = False
+    run_dir: Path, snapshots_dir: Path, *, suite: str, allow_partial: bool = False
 ) -> dict[str, list[str]]:
-    """Accept a run's disagreement map as the suite's snapshot; returns what changed."""
+    """Accept a run's disagreement map as `suite`'s snapshot; returns what changed.
+
+    `suite` is the run's, from its manifest and the config: the map must say the same, so a
+    map edited to name another suite can never overwrite that suite's accepted snapshot.
+    """
     disagreement_file = run_dir / "disagreement.json"
     doc = read_json_object(disagreement_file, missing="no such file (did the run finish?)")
-    suite, cases = doc.get("suite"), doc.get("cases")
-    if not isinstance(suite, str) or not isinstance(cases, dict):
+    named, cases = doc.get("suite"), doc.get("cases")
+    if not isinstance(named, str) or not isinstance(cases, dict):
         raise DataError(disagreement_file, "not a parallax disagreement map")
-    if not valid_name(suite):  # it becomes a file name under snapshots/: no path tricks
-        raise DataError(disagreement_file, f"suite {suite!r} is not a valid suite name")
+    if not valid_name(named):
+        raise DataError(disagreement_file, f"suite {named!r} is not a valid suite name")
+    if named != suite:
+        raise DataError(disagreement_file, f"is a map of suite {named!r}, not of {suite!r}")
     for case_id, verdict in cases.items():
         if not isinstance(verdict, dict) or (verdict.get("admitted") and not _acceptable(verdict)):
             raise DataError(disagreement_file, f"case {case_id!r}: not a parallax verdict")

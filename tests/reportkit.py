@@ -84,7 +84,7 @@ class Project:
     def promote(self, run_dir: Path) -> None:
         from runner.snapshot import promote
 
-        promote(run_dir, self.root / "snapshots", allow_partial=True)
+        promote(run_dir, self.root / "snapshots", suite="s", allow_partial=True)
 
 
 def hostile_project(root: Path) -> tuple[Project, Path]:

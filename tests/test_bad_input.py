@@ -423,6 +423,20 @@ def test_promote_onto_broken_snapshot_exits_65(tmp_path: Path) -> None:
     assert sorted(p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")) == []
 
 
+def test_promote_of_a_map_edited_to_name_another_suite_writes_nothing(tmp_path: Path) -> None:
+    """disagreement.json edited to name another suite of the config cannot overwrite that
+    suite's accepted snapshot: one line, exit 65, every snapshot byte for byte."""
+    root = demo(tmp_path)
+    parallax("run", "--config", "config/demo.toml", "--suite", "ceiling", cwd=root)
+    (run_dir,) = [p for p in (root / "runs" / "ceiling").iterdir() if p.is_dir()]
+    before = {p.name: p.read_bytes() for p in (root / "snapshots").iterdir()}
+    path = run_dir / "disagreement.json"
+    path.write_text(path.read_text(encoding="utf-8").replace('"ceiling"', '"cities"', 1), "utf-8")
+    message = one_line_error(parallax("promote", run_dir, "--allow-partial", cwd=root), 65)
+    assert "disagreement.json" in message and "'cities'" in message
+    assert {p.name: p.read_bytes() for p in (root / "snapshots").iterdir()} == before
+
+
 def test_validate_with_broken_snapshot_exits_65(tmp_path: Path) -> None:
     """validate checks the snapshots a run would read, so a broken one fails before the night."""
     root = demo(tmp_path)

@@ -175,7 +175,8 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(
     fresh_root.mkdir()
     trial_root.mkdir()
     fresh, fresh_code, _ = run_suite(load_config(_suite(fresh_root, fault_server, "fresh")), "live")
-    promote(fresh, trial_root / "snapshots", allow_partial=True)  # gate classes, alert lines
+    # an accepted snapshot: gate classes and alert lines in the trial
+    promote(fresh, trial_root / "snapshots", suite="live", allow_partial=True)
     fault_server.model_map["cand-model"] = "cand-model-2"  # alias drift: an alert in finalize
     trial = Trial(trial_root, fault_server, _suite(trial_root, fault_server, "trial"))
 

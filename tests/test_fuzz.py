@@ -330,5 +330,5 @@ def test_a_disagreement_map_naming_a_path_as_its_suite_cannot_escape_snapshots(
     )
     snapshots = tmp_path / "a" / "b" / "snapshots"
     with pytest.raises(DataError, match="not a valid suite name"):
-        promote(run_dir, snapshots)
+        promote(run_dir, snapshots, suite="s")
     assert not list(tmp_path.rglob("evil*"))

@@ -108,7 +108,7 @@ def accept_clean_run(config: Path) -> None:
     """Run once with healthy endpoints and promote it, so later runs gate against it."""
     run_dir, code, _ = run_suite(load_config(config), "live")
     assert code == 0
-    promote(run_dir, config.parent / "snapshots")
+    promote(run_dir, config.parent / "snapshots", suite="live")
 
 
 FAULTS = [
@@ -222,8 +222,8 @@ def test_random_fault_mix_never_reaches_a_score(tmp_path: Path, fault_server: Fa
     assert all(cases[c]["disagreement"] is None and not cases[c]["admitted"] for c in bad_cases)
     assert code & 2
     with pytest.raises(IncompleteError):
-        promote(run_dir, tmp_path / "snapshots")
-    promote(run_dir, tmp_path / "snapshots", allow_partial=True)
+        promote(run_dir, tmp_path / "snapshots", suite="live")
+    promote(run_dir, tmp_path / "snapshots", suite="live", allow_partial=True)
     after = load_snapshot(tmp_path / "snapshots" / "live.json")
     assert {c: after[c] for c in bad_cases} == {c: before[c] for c in bad_cases}
 

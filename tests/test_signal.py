@@ -106,7 +106,7 @@ def test_new_noise_under_accepted_stable_misses_is_flaky_and_exits_clean(tmp_pat
     config = tmp_path / "parallax.toml"
     cassette(tmp_path, replies(2, "reference", {0, 1}, 3) + replies(2, "candidate", {0, 1}, 3))
     first, code, _ = run_suite(load_config(config), "s")
-    promote(first, tmp_path / "snapshots")
+    promote(first, tmp_path / "snapshots", suite="s")
     rows = replies(2, "reference", {0, 1}, 3) + replies(2, "candidate", {0, 1}, 3)
     rows[-1]["completion"] = "no"  # c01, candidate, sample 2
     cassette(tmp_path, rows)

@@ -158,7 +158,7 @@ def test_promote_writes_every_admitted_case_and_reports_additions(tmp_path: Path
     """A first promote adds every case, as entry_for describes it, with version and suite."""
     cases = {"c1": verdict([], ["missing:SKU-9"]), "c2": verdict(["a"], ["a"])}
     snapshots = tmp_path / "snapshots"
-    changes = promote(run_dir(tmp_path, cases), snapshots)
+    changes = promote(run_dir(tmp_path, cases), snapshots, suite="s")
     expected = {"added": ["c1", "c2"], "removed": [], "changed": [], "kept_unscored": []}
     assert expected == changes
     doc = json.loads((snapshots / "s.json").read_text(encoding="utf-8"))
@@ -181,9 +181,11 @@ def test_promote_writes_every_admitted_case_and_reports_additions(tmp_path: Path
 def test_promote_reports_changed_and_removed_cases(tmp_path: Path) -> None:
     """A second promote lists what changed and which snapshot cases are gone."""
     snapshots = tmp_path / "snapshots"
-    promote(run_dir(tmp_path, {"c1": verdict(), "c2": verdict(), "c3": verdict()}), snapshots)
+    promote(
+        run_dir(tmp_path, {"c1": verdict(), "c2": verdict(), "c3": verdict()}), snapshots, suite="s"
+    )
     second = {"c1": verdict(), "c2": verdict([], ["new"]), "c4": verdict()}
-    changes = promote(run_dir(tmp_path, second, name="run2"), snapshots)
+    changes = promote(run_dir(tmp_path, second, name="run2"), snapshots, suite="s")
     expected = {"added": ["c4"], "removed": ["c3"], "changed": ["c2"], "kept_unscored": []}
     assert expected == changes
     expected = ["c1", "c2", "c4"]
@@ -197,7 +199,7 @@ def test_promote_refuses_unadmitted_rows(tmp_path: Path) -> None:
     before = old.read_bytes()
     cases = {"c1": verdict(["x"]), "c2": verdict(admitted=False)}
     with pytest.raises(IncompleteError) as info:
-        promote(run_dir(tmp_path, cases), snapshots)
+        promote(run_dir(tmp_path, cases), snapshots, suite="s")
     expected = 2
     assert expected == info.value.exit_code
     assert "1 case(s) could not be scored (c2)" in str(info.value)
@@ -215,7 +217,7 @@ def test_promote_allow_partial_keeps_old_entries_for_unscoreable_cases(tmp_path:
         "c2": verdict([], ["moved"]),
         "c3": verdict(admitted=False),
     }
-    changes = promote(run_dir(tmp_path, cases), snapshots, allow_partial=True)
+    changes = promote(run_dir(tmp_path, cases), snapshots, allow_partial=True, suite="s")
     expected = {"added": [], "removed": [], "changed": ["c2"], "kept_unscored": ["c1"]}
     assert expected == changes
     snapshot = load_snapshot(snapshots / "s.json")
@@ -228,7 +230,7 @@ def test_promote_allow_partial_keeps_old_entries_for_unscoreable_cases(tmp_path:
 def test_promote_leaves_no_temporary_file(tmp_path: Path) -> None:
     """After a promote only the snapshot and the lock file sit in snapshots/."""
     snapshots = tmp_path / "snapshots"
-    promote(run_dir(tmp_path, {"c1": verdict()}), snapshots)
+    promote(run_dir(tmp_path, {"c1": verdict()}), snapshots, suite="s")
     expected = [".promote.lock", "s.json"]
     assert expected == sorted(p.name for p in snapshots.iterdir())
 
@@ -246,7 +248,7 @@ def test_a_failed_write_leaves_the_old_snapshot_whole(
 
     monkeypatch.setattr(runner.ledger.os, "fsync", boom)
     with pytest.raises(DataError, match=r"s\.json: cannot write the snapshot: No space left"):
-        promote(run_dir(tmp_path, {"c1": verdict(["x"])}), snapshots)
+        promote(run_dir(tmp_path, {"c1": verdict(["x"])}), snapshots, suite="s")
     assert before == old.read_bytes()
 
 
@@ -262,7 +264,7 @@ def test_a_failed_write_leaves_no_temporary_file(
 
     monkeypatch.setattr(runner.ledger.os, "fsync", boom)
     with pytest.raises(DataError):
-        promote(run_dir(tmp_path, {"c1": verdict(["x"])}), snapshots)
+        promote(run_dir(tmp_path, {"c1": verdict(["x"])}), snapshots, suite="s")
     expected = [".promote.lock", "s.json"]
     assert expected == sorted(p.name for p in snapshots.iterdir())
 
@@ -274,7 +276,7 @@ def test_promote_refuses_to_replace_a_broken_snapshot(tmp_path: Path) -> None:
     broken = snapshots / "s.json"
     broken.write_text("{oops", encoding="utf-8")
     with pytest.raises(DataError):
-        promote(run_dir(tmp_path, {"c1": verdict()}), snapshots)
+        promote(run_dir(tmp_path, {"c1": verdict()}), snapshots, suite="s")
     expected = "{oops"
     assert expected == broken.read_text(encoding="utf-8")
 
@@ -283,7 +285,7 @@ def test_promote_without_a_disagreement_map_names_the_file(tmp_path: Path) -> No
     """A run that never finished has no disagreement.json: DataError naming it."""
     (tmp_path / "run").mkdir()
     with pytest.raises(DataError) as info:
-        promote(tmp_path / "run", tmp_path / "snapshots")
+        promote(tmp_path / "run", tmp_path / "snapshots", suite="s")
     expected = f"{tmp_path / 'run' / 'disagreement.json'}: no such file (did the run finish?)"
     assert expected == str(info.value)
 
@@ -304,7 +306,7 @@ def test_promote_rejects_a_malformed_disagreement_map(
     run.mkdir()
     (run / "disagreement.json").write_text(content, encoding="utf-8")
     with pytest.raises(DataError) as info:
-        promote(run, tmp_path / "snapshots")
+        promote(run, tmp_path / "snapshots", suite="s")
     assert str(info.value).startswith(f"{run / 'disagreement.json'}: {reason}")
 
 
@@ -325,6 +327,6 @@ def test_promote_refuses_a_verdict_the_gate_could_not_read(
     bad["candidate"][side_key] = value
     run = run_dir(tmp_path, {"c1": verdict(), "c2": bad})
     with pytest.raises(DataError) as info:
-        promote(run, tmp_path / "snapshots")
+        promote(run, tmp_path / "snapshots", suite="s")
     assert str(info.value) == f"{run / 'disagreement.json'}: case 'c2': {reason}"
     assert not (tmp_path / "snapshots" / "s.json").exists()
