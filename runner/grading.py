@@ -8,12 +8,13 @@ after the grader modules are loaded.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -222,9 +223,63 @@ def _schema_violations(answer: Any, schema: Mapping[str, Any]) -> list[str]:
     """
     from jsonschema.validators import validator_for  # imported by the few suites that use it
 
-    validator = validator_for(schema)(schema)
+    validator = _bounded(validator_for(schema))(schema)
     paths = {error.json_path for error in validator.iter_errors(answer)}
     return [f"schema_violation:{path}" for path in sorted(paths)]
+
+
+@functools.cache
+def _bounded(cls: Any) -> Any:
+    """`cls` with its regular-expression keywords searched as `regex` / `not_regex` are.
+
+    jsonschema runs `pattern`, `patternProperties` and `additionalProperties` through `re`,
+    unbounded: a schema pattern that backtracks without end on some reply stalled the run.
+    A search that runs out of time is a violation where it ran: the answer fails there.
+    """
+    from jsonschema import ValidationError
+    from jsonschema.validators import extend
+
+    def pattern(validator: Any, wanted: str, instance: Any, schema: Any) -> Iterator[Any]:
+        if validator.is_type(instance, "string") and not _search(wanted, instance):
+            yield ValidationError(f"{instance!r:.80} does not match {wanted!r} (in time)")
+
+    def pattern_properties(
+        validator: Any, patterns: dict[str, Any], instance: Any, schema: Any
+    ) -> Iterator[Any]:
+        if validator.is_type(instance, "object"):
+            for wanted, subschema in patterns.items():
+                for key, value in instance.items():
+                    found = _search(wanted, key)
+                    if found is None:  # unknown whether the subschema applies: not valid
+                        yield ValidationError(f"{wanted!r} ran out of time", path=(key,))
+                    elif found:
+                        yield from validator.descend(value, subschema, path=key, schema_path=wanted)
+
+    def additional_properties(
+        validator: Any, allowed: Any, instance: Any, schema: Any
+    ) -> Iterator[Any]:
+        if not validator.is_type(instance, "object"):
+            return
+        named, patterns = schema.get("properties", {}), list(schema.get("patternProperties", {}))
+        extras = sorted(
+            key
+            for key in instance
+            if key not in named and not any(_search(p, key) for p in patterns)
+        )
+        if validator.is_type(allowed, "object"):
+            for extra in extras:
+                yield from validator.descend(instance[extra], allowed, path=extra)
+        elif not allowed and extras:
+            yield ValidationError(f"additional properties are not allowed: {extras!r:.200}")
+
+    return extend(  # type: ignore[no-untyped-call]  # jsonschema's stubs leave it untyped
+        cls,
+        {
+            "pattern": pattern,
+            "patternProperties": pattern_properties,
+            "additionalProperties": additional_properties,
+        },
+    )
 
 
 def _search(pattern: str, text: str) -> bool | None:

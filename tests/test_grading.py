@@ -273,6 +273,28 @@ def test_a_pattern_that_backtracks_without_end_times_out_as_a_miss(
     assert (result.checks, result.passed_checks) == (6, 4)
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"x": {"pattern": "^(a|aa)+$"}}},
+        {"type": "object", "patternProperties": {"^(a|aa)+$": {"type": "integer"}}},
+        {"type": "object", "patternProperties": {"^(a|aa)+$": {}}, "additionalProperties": False},
+    ],
+    ids=["pattern", "patternProperties", "additionalProperties"],
+)
+def test_a_schema_pattern_that_backtracks_without_end_is_bounded(
+    monkeypatch: pytest.MonkeyPatch, schema: dict[str, Any]
+) -> None:
+    """jsonschema searches patterns with `re`, unbounded: each search is bounded as `regex`
+    is, and one that runs out of time counts as no match, so the answer is a violation."""
+    monkeypatch.setattr(grading, "REGEX_SECONDS", 0.05)
+    hostile = "a" * 60 + "!"
+    answer = {"x": hostile, hostile: "not an integer"}
+    reply = Reply(text="{}", answer=answer)
+    result = grade(case({"json_schema": schema}), reply, GraderSet.empty())
+    assert [m for m in result.misses if m.startswith("schema_violation:")], result.misses
+
+
 def test_a_grader_that_raises_is_a_miss(suite: GraderSet) -> None:
     """A grader that raises yields `grader_error:<Class>` as a failed check."""
     result = grade(case({}, case_id="exploding"), Reply(text="hi"), suite)
