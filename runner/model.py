@@ -16,6 +16,8 @@ STRATA: tuple[str, ...] = ("easy", "medium", "stretch")
 SIDES: tuple[str, ...] = ("reference", "candidate")
 NOISE = "noise"  # ledger side of `noise_check`: the reference called a second, independent time
 LEDGER_VERSION = 1
+# what `from_json` raises on a corrupt row: a missing key, a wrong type, 1e400 as an integer
+ROW_ERRORS = (KeyError, TypeError, ValueError, AttributeError, OverflowError)
 
 
 def _opt_str(data: Mapping[str, Any], key: str) -> str | None:
@@ -25,6 +27,16 @@ def _opt_str(data: Mapping[str, Any], key: str) -> str | None:
     if value is not None and not isinstance(value, str):
         raise TypeError(f"{key} must be a string or null, got {value!r:.40}")
     return value
+
+
+def _attempt(data: Mapping[str, Any]) -> Attempt:
+    """A raw row's attempt, its text fields checked: a replay joins them into the detail."""
+    attempt = Attempt(**data)
+    if not isinstance(attempt.transport, str):
+        raise TypeError("attempt transport must be a string")
+    for key in ("error", "message"):
+        _opt_str(data, key)
+    return attempt
 
 
 def _response(data: Mapping[str, Any]) -> Response:
@@ -158,7 +170,7 @@ class Exchange:
             adapter=str(data["adapter"]),
             model_alias=_opt_str(data, "model_alias"),
             request=request,
-            attempts=tuple(Attempt(**a) for a in data["attempts"]),
+            attempts=tuple(_attempt(a) for a in data["attempts"]),
             transport=str(data["transport"]),
             response=_response(response) if response is not None else None,
             started_at=str(data["started_at"]),

@@ -18,7 +18,7 @@ from runner.errors import DataError
 from runner.gate import Folds, SideView
 from runner.jsontext import dumps
 from runner.ledger import LedgerWriter, decode_line, read_jsonl, repair_tail
-from runner.model import Exchange, Outcome
+from runner.model import ROW_ERRORS, Exchange, Outcome
 from runner.stamps import stamp
 from runner.workers import available, ordered
 
@@ -38,7 +38,7 @@ CHUNK_LINES = 500  # lines a worker grades per task: big enough to pay for the r
 def exchange_at(path: Path, line_no: int, row: Any) -> Exchange:
     try:
         return Exchange.from_json(row)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except ROW_ERRORS as exc:
         raise DataError(path, f"not an exchange: {exc!r}", line_no) from None
 
 
@@ -51,7 +51,7 @@ def read_outcomes(path: Path) -> Iterator[Outcome]:
     for line_no, row in read_jsonl(path):
         try:
             yield Outcome.from_json(row)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except ROW_ERRORS as exc:
             raise DataError(path, f"not an outcome row: {exc!r}", line_no) from None
 
 

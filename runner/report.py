@@ -26,7 +26,7 @@ from runner.errors import DataError, UsageError
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, GATE_CLASSES, SCHEMA_MISS, TRANSPORT_MISS
 from runner.history import History, RunRow, ceiling_candidates, load_history, streaks
 from runner.ledger import read_json_map, read_json_object, read_jsonl, write_atomic
-from runner.model import SIDES, STRATA, Exchange, Response
+from runner.model import ROW_ERRORS, SIDES, STRATA, Exchange, Response
 
 TREND_RUNS = 14
 REPLY_CAP = 6000  # characters of a reply kept for the HTML report
@@ -168,7 +168,7 @@ def read_replies(
                 continue
             try:
                 exchange = Exchange.from_json(row)
-            except (KeyError, TypeError, ValueError, AttributeError):
+            except ROW_ERRORS:
                 notes.append(f"{path.name}:{line_no}: not an exchange; skipped")
                 continue
             replies[(exchange.case_id, exchange.side)] = reply_of(exchange)

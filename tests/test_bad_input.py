@@ -462,8 +462,11 @@ def test_replay_of_a_run_with_a_corrupt_ledger_exits_65(tmp_path: Path) -> None:
 def _rewrite_first_row(path: Path, key: str, value: Any) -> None:
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     target = rows[0]["response"] if key == "body" else rows[0]
+    if key == "message":  # a transport miss whose last attempt's message is not text
+        rows[0]["transport"], target = "timeout", rows[0]["attempts"][-1]
     target[key] = value
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    text = "".join(json.dumps(row) + "\n" for row in rows)
+    path.write_text(text.replace('"INFINITY"', "1e400"), encoding="utf-8")
 
 
 @pytest.mark.parametrize(
@@ -471,11 +474,17 @@ def _rewrite_first_row(path: Path, key: str, value: Any) -> None:
     [
         ("replay", "raw.jsonl", "body", 5, "raw.jsonl:1: not an exchange"),
         ("replay", "raw.jsonl", "model_alias", ["m"], "raw.jsonl:1: not an exchange"),
+        ("replay", "raw.jsonl", "elapsed_ms", "INFINITY", "raw.jsonl:1: not an exchange"),
+        ("replay", "raw.jsonl", "message", ["x"], "raw.jsonl:1: not an exchange"),
+        ("resume", "outcomes.jsonl", "sample", "INFINITY", "outcomes.jsonl:1: not an outcome"),
         ("resume", "outcomes.jsonl", "response_model", [1], "outcomes.jsonl:1: not an outcome"),
         ("resume", "outcomes.jsonl", "stratum", {"a": 1}, "outcomes.jsonl:1: not an outcome"),
         ("resume", "raw.jsonl", None, None, "raw.jsonl: not a file"),
     ],
-    ids=["raw-body-number", "raw-alias-list", "outcome-model-list", "outcome-stratum", "raw-dir"],
+    ids=[
+        *("raw-body-number", "raw-alias-list", "raw-1e400", "raw-message-list"),
+        *("outcome-sample-1e400", "outcome-model-list", "outcome-stratum", "raw-dir"),
+    ],
 )
 def test_a_ledger_field_of_the_wrong_type_is_one_line(
     tmp_path: Path, command: str, ledger: str, key: str | None, value: Any, where: str
@@ -494,6 +503,7 @@ def test_a_ledger_field_of_the_wrong_type_is_one_line(
     args = ("replay", run_dir) if command == "replay" else ("run", "--resume", run_dir)
     message = one_line_error(parallax(*args, cwd=root), 65)
     assert where in message, message
+    assert [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()] == [run_dir]
 
 
 @pytest.mark.parametrize("command", ["replay", "retry"])
