@@ -306,7 +306,9 @@ def _run_custom(grader: Grader, text: str, expect: Mapping[str, Any]) -> list[st
     """Call a user grader on a private copy of expect, so it cannot change later grades."""
     try:
         result = grader(text, copy_json(dict(expect)))
-    except (Exception, SystemExit) as exc:  # sys.exit() in a grader must not end the run as 0
+    except KeyboardInterrupt:  # the user's Ctrl-C, not the grader's failure
+        raise
+    except BaseException as exc:  # sys.exit(), GeneratorExit, a grader's own BaseException
         return [f"grader_error:{type(exc).__name__}"]
     if not isinstance(result, list) or not all(isinstance(miss, str) for miss in result):
         return ["grader_error:TypeError"]

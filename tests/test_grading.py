@@ -309,11 +309,22 @@ def test_a_grader_that_returns_no_list_is_a_miss(suite: GraderSet) -> None:
     assert expected == result.misses
 
 
-def test_a_grader_that_calls_sys_exit_is_a_miss(tmp_path: Path) -> None:
-    """sys.exit(0) inside a grader is a grader_error, not the end of the run with exit 0."""
-    write_module(tmp_path, "g.py", "import sys\ndef quits(text, expect):\n    sys.exit(0)\n")
+@pytest.mark.parametrize(
+    ("body", "name"),
+    [
+        ("import sys; sys.exit(0)", "SystemExit"),
+        ("raise GeneratorExit", "GeneratorExit"),
+        ("raise type('Own', (BaseException,), {})()", "Own"),
+    ],
+)
+def test_a_grader_that_raises_a_base_exception_is_a_miss(
+    tmp_path: Path, body: str, name: str
+) -> None:
+    """sys.exit(0), GeneratorExit or a grader's own BaseException is a grader_error, not the
+    end of the run (sys.exit(0) ended it with exit 0)."""
+    write_module(tmp_path, "g.py", f"def quits(text, expect):\n    {body}\n")
     result = grade(case({"custom": 1}, grader="g.py:quits"), Reply(text="x"), load(tmp_path, None))
-    assert "grader_error:SystemExit" in result.misses
+    assert f"grader_error:{name}" in result.misses
 
 
 def test_a_grader_cannot_change_the_case(tmp_path: Path) -> None:
