@@ -256,6 +256,8 @@ def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str
         return None, f"another process holds the suite lock (pid {holder.get('pid')})"
     cfg = loaded.config.suites[suite]
     fixtures = manifest.get("fixtures") or {}
+    if not isinstance(fixtures, dict):  # a hand-edited manifest: nothing to check it against
+        return None, "its manifest has no fixtures object; the next fire starts a new run"
     if fixtures.get("digest") != _digest(loaded.resolve(cfg.fixtures)):
         return None, "the fixtures changed since it started; the next fire starts a new run"
     if manifest.get("samples") != cfg.samples:

@@ -429,6 +429,22 @@ async def test_an_interrupted_run_with_edited_fixtures_is_not_resumed_and_says_w
     assert events(logs, "scheduler.job_started") == []
 
 
+@pytest.mark.parametrize("fixtures", [[1], "x", 5])
+def test_an_interrupted_run_with_a_mangled_manifest_is_skipped_with_a_reason(
+    tmp_path: Path, fault_server: FaultServer, fixtures: Any
+) -> None:
+    """A manifest whose `fixtures` is not an object is a reason to start afresh, not a crash
+    of the daemon at start."""
+    loaded = write_config(tmp_path, fault_server)
+    run_dir = loaded.runs_dir / "nightly" / "20261130T000000Z-abcdef"
+    run_dir.mkdir(parents=True)
+    doc = {"version": 1, "suite": "nightly", "mode": "run", "finished_at": None}
+    (run_dir / "manifest.json").write_text(json.dumps(doc | {"fixtures": fixtures}))
+    found, reason = find_interrupted(loaded, "nightly")
+    assert found is None
+    assert reason is not None and "no fixtures object" in reason
+
+
 # health ----------------------------------------------------------------------------------
 
 
