@@ -96,7 +96,8 @@ def _read_object(path: Path) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"{path.name}: {exc.reason.split(':')[0]}"
 
 
-def _mapping(value: Any) -> dict[str, Any]:
+def mapping_of(value: Any) -> dict[str, Any]:
+    """A value read from a run's JSON that should be an object; anything else reads as {}."""
     return value if isinstance(value, dict) else {}
 
 
@@ -104,7 +105,17 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _strings(value: Any) -> list[str]:
+def pass_rate_of(rate: Mapping[str, Any]) -> float | None:
+    """A stratum's `pass_rate` as a share from 0 to 1, or None when it is anything else: a
+    hand-edited summary must not stop a report (a 400-digit integer overflowed a float)."""
+    value = rate.get("pass_rate")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 <= value <= 1 else None
+
+
+def strings_of(value: Any) -> list[str]:
+    """The strings of a value that should be a list of them; anything else is left out."""
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
@@ -116,7 +127,7 @@ def read_run(run_dir: Path) -> tuple[RunRow | None, list[str]]:
         return None, [f"skipped {run_dir.name}: {why} (unfinished or broken run)"]
     if summary.get("version") != SUMMARY_VERSION:
         return None, [f"skipped {run_dir.name}: summary.json has an unknown version"]
-    counts = _mapping(summary.get("gate_counts"))
+    counts = mapping_of(summary.get("gate_counts"))
     for gate in GATE_CLASSES:
         count = counts.get(gate, 0)
         if type(count) is not int or count < 0:  # one bad night must not end every report
@@ -125,22 +136,24 @@ def read_run(run_dir: Path) -> tuple[RunRow | None, list[str]]:
     listed = summary.get("quiet_cases")
     if isinstance(listed, list):  # written by finalize: no need to parse the whole map
         # interned: the nights of a window share one copy of each id, not one per night
-        return _row(run_dir, summary, frozenset(map(sys.intern, _strings(listed)))), notes
+        return _row(run_dir, summary, frozenset(map(sys.intern, strings_of(listed)))), notes
     disagreement, why = _read_object(run_dir / "disagreement.json")
     if disagreement is None:
         notes.append(f"{run_dir.name}: {why}; its cases are left out of ceiling candidates")
     else:
         quiet = frozenset(
             k
-            for k, v in _mapping(disagreement.get("cases")).items()
+            for k, v in mapping_of(disagreement.get("cases")).items()
             if isinstance(v, dict) and _quiet(v)
         )
     return _row(run_dir, summary, quiet), notes
 
 
 def _row(run_dir: Path, summary: Mapping[str, Any], quiet: frozenset[str] | None) -> RunRow:
-    counts = _mapping(summary.get("gate_counts"))
-    strata = _mapping(summary.get("strata"))
+    counts = mapping_of(summary.get("gate_counts"))
+    strata = mapping_of(summary.get("strata"))
+    alerts = mapping_of(summary.get("stratum_alerts"))
+    served = mapping_of(summary.get("served_models"))
     exit_code = summary.get("exit_code")
     return RunRow(
         run_id=str(summary.get("run_id") or run_dir.name),
@@ -153,18 +166,18 @@ def _row(run_dir: Path, summary: Mapping[str, Any], quiet: frozenset[str] | None
         gate_counts={g: counts.get(g, 0) for g in GATE_CLASSES},  # checked by read_run
         strata={
             side: {
-                name: _mapping(_mapping(strata.get(side)).get(name))
+                name: mapping_of(mapping_of(strata.get(side)).get(name))
                 for name in STRATA
-                if name in _mapping(strata.get(side))
+                if name in mapping_of(strata.get(side))
             }
             for side in SIDES
         },
         stratified=bool(summary.get("stratified", True)),
-        stratum_alerts={s: _strings(_mapping(summary.get("stratum_alerts")).get(s)) for s in SIDES},
-        served_models={s: _strings(_mapping(summary.get("served_models")).get(s)) for s in SIDES},
+        stratum_alerts={s: strings_of(alerts.get(s)) for s in SIDES},
+        served_models={s: strings_of(served.get(s)) for s in SIDES},
         quiet=quiet,
-        paired=_mapping(_mapping(summary.get("paired")).get("overall")),
-        noise_floor=_mapping(_mapping(summary.get("noise_floor")).get("overall")),
+        paired=mapping_of(mapping_of(summary.get("paired")).get("overall")),
+        noise_floor=mapping_of(mapping_of(summary.get("noise_floor")).get("overall")),
     )
 
 
@@ -214,7 +227,7 @@ def load_history(suite_dir: Path, *, until: str | None = None, last: int | None 
 
 def _quiet(case: Mapping[str, Any]) -> bool:
     """Both sides admitted and passed, and the two agree: the case told nothing apart."""
-    ref, cand = _mapping(case.get("reference")), _mapping(case.get("candidate"))
+    ref, cand = mapping_of(case.get("reference")), mapping_of(case.get("candidate"))
     return (
         case.get("admitted") is True
         and ref.get("passed") is True
@@ -293,8 +306,8 @@ def suite_report(suite_dir: Path, *, retire_after: int, last: int | None = None)
 def _rate(rate: Mapping[str, Any] | None) -> str:
     if not rate:
         return "  -   "
-    value, n = rate.get("pass_rate"), rate.get("n")
-    if not isinstance(value, int | float):
+    value, n = pass_rate_of(rate), rate.get("n")
+    if value is None:
         return f"  -({n})" if n is not None else "  -   "
     return f"{value:.2f}({n})"
 
@@ -343,7 +356,7 @@ def format_text(report: Mapping[str, Any]) -> str:
             if floor.get("n"):
                 lines.append(
                     f"  {'':<20} noise floor: reference self-disagreement "
-                    f"{floor['disagreeing']}/{floor['n']}"
+                    f"{floor.get('disagreeing', '?')}/{floor['n']}"
                 )
     candidates = report["ceiling_candidates"]
     retire_after = report["retire_after"]

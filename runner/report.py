@@ -24,7 +24,16 @@ from runner import __version__
 from runner.adapters import parse
 from runner.errors import DataError, UsageError
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, GATE_CLASSES, SCHEMA_MISS, TRANSPORT_MISS
-from runner.history import History, RunRow, ceiling_candidates, load_history, streaks
+from runner.history import (
+    History,
+    RunRow,
+    ceiling_candidates,
+    load_history,
+    mapping_of,
+    pass_rate_of,
+    streaks,
+    strings_of,
+)
 from runner.ledger import read_json_map, read_json_object, read_jsonl, write_atomic
 from runner.model import ROW_ERRORS, SIDES, STRATA, Exchange, Response
 
@@ -109,7 +118,7 @@ class RunReport:
     def cases_in(self, gates: Sequence[str]) -> list[tuple[str, Mapping[str, Any]]]:
         """Cases of the given gate classes, in the order of `gates`, then by id."""
         rank = {g: i for i, g in enumerate(gates)}
-        chosen = [(k, v) for k, v in self.cases.items() if v.get("gate") in rank]
+        chosen = [(k, v) for k, v in self.cases.items() if str(v.get("gate")) in rank]
         return sorted(chosen, key=lambda kv: (rank[str(kv[1].get("gate"))], kv[0]))
 
 
@@ -184,10 +193,10 @@ def history_window(trend_runs: int, retire_after: int | None) -> int:
 
 def _wants_detail(case: Mapping[str, Any]) -> str | None:
     """The section a case is shown in detail in: a review gate, an unscored stamp, or none."""
-    gate = case.get("gate")
+    gate = str(case.get("gate"))  # a hand-edited map may hold anything here
     if gate in INCOMPLETE_ORDER or not case.get("admitted", True):
         return _stamp_of(case)
-    return str(gate) if gate in REVIEW_ORDER else None
+    return gate if gate in REVIEW_ORDER else None
 
 
 def read_cases(
@@ -373,7 +382,7 @@ def _case_html(rep: RunReport, case_id: str, case: Mapping[str, Any]) -> str:
         if isinstance(delta, list)
         else ""
     )
-    sides = "".join(_side_html(rep, case_id, side, _as_mapping(case.get(side))) for side in SIDES)
+    sides = "".join(_side_html(rep, case_id, side, mapping_of(case.get(side))) for side in SIDES)
     return (
         f'<article class="card case" id="case-{e(case_id)}">'
         f"<header>{_gate_tag(str(case.get('gate')))}"
@@ -384,18 +393,14 @@ def _case_html(rep: RunReport, case_id: str, case: Mapping[str, Any]) -> str:
     )
 
 
-def _as_mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def _stamp_of(case: Mapping[str, Any]) -> str:
     """`transport: timeout` or `schema: not_json`, from the first side that failed."""
     for side in SIDES:
-        view = _as_mapping(case.get(side))
+        view = mapping_of(case.get(side))
         if view.get("transport") not in (None, "ok"):
             return f"transport: {view.get('transport')}"
     for side in SIDES:
-        view = _as_mapping(case.get(side))
+        view = mapping_of(case.get(side))
         if view.get("schema") not in (None, "ok"):
             detail = str(view.get("detail") or view.get("schema"))
             return f"schema: {detail.split(':', maxsplit=1)[0]}"
@@ -421,7 +426,7 @@ def _incomplete_html(rep: RunReport) -> str:
         for case_id, case in rows:
             cells = []
             for side in SIDES:
-                view = _as_mapping(case.get(side))
+                view = mapping_of(case.get(side))
                 reply = rep.replies.get((case_id, side))
                 excerpt = ""
                 if reply is not None and reply.text and not view.get("admitted"):
@@ -447,22 +452,18 @@ def _incomplete_html(rep: RunReport) -> str:
 
 def _strata_html(rep: RunReport) -> str:
     summary = rep.summary
-    strata = _as_mapping(summary.get("strata"))
-    alerts = _as_mapping(summary.get("stratum_alerts"))
+    strata = mapping_of(summary.get("strata"))
+    alerts = mapping_of(summary.get("stratum_alerts"))
     cards = []
     for side in SIDES:
-        rates = _as_mapping(strata.get(side))
+        rates = mapping_of(strata.get(side))
         rows = []
         for name in STRATA:
-            rate = _as_mapping(rates.get(name))
-            value = rate.get("pass_rate")
+            rate = mapping_of(rates.get(name))
+            value = pass_rate_of(rate)
             n, passed, unadmitted = rate.get("n", 0), rate.get("passed", 0), rate.get("unadmitted")
-            width = round(float(value) * 100, 1) if isinstance(value, int | float) else 0
-            label = (
-                f"{value:.0%} · {passed} of n={n}"
-                if isinstance(value, int | float)
-                else f"no rows (n={n})"
-            )
+            width = round(value * 100, 1) if value is not None else 0
+            label = f"{value:.0%} · {passed} of n={n}" if value is not None else f"no rows (n={n})"
             if unadmitted:
                 label += f" · {unadmitted} unscored"
             rows.append(
@@ -470,9 +471,9 @@ def _strata_html(rep: RunReport) -> str:
                 f'<div class="fill" style="width:{width}%;background:{STRATUM_COLOURS[name]}">'
                 f'</div></div><span class="small">{e(label)}</span></div>'
             )
-        side_alerts = alerts.get(side) or []
+        side_alerts = strings_of(alerts.get(side))
         alert_html = (
-            f'<div class="alert small">alerts: {e(", ".join(map(str, side_alerts)))}</div>'
+            f'<div class="alert small">alerts: {e(", ".join(side_alerts))}</div>'
             if side_alerts
             else '<div class="muted small">no stratum alerts</div>'
         )
@@ -485,14 +486,14 @@ def _strata_html(rep: RunReport) -> str:
 def signal_lines(summary: Mapping[str, Any]) -> list[str]:
     """The paired test and the noise floor in words, one line each (plain text, unescaped)."""
     lines = []
-    paired = _as_mapping(summary.get("paired"))
+    paired = mapping_of(summary.get("paired"))
     for scope in ("overall", *STRATA):
-        test = _as_mapping(paired.get(scope))
+        test = mapping_of(paired.get(scope))
         if test.get("text"):
             lines.append(str(test["text"]))
-    floor = _as_mapping(summary.get("noise_floor"))
+    floor = mapping_of(summary.get("noise_floor"))
     for scope in ("overall", *STRATA):
-        row = _as_mapping(floor.get(scope))
+        row = mapping_of(floor.get(scope))
         if row.get("n"):
             lines.append(
                 f"noise floor ({scope}): the reference disagreed with itself on "
@@ -520,12 +521,12 @@ def _signal_html(rep: RunReport) -> str:
 
 
 def _models_html(rep: RunReport) -> str:
-    served = _as_mapping(rep.summary.get("served_models"))
-    endpoints = _as_mapping(rep.manifest.get("endpoints"))
+    served = mapping_of(rep.summary.get("served_models"))
+    endpoints = mapping_of(rep.manifest.get("endpoints"))
     rows = []
     for side in SIDES:
-        ep = _as_mapping(endpoints.get(side))
-        models = served.get(side) or []
+        ep = mapping_of(endpoints.get(side))
+        models = strings_of(served.get(side))
         rows.append(
             f"<tr><td>{e(side)}</td><td class='mono'>{e(ep.get('name') or '-')}</td>"
             f"<td class='mono'>{e(ep.get('model') or '-')}</td>"
@@ -538,7 +539,7 @@ def _models_html(rep: RunReport) -> str:
 
 
 def _gate_chips(rep: RunReport) -> str:
-    counts = _as_mapping(rep.summary.get("gate_counts"))
+    counts = mapping_of(rep.summary.get("gate_counts"))
     chips = []
     for gate in GATE_CLASSES:
         n = counts.get(gate, 0)
@@ -616,11 +617,11 @@ def trend_strata_svg(rows: Sequence[RunRow], side: str, width: int = 540, height
         colour = STRATUM_COLOURS[name]
         points: list[tuple[float, float, str]] = []
         for i, row in enumerate(rows):
-            rate = _as_mapping(row.strata.get(side, {}).get(name))
-            value = rate.get("pass_rate")
-            if isinstance(value, int | float):
+            rate = mapping_of(row.strata.get(side, {}).get(name))
+            value = pass_rate_of(rate)
+            if value is not None:
                 x = left + (step * i if len(rows) > 1 else plot_w / 2)
-                y = top + plot_h * (1 - float(value))
+                y = top + plot_h * (1 - value)
                 points.append((x, y, f"{row.run_id}: {name} {value:.0%} (n={rate.get('n')})"))
         if len(points) > 1:
             path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in points)
@@ -691,7 +692,7 @@ def _all_cases_html(rep: RunReport) -> Iterator[str]:
             f"<tr><td class='mono'>{e(k)}</td><td>{_gate_tag(gate)}</td>"
             f"<td>{e(stratum or '')}</td><td class='small'>{e(detail)}</td></tr>"
         )
-    retired = rep.summary.get("retired") or []
+    retired = strings_of(rep.summary.get("retired"))
     retired_html = (
         f"<p class='small muted'>retired (in the snapshot, not in the fixtures): "
         f"{e(', '.join(map(str, retired)))}</p>"
@@ -822,7 +823,7 @@ def render_markdown(rep: RunReport) -> str:
         "unadmitted",
         "",
     ]
-    counts = _as_mapping(s.get("gate_counts"))
+    counts = mapping_of(s.get("gate_counts"))
     shown = [g for g in GATE_CLASSES if counts.get(g)]
     if shown:
         lines += [
@@ -842,7 +843,7 @@ def render_markdown(rep: RunReport) -> str:
         for case_id, case in review[:MD_TOP_CASES]:
             cells = [md_text(case_id, 80), md_text(case.get("gate")), md_text(case.get("detail"))]
             for side in SIDES:
-                view = _as_mapping(case.get(side))
+                view = mapping_of(case.get(side))
                 cells.append(
                     f"{_md_reply(rep, case_id, side, view)}<br>misses: "
                     f"{_md_misses(view.get('misses'))}"
@@ -862,16 +863,16 @@ def render_markdown(rep: RunReport) -> str:
             more = f" and {total - MD_TOP_CASES} more" if total > MD_TOP_CASES else ""
             lines.append(f"- {md_text(stamp_, 80)} — {total} case(s): {ids}{more}")
         lines.append("")
-    alerts = _as_mapping(s.get("stratum_alerts"))
+    alerts = mapping_of(s.get("stratum_alerts"))
     for side in SIDES:
-        if alerts.get(side):
-            joined = ", ".join(md_text(a, 40) for a in alerts[side])
+        if side_alerts := strings_of(alerts.get(side)):
+            joined = ", ".join(md_text(a, 40) for a in side_alerts)
             lines.append(f"- strata alert ({side}): {joined}")
-    served = _as_mapping(s.get("served_models"))
+    served = mapping_of(s.get("served_models"))
     lines.append(
         "- served: "
         + "; ".join(
-            f"{side} {', '.join(md_text(m, 80) for m in served.get(side) or []) or '—'}"
+            f"{side} {', '.join(md_text(m, 80) for m in strings_of(served.get(side))) or '—'}"
             for side in SIDES
         )
     )

@@ -10,7 +10,14 @@ import pytest
 from reportkit import Project
 
 from runner.cli import main
-from runner.history import ceiling_candidates, load_history, model_changes, streaks
+from runner.history import (
+    ceiling_candidates,
+    format_text,
+    load_history,
+    model_changes,
+    streaks,
+    suite_report,
+)
 
 
 def _side(passed: bool, model: str) -> dict[str, Any]:
@@ -129,6 +136,32 @@ def test_a_summary_with_a_bad_gate_count_is_skipped_with_a_note(tmp_path: Path, 
     history = load_history(suite)
     assert [r.run_id for r in history.rows] == [_name(1)]
     assert len(history.notes) == 1 and "gate_counts.unchanged" in history.notes[0]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("noise_floor", {"overall": {"n": 1}}),
+        ("strata", {"reference": {"easy": {"n": 2, "pass_rate": 10**400}}}),
+        ("strata", {"reference": {"easy": {"n": 2, "pass_rate": "high"}}}),
+        ("served_models", {"candidate": 1}),
+        ("stratum_alerts", {"reference": True}),
+    ],
+    ids=["floor-without-count", "rate-400-digits", "rate-text", "served-number", "alerts-true"],
+)
+def test_history_text_survives_a_summary_field_of_the_wrong_shape(
+    tmp_path: Path, key: str, value: Any
+) -> None:
+    """A hand-edited summary field renders as unknown in the history table: every later report
+    reads this history, so one bad night must not stop them."""
+    suite = tmp_path / "s"
+    _run(suite, _name(1), cases={"c": (True, True)})
+    bad = _run(suite, _name(2), cases={"c": (True, True)})
+    summary = json.loads((bad / "summary.json").read_text(encoding="utf-8"))
+    summary[key] = value
+    (bad / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    text = format_text(suite_report(suite, retire_after=2, last=None))
+    assert "2026-01-02" in text and "2026-01-01" in text  # both nights are in the table
 
 
 def test_model_changes_list_every_switch(tmp_path: Path) -> None:

@@ -224,6 +224,35 @@ def test_report_refuses_a_summary_exit_code_that_is_no_verdict(
     assert len(err) == 1 and "summary.json" in err[0] and "exit_code" in err[0], err
 
 
+@pytest.mark.parametrize(
+    ("name", "path", "value"),
+    [
+        ("summary.json", ("retired",), -1),
+        ("summary.json", ("served_models",), {"candidate": 1}),
+        ("summary.json", ("stratum_alerts",), {"reference": True}),
+        ("summary.json", ("strata",), {"reference": {"easy": {"pass_rate": 10**400, "n": 1}}}),
+        ("disagreement.json", ("cases", "*", "gate"), []),
+    ],
+    ids=["retired-number", "served-number", "alerts-true", "rate-400-digits", "gate-list"],
+)
+def test_report_renders_a_run_whose_files_hold_a_field_of_the_wrong_shape(
+    hostile: Path, tmp_path: Path, name: str, path: tuple[str, ...], value: Any
+) -> None:
+    """A hand-edited field shows as unknown in the report, which still exits with the run's
+    own code: no traceback, and both files are written."""
+    copy = tmp_path / "s" / hostile.name
+    shutil.copytree(hostile, copy)
+    doc = json.loads((copy / name).read_text(encoding="utf-8"))
+    target = doc
+    for key in path[:-1]:
+        target = target[next(iter(target)) if key == "*" else key]  # "*": the first case
+    target[path[-1]] = value
+    (copy / name).write_text(json.dumps(doc), encoding="utf-8")
+    (copy / "report.md").unlink()
+    assert main(["report", str(copy)]) == 3
+    assert (copy / "report.md").is_file() and (copy / "report.html").is_file()
+
+
 def test_report_without_a_reachable_config_still_renders(hostile: Path, tmp_path: Path) -> None:
     """A run dir copied elsewhere (a CI artifact) still renders from its own files."""
     import shutil
