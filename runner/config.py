@@ -232,7 +232,10 @@ def _interpolate(value: Any, path: Path, key: str) -> Any:
                 return default
             raise ConfigError(path, key, f"environment variable {name} is not set")
 
-        return _VAR.sub(repl, value)
+        text = _VAR.sub(repl, value)
+        if "\x00" in text:  # no path, URL or header can hold one; `open` would raise
+            raise ConfigError(path, key, "contains a NUL character")
+        return text
     if isinstance(value, Mapping):
         return {k: _interpolate(v, path, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
     if isinstance(value, list):

@@ -228,6 +228,8 @@ def config_for_run(run_dir: Path, config_path: Path | None) -> LoadedConfig:
     config = manifest.get("config")
     if not isinstance(config, dict) or not isinstance(config.get("path"), str):
         raise DataError(run_dir / "manifest.json", "no config path; pass --config")
+    if "\x00" in config["path"]:
+        raise DataError(run_dir / "manifest.json", "config path holds a NUL; pass --config")
     return load_config(Path(config["path"]))
 
 

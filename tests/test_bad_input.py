@@ -542,6 +542,22 @@ def test_a_fixture_file_without_cases_stops_the_run(tmp_path: Path, content: str
     ]
 
 
+def test_a_manifest_config_path_with_a_nul_is_one_line(tmp_path: Path) -> None:
+    """A manifest whose config path holds a NUL is exit 65 naming the manifest for the
+    commands that need its config, not a traceback from opening the path."""
+    root = demo(tmp_path)
+    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    manifest["config"]["path"] += "\u0000"
+    (run_dir / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    for command in ("replay", "promote"):
+        message = one_line_error(parallax(command, run_dir, cwd=root), 65)
+        assert "manifest.json" in message, (command, message)
+    # report renders a run whose config is out of reach (a copied CI artifact) as it is
+    assert parallax("report", run_dir, cwd=root).returncode == 1
+
+
 def test_unreadable_manifest_exits_65(tmp_path: Path) -> None:
     """A run dir whose manifest is not JSON is bad data: one line naming it, exit 65."""
     run_dir = tmp_path / "runs" / "x" / "r1"

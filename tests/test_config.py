@@ -326,6 +326,13 @@ def test_a_config_saved_with_a_bom_loads_as_without(tmp_path: Path) -> None:
     assert load_config(path).config == plain
 
 
+@pytest.mark.parametrize("key", ["runs_dir", "snapshots_dir"])
+def test_a_nul_in_a_config_string_names_its_key(tmp_path: Path, key: str) -> None:
+    """No path, URL or header can hold a NUL; found at load, not when a run opens the path."""
+    error = load_error(tmp_path, f'{key} = "runs\\u0000x"\n' + MINIMAL)
+    assert (error.key, error.reason) == (key, "contains a NUL character")
+
+
 def test_an_endpoint_without_api_key_env_has_no_key(tmp_path: Path) -> None:
     """No api_key_env means no key at all."""
     assert load_config(write(tmp_path, MINIMAL)).api_key("ref") is None
