@@ -40,8 +40,7 @@ _COMMAND_EXIT_CODES = {
     "run": _VERDICT + _ERRORS + _INTERRUPTED,
     "replay": _VERDICT + _ERRORS + _INTERRUPTED,
     "report": "  0-3 the run's own exit code (see `parallax run --help`)\n" + _ERRORS,
-    "promote": "  0   snapshot written\n  2   unscored cases and no --allow-partial\n"
-    + _ERRORS,
+    "promote": "  0   snapshot written\n  2   unscored cases and no --allow-partial\n" + _ERRORS,
     "pin": "  0   every row printed\n" + _ERRORS,
     "validate": "  0   nothing wrong\n" + _ERRORS,
     "diff": "  0   clean\n  1   a silent regression\n  2   transport or schema misses\n"

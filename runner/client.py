@@ -28,7 +28,7 @@ import math
 import random
 import time
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -322,17 +322,20 @@ class _Layer:
 _ENCODINGS = frozenset({"gzip", "x-gzip", "deflate"})  # httpx's own, without brotli or zstd
 
 
-async def _body_chunks(
-    resp: httpx.Response, headers: dict[str, str], cap: int
-) -> AsyncIterator[bytes]:
+def _body_chunks(resp: httpx.Response, headers: dict[str, str], cap: int) -> AsyncIterator[bytes]:
     """The body as sent, Content-Encoding undone layer by layer, never inflating past `cap`.
 
     An identity body is read straight off the stream (httpx's decoder and chunker cost ~20 us
     a call for nothing); encodings httpx would not decode either pass through as they are.
     """
     raw = resp.stream if isinstance(resp.stream, httpx.AsyncByteStream) else resp.aiter_raw()
-    names = [e.strip().lower() for e in headers.get("content-encoding", "").split(",")]
+    encoding = headers.get("content-encoding")
+    names = [e.strip().lower() for e in encoding.split(",")] if encoding else []
     layers = [_Layer(name, cap) for name in reversed(names) if name in _ENCODINGS]
+    return _decoded(raw, layers) if layers else aiter(raw)
+
+
+async def _decoded(raw: AsyncIterable[bytes], layers: list[_Layer]) -> AsyncIterator[bytes]:
     async for chunk in raw:
         data = chunk
         for layer in layers:
