@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from runner.errors import ConfigError
-from runner.jsontext import MAX_DEPTH
+from runner.errors import ConfigError, reason_of
+from runner.jsontext import MAX_DEPTH, long_integer_line
 
 ENDPOINT_KINDS = ("recorded", "openai-chat", "anthropic-messages", "http-json")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -273,13 +273,18 @@ def load_config(path: Path) -> LoadedConfig:
     except OSError as exc:
         raise ConfigError(path, None, f"cannot read: {exc.strerror}") from None
     try:
-        data = tomllib.loads(raw_bytes.decode("utf-8-sig"))  # an editor's BOM is no error
+        text = raw_bytes.decode("utf-8-sig")  # an editor's BOM is no error
+        data = tomllib.loads(text)
     except UnicodeDecodeError as exc:
         raise ConfigError(path, None, f"not UTF-8 at byte {exc.start}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, None, f"invalid TOML: {exc}") from None
     except RecursionError:
         raise ConfigError(path, None, "invalid TOML: nested too deeply to read") from None
+    except ValueError as exc:  # what tomllib leaves to int(): a number past the digit limit
+        line = long_integer_line(text)
+        at = f" (line {line})" if line is not None else ""
+        raise ConfigError(path, None, f"invalid TOML: {reason_of(exc)}{at}") from None
     _refuse_too_deep(data, path)
     data = _interpolate(data, path, "")
     try:

@@ -11,6 +11,7 @@ Transport failures are never exceptions that escape a call: they are stamps (dat
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +69,15 @@ class ConfigError(ParallaxError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.path, self.key, self.reason)
+
+
+def reason_of(exc: ValueError) -> str:
+    """Why text would not parse, in the terms of whoever wrote it.
+
+    CPython refuses to read an integer past its digit limit with advice about an interpreter
+    setting, which the author of a fixture, config or ledger cannot act on.
+    """
+    message = str(exc)
+    if "integer string conversion" in message:
+        return f"an integer of more than {sys.get_int_max_str_digits()} digits"
+    return message

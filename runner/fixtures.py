@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, overload
 
-from runner.errors import DataError, FixtureError, ParallaxError
-from runner.jsontext import MAX_DEPTH, copy_json, loads, too_deep
+from runner.errors import DataError, FixtureError, ParallaxError, reason_of
+from runner.jsontext import MAX_DEPTH, copy_json, loads, long_integer_line, too_deep
 from runner.model import STRATA, Case
 from runner.text import holds_surrogate, may_hold_surrogates, shared
 from runner.workers import available, ordered
@@ -446,11 +446,14 @@ def _document_rows(where: str, text: str) -> list[_Row] | None:
         _refuse_too_deep(where, text, 1)
         raise _fail(where, 1, f"nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
-        if _broken_document(text, exc):
+        if _broken_document(text, exc.lineno):
             reason = f"invalid JSON: {exc.msg} (column {exc.colno})"
             raise _fail(where, exc.lineno, reason) from None
         return None
-    except ValueError:
+    except ValueError as exc:  # an integer past the digit limit: the parser names no place
+        line = long_integer_line(text)
+        if line is not None and _broken_document(text, line):
+            raise _fail(where, line, f"invalid JSON: {reason_of(exc)}") from None
         return None
     if not isinstance(whole, dict) or ("cases" not in whole and "\n" not in stripped):
         return None
@@ -472,12 +475,12 @@ def _refuse_too_deep(where: str, text: str, first_line: int) -> None:
         raise _fail(where, line, f"nested deeper than {MAX_DEPTH} levels")
 
 
-def _broken_document(text: str, exc: json.JSONDecodeError) -> bool:
+def _broken_document(text: str, failed_on: int) -> bool:
     """A pretty-printed document with a typo should be reported where the typo is.
 
     Read as JSONL it would fail on its opening `{` line, which points nowhere useful. When the
-    first non-blank line is not JSON by itself but the whole-text parse got past it, the file
-    was meant to be one document.
+    first non-blank line is not JSON by itself but the whole-text parse failed past it (on line
+    `failed_on`), the file was meant to be one document.
     """
     first_number, first_line = next(
         (n, line) for n, line in enumerate(text.split("\n"), 1) if line.strip(_JSON_WS)
@@ -485,7 +488,7 @@ def _broken_document(text: str, exc: json.JSONDecodeError) -> bool:
     try:
         json.loads(first_line)
     except ValueError:
-        return exc.lineno > first_number
+        return failed_on > first_number
     return False
 
 
@@ -511,7 +514,7 @@ def _parse_jsonl(where: str, text: str, first: int, last: int, torn: bool) -> It
                 reason = f"truncated last line (no newline at end; {reason})"
             raise _fail(where, number, reason) from None
         except ValueError as exc:
-            raise _fail(where, number, f"invalid JSON: {exc}") from None
+            raise _fail(where, number, f"invalid JSON: {reason_of(exc)}") from None
         if not isinstance(value, dict):
             kind = _json_kind(value)
             raise _fail(where, number, f"row is not a JSON object (got {kind})")
@@ -528,7 +531,7 @@ def _parse_document(where: str, text: str) -> list[_Row]:
         except _DuplicateKeyError as exc:
             raise _fail(where, line, f"duplicate key {exc.key!r} in one case") from None
         except ValueError as exc:
-            raise _fail(where, line, f"invalid JSON: {exc}") from None
+            raise _fail(where, line, f"invalid JSON: {reason_of(exc)}") from None
         if not isinstance(value, dict):
             kind = _json_kind(value)
             raise _fail(where, line, f"case {index} is not a JSON object (got {kind})")

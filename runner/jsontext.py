@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 import orjson
@@ -79,6 +80,19 @@ def too_deep(text: str) -> int | None:
                 return token.start()
         elif mark in "]}":
             depth -= 1
+    return None
+
+
+def long_integer_line(text: str) -> int | None:
+    """The line of the first integer longer than CPython will read, digits in strings aside.
+
+    The parser's refusal of such a number names no place; this finds it (in TOML as in JSON,
+    whose basic strings quote alike).
+    """
+    longest = sys.get_int_max_str_digits()
+    for token in re.finditer(rf'"(?:[^"\\]|\\.)*"|\d{{{longest + 1},}}', text):
+        if not token.group().startswith('"'):
+            return text.count("\n", 0, token.start()) + 1
     return None
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from runner.errors import DataError
+from runner.errors import DataError, reason_of
 from runner.jsontext import dumps, loads
 
 
@@ -46,7 +46,7 @@ def decode_line(path: Path, line_no: int, raw: bytes) -> Any:
         raise DataError(path, f"not UTF-8 at byte {exc.start}", line_no) from None
     except ValueError as exc:
         torn = not raw.endswith(b"\n")
-        reason = "truncated last line" if torn else f"invalid JSON: {exc}"
+        reason = "truncated last line" if torn else f"invalid JSON: {reason_of(exc)}"
         raise DataError(path, reason, line_no) from None
 
 
@@ -72,7 +72,7 @@ def read_json_object(path: Path, *, missing: str = "no such file") -> dict[str, 
     except OSError as exc:
         raise DataError(path, f"cannot read: {exc.strerror}") from None
     except ValueError as exc:  # UnicodeDecodeError is a ValueError
-        raise DataError(path, f"unreadable JSON: {exc}") from None
+        raise DataError(path, f"unreadable JSON: {reason_of(exc)}") from None
     if not isinstance(value, dict):
         raise DataError(path, "not a JSON object")
     return value

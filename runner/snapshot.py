@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.config import valid_name
-from runner.errors import DataError, ParallaxError
+from runner.errors import DataError, ParallaxError, reason_of
 from runner.jsontext import loads
 from runner.ledger import read_json_object, write_json
 from runner.text import holds_surrogate, may_hold_surrogates
@@ -46,7 +46,8 @@ def load_snapshot(path: Path) -> dict[str, Any]:
     try:
         doc = loads(text)
     except ValueError as exc:
-        raise DataError(path, f"invalid JSON: {exc}", getattr(exc, "lineno", None)) from None
+        reason = f"invalid JSON: {reason_of(exc)}"
+        raise DataError(path, reason, getattr(exc, "lineno", None)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), dict):
         raise DataError(path, "not a parallax snapshot (no 'cases' object)")
     if may_hold_surrogates(text) and holds_surrogate(doc):

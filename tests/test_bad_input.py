@@ -593,3 +593,49 @@ def test_grade_rejects_unknown_expect_key(tmp_path: Path) -> None:
     (tmp_path / "cases.jsonl").write_text(row + "\n", encoding="utf-8")
     message = one_line_error(parallax("grade", "cases.jsonl", cwd=tmp_path), 65)
     assert "cases.jsonl:1" in message and "must_rhyme" in message
+
+
+LONG = "9" * 5000  # past CPython's digit limit for reading an integer (4300 by default)
+
+
+@pytest.mark.parametrize(
+    "where", ["fixture-row", "fixture-document", "config", "snapshot", "raw-ledger"]
+)
+def test_an_integer_past_the_digit_limit_is_told_in_the_authors_terms(
+    tmp_path: Path, where: str
+) -> None:
+    """CPython refuses such a number with advice about an interpreter setting the author of
+    the file cannot change (before, a config gave a traceback): one line naming the file and
+    line, the documented exit code, and what is wrong in the file's own terms."""
+    root = demo(tmp_path)
+    args: tuple[str | Path, ...] = ("validate", "--config", "config/demo.toml")
+    code, named = 65, "cities.jsonl:2:"
+    cities = root / "fixtures" / "cities.jsonl"
+    if where == "fixture-row":
+        lines = cities.read_text(encoding="utf-8").splitlines(keepends=True)
+        lines[1] = f'{{"id": "long", "prompt": "p", "expect": {{"max_chars": {LONG}}}}}\n'
+        cities.write_text("".join(lines), encoding="utf-8")
+    elif where == "fixture-document":
+        document = f'{{"cases": [\n  {{"id": "a", "prompt": "p"}},\n  {{"id": "b", "n": {LONG}}}]}}'
+        cities.write_text(document, encoding="utf-8")
+        named = "cities.jsonl:3:"
+    elif where == "config":
+        path = root / "config" / "demo.toml"
+        path.write_text(f"x = {LONG}\n" + path.read_text(encoding="utf-8"), encoding="utf-8")
+        code, named = 78, "(line 1)"
+    elif where == "snapshot":
+        path = root / "snapshots" / "cities.json"
+        path.write_text(f'{{"version": 1, "cases": {{}}, "n": {LONG}}}', encoding="utf-8")
+        named = "cities.json:"
+    else:
+        parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+        (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+        raw = run_dir / "raw.jsonl"
+        lines = raw.read_text(encoding="utf-8").splitlines(keepends=True)
+        lines[1] = lines[1].replace('"elapsed_ms":', f'"elapsed_ms":{LONG},"was":', 1)
+        raw.write_text("".join(lines), encoding="utf-8")
+        args, named = ("replay", run_dir), "raw.jsonl:2:"
+    message = one_line_error(parallax(*args, cwd=root), code)
+    assert named in message, message
+    assert "an integer of more than 4300 digits" in message, message
+    assert "sys." not in message, message
