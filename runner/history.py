@@ -65,7 +65,7 @@ class RunRow:
             "gate_counts": dict(self.gate_counts),
             "strata": {
                 side: {
-                    name: {"pass_rate": rate.get("pass_rate"), "n": rate.get("n")}
+                    name: {"pass_rate": pass_rate_of(rate), "n": count_of(rate)}
                     for name, rate in by_stratum.items()
                 }
                 for side, by_stratum in self.strata.items()
@@ -112,6 +112,12 @@ def pass_rate_of(rate: Mapping[str, Any]) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if 0 <= value <= 1 else None
+
+
+def count_of(rate: Mapping[str, Any]) -> int | None:
+    """A stratum's row count `n`, or None when it is not a count."""
+    value = rate.get("n")
+    return value if type(value) is int and value >= 0 else None
 
 
 def strings_of(value: Any) -> list[str]:
@@ -306,10 +312,10 @@ def suite_report(suite_dir: Path, *, retire_after: int, last: int | None = None)
 def _rate(rate: Mapping[str, Any] | None) -> str:
     if not rate:
         return "  -   "
-    value, n = pass_rate_of(rate), rate.get("n")
+    value, n = pass_rate_of(rate), count_of(rate)
     if value is None:
         return f"  -({n})" if n is not None else "  -   "
-    return f"{value:.2f}({n})"
+    return f"{value:.2f}({'?' if n is None else n})"
 
 
 def _short(gate: str) -> str:

@@ -164,6 +164,29 @@ def test_history_text_survives_a_summary_field_of_the_wrong_shape(
     assert "2026-01-02" in text and "2026-01-01" in text  # both nights are in the table
 
 
+@pytest.mark.parametrize(
+    ("rate", "n"),
+    [(10**400, 2), ("high", 2), (float("nan"), 2), (0.5, "two")],
+    ids=["rate-400-digits", "rate-text", "rate-nan", "count-text"],
+)
+def test_history_json_shows_an_unreadable_rate_or_count_as_null(
+    tmp_path: Path, rate: Any, n: Any
+) -> None:
+    """`history --json` reads a stratum's rate and count as the text table does: anything but
+    a share from 0 to 1 (or a count) is null, so the output stays strict JSON a dashboard reads
+    (NaN is not JSON) and agrees with the table."""
+    suite = tmp_path / "s"
+    bad = _run(suite, _name(1), cases={"c": (True, True)})
+    summary = json.loads((bad / "summary.json").read_text(encoding="utf-8"))
+    summary["strata"] = {"reference": {"easy": {"n": n, "pass_rate": rate}}}
+    (bad / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    doc = suite_report(suite, retire_after=2)
+    easy = doc["runs"][0]["strata"]["reference"]["easy"]
+    strict = json.dumps(doc, allow_nan=False)  # raises on NaN
+    expected = ({"pass_rate": None, "n": 2} if n == 2 else {"pass_rate": 0.5, "n": None}, True)
+    assert expected == (easy, bool(strict))
+
+
 def test_model_changes_list_every_switch(tmp_path: Path) -> None:
     """Each change of a side's served model is listed once, with the run it appeared in."""
     suite = tmp_path / "s"
