@@ -26,6 +26,7 @@ import asyncio
 import base64
 import math
 import random
+import re
 import time
 import zlib
 from collections.abc import AsyncIterable, AsyncIterator
@@ -196,7 +197,7 @@ def decide_retry(  # noqa: PLR0917 - the signature is the documented contract
         return RetryDecision(False, 0.0, "ok")
     if stamp not in RETRYABLE:
         return RetryDecision(False, 0.0, f"not_retryable:{stamp}")
-    if stamp == Transport.HTTP_ERROR and (status is None or status < 500):
+    if stamp == Transport.HTTP_ERROR and (status is None or not 500 <= status < 600):
         return RetryDecision(False, 0.0, f"not_retryable:http_{status}")
     if attempt_no >= policy.attempts:
         return RetryDecision(False, 0.0, "attempts_exhausted")
@@ -222,19 +223,31 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
     text = value.strip()
     if not text:
         return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        return max(0.0, seconds) if math.isfinite(seconds) else None
+    seconds = _delay(text)
+    if seconds is not None:
+        return seconds
+    when = _http_date(text)
+    return None if when is None else max(0.0, (when - now).total_seconds())
+
+
+# RFC 9110's delta-seconds (ASCII digits), with the fraction some servers send; a sign, an
+# underscore, other scripts' digits or an exponent make the header unusable, not a wait
+_DELAY = re.compile(r"[0-9]{1,12}(?:\.[0-9]+)?")
+
+
+def _delay(text: str) -> float | None:
+    return float(text) if _DELAY.fullmatch(text) else None
+
+
+def _http_date(text: str) -> datetime | None:
+    """An HTTP-date as an aware datetime, or None: a year past 9999 overflows the parser."""
     try:
         when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:  # "-0000" means UTC with unknown origin (RFC 5322)
         when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - now).total_seconds())
+    return when
 
 
 def request_problem(cfg: EndpointConfig) -> str | None:
@@ -375,27 +388,15 @@ def _body_text(raw: bytes) -> tuple[str, str]:
 def _retry_after(headers: dict[str, str]) -> float | None:
     """Honour `retry-after-ms` (OpenAI) before `Retry-After`; measure an HTTP-date against
     the server's own Date header when present, so clock skew between hosts cancels out."""
-    millis = headers.get("retry-after-ms")
+    millis = _delay(headers.get("retry-after-ms", "").strip())
     if millis is not None:
-        try:
-            value = float(millis) / 1000.0
-        except ValueError:
-            value = math.nan
-        if math.isfinite(value):
-            return max(0.0, value)
+        return millis / 1000.0
     retry_after = headers.get("retry-after")
     if retry_after is None:
         return None
-    now = datetime.now(UTC)
     date = headers.get("date")
-    if date is not None:
-        try:
-            server_now = parsedate_to_datetime(date)
-        except (TypeError, ValueError, IndexError):
-            server_now = None
-        if server_now is not None and server_now.tzinfo is not None:
-            now = server_now
-    return parse_retry_after(retry_after, now)
+    server_now = _http_date(date) if date is not None else None
+    return parse_retry_after(retry_after, server_now or datetime.now(UTC))
 
 
 @dataclass(slots=True)
@@ -493,14 +494,11 @@ class HttpEndpoint:
         started_at = datetime.now(UTC).isoformat(timespec="milliseconds")
         t0 = time.monotonic()
         attempts: list[Attempt] = []
-        response: Response | None = None
         n = 0
         while True:
             n += 1
             result = await self._attempt(n, content)
             attempts.append(result.attempt)
-            if result.response is not None:
-                response = result.response
             decision = decide_retry(
                 n,
                 result.stamp,
@@ -523,7 +521,7 @@ class HttpEndpoint:
             request={"method": "POST", "url": self._url, "body": body},
             attempts=tuple(attempts),
             transport=str(attempts[-1].transport),
-            response=response,
+            response=result.response,  # the final attempt's: never an earlier attempt's body
             started_at=started_at,
             elapsed_ms=round((time.monotonic() - t0) * 1000),
             answer_pointer=self._cfg.answer_pointer if self._cfg.kind == "http-json" else None,
@@ -580,7 +578,11 @@ class HttpEndpoint:
             elapsed_ms = round((time.monotonic() - t0) * 1000)
         finally:
             self._limiter.release()
-        stamp = classify(exc, status)
+        # An error status is the server's answer: a body that then breaks off or will not
+        # decode is kept as far as it came, and the stamp (so the retry and AIMD) follows the
+        # status. Only a 2xx needs its whole body to be graded.
+        answered_error = status is not None and not 200 <= status < 300
+        stamp = classify(None if answered_error else exc, status)
         self._adjust(stamp, begun)
         retry_after = _retry_after(headers) if headers is not None else None
         response = None

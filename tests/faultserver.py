@@ -20,8 +20,8 @@ Modes (`<name>[:<arg>[:<arg>]]`):
     slow:<s>               sleep s seconds, then as ok
     hang                   read the request, never answer (read timeout)
     drip                   200 headers, then one byte every 0.2 s forever (per-call deadline)
-    reset                  headers + half the body, then SO_LINGER(1,0) close: an RST
-    short                  Content-Length larger than the bytes written, then a clean close
+    reset[:<code>]         <code> (200) headers + half the body, then SO_LINGER(1,0) close: an RST
+    short[:<code>]         <code> (200), Content-Length larger than the bytes written, then a FIN
     close                  read the request, close without any response
     status:<code>[:<ra>]   that status with an OpenAI-style error body; 429 carries
                            `Retry-After: 1` unless <ra> gives the header value literally
@@ -32,6 +32,8 @@ Modes (`<name>[:<arg>[:<arg>]]`):
     big:<bytes>            200 chat completion whose content is that many bytes
     badutf8                200 application/json body that is not valid UTF-8
     flaky:<n>[:<code>]     first n requests per (path, prompt) answer <code> (503), then ok
+    seq:<m1>+<m2>+...      the i-th request per (path, prompt) acts out mode mi; the last repeats
+    farfuture              429, `Retry-After: 1`, and a Date header in the year 99999999999
 
 Hostile replies (tests/test_hostile.py) and the soak's random mix (tests/test_soak.py):
 
@@ -316,7 +318,10 @@ class FaultServer:
         parts = req.path.split("/")
         if len(parts) < 3 or parts[1] != "fault":
             return self._error(conn, 404, "no /fault/<mode>/ prefix")
-        name, _, arg = self.prompt_modes.get(req.prompt, parts[2]).partition(":")
+        return self._act(conn, req, self.prompt_modes.get(req.prompt, parts[2]))
+
+    def _act(self, conn: socket.socket, req: Received, mode: str) -> bool:
+        name, _, arg = mode.partition(":")
         if name == "chaos":
             with self._lock:
                 rng = self._chaos.setdefault(arg, random.Random(arg))
@@ -339,16 +344,26 @@ class FaultServer:
             while not self._stop.wait(DRIP_INTERVAL):
                 conn.sendall(b" ")
             return False
+        if name == "seq":
+            steps = arg.split("+")
+            with self._lock:
+                seen = self._counts[(req.path, req.prompt)] = (
+                    self._counts.get((req.path, req.prompt), 0) + 1
+                )
+            return self._act(conn, req, steps[min(seen, len(steps)) - 1])
         if name == "reset":
             body = self._completion(req)
-            self._send_head(conn, 200, {"Content-Type": "application/json"}, len(body))
+            self._send_head(
+                conn, int(arg or "200"), {"Content-Type": "application/json"}, len(body)
+            )
             conn.sendall(body[: len(body) // 2])
             time.sleep(0.05)  # let the client read headers and the half body first
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             return False  # _serve's close() now sends an RST instead of a FIN
         if name == "short":
             body = self._completion(req)
-            self._send_head(conn, 200, {"Content-Type": "application/json"}, len(body) + 100)
+            code = int(arg or "200")
+            self._send_head(conn, code, {"Content-Type": "application/json"}, len(body) + 100)
             conn.sendall(body)
             conn.shutdown(socket.SHUT_WR)
             return False
@@ -368,6 +383,9 @@ class FaultServer:
             headers = {"Date": format_datetime(now, usegmt=True)}
             headers["Retry-After"] = format_datetime(later, usegmt=True)
             return self._error(conn, 429, "fault rate limit (HTTP-date)", headers)
+        if name == "farfuture":
+            far = {"Date": "Fri, 31 Dec 99999999999 23:59:59 GMT", "Retry-After": "1"}
+            return self._error(conn, 429, "fault rate limit from far in the future", far)
         if name == "garbage":
             return self._send(conn, 200, {"Content-Type": "text/html"}, b"<html>not json</html>")
         if name == "nochoices":

@@ -240,6 +240,69 @@ async def test_short_body_is_connection_lost(fault_server: FaultServer) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("mode", "stamp", "tries"),
+    [
+        ("reset:503", "http_error", 3),
+        ("short:503", "http_error", 3),
+        ("short:400", "http_error", 1),
+        ("reset:429", "rate_limited", 3),
+    ],
+)
+async def test_an_error_status_keeps_its_stamp_when_its_body_breaks_off(
+    fault_server: FaultServer, mode: str, stamp: str, tries: int
+) -> None:
+    """The status line is the server's answer: a body that then breaks off is kept as far as
+    it came (truncated), and the stamp, the retries and AIMD follow the status, so a cut 400
+    is not retried and a cut 429 still halves the limit."""
+    cfg = make_cfg(fault_server.url(mode), retry=FAST_RETRY)
+    endpoint = HttpEndpoint("ep", cfg, KEY, rng=random.Random(7))
+    try:
+        with capture_logs() as events, anyio.fail_after(10):
+            exchange = await endpoint.call(CASE, "candidate", 0)
+    finally:
+        await endpoint.aclose()
+    code = int(mode.partition(":")[2])
+    assert stamps(exchange) == [stamp] * tries
+    assert {a.status for a in exchange.attempts} == {code}
+    assert {a.error for a in exchange.attempts} <= {"ReadError", "RemoteProtocolError"}
+    assert exchange.response is not None and exchange.response.truncated
+    halved = [e for e in events if e["event"] == logs.ENDPOINT_BACKOFF]
+    assert bool(halved) == (stamp == "rate_limited")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("mode", "last"),
+    [("seq:status:503+close", "connection_lost"), ("seq:status:429:0+hang", "timeout")],
+)
+async def test_the_response_kept_is_the_final_attempts(
+    fault_server: FaultServer, mode: str, last: str
+) -> None:
+    """An exchange whose final attempt got no reply keeps no response: an earlier attempt's
+    status and body, stored beside the final stamp, read as what the call ended with."""
+    retry = FAST_RETRY.model_copy(update={"attempts": 2})
+    timeouts = Timeouts(connect=1, read=0.5, write=1, pool=1)
+    exchange = await call_once(make_cfg(fault_server.url(mode), retry=retry, timeout=timeouts))
+    assert stamps(exchange)[-1] == last
+    assert exchange.attempts[0].status in (503, 429)
+    assert exchange.response is None
+
+
+@pytest.mark.anyio
+async def test_a_date_past_the_year_9999_is_no_crash(fault_server: FaultServer) -> None:
+    """A Retry-After or Date header whose year overflows the date parser is ignored (backoff):
+    it crashed the whole run with a traceback."""
+    for mode in ("status:429:Fri, 31 Dec 99999999999 23:59:59 GMT", "farfuture"):
+        fault_server.prompt_modes[CASE.prompt] = mode
+        cfg = make_cfg(fault_server.url("ok"), retry=FAST_RETRY.model_copy(update={"attempts": 2}))
+        exchange = await call_once(cfg)
+        assert stamps(exchange) == ["rate_limited"] * 2
+        expected = None if mode.startswith("status") else 1.0
+        assert [a.retry_after for a in exchange.attempts] == [expected] * 2
+
+
+@pytest.mark.anyio
 async def test_close_without_response_is_connection_lost(fault_server: FaultServer) -> None:
     """A server that closes without a status line is `connection_lost` with no response."""
     exchange = await call_once(make_cfg(fault_server.url("close")))
@@ -311,6 +374,15 @@ async def test_5xx_is_http_error_and_retried(fault_server: FaultServer, code: in
     assert exchange.response is not None
     assert code == exchange.response.status
     assert "fault status" in json.loads(exchange.response.body)["error"]["message"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("code", [600, 999])
+async def test_a_status_past_5xx_is_not_retried(fault_server: FaultServer, code: int) -> None:
+    """Only 5xx is retried: a 600 is no server error HTTP defines, so one attempt."""
+    exchange = await call_once(make_cfg(fault_server.url(f"status:{code}")))
+    assert stamps(exchange) == ["http_error"]
+    assert len(fault_server.received()) == 1
 
 
 @pytest.mark.anyio
@@ -498,6 +570,20 @@ async def test_retry_after_ms_is_preferred() -> None:
         make_cfg("http://mock.test/v1"), transport=httpx.MockTransport(handler)
     )
     assert [a.retry_after for a in exchange.attempts] == [1.5, 1.5, 1.5]
+
+
+@pytest.mark.anyio
+async def test_a_negative_retry_after_ms_falls_back_to_retry_after() -> None:
+    """An unusable `retry-after-ms` (a sign) is ignored, not an instant retry that overrides
+    the server's valid Retry-After."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, headers={"retry-after-ms": "-100", "retry-after": "0.03"})
+
+    exchange = await call_once(
+        make_cfg("http://mock.test/v1"), transport=httpx.MockTransport(handler)
+    )
+    assert [a.retry_after for a in exchange.attempts] == [0.03, 0.03, 0.03]
 
 
 @pytest.mark.anyio
@@ -726,7 +812,12 @@ NOW = datetime(2024, 3, 10, 12, 0, 0, tzinfo=UTC)
         (" 12 ", 12.0),
         ("1.5", 1.5),
         ("0", 0.0),
-        ("-3", 0.0),
+        ("-3", None),  # RFC 9110's delta-seconds has no sign: backoff, not an instant retry
+        ("+3", None),
+        ("1_0", None),
+        ("\u0661\u0662", None),  # Arabic-Indic digits that float() would read as 12
+        ("1e3", None),
+        ("Fri, 31 Dec 99999999999 23:59:59 GMT", None),  # overflowed the date parser
         (format_datetime(NOW + timedelta(seconds=30), usegmt=True), 30.0),
         (format_datetime(NOW - timedelta(seconds=30), usegmt=True), 0.0),
         ("Sun, 10 Mar 2024 12:00:20 -0000", 20.0),

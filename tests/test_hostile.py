@@ -54,6 +54,9 @@ HOSTILE = [
     ("drip", False, ("timeout", "skipped"), "deadline"),
     ("endless", False, ("too_large", "skipped"), "max_response_bytes"),
     ("bomb:64", False, ("too_large", "skipped"), "max_response_bytes"),
+    ("farfuture", False, ("rate_limited", "skipped"), "HTTP 429"),  # a date past 9999
+    ("status:429:Fri, 31 Dec 99999999999 23:59:59 GMT", False, ("rate_limited", "skipped"), ""),
+    ("reset:502", False, ("http_error", "skipped"), "HTTP 502"),
 ]
 
 
