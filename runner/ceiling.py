@@ -33,15 +33,21 @@ def strata_rates(results: Iterable[tuple[str | None, bool | None]]) -> Rates:
 
 
 def detect(rates: Mapping[str, Mapping[str, Any]], thresholds: Thresholds) -> list[str]:
-    """Alerts that refuse a green verdict: a blind harness is as bad as a regression."""
+    """Alerts that refuse a green verdict: a blind harness is as bad as a regression.
+
+    `missing_stratum` and `thin_stratum` judge the suite, so they count its cases; rows that
+    could not be scored are the run's trouble (exit 2, infrastructure), not a review of the
+    suite. A ceiling is still only claimed on at least two admitted rows in every stratum.
+    """
     alerts: list[str] = []
-    counts = [int(rates[name]["n"]) for name in STRATA]
+    cases = [int(rates[name]["n"]) + int(rates[name]["unadmitted"]) for name in STRATA]
     easy, medium, stretch = (rates[name]["pass_rate"] for name in STRATA)
-    if any(n == 0 for n in counts):
+    if any(n == 0 for n in cases):
         alerts.append("missing_stratum")
-    if any(n == 1 for n in counts):
+    if any(n == 1 for n in cases):
         alerts.append("thin_stratum")
-    if easy is not None and medium is not None and stretch is not None and not alerts:
+    seen = all(int(rates[name]["n"]) >= 2 for name in STRATA)
+    if easy is not None and medium is not None and stretch is not None and seen and not alerts:
         if easy >= 0.99 and medium >= 0.95 and stretch >= thresholds.stretch_high:
             alerts.append("ceiling")
         if stretch >= thresholds.stretch_high:

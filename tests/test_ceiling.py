@@ -143,11 +143,24 @@ def test_missing_and_thin_strata_are_both_reported() -> None:
     assert expected == alerts((0, 0), (2, 0), (0, 1))
 
 
-def test_a_stratum_of_only_unadmitted_rows_is_missing() -> None:
-    """Rates count admitted rows only, so a stratum whose rows all failed transport is empty."""
+def test_a_stratum_whose_rows_all_failed_transport_is_no_suite_alert() -> None:
+    """The stratum has cases; that none could be scored is the run's trouble (exit 2,
+    infrastructure), not a reason to review the suite (exit 1 on top, so 3)."""
     rows = [*results((2, 0), (2, 0), (0, 0)), ("stretch", None), ("stretch", None)]
-    expected = ["missing_stratum"]
-    assert expected == detect(strata_rates(rows), DEFAULT)
+    assert detect(strata_rates(rows), DEFAULT) == []
+
+
+def test_a_stratum_of_one_case_is_thin_even_when_unadmitted() -> None:
+    """Thin and missing count the suite's cases, admitted or not."""
+    rows = [*results((2, 0), (2, 0), (0, 0)), ("stretch", None)]
+    assert detect(strata_rates(rows), DEFAULT) == ["thin_stratum"]
+
+
+def test_no_ceiling_is_claimed_on_fewer_than_two_admitted_rows() -> None:
+    """Three stretch cases of which two failed transport: the one admitted row cannot show a
+    ceiling or a stretch set gone easy, and is no suite alert either."""
+    rows = [*results((2, 0), (2, 0), (1, 0)), ("stretch", None), ("stretch", None)]
+    assert detect(strata_rates(rows), DEFAULT) == []
 
 
 @pytest.mark.parametrize(
