@@ -7,6 +7,7 @@ neither an API key nor an Authorization header can reach a log line by accident.
 
 from __future__ import annotations
 
+import base64
 import functools
 import re
 import sys
@@ -51,15 +52,45 @@ EVENTS: tuple[str, ...] = tuple(
     value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)
 )
 
-_SECRET_KEYS = re.compile(r"(authorization|api[_-]?key|x-api-key|token|secret|password)", re.I)
+# Field names whose value is a credential whatever it holds (a header mapping logged whole),
+# matched whole: case ids and suite names are mapping keys too, and a case `password-reset`
+# or a suite `auth-token` must keep its alert detail.
+_SECRET_FIELDS = frozenset(
+    {
+        *("authorization", "proxy-authorization", "x-api-key", "api-key", "apikey"),
+        *("token", "access-token", "refresh-token", "secret", "client-secret", "password"),
+        *("cookie", "set-cookie"),
+    }
+)
 _BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]+", re.I)
 _known_secrets: set[str] = set()
 
 
 def register_secret(value: str | None) -> None:
-    """Remember a secret's value so any log line that contains it gets it masked."""
+    """Remember a secret's value so any log line or stored body that contains it, as itself
+    or base64-encoded, gets it masked."""
     if value and len(value) >= 4:
         _known_secrets.add(value)
+        _known_secrets.update(_base64_cores(value))
+
+
+def _base64_cores(secret: str) -> set[str]:
+    """What the secret alone decides of its base64, at each of the three byte alignments, in
+    the standard and the URL-safe alphabet: an upstream that echoes `Basic` credentials or an
+    encoded key stores one of them, and without it the key cannot be decoded back."""
+    raw = secret.encode("utf-8")
+    cores = set()
+    for offset in range(3):
+        length = offset + len(raw)
+        encoded = base64.b64encode(bytes(offset) + raw)[: length // 3 * 4]
+        core = encoded[4 if offset else 0 :]  # a first group mixing in what came before: out
+        if len(core) >= 12:  # shorter runs of base64 would mask unrelated text
+            cores.add(core.decode("ascii"))
+            cores.add(core.translate(_URLSAFE).decode("ascii"))
+    return cores
+
+
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 def scrub_text(text: str) -> str:
@@ -134,7 +165,7 @@ def _escaped_pattern(secret: str) -> re.Pattern[bytes]:
 
 
 def _is_secret_key(key: object) -> bool:
-    return isinstance(key, str) and key != "api_key_env" and bool(_SECRET_KEYS.search(key))
+    return isinstance(key, str) and key.lower().replace("_", "-") in _SECRET_FIELDS
 
 
 def _scrub(value: Any) -> Any:
@@ -150,7 +181,10 @@ def _scrub(value: Any) -> Any:
 def _scrub_processor(
     _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
-    return {k: _scrub(v) if k != "event" else v for k, v in event_dict.items()}
+    return {
+        k: v if k == "event" else "***" if _is_secret_key(k) else _scrub(v)
+        for k, v in event_dict.items()
+    }
 
 
 def configure(*, json: bool | None = None) -> None:

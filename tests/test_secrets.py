@@ -116,3 +116,50 @@ def test_an_escaped_echo_of_the_key_is_masked(
     with mock.patch.object(logs, "_known_secrets", {secret}):
         stored = logs.scrub_bytes(body.encode("utf-8"))
     assert secret not in json.loads(stored)["content"]
+
+
+def test_fields_named_as_credentials_are_masked_but_case_ids_are_data() -> None:
+    """A credential field is masked by its name at any depth; a case id or suite name that
+    merely contains such a word (`password-reset`) is data, and its alert detail is kept."""
+    from runner import logs
+
+    event = {
+        "event": "alert.transport",
+        "api_key": "k1",
+        "details": {
+            "password-reset": "reference: connect_error",
+            "refresh-token-expiry": "candidate: timeout",
+            "api-key-rotation": "reference: timeout",
+        },
+        "runs": {"auth-token": 1},
+        "request": {"headers": {"Authorization": "Basic abc", "X-Api-Key": "k2", "Accept": "*"}},
+    }
+    scrubbed = logs._scrub_processor(None, "warning", dict(event))
+    assert scrubbed["api_key"] == "***"
+    assert scrubbed["details"] == event["details"]
+    assert scrubbed["runs"] == {"auth-token": 1}
+    headers = scrubbed["request"]["headers"]
+    assert headers == {"Authorization": "***", "X-Api-Key": "***", "Accept": "*"}
+
+
+@pytest.mark.parametrize("prefix", ["", "u:", "us:"], ids=["aligned", "offset-1", "offset-2"])
+@pytest.mark.parametrize("alphabet", ["standard", "urlsafe"])
+def test_a_base64_echo_of_the_key_is_masked(prefix: str, alphabet: str) -> None:
+    """An upstream may echo the key base64-encoded (`Basic` credentials, an encoded token) at
+    any byte alignment: what is stored or logged no longer decodes back to it."""
+    import base64
+
+    from runner import logs
+
+    encode = base64.b64encode if alphabet == "standard" else base64.urlsafe_b64encode
+    decode = base64.b64decode if alphabet == "standard" else base64.urlsafe_b64decode
+    key = KEY + "/+?~>"  # characters whose base64 differs between the two alphabets
+    echoed = encode(f"{prefix}{key}".encode()).decode("ascii")
+    with mock.patch.object(logs, "_known_secrets", set()):
+        logs.register_secret(key)
+        stored = logs.scrub_bytes(f'{{"echo": "{echoed}"}}'.encode()).decode()
+        logged = logs.scrub_text(f"upstream said {echoed}")
+    for text in (json.loads(stored)["echo"], logged.removeprefix("upstream said ")):
+        assert "***" in text
+        decoded = decode(text.replace("***", "") + "===")
+        assert KEY.encode() not in decoded
