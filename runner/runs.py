@@ -469,6 +469,16 @@ def finalize(
     return exit_code, summary
 
 
+def _recorded(run_dir: Path) -> dict[str, Any] | None:
+    """A finished run's summary when it holds a verdict (an exit code 0 to 3), else None."""
+    try:
+        summary = read_json_object(run_dir / "summary.json")
+    except DataError:
+        return None
+    code = summary.get("exit_code")
+    return summary if type(code) is int and 0 <= code <= 3 else None
+
+
 def _verdict_word(exit_code: int) -> str:
     return {0: "clean", 1: "review", 2: "incomplete", 3: "review+incomplete"}[exit_code]
 
@@ -663,6 +673,15 @@ async def _run_prepared(
             raise UsageError(
                 f"{run_dir}: is a run of suite {manifest.get('suite')!r}, not {name!r}"
             )
+        recorded = _recorded(run_dir) if manifest.get("finished_at") is not None else None
+        if recorded is not None:
+            # A finished run's verdict is a record: resuming it (after a crash in its reports)
+            # writes what is missing and never regrades it against today's snapshot.
+            if not all((run_dir / n).is_file() for n in ("report.md", "report.html")):
+                after_run(
+                    run_dir, retire_after=suite.thresholds.retire_after, log=logs.get_logger()
+                )
+            return run_dir, recorded["exit_code"], recorded
         _check_writable(run_dir)
         done = heal(run_dir, suite, folds)
     else:

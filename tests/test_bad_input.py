@@ -459,6 +459,13 @@ def test_replay_of_a_run_with_a_corrupt_ledger_exits_65(tmp_path: Path) -> None:
     assert "raw.jsonl:2" in message
 
 
+def _unfinish(run_dir: Path) -> None:
+    """Make a finished run read as one killed before its end (`finished_at` still null)."""
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    manifest["finished_at"] = None
+    (run_dir / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+
 def _rewrite_first_row(path: Path, key: str, value: Any) -> None:
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     target = rows[0]["response"] if key == "body" else rows[0]
@@ -500,6 +507,8 @@ def test_a_ledger_field_of_the_wrong_type_is_one_line(
         path.mkdir()
     else:
         _rewrite_first_row(path, key, value)
+    if command == "resume":  # a run killed before it finished: what a resume is for
+        _unfinish(run_dir)
     args = ("replay", run_dir) if command == "replay" else ("run", "--resume", run_dir)
     message = one_line_error(parallax(*args, cwd=root), 65)
     assert where in message, message
@@ -639,3 +648,21 @@ def test_an_integer_past_the_digit_limit_is_told_in_the_authors_terms(
     assert named in message, message
     assert "an integer of more than 4300 digits" in message, message
     assert "sys." not in message, message
+
+
+def test_resuming_a_finished_run_keeps_its_recorded_verdict(tmp_path: Path) -> None:
+    """A finished run's verdict is a record: resuming it after a promote regraded it against
+    the new snapshot and rewrote its summary, reports and history. Now it exits with the code
+    it recorded and leaves every file as it was."""
+    root = demo(tmp_path)
+    first = parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    before = {p: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    promoted = parallax("promote", run_dir, "--allow-partial", cwd=root)
+    assert promoted.returncode == 0, promoted.stderr
+    resumed = parallax("run", "--resume", run_dir, cwd=root)
+    assert resumed.returncode == first.returncode, resumed.stderr
+    assert {p: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+    assert [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()] == [run_dir]
+    # what a regrade against the promoted snapshot says instead: the record was worth keeping
+    assert parallax("replay", run_dir, cwd=root).returncode != first.returncode

@@ -646,6 +646,21 @@ def test_resume_of_a_finished_run_changes_nothing(tmp_path: Path) -> None:
     assert (run_dir / "disagreement.json").read_bytes() == disagreement
 
 
+def test_resume_of_a_run_killed_in_its_reports_writes_them(tmp_path: Path) -> None:
+    """Killed after its verdict was recorded but before its reports were written, a run is
+    finished: a resume writes the missing reports and exits with the recorded code."""
+    root = make_demo(tmp_path)
+    first = parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    run_dir = only_run_dir(root, "cities")
+    report = (run_dir / "report.md").read_bytes()
+    for name in ("report.md", "report.html"):
+        (run_dir / name).unlink()
+    proc = parallax("run", "--resume", run_dir, cwd=root)
+    assert proc.returncode == first.returncode, proc.stderr
+    assert (run_dir / "report.md").read_bytes() == report
+    assert (run_dir / "report.html").is_file()
+
+
 def test_retry_unscored_starts_a_child_run(tmp_path: Path) -> None:
     """--retry-unscored writes a new run that keeps the scored rows and re-calls the rest."""
     root = make_demo(tmp_path)
