@@ -101,6 +101,7 @@ def _existing_file(value: str) -> Path:
 def cmd_run(args: argparse.Namespace) -> int:
     from runner import logs
     from runner.config import check_files, check_keys, load_config
+    from runner.lock import SuiteLocked, is_locked, lock_path
     from runner.runs import config_for_run, prepare_suite, print_summary, run_suite
 
     logs.configure()
@@ -130,14 +131,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         prepared = prepare_suite(loaded, name)
         if len(names) == 1:  # run as checked: loading a big suite twice costs seconds
             checked[name] = prepared
+    for name in names:  # a busy suite refuses the command before the first suite's calls
+        holder = is_locked(loaded.runs_dir, name)
+        if holder is not None:
+            raise SuiteLocked(name, lock_path(loaded.runs_dir, name), holder)
     worst = 0
     out_dirs = []
+    refused: SuiteLocked | None = None
     for name in names:
-        out_dir, code, summary = run_suite(loaded, name, suite=checked.get(name))
+        try:
+            out_dir, code, summary = run_suite(loaded, name, suite=checked.get(name))
+        except SuiteLocked as exc:  # taken since the check: the other suites' verdicts stand
+            refused = refused or exc
+            continue
         print_summary(summary, out_dir)
         out_dirs.append(out_dir)
         worst |= code
     _junit(args, out_dirs)
+    if refused is not None:
+        raise refused
     return worst
 
 

@@ -832,3 +832,45 @@ def test_diff_two_demo_runs(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     counts = json.loads(proc.stdout)
     assert counts["transport_miss"] == counts["schema_miss"] == counts["silent_regression"] == 0
+
+
+# --- several suites and the suite lock ----------------------------------------------------------
+
+
+def test_a_busy_suite_refuses_the_whole_command_before_any_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A suite another process is running refuses `run` over several suites before the first
+    suite is called (exit 64): before, the first suites ran, then the refusal threw their
+    verdicts and the JUnit file away."""
+    from runner.cli import main
+    from runner.lock import suite_lock
+
+    root = make_demo(tmp_path)
+    monkeypatch.chdir(root)
+    with suite_lock(root / "runs", "cities"):
+        code = main(["run", "--config", "config/demo.toml", "--junit", "j.xml"])
+    err = capsys.readouterr().err
+    assert code == 64 and "'cities' is already running" in err, err
+    assert [run_dirs(root, s) for s in SUITES] == [[], [], []]
+
+
+def test_a_suite_taken_mid_command_leaves_the_others_verdicts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A suite taken by another process after the check (a daemon's fire) is refused with
+    exit 64 at the end, while the suites that ran keep their summaries and JUnit cases."""
+    from runner import lock
+    from runner.cli import main
+
+    root = make_demo(tmp_path)
+    monkeypatch.chdir(root)
+    monkeypatch.setattr(lock, "is_locked", lambda runs_dir, suite: None)  # the check misses it
+    with lock.suite_lock(root / "runs", "support"):
+        code = main(["run", "--config", "config/demo.toml", "--junit", "j.xml"])
+    err = capsys.readouterr().err
+    assert code == 64 and err.rstrip().splitlines()[-1].endswith("not starting a second run")
+    assert [len(run_dirs(root, s)) for s in SUITES] == [1, 0, 1]
+    junit = (root / "j.xml").read_text(encoding="utf-8")
+    assert 'name="parallax.ceiling"' in junit and 'name="parallax.cities"' in junit
+    assert "parallax · ceiling" in err and "parallax · cities" in err
