@@ -133,7 +133,9 @@ class Config(_Strict):
     # `parallax serve`: how long a run in flight may finish after SIGTERM before it is cancelled
     # (left resumable), how late a fire time may still run, how often the heartbeat is written
     serve_grace_seconds: float = Field(300.0, ge=0)
-    serve_misfire_grace_seconds: float = Field(600.0, ge=0)
+    # at least a second: the loop notices a fire some milliseconds late, and a smaller grace
+    # would skip every one as a misfire
+    serve_misfire_grace_seconds: float = Field(600.0, ge=1)
     serve_heartbeat_seconds: float = Field(15.0, gt=0)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     endpoints: dict[str, EndpointConfig]

@@ -155,6 +155,10 @@ class Trigger:
             raise ConfigError(
                 config_path, f"suites.{suite}.schedule", f"bad cron {expr!r}: {exc}"
             ) from None
+        if self._cron.get_next_fire_time(None, datetime.now(tz)) is None:  # `0 0 30 2 *`
+            raise ConfigError(
+                config_path, f"suites.{suite}.schedule", f"cron {expr!r} names no date that exists"
+            )
         self.expr = expr
         self.timezone = timezone
         self.tz = tz

@@ -466,8 +466,10 @@ def test_validate_demo_config(tmp_path: Path) -> None:
         ('schedule = "bogus cron"', "suites.cities.schedule", "bad cron"),
         ('schedule = "0 3 * * *"\ntimezone = "Mars/Base"', "suites.cities.timezone", "time zone"),
         ('schedule = "0 25 * * *"', "suites.cities.schedule", "bad cron"),
+        ('schedule = "0 0 30 2 *"', "suites.cities.schedule", "names no date"),
+        ("serve_misfire_grace_seconds = 0", "serve_misfire_grace_seconds", "greater than or"),
     ],
-    ids=["fields", "timezone", "hour"],
+    ids=["fields", "timezone", "hour", "never-fires", "misfire-grace-zero"],
 )
 def test_validate_refuses_a_schedule_serve_would_refuse(
     tmp_path: Path, setting: str, key: str, reason: str
@@ -476,7 +478,13 @@ def test_validate_refuses_a_schedule_serve_would_refuse(
     root = make_demo(tmp_path)
     config = root / "config" / "demo.toml"
     text = config.read_text(encoding="utf-8")
-    config.write_text(text.replace("[suites.cities]\n", f"[suites.cities]\n{setting}\n"), "utf-8")
+    if setting.startswith("serve_"):  # a daemon key: top level, beside a suite that is served
+        text = f"{setting}\n" + text.replace(
+            "[suites.cities]\n", '[suites.cities]\nschedule = "0 3 * * *"\n'
+        )
+    else:
+        text = text.replace("[suites.cities]\n", f"[suites.cities]\n{setting}\n")
+    config.write_text(text, "utf-8")
     proc = parallax("validate", "--config", "config/demo.toml", cwd=root)
     assert proc.returncode == 78, proc.stderr
     lines = proc.stderr.strip().splitlines()
