@@ -46,7 +46,8 @@ _COMMAND_EXIT_CODES = {
     "diff": "  0   clean\n  1   a silent regression\n  2   transport or schema misses\n"
     "  3   both 1 and 2\n" + _ERRORS,
     "grade": "  0   no stratum alert\n  1   a stratum alert\n" + _ERRORS,
-    "serve": "  0   stopped by SIGTERM or SIGINT\n  70  the scheduler itself crashed\n" + _ERRORS,
+    "serve": "  0   stopped by SIGTERM, SIGINT or SIGHUP\n  70  the scheduler itself crashed\n"
+    + _ERRORS,
     "health": "  0   the daemon runs with a fresh heartbeat\n  1   it does not\n" + _ERRORS,
     "history": "  0   printed\n" + _ERRORS,
 }
@@ -450,7 +451,11 @@ def _add_fixture_commands(add: Adder, config_help: str) -> None:
 
 
 def _add_daemon_commands(add: Adder, config_help: str) -> None:
-    p = add("serve", "Run each suite on its cron schedule until SIGTERM (0 stopped, 70 crashed).")
+    p = add(
+        "serve",
+        "Run each suite on its cron schedule until SIGTERM, SIGINT or SIGHUP "
+        "(0 stopped, 70 crashed).",
+    )
     p.add_argument("--config", help=config_help)
     p.add_argument("--run-now", action="store_true", help="also run every scheduled suite at start")
     p.set_defaults(func=cmd_serve)

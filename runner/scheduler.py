@@ -6,7 +6,7 @@ It stays behind this module. The loop that waits and runs is ours, one anyio tas
 named children, so a run in flight sits in a cancel scope we own:
 
     serve
-    ├── signals        SIGTERM/SIGINT: stop scheduling; a second signal cuts the grace short
+    ├── signals        SIGTERM/SIGINT/SIGHUP: stop scheduling; a second cuts the grace short
     ├── heartbeat      rewrites runs/.parallax-serve.json; `parallax health` reads it
     └── suite:<name>   wait for the next fire time, run, repeat (one task per scheduled suite)
 
@@ -19,7 +19,7 @@ Scheduling follows APScheduler's own vocabulary:
   (`scheduler.job_skipped`, reason "running"), and so is a fire while another process holds
   the suite lock (reason "locked"; see `runner.lock`).
 
-On SIGTERM or SIGINT no new run starts; a run in flight may finish within
+On SIGTERM, SIGINT or SIGHUP no new run starts; a run in flight may finish within
 `serve_grace_seconds`, else it is cancelled, which leaves its run dir resumable (its manifest
 keeps `finished_at: null`). The daemon then logs exactly one of `scheduler.stopped` (exit 0)
 or `scheduler.crashed` (exit 70). On the next start it resumes the latest interrupted run of
@@ -28,6 +28,7 @@ each suite, or logs `scheduler.resume_skipped` with the reason it cannot.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -36,7 +37,7 @@ import signal
 import socket
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,7 +45,6 @@ from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import anyio
-from anyio.abc import TaskStatus
 
 from runner import logs
 from runner.config import LoadedConfig
@@ -55,6 +55,7 @@ from runner.lock import SuiteLocked, is_locked
 HEARTBEAT_NAME = ".parallax-serve.json"
 HEARTBEAT_VERSION = 1
 EXIT_CRASHED = 70  # sysexits EX_SOFTWARE: the scheduler itself failed (a run's failure is not)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # each a clean stop, exit 0
 UNWIND_SECONDS = 10.0  # bounded, shielded wait for cancelled runs to close their ledgers
 MAX_COALESCE = 100_000  # fire times counted one by one before jumping straight to now
 
@@ -202,6 +203,13 @@ class Trigger:
                 return passed, nxt if nxt is None or nxt > now else self.after(nxt, now)
             current = self.after(current, now)
         return passed, current
+
+
+def _first_cause(exc: BaseException) -> BaseException:
+    """The first exception a (nested) exception group carries, or `exc` itself."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _traceback(exc: BaseException) -> str:
@@ -407,6 +415,17 @@ class Daemon:
     # the task group ----------------------------------------------------------------------
 
     async def run(self) -> int:
+        # Signals are received from the first moment: one that arrives during start-up still
+        # ends in scheduler.stopped, not in the default action's silent exit (143, 129).
+        signals = (
+            anyio.open_signal_receiver(*STOP_SIGNALS)
+            if self._handle_signals
+            else contextlib.nullcontext(None)
+        )
+        with signals as received:
+            return await self._run(received)
+
+    async def _run(self, received: AsyncIterator[int] | None) -> int:
         self._stop_event = anyio.Event()
         self._wake = anyio.Event()
         if self._stopping:
@@ -433,8 +452,8 @@ class Daemon:
                 self._log.warning(logs.SCHEDULER_RESUME_SKIPPED, suite=entry.name, reason=why_not)
         try:
             async with anyio.create_task_group() as group:
-                if self._handle_signals:
-                    await group.start(self._signals, name="signals")
+                if received is not None:
+                    group.start_soon(self._signals, received, name="signals")
                 group.start_soon(self._heartbeat_loop, name="heartbeat")
                 for entry in self._suites:
                     group.start_soon(self._suite_loop, entry, name=f"suite:{entry.name}")
@@ -443,10 +462,11 @@ class Daemon:
                 group.cancel_scope.cancel()
         except Exception as exc:  # the scheduler itself failed, not a run (runs are caught)
             self._safe_heartbeat("crashed")
+            cause = _first_cause(exc)  # what failed, not the task group that carried it
             self._log.error(
                 logs.SCHEDULER_CRASHED,
-                error=type(exc).__name__,
-                message=str(exc),
+                error=type(cause).__name__,
+                message=str(cause),
                 traceback=_traceback(exc),
             )
             return EXIT_CRASHED
@@ -458,11 +478,9 @@ class Daemon:
         )
         return 0
 
-    async def _signals(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
-            task_status.started()
-            async for signum in received:
-                self.request_stop(signal.Signals(signum).name)
+    async def _signals(self, received: AsyncIterator[int]) -> None:
+        async for signum in received:
+            self.request_stop(signal.Signals(signum).name)
 
     async def _drain(self) -> None:
         """Let runs in flight finish within the grace, then cancel them and wait, bounded."""
@@ -483,7 +501,9 @@ class Daemon:
     async def _heartbeat_loop(self) -> None:
         assert self._wake is not None
         while True:
-            self._write_heartbeat("stopping" if self._stopping else "running")
+            # A heartbeat the disk refuses (full, a path gone wrong) stops the heartbeat, not
+            # the runs in flight: `health` then reads it stale, and the log says why.
+            self._safe_heartbeat("stopping" if self._stopping else "running")
             with anyio.move_on_after(self.heartbeat_seconds):
                 await self._wake.wait()
             self._wake = anyio.Event()
@@ -632,20 +652,26 @@ class Daemon:
             with entry.scope:
                 await self._run_one(entry, mode, resume_dir, t0)
             if entry.scope.cancelled_caught:
-                left, _ = find_interrupted(self.loaded, entry.name)
-                self._log.warning(
-                    logs.SCHEDULER_JOB_CANCELLED,
-                    suite=entry.name,
-                    run_dir=str(left) if left else None,
-                    grace_seconds=self.grace,
-                    elapsed_s=round(time.monotonic() - t0, 3),
-                    resumable=left is not None,
-                )
+                self._log_cancelled(entry, t0)
+        except anyio.get_cancelled_exc_class():  # the daemon itself is going down
+            self._log_cancelled(entry, t0)
+            raise
         finally:
             entry.scope = None
             entry.runs += 1
             entry.done.set()
             self._poke()
+
+    def _log_cancelled(self, entry: _Suite, t0: float) -> None:
+        left, _ = find_interrupted(self.loaded, entry.name)
+        self._log.warning(
+            logs.SCHEDULER_JOB_CANCELLED,
+            suite=entry.name,
+            run_dir=str(left) if left else None,
+            grace_seconds=self.grace,
+            elapsed_s=round(time.monotonic() - t0, 3),
+            resumable=left is not None,
+        )
 
     async def _run_one(self, entry: _Suite, mode: str, resume_dir: Path | None, t0: float) -> None:
         try:
@@ -682,7 +708,7 @@ class Daemon:
 
 
 def serve(loaded: LoadedConfig, *, run_now: bool = False) -> int:
-    """Run the daemon until SIGTERM/SIGINT; the exit code is 0 after a clean stop."""
+    """Run the daemon until SIGTERM/SIGINT/SIGHUP; the exit code is 0 after a clean stop."""
     from runner.config import check_keys
 
     daemon = Daemon(loaded, run_now=run_now)

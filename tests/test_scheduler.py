@@ -189,6 +189,56 @@ def test_a_final_heartbeat_that_cannot_be_written_is_not_a_crash(
     assert logs[0]["message"]
 
 
+async def test_a_heartbeat_the_disk_refuses_mid_run_stops_nothing(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A heartbeat that cannot be written (a full disk) is a warning; the run in flight
+    finishes and the daemon stops cleanly, where the error crashed it (exit 70)."""
+    loaded = write_config(tmp_path, fault_server, cand="slow:0.5", heartbeat=0.02)
+    with capture_logs() as logs:
+        daemon = Daemon(loaded, clock=ManualClock(START), run_now=True, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                codes.append(await daemon.run())
+
+            codes: list[int] = []
+            tg.start_soon(run)
+            await until(lambda: bool(events(logs, "scheduler.job_started")))
+            daemon.heartbeat.unlink()
+            daemon.heartbeat.mkdir()  # every later rename onto it fails
+            await until(lambda: bool(events(logs, "scheduler.job_finished")))
+            daemon.request_stop()
+    assert codes == [0]
+    assert events(logs, "scheduler.heartbeat_failed")
+    assert events(logs, "scheduler.crashed") == []
+    assert logs[-1]["event"] == "scheduler.stopped"
+
+
+async def test_a_crash_names_its_cause_and_the_runs_it_cancelled(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """When the scheduler itself fails, scheduler.crashed names the error that did it, not
+    the task group that carried it, and each run in flight gets its job_cancelled line."""
+    loaded = write_config(tmp_path, fault_server, cand="slow:30")
+    with capture_logs() as logs:
+        daemon = Daemon(loaded, clock=ManualClock(START), run_now=True, handle_signals=False)
+
+        async def broken() -> None:
+            await until(lambda: bool(events(logs, "run.started")))
+            raise RuntimeError("the scheduler broke")
+
+        daemon._heartbeat_loop = broken  # type: ignore[method-assign]
+        with anyio.fail_after(10):
+            code = await daemon.run()
+    assert code == 70
+    [crashed] = events(logs, "scheduler.crashed")
+    assert (crashed["error"], crashed["message"]) == ("RuntimeError", "the scheduler broke")
+    [cancelled] = events(logs, "scheduler.job_cancelled")
+    assert cancelled["resumable"] is True
+    assert [e["event"] for e in logs[-2:]] == ["scheduler.job_cancelled", "scheduler.crashed"]
+
+
 async def test_next_fire_is_logged_at_start_across_a_dst_gap(
     tmp_path: Path, fault_server: FaultServer
 ) -> None:

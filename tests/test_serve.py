@@ -72,10 +72,12 @@ class Lines:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_serve_process_stops_on_sigterm_with_exit_0_and_a_resumable_run(
-    tmp_path: Path, fault_server: FaultServer
+    tmp_path: Path, fault_server: FaultServer, signum: signal.Signals
 ) -> None:
-    """SIGTERM mid-run: exit 0, last line scheduler.stopped, the run dir left to resume."""
+    """SIGTERM (or a terminal's SIGHUP, whose default action killed the daemon without its
+    last line) mid-run: exit 0, last line scheduler.stopped, the run dir left to resume."""
     config = write_config(tmp_path, fault_server)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
@@ -103,7 +105,7 @@ def test_serve_process_stops_on_sigterm_with_exit_0_and_a_resumable_run(
             text=True,
             timeout=30,
         )
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         code = proc.wait(timeout=20)
         logged = lines.rest()
     finally:
@@ -121,6 +123,7 @@ def test_serve_process_stops_on_sigterm_with_exit_0_and_a_resumable_run(
     assert code == 0, stderr
     events = [e["event"] for e in logged]
     assert events[-1] == "scheduler.stopped"
+    assert [e["reason"] for e in logged if e["event"] == "scheduler.stopping"] == [signum.name]
     assert events.count("scheduler.stopped") + events.count("scheduler.crashed") == 1
     assert "scheduler.job_cancelled" in events
     manifest = json.loads((Path(started["run_dir"]) / "manifest.json").read_text())
