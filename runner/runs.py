@@ -269,21 +269,40 @@ class Ledgers:
         self.outcomes.close()
 
 
+def build_endpoints(loaded: LoadedConfig, suite: Suite) -> dict[str, Endpoint]:
+    """The suite's endpoints by ledger side, built before its run dir is: a broken cassette
+    is found while nothing exists to resume."""
+    cfg = loaded.config.suites[suite.name]
+    endpoints = {side: build_endpoint(loaded, getattr(cfg, side), suite.name) for side in SIDES}
+    if suite.noise_check:  # the reference a second, independent time: its noise floor
+        endpoints[NOISE] = endpoints["reference"]
+    return endpoints
+
+
+async def close_endpoints(endpoints: Mapping[str, Endpoint]) -> None:
+    import anyio
+
+    # cleanup must also run when the run is cancelled (serve's shutdown): shielded, bounded
+    with anyio.move_on_after(10, shield=True):
+        for endpoint in {id(e): e for e in endpoints.values()}.values():
+            await endpoint.aclose()
+
+
 async def call_all(
     loaded: LoadedConfig,
     suite: Suite,
     run_dir: Path,
     done: set[tuple[str, str, int]],
     folds: Folds,
+    *,
+    endpoints: Mapping[str, Endpoint],
 ) -> None:
     """Call every (case, side, sample) not yet in raw.jsonl."""
     from runner.engine import execute
 
     cfg = loaded.config.suites[suite.name]
-    endpoints = {side: build_endpoint(loaded, getattr(cfg, side), suite.name) for side in SIDES}
     in_flight = {side: loaded.endpoint(getattr(cfg, side)).concurrency * 2 for side in SIDES}
-    if suite.noise_check:  # the reference a second, independent time: its noise floor
-        endpoints[NOISE] = endpoints["reference"]
+    if suite.noise_check:
         in_flight[NOISE] = in_flight["reference"]
 
     def work(side: str) -> Iterator[tuple[Case, int]]:
@@ -296,16 +315,13 @@ async def call_all(
     ledgers.progress = start_progress(suite.name, suite.refs.ids, suite.samples, done)
     try:
         await execute(
-            {side: work(side) for side in endpoints}, endpoints, ledgers.write, in_flight=in_flight
+            {side: work(side) for side in endpoints},
+            dict(endpoints),
+            ledgers.write,
+            in_flight=in_flight,
         )
     finally:
         ledgers.close()
-        import anyio
-
-        # cleanup must also run when the run is cancelled (serve's shutdown): shielded, bounded
-        with anyio.move_on_after(10, shield=True):
-            for endpoint in {id(e): e for e in endpoints.values()}.values():
-                await endpoint.aclose()
 
 
 def verdicts(
@@ -628,9 +644,13 @@ async def run_suite_async(
     if suite is None:
         suite = prepare_suite(loaded, name)
     try:
-        return await _run_prepared(
-            loaded, suite, resume_dir=resume_dir, parent_dir=parent_dir, mode=mode
-        )
+        endpoints = build_endpoints(loaded, suite) if mode != "replay" else {}
+        try:
+            return await _run_prepared(
+                loaded, suite, endpoints, resume_dir=resume_dir, parent_dir=parent_dir, mode=mode
+            )
+        finally:
+            await close_endpoints(endpoints)
     finally:
         suite.fixtures.close()
 
@@ -656,6 +676,7 @@ def _start(
 async def _run_prepared(
     loaded: LoadedConfig,
     suite: Suite,
+    endpoints: Mapping[str, Endpoint],
     *,
     resume_dir: Path | None,
     parent_dir: Path | None,
@@ -709,7 +730,7 @@ async def _run_prepared(
             run_dir=str(run_dir),
         )
         if mode != "replay":
-            await call_all(loaded, suite, run_dir, done, folds)
+            await call_all(loaded, suite, run_dir, done, folds, endpoints=endpoints)
         exit_code, summary = finalize(loaded, suite, run_dir, folds, log)
         del folds, done  # a run's largest structures: the reports read disagreement.json back
         after_run(run_dir, retire_after=suite.thresholds.retire_after, log=log)

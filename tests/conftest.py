@@ -5,7 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import structlog
 from faultserver import BacklogFull, FaultServer, backlog_full, refused_port
+
+
+@pytest.fixture(autouse=True)
+def _fresh_structlog() -> Iterator[None]:
+    """A test that calls `main()` in-process configures structlog onto its captured stdout,
+    which is closed after it: every later test would log into a closed file."""
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture

@@ -666,3 +666,22 @@ def test_resuming_a_finished_run_keeps_its_recorded_verdict(tmp_path: Path) -> N
     assert [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()] == [run_dir]
     # what a regrade against the promoted snapshot says instead: the record was worth keeping
     assert parallax("replay", run_dir, cwd=root).returncode != first.returncode
+
+
+def test_a_broken_cassette_stops_run_before_a_run_dir_exists(tmp_path: Path) -> None:
+    """A cassette with a duplicate row was found only after the run dir was made, which then
+    sat unfinished (manifest only) for `serve` to resume and `history` to note, night after
+    night. It is found first: 65 naming the cassette line, no run dir."""
+    root = demo(tmp_path)
+    config = (root / "config" / "demo.toml").read_text(encoding="utf-8")
+    cassette = next(
+        root / "config" / line.split('"')[1]
+        for line in config.splitlines()
+        if line.startswith("cassette")
+    )
+    rows = cassette.read_text(encoding="utf-8").splitlines(keepends=True)
+    cassette.write_text("".join(rows) + rows[0], encoding="utf-8")  # the first row twice
+    proc = parallax("run", "--config", "config/demo.toml", cwd=root)
+    message = one_line_error(proc, 65)
+    assert f"{cassette.name}:{len(rows) + 1}:" in message, message
+    assert no_run_dirs(root)

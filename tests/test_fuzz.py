@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from relkit import record
@@ -47,13 +46,6 @@ json_values = st.recursive(
     max_leaves=12,
 )
 blobs = st.binary(max_size=400) | st.text(max_size=400).map(lambda t: t.encode("utf-8"))
-
-
-@pytest.fixture(autouse=True)
-def _fresh_structlog() -> Iterator[None]:
-    """`main()` configures structlog onto the captured stdout of its test; undo that after."""
-    yield
-    structlog.reset_defaults()
 
 
 @contextmanager

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
 from faultserver import FaultServer
 from relkit import PARALLAX, endpoint_toml, record, suite_toml, write_cases, write_config
 
@@ -27,13 +26,6 @@ from runner.runs import run_suite
 from runner.snapshot import load_snapshot
 
 NOBODY = 65534
-
-
-@pytest.fixture(autouse=True)
-def _fresh_structlog() -> Iterator[None]:
-    """`main()` configures structlog onto the captured stdout of its test; undo that after."""
-    yield
-    structlog.reset_defaults()
 
 
 def offline(root: Path, completion: str = "answer word", n: int = 4) -> Path:

@@ -10,14 +10,13 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-import structlog
 import time_machine
 from faultserver import FaultServer
 from structlog.testing import capture_logs
@@ -107,13 +106,6 @@ class ManualClock:
     async def sleep_until(self, when: datetime) -> None:
         while self._now < when:
             await self._moved.wait()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_structlog() -> Iterator[None]:
-    """`main()` configures structlog onto the captured stdout of its test; undo that after."""
-    yield
-    structlog.reset_defaults()
 
 
 START = datetime(2026, 11, 30, 3, 0, 30, tzinfo=UTC)  # 30 s before a minute fires
