@@ -22,6 +22,7 @@ from runner.errors import ConfigError, reason_of
 from runner.jsontext import MAX_DEPTH, long_integer_line
 
 ENDPOINT_KINDS = ("recorded", "openai-chat", "anthropic-messages", "http-json")
+MAX_HEARTBEAT_SECONDS = 3600.0  # a daemon silent for longer than an hour is not watched at all
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -136,7 +137,7 @@ class Config(_Strict):
     # at least a second: the loop notices a fire some milliseconds late, and a smaller grace
     # would skip every one as a misfire
     serve_misfire_grace_seconds: float = Field(600.0, ge=1)
-    serve_heartbeat_seconds: float = Field(15.0, gt=0)
+    serve_heartbeat_seconds: float = Field(15.0, gt=0, le=MAX_HEARTBEAT_SECONDS)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     endpoints: dict[str, EndpointConfig]
     suites: dict[str, SuiteConfig]

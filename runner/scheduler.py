@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import signal
 import socket
@@ -47,7 +46,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import anyio
 
 from runner import logs
-from runner.config import LoadedConfig
+from runner.config import MAX_HEARTBEAT_SECONDS, LoadedConfig
 from runner.errors import ConfigError, ParallaxError, UsageError
 from runner.jsontext import loads
 from runner.lock import SuiteLocked, is_locked
@@ -316,7 +315,7 @@ def _read_heartbeat(path: Path) -> tuple[dict[str, Any], datetime, float, str, i
     pid = doc["pid"]
     if updated.tzinfo is None:
         raise ValueError("updated_at has no time zone")
-    if not 0 < interval < math.inf:
+    if not 0 < interval <= MAX_HEARTBEAT_SECONDS:  # 1e308 made the age limit infinite
         raise ValueError(f"heartbeat_seconds is {interval!r}")
     if type(pid) is not int or not 0 < pid < 2**31:  # os.kill(-1, 0) would say "alive"
         raise ValueError(f"pid is {pid!r}")

@@ -569,13 +569,17 @@ def _heartbeat(runs: Path, **changes: Any) -> None:
     [
         ({"heartbeat_seconds": "NAN", "updated_at": "2020-01-01T00:00:00+00:00"}, "unreadable"),
         ({"heartbeat_seconds": 0}, "unreadable heartbeat: heartbeat_seconds is 0.0"),
+        ({"heartbeat_seconds": 1e308}, "unreadable heartbeat: heartbeat_seconds is 1e+308"),
         ({"updated_at": "2020-01-01T00:00:00"}, "unreadable heartbeat: updated_at has no time"),
         ({"updated_at": "2099-01-01T00:00:00+00:00"}, "heartbeat from the future"),
         ({"pid": -1}, "unreadable heartbeat: pid is -1"),
         ({"pid": 1e30}, "unreadable heartbeat: pid is 1e+30"),
         ({"pid": "12"}, "unreadable heartbeat: pid is '12'"),
     ],
-    ids=["nan-interval", "zero-interval", "naive-time", "future", "pid-1", "pid-float", "pid-str"],
+    ids=[
+        *("nan-interval", "zero-interval", "endless-interval", "naive-time", "future"),
+        *("pid-1", "pid-float", "pid-str"),
+    ],
 )
 def test_health_never_reads_a_heartbeat_no_daemon_writes_as_healthy(
     tmp_path: Path, changes: dict[str, Any], reason: str
