@@ -27,6 +27,7 @@ from runner.config import LoadedConfig, Thresholds, load_config
 from runner.errors import ConfigError, DataError, UsageError
 from runner.fixtures import CaseRef, CaseRefs, FixtureFile
 from runner.gate import (
+    FLAKY,
     GATE_CLASSES,
     INCOMPLETE,
     RETIRED_CASE,
@@ -415,6 +416,7 @@ def finalize(
         strata[side] = rates
         stratum_alerts[side] = detect(rates, suite.thresholds) if suite.stratified else []
     review = [v.case_id for v in results if v.gate in REVIEW]
+    flaky = [v.case_id for v in results if v.gate == FLAKY]  # exit 0, but listed
     # Unscoreable rows make a run incomplete whatever their gate class (a new case can time out).
     incomplete = [v.case_id for v in results if v.gate in INCOMPLETE or not v.admitted]
     tests = paired(results, suite.alpha)
@@ -459,6 +461,7 @@ def finalize(
         "unadmitted": sum(1 for v in results if not v.admitted),
         "gate_counts": counts,
         "review": review,
+        "flaky": flaky,
         "incomplete": incomplete,
         "retired": retired,
         "stratified": suite.stratified,
@@ -547,6 +550,9 @@ def _log_alerts(
             log.warning(logs.ALERT_STRATUM, side=side, alerts=alerts, rates=strata[side])
 
 
+SHOWN = 8  # case ids a summary line names before it counts the rest
+
+
 def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
     """A few human lines on stderr; stdout stays one JSON object a line for log shippers."""
     counts = summary["gate_counts"]
@@ -557,12 +563,25 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
         f"  cases {summary['cases']} · admitted {summary['admitted']} · "
         f"unadmitted {summary['unadmitted']} · {shown or 'nothing to report'}",
     ]
-    for label, key in (("review", "review"), ("incomplete", "incomplete")):
-        if summary[key]:
-            lines.append(f"  {label}: {', '.join(summary[key][:8])}")
+    for key in ("review", "flaky", "incomplete"):
+        if ids := summary.get(key):
+            more = f" (+{len(ids) - SHOWN} more)" if len(ids) > SHOWN else ""
+            lines.append(f"  {key}: {', '.join(ids[:SHOWN])}{more}")
     for side, alerts in summary["stratum_alerts"].items():
         if alerts:
             lines.append(f"  strata alert ({side}): {', '.join(alerts)}")
+    if note := summary.get("strata_note"):
+        lines.append(f"  {note}")
+    if text := summary.get("paired", {}).get("overall", {}).get("text"):
+        gating = (
+            " (gates: fail_on)" if "significant_regression" in summary.get("fail_on", []) else ""
+        )
+        lines.append(f"  paired: {text}{gating}")
+    if counts.get("new_case"):  # a suite never promoted is never gated: say how it starts
+        lines.append(
+            f"  {counts['new_case']} new case(s) are not gated until accepted: review the "
+            f"report, then `parallax promote {run_dir}`"
+        )
     lines.append(f"  run dir: {run_dir}")
     print("\n".join(lines), file=sys.stderr)
 

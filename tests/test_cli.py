@@ -882,3 +882,37 @@ def test_a_suite_taken_mid_command_leaves_the_others_verdicts(
     junit = (root / "j.xml").read_text(encoding="utf-8")
     assert 'name="parallax.ceiling"' in junit and 'name="parallax.cities"' in junit
     assert "parallax · ceiling" in err and "parallax · cities" in err
+
+
+def test_the_printed_summary_says_what_the_exit_code_stands_on(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each reason behind the verdict is on stderr: the cases to review, the flaky ones, how
+    many more than are named, the paired test (and whether it gates), the unstratified note,
+    and how new cases become gated."""
+    from runner.runs import print_summary
+
+    ids = [f"c{i:02d}" for i in range(11)]
+    summary = {
+        "suite": "s",
+        "verdict": "review",
+        "exit_code": 1,
+        "cases": 14,
+        "admitted": 14,
+        "unadmitted": 0,
+        "gate_counts": {"new_case": 2, "disagreement_changed": 11, "flaky": 1},
+        "review": ids,
+        "flaky": ["f1"],
+        "incomplete": [],
+        "stratum_alerts": {"reference": [], "candidate": []},
+        "strata_note": "unstratified suite: no case names a stratum, detector skipped",
+        "paired": {"overall": {"text": "candidate worse overall: -30 points [-50, -10]"}},
+        "fail_on": ["significant_regression"],
+    }
+    print_summary(summary, Path("runs/s/r1"))
+    lines = capsys.readouterr().err.splitlines()
+    assert "  review: c00, c01, c02, c03, c04, c05, c06, c07 (+3 more)" in lines
+    assert "  flaky: f1" in lines
+    assert "  unstratified suite: no case names a stratum, detector skipped" in lines
+    assert "  paired: candidate worse overall: -30 points [-50, -10] (gates: fail_on)" in lines
+    assert any("2 new case(s)" in line and "parallax promote runs/s/r1" in line for line in lines)
