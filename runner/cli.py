@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from runner import __version__
-from runner.errors import ParallaxError, UsageError
+from runner.errors import ConfigError, ParallaxError, UsageError
 
 DEFAULT_CONFIG = "parallax.toml"
 Adder = Callable[[str, str], "argparse.ArgumentParser"]
@@ -88,8 +88,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _config_path(args: argparse.Namespace) -> Path:
-    value = args.config or os.environ.get("PARALLAX_CONFIG") or DEFAULT_CONFIG
-    return Path(value)
+    value = args.config or os.environ.get("PARALLAX_CONFIG")
+    if value:
+        return Path(value)
+    path = Path(DEFAULT_CONFIG)
+    if not path.exists():  # the newcomer's first command: say where a config comes from
+        raise ConfigError(
+            path, None, "no such config file (the default: pass --config F or set PARALLAX_CONFIG)"
+        )
+    return path
 
 
 def _existing_file(value: str) -> Path:
@@ -269,7 +276,6 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from runner.config import check_files, load_config
-    from runner.errors import ConfigError
     from runner.recorded import load_cassette
     from runner.runs import prepare_suite
     from runner.scheduler import Trigger

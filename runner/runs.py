@@ -231,7 +231,12 @@ def config_for_run(run_dir: Path, config_path: Path | None) -> LoadedConfig:
         raise DataError(run_dir / "manifest.json", "no config path; pass --config")
     if "\x00" in config["path"]:
         raise DataError(run_dir / "manifest.json", "config path holds a NUL; pass --config")
-    return load_config(Path(config["path"]))
+    path = Path(config["path"])
+    if not path.exists():  # a run copied from another machine names that machine's config
+        raise ConfigError(
+            path, None, f"no such config file (named by {run_dir / 'manifest.json'}; pass --config)"
+        )
+    return load_config(path)
 
 
 class Ledgers:

@@ -304,10 +304,27 @@ def test_missing_config_file_exits_78(tmp_path: Path) -> None:
     assert "absent.toml" in message
 
 
-def test_default_config_missing_exits_78(tmp_path: Path) -> None:
-    """Without --config or $PARALLAX_CONFIG, a missing ./parallax.toml is named: exit 78."""
-    message = one_line_error(parallax("run", cwd=tmp_path), 78)
-    assert "parallax.toml" in message
+@pytest.mark.parametrize("command", ["run", "validate", "history"])
+def test_default_config_missing_exits_78(tmp_path: Path, command: str) -> None:
+    """Without --config or $PARALLAX_CONFIG, a missing ./parallax.toml is named, with where a
+    config comes from (the README's first commands do not pass one): exit 78."""
+    message = one_line_error(parallax(command, cwd=tmp_path), 78)
+    assert "parallax.toml" in message and "--config" in message and "PARALLAX_CONFIG" in message
+
+
+@pytest.mark.parametrize("command", ["replay", "promote"])
+def test_a_run_naming_a_config_this_machine_lacks_says_so(tmp_path: Path, command: str) -> None:
+    """A run dir copied out of CI names CI's config path in its manifest: the message says the
+    path came from the manifest and how to give another (exit 78)."""
+    root = demo(tmp_path)
+    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    manifest["config"]["path"] = "/ci/work/parallax.toml"
+    (run_dir / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    message = one_line_error(parallax(command, run_dir, cwd=root), 78)
+    assert "/ci/work/parallax.toml" in message and "manifest.json" in message, message
+    assert "--config" in message
 
 
 # --- usage: 64 ----------------------------------------------------------------------------------
