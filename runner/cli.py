@@ -30,6 +30,7 @@ _VERDICT = """  0   clean
 """
 _ERRORS = "  64  usage error    65  bad fixture or data file    78  bad config\n"
 _INTERRUPTED = "  130 interrupted (resume with --resume)\n"
+_REPLAY_INTERRUPTED = "  130 interrupted (its new run dir is left unfinished: replay again)\n"
 
 # Every command shares one contract; each --help lists only the codes that command returns.
 EXIT_CODES = (
@@ -38,7 +39,7 @@ EXIT_CODES = (
 )
 _COMMAND_EXIT_CODES = {
     "run": _VERDICT + _ERRORS + _INTERRUPTED,
-    "replay": _VERDICT + _ERRORS + _INTERRUPTED,
+    "replay": _VERDICT + _ERRORS + _REPLAY_INTERRUPTED,
     "report": "  0-3 the run's own exit code (see `parallax run --help`)\n" + _ERRORS,
     "promote": "  0   snapshot written\n  2   unscored cases and no --allow-partial\n" + _ERRORS,
     "pin": "  0   every row printed\n" + _ERRORS,
@@ -104,6 +105,12 @@ def _existing_file(value: str) -> Path:
     if not path.is_file():
         raise UsageError(f"{value}: no such file")
     return path
+
+
+def _ledger(value: str) -> Path:
+    """An outcome ledger, or the run dir that holds one."""
+    path = Path(value)
+    return _existing_file(str(path / "outcomes.jsonl" if path.is_dir() else path))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -198,7 +205,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     from runner.diff import diff_ledgers, exit_code
 
-    counts = diff_ledgers(_existing_file(args.base), _existing_file(args.cand))
+    counts = diff_ledgers(_ledger(args.base), _ledger(args.cand))
     print(json.dumps(counts, sort_keys=True))
     return exit_code(counts)
 
@@ -433,9 +440,14 @@ def _add_fixture_commands(add: Adder, config_help: str) -> None:
     p.add_argument("file", metavar="FILE")
     p.set_defaults(func=cmd_pin)
 
-    p = add("diff", "Compare two outcome ledgers over their shared case ids (seed 004).")
-    p.add_argument("base", metavar="BASE")
-    p.add_argument("cand", metavar="CAND")
+    p = add(
+        "diff",
+        "Compare two outcome ledgers row by row over their shared (case, side, sample) keys: "
+        "each pair counts once as transport_miss, schema_miss, silent_regression (CAND's "
+        "task_score below BASE's) or other.",
+    )
+    p.add_argument("base", metavar="BASE", help="an outcomes.jsonl, or the run dir holding one")
+    p.add_argument("cand", metavar="CAND", help="the same, for the candidate run")
     p.set_defaults(func=cmd_diff)
 
     p = add("grade", "Grade one side's recorded completions and report strata (seed 000).")

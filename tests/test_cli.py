@@ -840,6 +840,8 @@ def test_diff_two_demo_runs(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     counts = json.loads(proc.stdout)
     assert counts["transport_miss"] == counts["schema_miss"] == counts["silent_regression"] == 0
+    by_dirs = parallax("diff", first, second, cwd=root)  # the run dirs name their ledgers
+    assert (by_dirs.returncode, json.loads(by_dirs.stdout)) == (0, counts), by_dirs.stderr
 
 
 # --- several suites and the suite lock ----------------------------------------------------------
