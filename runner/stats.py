@@ -91,11 +91,12 @@ def describe(result: PairedResult, scope: str, alpha: float = 0.05) -> str:
         else ""
     )
     cases = "paired case" if result.n == 1 else "paired cases"
-    stats = f"{points} {interval}, p = {_p(result.p_value)}, {result.n} {cases}"
+    stats = f"{points} {interval}, {_p(result.p_value)}, {result.n} {cases}"
     if result.significant(alpha):
-        return f"candidate {result.direction} on {scope}: {stats}"
+        where = "overall" if scope == "overall" else f"on {scope}"
+        return f"candidate {result.direction} {where}: {stats}"
     return f"{scope}: no significant difference ({stats})"
 
 
 def _p(value: float) -> str:
-    return "< 0.001" if value < 0.001 else f"{value:.3f}"
+    return "p < 0.001" if value < 0.001 else f"p = {value:.3f}"

@@ -149,7 +149,7 @@ def test_significant_regression_gates_only_when_asked(tmp_path: Path) -> None:
     overall = summary["paired"]["overall"]
     assert (overall["ref_only"], overall["cand_only"], overall["n"]) == (12, 0, 40)
     assert overall["significant"] and summary["significant_regression"]
-    assert overall["text"].startswith("candidate worse on overall: -30 points")
+    assert overall["text"].startswith("candidate worse overall: -30 points")
     assert code == 0
 
     setup(tmp_path, n, suite_extra='fail_on = ["significant_regression"]')
@@ -189,9 +189,9 @@ def test_report_and_history_say_the_test_and_the_floor_in_words(tmp_path: Path) 
 
     markdown = (run_dir / "report.md").read_text()
     html_text = (run_dir / "report.html").read_text()
-    assert "candidate worse on overall: -33 points" in markdown
+    assert "candidate worse overall: -33 points" in markdown
     assert "noise floor (overall): the reference disagreed with itself on 1 of 30 cases" in markdown
-    assert "candidate worse on overall" in html_text
+    assert "candidate worse overall" in html_text
     result = subprocess.run(
         [
             sys.executable,
@@ -210,7 +210,7 @@ def test_report_and_history_say_the_test_and_the_floor_in_words(tmp_path: Path) 
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     text = json.dumps(doc)
-    assert "candidate worse on overall" in text
+    assert "candidate worse overall" in text
     assert '"disagreeing": 1' in text
 
 

@@ -53,7 +53,10 @@ def test_all_pairs_discordant() -> None:
     assert result.diff == -1.0
     assert result.low is not None and result.high is not None
     assert -1.0 <= result.low < result.high < 0
-    assert "candidate worse" in describe(result, "medium")
+    text = describe(result, "medium")
+    assert text.startswith("candidate worse on medium: -100 points [-100, ")
+    assert text.endswith("], p < 0.001, 20 paired cases")
+    assert describe(result, "overall").startswith("candidate worse overall: -100 points")
 
 
 def test_empty_stratum() -> None:
