@@ -179,6 +179,8 @@ def promote(
                 "removed": sorted(set(old) - set(new)),
                 "changed": sorted(c for c in set(new) & set(old) if new[c] != old[c]),
                 "kept_unscored": sorted(c for c in unscored if c in old),
+                # unscored and never accepted: still `new_case` on the next run
+                "left_out_unscored": sorted(c for c in unscored if c not in old),
             }
             write_json(
                 path,

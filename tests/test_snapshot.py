@@ -159,7 +159,13 @@ def test_promote_writes_every_admitted_case_and_reports_additions(tmp_path: Path
     cases = {"c1": verdict([], ["missing:SKU-9"]), "c2": verdict(["a"], ["a"])}
     snapshots = tmp_path / "snapshots"
     changes = promote(run_dir(tmp_path, cases), snapshots, suite="s")
-    expected = {"added": ["c1", "c2"], "removed": [], "changed": [], "kept_unscored": []}
+    expected = {
+        "added": ["c1", "c2"],
+        "removed": [],
+        "changed": [],
+        "kept_unscored": [],
+        "left_out_unscored": [],
+    }
     assert expected == changes
     doc = json.loads((snapshots / "s.json").read_text(encoding="utf-8"))
     expected = (SNAPSHOT_VERSION, "s", "run1")
@@ -186,7 +192,13 @@ def test_promote_reports_changed_and_removed_cases(tmp_path: Path) -> None:
     )
     second = {"c1": verdict(), "c2": verdict([], ["new"]), "c4": verdict()}
     changes = promote(run_dir(tmp_path, second, name="run2"), snapshots, suite="s")
-    expected = {"added": ["c4"], "removed": ["c3"], "changed": ["c2"], "kept_unscored": []}
+    expected = {
+        "added": ["c4"],
+        "removed": ["c3"],
+        "changed": ["c2"],
+        "kept_unscored": [],
+        "left_out_unscored": [],
+    }
     assert expected == changes
     expected = ["c1", "c2", "c4"]
     assert expected == sorted(load_snapshot(snapshots / "s.json"))
@@ -218,7 +230,13 @@ def test_promote_allow_partial_keeps_old_entries_for_unscoreable_cases(tmp_path:
         "c3": verdict(admitted=False),
     }
     changes = promote(run_dir(tmp_path, cases), snapshots, allow_partial=True, suite="s")
-    expected = {"added": [], "removed": [], "changed": ["c2"], "kept_unscored": ["c1"]}
+    expected = {
+        "added": [],
+        "removed": [],
+        "changed": ["c2"],
+        "kept_unscored": ["c1"],
+        "left_out_unscored": ["c3"],
+    }
     assert expected == changes
     snapshot = load_snapshot(snapshots / "s.json")
     assert old_entry == snapshot["c1"]
