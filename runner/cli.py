@@ -117,7 +117,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from runner import logs
     from runner.config import check_files, check_keys, load_config
     from runner.lock import SuiteLocked, is_locked, lock_path
-    from runner.runs import config_for_run, prepare_suite, print_summary, run_suite
+    from runner.runs import (
+        config_for_run,
+        prepare_suite,
+        print_summary,
+        read_manifest,
+        run_suite,
+        unscored_keys,
+    )
 
     logs.configure()
     if args.resume and args.retry_unscored:
@@ -125,9 +132,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.resume or args.retry_unscored:
         run_dir = Path(args.resume or args.retry_unscored)
         loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
-        from runner.runs import read_manifest
-
-        (suite,) = loaded.suite_names(read_manifest(run_dir)["suite"])
+        manifest = read_manifest(run_dir)
+        (suite,) = loaded.suite_names(manifest["suite"])
+        if args.retry_unscored and manifest.get("finished_at") and not unscored_keys(run_dir):
+            raise UsageError(f"{run_dir}: every row was scored; nothing to retry")
+        if args.suite and args.suite != suite:
+            raise UsageError(f"{run_dir}: is a run of suite {suite!r}, not {args.suite!r}")
         check_files(loaded)
         check_keys(loaded, [suite])
         if args.resume:

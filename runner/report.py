@@ -235,6 +235,8 @@ def build_report(
     """
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: no such run directory")  # as replay and promote say
+    if not (run_dir / "manifest.json").exists() and not (run_dir / "summary.json").exists():
+        raise UsageError(f"{run_dir}: not a parallax run directory (no manifest.json)")
     summary = _load_object(run_dir / "summary.json")
     try:
         manifest: Mapping[str, Any] = _load_object(run_dir / "manifest.json")

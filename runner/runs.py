@@ -213,7 +213,9 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "manifest.json"
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: no such run directory")
-    manifest = read_json_object(path, missing="no such file: not a parallax run directory")
+    if not path.exists():  # a suite's folder, or any other: the argument is wrong, not data
+        raise UsageError(f"{run_dir}: not a parallax run directory (no manifest.json)")
+    manifest = read_json_object(path)
     if manifest.get("version") != MANIFEST_VERSION:
         raise DataError(path, "not a parallax manifest (missing or unknown version)")
     if not isinstance(manifest.get("suite"), str):

@@ -349,12 +349,17 @@ def test_missing_path_is_a_usage_error(tmp_path: Path, args: list[str]) -> None:
     assert "no-such-" in message
 
 
-def test_promote_of_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
-    """promote of an ordinary directory says it is not a run dir and exits non-zero cleanly."""
+@pytest.mark.parametrize(
+    "args",
+    [("promote", "empty"), ("replay", "empty"), ("run", "--resume", "empty"), ("report", "empty")],
+    ids=["promote", "replay", "resume", "report"],
+)
+def test_a_directory_that_is_not_a_run_is_a_usage_error(tmp_path: Path, args: tuple[str]) -> None:
+    """A folder without a manifest (a suite's folder, `runs/s`) is the wrong argument, like a
+    missing run directory: one line saying so, exit 64."""
     (tmp_path / "empty").mkdir()
-    proc = parallax("promote", "empty", cwd=tmp_path)
-    message = one_line_error(proc, 65)
-    assert "empty" in message
+    message = one_line_error(parallax(*args, cwd=tmp_path), 64)
+    assert "empty: not a parallax run directory" in message
 
 
 # --- broken snapshot: 65, file untouched --------------------------------------------------------
@@ -537,10 +542,11 @@ def test_a_child_run_of_a_corrupt_parent_names_the_parent_and_leaves_no_run(
     tmp_path: Path, command: str
 ) -> None:
     """A replay or retry of a run whose raw.jsonl is corrupt names the parent's file, where the
-    user can mend it, and leaves no unfinished run directory behind (nothing was called)."""
+    user can mend it, and leaves no unfinished run directory behind (nothing was called). The
+    ceiling suite has a row to retry (a timeout)."""
     root = demo(tmp_path)
-    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
-    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    parallax("run", "--config", "config/demo.toml", "--suite", "ceiling", cwd=root)
+    (run_dir,) = [p for p in (root / "runs" / "ceiling").iterdir() if p.is_dir()]
     raw = run_dir / "raw.jsonl"
     lines = raw.read_text(encoding="utf-8").splitlines(keepends=True)
     lines[1] = "{not json}\n"
@@ -548,7 +554,7 @@ def test_a_child_run_of_a_corrupt_parent_names_the_parent_and_leaves_no_run(
     args = ("replay", run_dir) if command == "replay" else ("run", "--retry-unscored", run_dir)
     message = one_line_error(parallax(*args, cwd=root), 65)
     assert f"{raw}:2:" in message or f"{raw.relative_to(root)}:2:" in message, message
-    assert [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()] == [run_dir]
+    assert [p for p in (root / "runs" / "ceiling").iterdir() if p.is_dir()] == [run_dir]
 
 
 @pytest.mark.parametrize("content", ["", "\n  \n", '{"version": 1, "cases": []}\n'])
@@ -702,3 +708,19 @@ def test_a_broken_cassette_stops_run_before_a_run_dir_exists(tmp_path: Path) -> 
     message = one_line_error(proc, 65)
     assert f"{cassette.name}:{len(rows) + 1}:" in message, message
     assert no_run_dirs(root)
+
+
+def test_a_retry_with_nothing_to_retry_and_a_suite_that_is_not_the_runs_are_refused(
+    tmp_path: Path,
+) -> None:
+    """`--retry-unscored` of a finished run whose every row was scored made an empty child run;
+    `--suite` beside `--resume` was ignored. Both are the wrong request: 64, nothing made."""
+    root = demo(tmp_path)
+    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    message = one_line_error(parallax("run", "--retry-unscored", run_dir, cwd=root), 64)
+    assert "every row was scored; nothing to retry" in message
+    args = ("run", "--resume", run_dir, "--suite", "ceiling")
+    message = one_line_error(parallax(*args, cwd=root), 64)
+    assert "is a run of suite 'cities', not 'ceiling'" in message
+    assert [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()] == [run_dir]
