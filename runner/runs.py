@@ -424,6 +424,10 @@ def finalize(
         stratum_alerts[side] = detect(rates, suite.thresholds) if suite.stratified else []
     review = [v.case_id for v in results if v.gate in REVIEW]
     flaky = [v.case_id for v in results if v.gate == FLAKY]  # exit 0, but listed
+    # a broken custom grader misses on both sides alike, so no gate sees it: named apart
+    broken = [
+        v.case_id for v in results if _grader_failed(v.reference) or _grader_failed(v.candidate)
+    ]
     # Unscoreable rows make a run incomplete whatever their gate class (a new case can time out).
     incomplete = [v.case_id for v in results if v.gate in INCOMPLETE or not v.admitted]
     tests = paired(results, suite.alpha)
@@ -469,6 +473,7 @@ def finalize(
         "gate_counts": counts,
         "review": review,
         "flaky": flaky,
+        "grader_errors": broken,
         "incomplete": incomplete,
         "retired": retired,
         "stratified": suite.stratified,
@@ -493,6 +498,10 @@ def finalize(
     manifest["finished_at"] = summary["finished_at"]
     write_json(run_dir / "manifest.json", manifest)
     return exit_code, summary
+
+
+def _grader_failed(view: SideView) -> bool:
+    return any(m.startswith("grader_error:") for m in (*view.misses, *view.noise))
 
 
 def _recorded(run_dir: Path) -> dict[str, Any] | None:
@@ -570,10 +579,10 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
         f"  cases {summary['cases']} · admitted {summary['admitted']} · "
         f"unadmitted {summary['unadmitted']} · {shown or 'nothing to report'}",
     ]
-    for key in ("review", "flaky", "incomplete"):
+    for key in ("review", "flaky", "incomplete", "grader_errors"):
         if ids := summary.get(key):
             more = f" (+{len(ids) - SHOWN} more)" if len(ids) > SHOWN else ""
-            lines.append(f"  {key}: {', '.join(ids[:SHOWN])}{more}")
+            lines.append(f"  {key.replace('_', ' ')}: {', '.join(ids[:SHOWN])}{more}")
     for side, alerts in summary["stratum_alerts"].items():
         if alerts:
             lines.append(f"  strata alert ({side}): {', '.join(alerts)}")

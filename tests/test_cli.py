@@ -918,3 +918,23 @@ def test_the_printed_summary_says_what_the_exit_code_stands_on(
     assert "  unstratified suite: no case names a stratum, detector skipped" in lines
     assert "  paired: candidate worse overall: -30 points [-50, -10] (gates: fail_on)" in lines
     assert any("2 new case(s)" in line and "parallax promote runs/s/r1" in line for line in lines)
+
+
+def test_a_grader_that_raises_on_both_sides_is_named(tmp_path: Path) -> None:
+    """A custom grader that raises gives both sides the same `grader_error` miss, so no gate
+    class sees it: the summary names the case apart (summary.json and stderr)."""
+    root = make_demo(tmp_path)
+    graders = root / "fixtures" / "graders" / "support.py"
+    text = graders.read_text(encoding="utf-8")
+    graders.write_text(
+        text.replace(
+            "def grade_tracking(text: str, expect: Mapping[str, Any]) -> list[str]:\n",
+            "def grade_tracking(text: str, expect: Mapping[str, Any]) -> list[str]:\n"
+            '    raise ValueError("a broken grader")\n',
+        ),
+        encoding="utf-8",
+    )
+    proc = parallax("run", "--config", "config/demo.toml", "--suite", "support", cwd=root)
+    summary = json.loads((only_run_dir(root, "support") / "summary.json").read_text())
+    assert summary["grader_errors"] == ["tool.tracking.missing_carrier"], proc.stderr
+    assert "  grader errors: tool.tracking.missing_carrier" in proc.stderr.splitlines()
