@@ -232,13 +232,16 @@ def load_history(suite_dir: Path, *, until: str | None = None, last: int | None 
 
 
 def _quiet(case: Mapping[str, Any]) -> bool:
-    """Both sides admitted and passed, and the two agree: the case told nothing apart."""
+    """Both sides admitted and passed without noise, and the two agree: the case told nothing
+    apart (one that flips now and then still tells something)."""
     ref, cand = mapping_of(case.get("reference")), mapping_of(case.get("candidate"))
     return (
         case.get("admitted") is True
         and ref.get("passed") is True
         and cand.get("passed") is True
         and case.get("disagreement") == []
+        and not ref.get("noise")
+        and not cand.get("noise")
     )
 
 

@@ -486,7 +486,12 @@ def finalize(
         "quiet_cases": sorted(
             v.case_id
             for v in results
-            if v.admitted and v.reference.passed and v.candidate.passed and v.disagreement == []
+            if v.admitted
+            and v.reference.passed
+            and v.candidate.passed
+            and v.disagreement == []
+            and not v.reference.noise
+            and not v.candidate.noise
         ),
         "fail_on": list(suite.fail_on),
     }

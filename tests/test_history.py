@@ -187,6 +187,18 @@ def test_history_json_shows_an_unreadable_rate_or_count_as_null(
     assert expected == (easy, bool(strict))
 
 
+def test_a_case_with_noise_is_no_ceiling_candidate(tmp_path: Path) -> None:
+    """A case both sides pass by majority but one side flips on some samples still tells
+    something: it is not quiet, so never a ceiling candidate."""
+    suite = tmp_path / "s"
+    for day in (1, 2):
+        run_dir = _run(suite, _name(day), cases={"quiet": (True, True), "flips": (True, True)})
+        doc = json.loads((run_dir / "disagreement.json").read_text(encoding="utf-8"))
+        doc["cases"]["flips"]["candidate"]["noise"] = ["missing:yes"]
+        (run_dir / "disagreement.json").write_text(json.dumps(doc), encoding="utf-8")
+    assert ceiling_candidates(load_history(suite).rows, 2) == ["quiet"]
+
+
 def test_model_changes_list_every_switch(tmp_path: Path) -> None:
     """Each change of a side's served model is listed once, with the run it appeared in."""
     suite = tmp_path / "s"

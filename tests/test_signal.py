@@ -117,6 +117,8 @@ def test_new_noise_under_accepted_stable_misses_is_flaky_and_exits_clean(tmp_pat
     assert (cases["c01"]["gate"], cases["c00"]["gate"]) == ("flaky", "unchanged")
     assert code == 0
     assert summary["gate_counts"]["flaky"] == 1
+    assert summary["flaky"] == ["c01"]  # listed, not only counted
+    assert summary["quiet_cases"] == ["c00"]  # a case that flips is no ceiling candidate
 
 
 def test_noise_check_calls_the_reference_twice_and_reports_its_floor(tmp_path: Path) -> None:
