@@ -322,14 +322,16 @@ def unscored_by(reference: SideView, candidate: SideView) -> tuple[str, str] | N
     """The stamp that keeps a pair out of the comparison, as (gate class, detail), or None.
 
     Rules 3 and 4 of the gate, and also what the transport and schema alerts page on for a
-    case whose gate class came earlier (a new or edited case that timed out).
+    case whose gate class came earlier (a new or edited case that timed out). The detail names
+    every side with that stamp: with both endpoints down, the candidate's outage shows too.
     """
-    for side, view in (("reference", reference), ("candidate", candidate)):
-        if view.transport != Transport.OK:
-            return TRANSPORT_MISS, f"{side}: {view.detail}"
-    for side, view in (("reference", reference), ("candidate", candidate)):
-        if view.schema != Schema.OK or not view.admitted:
-            return SCHEMA_MISS, f"{side}: {view.detail}"
+    sides = (("reference", reference), ("candidate", candidate))
+    for gate, bad in (
+        (TRANSPORT_MISS, [(s, v) for s, v in sides if v.transport != Transport.OK]),
+        (SCHEMA_MISS, [(s, v) for s, v in sides if v.schema != Schema.OK or not v.admitted]),
+    ):
+        if bad:
+            return gate, "; ".join(f"{side}: {view.detail}" for side, view in bad)
     return None
 
 

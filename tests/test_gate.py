@@ -360,6 +360,14 @@ def test_a_timeout_on_either_side_is_a_transport_miss(side: str) -> None:
     assert verdict.disagreement is None
 
 
+def test_both_sides_down_names_both_sides() -> None:
+    """With both endpoints down the detail (and so `alert.transport`) names both sides: the
+    candidate's outage must not hide behind the reference's."""
+    verdict = judge(timeout_view(), timeout_view(), accepted())
+    expected = (TRANSPORT_MISS, "reference: timeout; candidate: timeout")
+    assert expected == (verdict.gate, verdict.detail)
+
+
 def test_a_transport_miss_wins_over_a_schema_miss() -> None:
     """Rule 3 before rule 4, whichever side each is on."""
     verdict = judge(schema_fail_view(), timeout_view(), accepted())
