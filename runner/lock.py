@@ -66,16 +66,43 @@ def _open(path: Path) -> int:
         raise UsageError(f"{path}: cannot open the suite lock: {exc.strerror}") from None
 
 
+class DaemonRunning(UsageError):
+    """Another `parallax serve` watches this runs dir; the message names it (exit 64)."""
+
+    def __init__(self, path: Path, holder: dict[str, Any]) -> None:
+        who = ", ".join(f"{k} {holder[k]}" for k in ("pid", "host", "since") if k in holder)
+        super().__init__(
+            f"{path}: another `parallax serve` runs on this runs dir ({who or 'holder unknown'}); "
+            "not starting a second one"
+        )
+
+
+@contextlib.contextmanager
+def daemon_lock(runs_dir: Path) -> Iterator[Path]:
+    """Hold the runs dir's daemon lock: two daemons would share one heartbeat, so `health`
+    could read the one that stopped while the other runs."""
+    with _exclusive(runs_dir / ".parallax-serve.lock", DaemonRunning) as path:
+        yield path
+
+
 @contextlib.contextmanager
 def suite_lock(runs_dir: Path, suite: str) -> Iterator[Path]:
     """Hold the suite's lock for the block; raise SuiteLocked at once if another holds it."""
-    path = lock_path(runs_dir, suite)
+    with _exclusive(
+        lock_path(runs_dir, suite), lambda path, holder: SuiteLocked(suite, path, holder)
+    ) as path:
+        yield path
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path, refused: Callable[[Path, dict[str, Any]], UsageError]) -> Iterator[Path]:
+    """An exclusive flock on `path` for the block, naming its holder in the file."""
     fd = _open(path)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise SuiteLocked(suite, path, _read_holder(fd)) from None
+            raise refused(path, _read_holder(fd)) from None
         holder = {
             "pid": os.getpid(),
             "host": socket.gethostname(),

@@ -49,7 +49,7 @@ from runner import logs
 from runner.config import MAX_HEARTBEAT_SECONDS, LoadedConfig
 from runner.errors import ConfigError, ParallaxError, UsageError
 from runner.jsontext import loads
-from runner.lock import SuiteLocked, is_locked
+from runner.lock import SuiteLocked, daemon_lock, is_locked
 
 HEARTBEAT_NAME = ".parallax-serve.json"
 HEARTBEAT_VERSION = 1
@@ -421,7 +421,7 @@ class Daemon:
             if self._handle_signals
             else contextlib.nullcontext(None)
         )
-        with signals as received:
+        with daemon_lock(self.loaded.runs_dir), signals as received:
             return await self._run(received)
 
     async def _run(self, received: AsyncIterator[int] | None) -> int:

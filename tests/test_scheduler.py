@@ -207,6 +207,22 @@ async def test_a_heartbeat_the_disk_refuses_mid_run_stops_nothing(
     assert logs[-1]["event"] == "scheduler.stopped"
 
 
+def test_a_second_daemon_on_one_runs_dir_is_refused(
+    tmp_path: Path, fault_server: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two daemons would share one heartbeat, and `health` could read the stopped one while the
+    other runs: the second is refused (64) with the first one's pid, and writes nothing."""
+    from runner.lock import daemon_lock
+
+    loaded = write_config(tmp_path, fault_server)
+    with daemon_lock(loaded.runs_dir):  # the first daemon
+        code = main(["serve", "--config", str(loaded.path)])
+    err = capsys.readouterr().err
+    assert code == 64 and "another `parallax serve` runs on this runs dir" in err, err
+    assert f"pid {os.getpid()}" in err
+    assert not heartbeat_path(loaded.runs_dir).exists()
+
+
 async def test_a_crash_names_its_cause_and_the_runs_it_cancelled(
     tmp_path: Path, fault_server: FaultServer
 ) -> None:
