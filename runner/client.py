@@ -388,9 +388,9 @@ def _body_text(raw: bytes) -> tuple[str, str]:
 def _retry_after(headers: dict[str, str]) -> float | None:
     """Honour `retry-after-ms` (OpenAI) before `Retry-After`; measure an HTTP-date against
     the server's own Date header when present, so clock skew between hosts cancels out."""
-    millis = _delay(headers.get("retry-after-ms", "").strip())
-    if millis is not None:
-        return millis / 1000.0
+    millis = headers.get("retry-after-ms")  # most replies carry neither header: no parsing
+    if millis is not None and (delay := _delay(millis.strip())) is not None:
+        return delay / 1000.0
     retry_after = headers.get("retry-after")
     if retry_after is None:
         return None

@@ -505,6 +505,12 @@ def finalize(
     return exit_code, summary
 
 
+def _reference_moved(verdict: Verdict, accepted: Mapping[str, Any] | None) -> bool:
+    if not verdict.admitted or not accepted or accepted.get("fixture_sha") != verdict.fixture_sha:
+        return False
+    return sorted(verdict.reference.misses) != sorted(accepted.get("reference_misses") or [])
+
+
 def _grader_failed(view: SideView) -> bool:
     return any(m.startswith("grader_error:") for m in (*view.misses, *view.noise))
 
@@ -537,7 +543,10 @@ def _log_alerts(
             count=len(changed),
             case_ids=[v.case_id for v in changed],
         )
-    moved = [v.case_id for v in changed if v.detail.startswith("reference")]
+    # The frozen path is not frozen whatever the gate: a reference whose stable misses left the
+    # accepted ones moved even when the candidate moved alike (`unchanged`) or a served model
+    # changed first (`alias_swap`).
+    moved = [v.case_id for v in results if _reference_moved(v, snapshot.get(v.case_id))]
     if moved:
         log.warning(logs.ALERT_REFERENCE_MOVED, count=len(moved), case_ids=moved)
     # by the stamp, not the gate class: a new or edited case that timed out pages too

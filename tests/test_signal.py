@@ -72,6 +72,22 @@ def read(run_dir: Path, name: str) -> Any:
     return json.loads((run_dir / name).read_text())
 
 
+def test_a_reference_that_moves_pages_even_when_the_delta_does_not(tmp_path: Path) -> None:
+    """Both sides start missing the same case: the delta is unchanged and so is the gate, but
+    the frozen reference is not frozen, and alert.reference_moved says so."""
+    setup(tmp_path, 3)
+    config = tmp_path / "parallax.toml"
+    cassette(tmp_path, replies(3, "reference", {0, 1, 2}) + replies(3, "candidate", {0, 1, 2}))
+    first, _, _ = run_suite(load_config(config), "s")
+    promote(first, tmp_path / "snapshots", suite="s")
+    cassette(tmp_path, replies(3, "reference", {0, 2}) + replies(3, "candidate", {0, 2}))
+    with capture_logs() as logs:
+        _, code, summary = run_suite(load_config(config), "s")
+    assert (code, summary["gate_counts"]["unchanged"]) == (0, 3)
+    [moved] = [e for e in logs if e["event"] == "alert.reference_moved"]
+    assert (moved["count"], moved["case_ids"]) == (1, ["c01"])
+
+
 def test_samples_are_separate_rows_with_pass_fractions(tmp_path: Path) -> None:
     """samples = 3 gives three outcome rows per case and side, and a pass fraction per side."""
     setup(tmp_path, 2, suite_extra="samples = 3")
