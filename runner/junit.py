@@ -149,6 +149,10 @@ def write_junit(run_dirs: Sequence[Path], path: Path) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, [data])
+    except (FileExistsError, NotADirectoryError):  # mkdir or open met a file on the way
+        raise UsageError(
+            f"{path}: cannot write JUnit XML: a folder on its path is a file"
+        ) from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot write JUnit XML: {exc.strerror}") from None
     return path

@@ -59,7 +59,9 @@ def load_cassette(path: Path) -> dict[CassetteKey, dict[str, Any]]:
             raise DataError(path, "cassette row needs a string case_id", line_no)
         fault = row.get("fault")
         if fault is not None and fault not in _FAULTS:
-            raise DataError(path, f"unknown fault {fault!r} (one of {sorted(_FAULTS)})", line_no)
+            raise DataError(
+                path, f"unknown fault {fault!r} (one of {', '.join(sorted(_FAULTS))})", line_no
+            )
         status = row.get("status")
         if status is not None and (isinstance(status, bool) or not isinstance(status, int)):
             raise DataError(path, "status must be an integer", line_no)
@@ -73,7 +75,7 @@ def load_cassette(path: Path) -> dict[CassetteKey, dict[str, Any]]:
             raise DataError(path, "suite must be a string (a suite name)", line_no)
         side = row.get("side")
         if side is not None and (not isinstance(side, str) or side not in CASSETTE_SIDES):
-            raise DataError(path, f"side must be one of {list(CASSETTE_SIDES)}", line_no)
+            raise DataError(path, f"side must be one of {', '.join(CASSETTE_SIDES)}", line_no)
         key = _key(suite, side, case_id, sample)
         if key in entries:
             raise DataError(path, f"duplicate cassette entry for {case_id!r}", line_no)

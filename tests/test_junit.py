@@ -116,3 +116,4 @@ def test_write_junit_to_an_unwritable_path_is_a_usage_error(hostile: Path, tmp_p
     with pytest.raises(UsageError, match="cannot write JUnit XML") as caught:
         write_junit([hostile], target)
     assert str(target) in str(caught.value)
+    assert str(caught.value).endswith("a folder on its path is a file")  # not "File exists"
