@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from runner import __version__
-from runner.errors import ConfigError, ParallaxError, UsageError
+from runner.errors import ConfigError, DataError, ParallaxError, UsageError
 
 DEFAULT_CONFIG = "parallax.toml"
 Adder = Callable[[str, str], "argparse.ArgumentParser"]
@@ -236,9 +236,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
     graders = load_graders(args.graders, Path.cwd(), config_path="--graders", key="graders")
     results: list[tuple[str | None, bool | None]] = []
     failures: list[dict[str, Any]] = []
-    cases = load_cases(
-        _existing_file(args.file), check=functools.partial(check_case, graders=graders)
-    )
+    path = _existing_file(args.file)
+    cases = load_cases(path, check=functools.partial(check_case, graders=graders))
+    if not any(c.completion is not None for c in cases):  # else every case grades as empty
+        raise DataError(path, "no case has a recorded `completion` to grade")
     stratified = any(c.stratum for c in cases)
     for case in cases:
         text = case.completion or ""
@@ -461,7 +462,9 @@ def _add_fixture_commands(add: Adder, config_help: str) -> None:
     p.set_defaults(func=cmd_diff)
 
     p = add("grade", "Grade one side's recorded completions and report strata (seed 000).")
-    p.add_argument("file", metavar="FILE")
+    p.add_argument(
+        "file", metavar="FILE", help="a fixture file whose cases carry a recorded `completion`"
+    )
     p.add_argument("--graders", help="custom graders: a Python file or module name")
     for flag, meaning in (
         ("--stretch-high", "stretch pass rate at or above which stretch_too_easy fires"),

@@ -724,3 +724,11 @@ def test_a_retry_with_nothing_to_retry_and_a_suite_that_is_not_the_runs_are_refu
     message = one_line_error(parallax(*args, cwd=root), 64)
     assert "is a run of suite 'cities', not 'ceiling'" in message
     assert [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()] == [run_dir]
+
+
+def test_grade_of_a_file_without_recorded_completions_is_refused(tmp_path: Path) -> None:
+    """`grade` reads recorded completions; a fixture file with none graded every case as an
+    empty reply and said ok. One line naming the file, exit 65."""
+    (tmp_path / "cases.jsonl").write_text(f"{GOOD_ROW}\n", encoding="utf-8")
+    message = one_line_error(parallax("grade", "cases.jsonl", cwd=tmp_path), 65)
+    assert "cases.jsonl: no case has a recorded `completion` to grade" in message
