@@ -726,7 +726,27 @@ def _check_schema(value: Any) -> str | None:
     ref = _unresolvable_ref(value)
     if ref is not None:
         return f"has a $ref that names nothing in the schema: {ref!r}"
+    keywords = _keys_within(value)
+    if {"unevaluatedProperties", "patternProperties"} <= keywords:
+        return (
+            "pairs unevaluatedProperties with patternProperties, whose patterns jsonschema "
+            "would then search with no time bound: use additionalProperties"
+        )
     return None
+
+
+def _keys_within(value: Any) -> set[str]:
+    """Every object key anywhere in a JSON value."""
+    found: set[str] = set()
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            found.update(node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
 
 
 def _unresolvable_ref(schema: dict[str, Any]) -> str | None:

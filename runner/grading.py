@@ -232,15 +232,14 @@ def _schema_violations(answer: Any, schema: Mapping[str, Any]) -> list[str]:
 def _bounded(cls: Any) -> Any:
     """`cls` with its regular-expression keywords searched as `regex` / `not_regex` are.
 
-    jsonschema runs `pattern`, `patternProperties`, `additionalProperties` and
-    `unevaluatedProperties` through `re`, unbounded: a schema pattern that backtracks without
-    end on some reply stalled the run. A search that runs out of time is a violation where it
-    ran: the answer fails there.
+    jsonschema runs `pattern`, `patternProperties` and `additionalProperties` through `re`,
+    unbounded: a schema pattern that backtracks without end on some reply stalled the run.
+    A search that runs out of time is a violation where it ran: the answer fails there.
+    (`unevaluatedProperties` searches patterns too, deep inside jsonschema: a schema that
+    pairs it with `patternProperties` is refused when the fixture loads.)
     """
     from jsonschema import ValidationError
     from jsonschema.validators import extend
-
-    unevaluated = cls.VALIDATORS.get("unevaluatedProperties")
 
     def pattern(validator: Any, wanted: str, instance: Any, schema: Any) -> Iterator[Any]:
         if validator.is_type(instance, "string") and not _search(wanted, instance):
@@ -275,48 +274,14 @@ def _bounded(cls: Any) -> Any:
         elif not allowed and extras:
             yield ValidationError(f"additional properties are not allowed: {extras!r:.200}")
 
-    def unevaluated_properties(
-        validator: Any, allowed: Any, instance: Any, schema: Any
-    ) -> Iterator[Any]:
-        # jsonschema's own keyword searches every patternProperties pattern of the schemas in
-        # play against the keys; each pair is first tried here, bounded, and only a schema
-        # whose patterns all finish on these keys goes on to it
-        if not validator.is_type(instance, "object"):
-            return
-        for wanted in _property_patterns(validator.schema) | _property_patterns(schema):
-            for key in instance:
-                if _search(wanted, key) is None:
-                    yield ValidationError(f"{wanted!r} ran out of time", path=(key,))
-                    return
-        yield from unevaluated(validator, allowed, instance, schema)
-
-    keywords = {
-        "pattern": pattern,
-        "patternProperties": pattern_properties,
-        "additionalProperties": additional_properties,
-    }
-    if unevaluated is not None:  # drafts before 2019-09 have no such keyword
-        keywords["unevaluatedProperties"] = unevaluated_properties
     return extend(  # type: ignore[no-untyped-call]  # jsonschema's stubs leave it untyped
-        cls, keywords
+        cls,
+        {
+            "pattern": pattern,
+            "patternProperties": pattern_properties,
+            "additionalProperties": additional_properties,
+        },
     )
-
-
-def _property_patterns(schema: Any) -> set[str]:
-    """Every patternProperties pattern anywhere in a schema document (its local `$ref`s
-    included): the ones `unevaluatedProperties` may search."""
-    found: set[str] = set()
-    stack = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            patterns = node.get("patternProperties")
-            if isinstance(patterns, dict):
-                found.update(p for p in patterns if isinstance(p, str))
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return found
 
 
 def _search(pattern: str, text: str) -> bool | None:

@@ -355,6 +355,18 @@ def test_schema_refs_inside_the_schema_resolve(tmp_path: Path) -> None:
             1,
             "$ref that names nothing in the schema: 'http://127.0.0.1:9/s.json'",
         ),
+        (  # jsonschema would search these patterns with `re`, unbounded (`^(a+)+$`)
+            '{"id": "a", "prompt": "p", "expect": {"json_schema": {"patternProperties": '
+            '{"^(a+)+$": {}}, "unevaluatedProperties": false}}}\n',
+            1,
+            "pairs unevaluatedProperties with patternProperties",
+        ),
+        (
+            '{"id": "a", "prompt": "p", "expect": {"json_schema": {"$ref": "#/$defs/k", '
+            '"unevaluatedProperties": false, "$defs": {"k": {"patternProperties": {"x": {}}}}}}}\n',
+            1,
+            "use additionalProperties",
+        ),
         ('{"id": "a", "prompt": "p", "expect": []}\n', 1, "'expect' must be an object"),
         (
             '\n{"version": 1,\n "cases": [{"id": "a", "prompt": "p"}],\n "cases": []}\n',
