@@ -506,9 +506,10 @@ def finalize(
 
 
 def _reference_moved(verdict: Verdict, accepted: Mapping[str, Any] | None) -> bool:
-    if not verdict.admitted or not accepted or accepted.get("fixture_sha") != verdict.fixture_sha:
+    reference = verdict.reference  # scored, whatever happened to the candidate's call
+    if not reference.admitted or not accepted or accepted.get("fixture_sha") != verdict.fixture_sha:
         return False
-    return sorted(verdict.reference.misses) != sorted(accepted.get("reference_misses") or [])
+    return sorted(reference.misses) != sorted(accepted.get("reference_misses") or [])
 
 
 def _grader_failed(view: SideView) -> bool:
@@ -522,7 +523,9 @@ def _recorded(run_dir: Path) -> dict[str, Any] | None:
     except DataError:
         return None
     code = summary.get("exit_code")
-    return summary if type(code) is int and 0 <= code <= 3 else None
+    if summary.get("version") != SUMMARY_VERSION or type(code) is not int or not 0 <= code <= 3:
+        return None
+    return summary
 
 
 def _verdict_word(exit_code: int) -> str:
@@ -584,29 +587,35 @@ SHOWN = 8  # case ids a summary line names before it counts the rest
 
 
 def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
-    """A few human lines on stderr; stdout stays one JSON object a line for log shippers."""
-    counts = summary["gate_counts"]
+    """A few human lines on stderr; stdout stays one JSON object a line for log shippers.
+
+    The summary may be one a run recorded earlier (a resumed finished run), so every field is
+    read through history's tolerant readers: a hand-edited file prints as unknown, no crash.
+    """
+    from runner.history import mapping_of, strings_of
+
+    counts = mapping_of(summary.get("gate_counts"))
     shown = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+    verdict = summary.get("verdict")
     lines = [
-        f"parallax · {summary['suite']}: {summary['verdict'].upper()} "
-        f"(exit {summary['exit_code']})",
-        f"  cases {summary['cases']} · admitted {summary['admitted']} · "
-        f"unadmitted {summary['unadmitted']} · {shown or 'nothing to report'}",
+        f"parallax · {summary.get('suite')}: {str(verdict).upper()} "
+        f"(exit {summary.get('exit_code')})",
+        f"  cases {summary.get('cases', '?')} · admitted {summary.get('admitted', '?')} · "
+        f"unadmitted {summary.get('unadmitted', '?')} · {shown or 'nothing to report'}",
     ]
     for key in ("review", "flaky", "incomplete", "grader_errors"):
-        if ids := summary.get(key):
+        if ids := strings_of(summary.get(key)):
             more = f" (+{len(ids) - SHOWN} more)" if len(ids) > SHOWN else ""
             lines.append(f"  {key.replace('_', ' ')}: {', '.join(ids[:SHOWN])}{more}")
-    for side, alerts in summary["stratum_alerts"].items():
-        if alerts:
+    for side, alerts in mapping_of(summary.get("stratum_alerts")).items():
+        if alerts := strings_of(alerts):
             lines.append(f"  strata alert ({side}): {', '.join(alerts)}")
-    if note := summary.get("strata_note"):
+    if isinstance(note := summary.get("strata_note"), str):
         lines.append(f"  {note}")
-    if text := summary.get("paired", {}).get("overall", {}).get("text"):
-        gating = (
-            " (gates: fail_on)" if "significant_regression" in summary.get("fail_on", []) else ""
-        )
-        lines.append(f"  paired: {text}{gating}")
+    paired = mapping_of(mapping_of(summary.get("paired")).get("overall"))
+    if isinstance(text := paired.get("text"), str):
+        gates = "significant_regression" in strings_of(summary.get("fail_on"))
+        lines.append(f"  paired: {text}{' (gates: fail_on)' if gates else ''}")
     if counts.get("new_case"):  # a suite never promoted is never gated: say how it starts
         lines.append(
             f"  {counts['new_case']} new case(s) are not gated until accepted: review the "

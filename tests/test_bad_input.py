@@ -732,3 +732,24 @@ def test_grade_of_a_file_without_recorded_completions_is_refused(tmp_path: Path)
     (tmp_path / "cases.jsonl").write_text(f"{GOOD_ROW}\n", encoding="utf-8")
     message = one_line_error(parallax("grade", "cases.jsonl", cwd=tmp_path), 65)
     assert "cases.jsonl: no case has a recorded `completion` to grade" in message
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [{"gate_counts": None}, {"stratum_alerts": "x", "review": 5}, {"version": 99}],
+    ids=["no-gate-counts", "wrong-types", "unknown-version"],
+)
+def test_resuming_a_finished_run_with_a_hand_edited_summary_is_no_crash(
+    tmp_path: Path, edit: dict[str, Any]
+) -> None:
+    """The recorded summary of a finished run is printed as it can be read: an edited field
+    crashed the resume with a traceback and exit 1 (read as "review" by CI)."""
+    root = demo(tmp_path)
+    first = parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    summary.update(edit)
+    (run_dir / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    resumed = parallax("run", "--resume", run_dir, cwd=root)
+    assert "Traceback" not in resumed.stderr, resumed.stderr
+    assert resumed.returncode == first.returncode, resumed.stderr

@@ -661,10 +661,12 @@ def test_resume_of_a_run_killed_in_its_reports_writes_them(tmp_path: Path) -> No
     first = parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
     run_dir = only_run_dir(root, "cities")
     report = (run_dir / "report.md").read_bytes()
+    recorded = {n: (run_dir / n).read_bytes() for n in ("summary.json", "manifest.json")}
     for name in ("report.md", "report.html"):
         (run_dir / name).unlink()
     proc = parallax("run", "--resume", run_dir, cwd=root)
     assert proc.returncode == first.returncode, proc.stderr
+    assert {n: (run_dir / n).read_bytes() for n in recorded} == recorded  # not regraded
     assert (run_dir / "report.md").read_bytes() == report
     assert (run_dir / "report.html").is_file()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -204,6 +205,37 @@ async def test_a_heartbeat_the_disk_refuses_mid_run_stops_nothing(
     assert codes == [0]
     assert events(logs, "scheduler.heartbeat_failed")
     assert events(logs, "scheduler.crashed") == []
+    assert logs[-1]["event"] == "scheduler.stopped"
+
+
+async def test_a_signal_during_start_up_stops_the_daemon_cleanly(
+    tmp_path: Path, fault_server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM while the daemon still starts (here: while it looks for interrupted runs) is
+    received and ends in scheduler.stopped with exit 0; it used to arrive before any handler,
+    so the process died silently (143). A handler of the test's own is the safety net: had
+    the daemon missed the signal, it lands there and the daemon runs on into the time limit."""
+    from runner import scheduler
+
+    loaded = write_config(tmp_path, fault_server)
+    real = scheduler.find_interrupted
+
+    def interrupted(*args: Any) -> tuple[Path | None, str | None]:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args)
+
+    missed: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: missed.append(signum))
+    monkeypatch.setattr(scheduler, "find_interrupted", interrupted)
+    try:
+        with capture_logs() as logs:
+            daemon = Daemon(loaded, clock=ManualClock(START))
+            with anyio.fail_after(5):
+                code = await daemon.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (code, missed) == (0, [])
+    assert [e["reason"] for e in events(logs, "scheduler.stopping")] == ["SIGTERM"]
     assert logs[-1]["event"] == "scheduler.stopped"
 
 

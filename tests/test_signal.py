@@ -86,6 +86,14 @@ def test_a_reference_that_moves_pages_even_when_the_delta_does_not(tmp_path: Pat
     assert (code, summary["gate_counts"]["unchanged"]) == (0, 3)
     [moved] = [e for e in logs if e["event"] == "alert.reference_moved"]
     assert (moved["count"], moved["case_ids"]) == (1, ["c01"])
+    # the candidate's call of that case fails too: the reference was still scored, and moved
+    rows = replies(3, "reference", {0, 2}) + replies(3, "candidate", {0, 2})
+    rows[-2] = {"case_id": "c01", "side": "candidate", "fault": "timeout"}
+    cassette(tmp_path, rows)
+    with capture_logs() as logs:
+        _, code, summary = run_suite(load_config(config), "s")
+    assert (code, summary["gate_counts"]["transport_miss"]) == (2, 1)
+    assert [e["case_ids"] for e in logs if e["event"] == "alert.reference_moved"] == [["c01"]]
 
 
 def test_samples_are_separate_rows_with_pass_fractions(tmp_path: Path) -> None:
