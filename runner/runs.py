@@ -603,7 +603,7 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
         f"  cases {summary.get('cases', '?')} · admitted {summary.get('admitted', '?')} · "
         f"unadmitted {summary.get('unadmitted', '?')} · {shown or 'nothing to report'}",
     ]
-    for key in ("review", "flaky", "incomplete", "grader_errors"):
+    for key in ("review", "flaky", "incomplete", "grader_errors", "retired"):
         if ids := strings_of(summary.get(key)):
             more = f" (+{len(ids) - SHOWN} more)" if len(ids) > SHOWN else ""
             lines.append(f"  {key.replace('_', ' ')}: {', '.join(ids[:SHOWN])}{more}")
@@ -616,13 +616,23 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
     if isinstance(text := paired.get("text"), str):
         gates = "significant_regression" in strings_of(summary.get("fail_on"))
         lines.append(f"  paired: {text}{' (gates: fail_on)' if gates else ''}")
+    shown_dir = _near(run_dir)
     if counts.get("new_case"):  # a suite never promoted is never gated: say how it starts
         lines.append(
             f"  {counts['new_case']} new case(s) are not gated until accepted: review the "
-            f"report, then `parallax promote {run_dir}`"
+            f"report, then `parallax promote {shown_dir}`"
         )
-    lines.append(f"  run dir: {run_dir}")
+    lines.append(f"  run dir: {shown_dir}")
     print("\n".join(lines), file=sys.stderr)
+
+
+def _near(path: Path) -> Path:
+    """`path` as the user can type it here: relative under the working directory, whether
+    the config that placed it was named relative (run) or absolute (a manifest's, replay)."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except (ValueError, OSError):
+        return path
 
 
 def unscored_keys(run_dir: Path) -> set[tuple[str, str, int]]:

@@ -908,6 +908,7 @@ def test_the_printed_summary_says_what_the_exit_code_stands_on(
         "review": ids,
         "flaky": ["f1"],
         "incomplete": [],
+        "retired": ["gone-1"],
         "stratum_alerts": {"reference": [], "candidate": []},
         "strata_note": "unstratified suite: no case names a stratum, detector skipped",
         "paired": {"overall": {"text": "candidate worse overall: -30 points [-50, -10]"}},
@@ -917,9 +918,20 @@ def test_the_printed_summary_says_what_the_exit_code_stands_on(
     lines = capsys.readouterr().err.splitlines()
     assert "  review: c00, c01, c02, c03, c04, c05, c06, c07 (+3 more)" in lines
     assert "  flaky: f1" in lines
+    assert "  retired: gone-1" in lines
     assert "  unstratified suite: no case names a stratum, detector skipped" in lines
     assert "  paired: candidate worse overall: -30 points [-50, -10] (gates: fail_on)" in lines
     assert any("2 new case(s)" in line and "parallax promote runs/s/r1" in line for line in lines)
+
+
+def test_a_replay_prints_its_run_dir_as_the_user_can_type_it(tmp_path: Path) -> None:
+    """A replay's run dir comes from the absolute config path its parent recorded; printed,
+    it is relative to where the user stands, as `run` prints it."""
+    root = make_demo(tmp_path)
+    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    proc = parallax("replay", only_run_dir(root, "cities"), cwd=root)
+    [shown] = [line for line in proc.stderr.splitlines() if line.startswith("  run dir: ")]
+    assert shown.startswith("  run dir: runs/cities/"), proc.stderr
 
 
 def test_a_grader_that_raises_on_both_sides_is_named(tmp_path: Path) -> None:
