@@ -141,6 +141,29 @@ def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
+def resume_problem(loaded: LoadedConfig, suite: str, manifest: Mapping[str, Any]) -> str | None:
+    """Why an interrupted run cannot be finished in place, or None.
+
+    Its rows were called for the cases and samples it started with: finished against edited
+    fixtures or another `samples`, one run would grade two suites and read as one verdict.
+    """
+    if manifest.get("mode") == "replay":
+        return "an interrupted replay calls nothing; run `parallax replay` again"
+    cfg = loaded.config.suites[suite]
+    fixtures = manifest.get("fixtures") or {}
+    if not isinstance(fixtures, dict):  # a hand-edited manifest: nothing to check it against
+        return "its manifest has no fixtures object"
+    try:
+        digest: str | None = _file_digest(loaded.resolve(cfg.fixtures))
+    except OSError:
+        digest = None
+    if fixtures.get("digest") != digest:
+        return "the fixtures changed since it started"
+    if manifest.get("samples") != cfg.samples:
+        return "samples changed since it started"
+    return None
+
+
 def new_run_dir(runs_dir: Path, suite: str) -> Path:
     stamp_ = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     run_dir = runs_dir / suite / f"{stamp_}-{secrets.token_hex(3)}"
@@ -771,6 +794,9 @@ async def _run_prepared(
                     run_dir, retire_after=suite.thresholds.retire_after, log=logs.get_logger()
                 )
             return run_dir, recorded["exit_code"], recorded
+        if (why := resume_problem(loaded, name, manifest)) is not None:
+            anew = "" if manifest.get("mode") == "replay" else "; start a new run instead"
+            raise UsageError(f"{run_dir}: cannot resume: {why}{anew}")
         _check_writable(run_dir)
         done = heal(run_dir, suite, folds)
     else:

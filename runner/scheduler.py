@@ -29,7 +29,6 @@ each suite, or logs `scheduler.resume_skipped` with the reason it cannot.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -233,19 +232,12 @@ def _iso(when: datetime | None) -> str | None:
     return when.astimezone(UTC).isoformat(timespec="seconds") if when is not None else None
 
 
-def _digest(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    except OSError:
-        return None
-
-
 def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str | None]:
     """The latest run dir of `suite` if it was interrupted and can resume; else why not.
 
     (None, None) means there is nothing to resume: no run yet, or the latest one finished.
     """
-    from runner.runs import read_manifest
+    from runner.runs import read_manifest, resume_problem
 
     suite_dir = loaded.runs_dir / suite
     if not suite_dir.is_dir():
@@ -265,14 +257,9 @@ def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str
     holder = is_locked(loaded.runs_dir, suite)
     if holder is not None:
         return None, f"another process holds the suite lock (pid {holder.get('pid')})"
-    cfg = loaded.config.suites[suite]
-    fixtures = manifest.get("fixtures") or {}
-    if not isinstance(fixtures, dict):  # a hand-edited manifest: nothing to check it against
-        return None, "its manifest has no fixtures object; the next fire starts a new run"
-    if fixtures.get("digest") != _digest(loaded.resolve(cfg.fixtures)):
-        return None, "the fixtures changed since it started; the next fire starts a new run"
-    if manifest.get("samples") != cfg.samples:
-        return None, "samples changed since it started; the next fire starts a new run"
+    why = resume_problem(loaded, suite, manifest)
+    if why is not None:
+        return None, f"{why}; the next fire starts a new run"
     return latest, None
 
 

@@ -753,3 +753,50 @@ def test_resuming_a_finished_run_with_a_hand_edited_summary_is_no_crash(
     resumed = parallax("run", "--resume", run_dir, cwd=root)
     assert "Traceback" not in resumed.stderr, resumed.stderr
     assert resumed.returncode == first.returncode, resumed.stderr
+
+
+def _killed_copy(root: Path) -> Path:
+    """A cities run made to read as killed before its end: no verdict, a call missing."""
+    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    for name in ("summary.json", "disagreement.json", "report.md", "report.html"):
+        (run_dir / name).unlink()
+    for name in ("raw.jsonl", "outcomes.jsonl"):
+        lines = (run_dir / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        (run_dir / name).write_text("".join(lines[:-1]), encoding="utf-8")
+    _unfinish(run_dir)
+    return run_dir
+
+
+@pytest.mark.parametrize("change", ["fixtures", "samples"])
+def test_resume_refuses_a_run_whose_suite_changed_since(tmp_path: Path, change: str) -> None:
+    """A run resumed after its fixtures (or samples) changed graded its old rows against new
+    cases and read clean, with the old digest in its manifest: `serve` already refused that,
+    and `run --resume` now does too (64), leaving the run as it was."""
+    root = demo(tmp_path)
+    run_dir = _killed_copy(root)
+    if change == "fixtures":
+        path = root / "fixtures" / "cities.jsonl"
+        path.write_text(path.read_text(encoding="utf-8").replace("Tokyo", "Kyoto"), "utf-8")
+    else:
+        config = root / "config" / "demo.toml"
+        text = config.read_text(encoding="utf-8")
+        config.write_text(text.replace("[suites.cities]\n", "[suites.cities]\nsamples = 2\n"))
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    message = one_line_error(parallax("run", "--resume", run_dir, cwd=root), 64)
+    reason = {"fixtures": "the fixtures changed", "samples": "samples changed"}[change]
+    assert f"cannot resume: {reason} since it started" in message, message
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+
+
+def test_resume_refuses_an_interrupted_replay(tmp_path: Path) -> None:
+    """A replay calls nothing: resuming one would call the endpoints into it."""
+    root = demo(tmp_path)
+    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    (first,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    parallax("replay", first, cwd=root)
+    (replay,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir() and p != first]
+    _unfinish(replay)
+    (replay / "summary.json").unlink()
+    message = one_line_error(parallax("run", "--resume", replay, cwd=root), 64)
+    assert "an interrupted replay calls nothing" in message, message
