@@ -732,7 +732,9 @@ def _check_schema(value: Any) -> str | None:
             "pairs unevaluatedProperties with patternProperties, whose patterns jsonschema "
             "would then search with no time bound: use additionalProperties"
         )
-    return None
+    from runner.grading import schema_problem
+
+    return schema_problem(value)
 
 
 def _keys_within(value: Any) -> set[str]:

@@ -2,8 +2,9 @@
 
 Graders are plain functions `(text, expect) -> list[str]`, never a model: a judge saturates just
 like the suite it grades. Grading is a pure function of (case, reply, graders) so that `replay`
-reproduces outcomes byte for byte; nothing here reads the clock, the network or global state
-after the grader modules are loaded.
+reproduces outcomes byte for byte; nothing here reads the network or global state after the
+grader modules are loaded, and the clock only bounds what a hostile reply could make endless
+(a pattern's search, a schema's check), which no ordinary reply comes near.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import importlib
 import importlib.util
 import re
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -51,6 +54,17 @@ DEFAULT_MAX_CHARS = 1200
 
 _SENTENCE_END = re.compile(r"[.!?]")
 REGEX_SECONDS = 1.0  # per search of a fixture's `regex` / `not_regex` pattern
+# One answer's whole json_schema check, its searches and `$ref` branches together: a reply
+# picks how many keys a pattern is searched on and how deep a branching `$ref` recurses.
+SCHEMA_SECONDS = 1.0
+_schema_deadline: ContextVar[float | None] = ContextVar("schema_deadline", default=None)
+# instances any schema can be tried on at load: a `$ref` that loops or names no anchor fails
+# on them, so it is a fixture error instead of a traceback in a run
+_TRIAL_ANSWERS: tuple[Any, ...] = ({}, [], "", 0, None, True)
+
+
+class _OutOfTime(Exception):
+    """An answer's schema check ran past SCHEMA_SECONDS."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,8 +238,27 @@ def _schema_violations(answer: Any, schema: Mapping[str, Any]) -> list[str]:
     from jsonschema.validators import validator_for  # imported by the few suites that use it
 
     validator = _bounded(validator_for(schema))(schema)
-    paths = {error.json_path for error in validator.iter_errors(answer)}
+    token = _schema_deadline.set(time.monotonic() + SCHEMA_SECONDS)
+    try:
+        paths = {error.json_path for error in validator.iter_errors(answer)}
+    except _OutOfTime:
+        return ["schema_timeout"]
+    except Exception as exc:  # a loop or a dangling anchor only this answer reaches
+        return [f"schema_error:{type(exc).__name__.lstrip('_')}"]
+    finally:
+        _schema_deadline.reset(token)
     return [f"schema_violation:{path}" for path in sorted(paths)]
+
+
+def schema_problem(schema: Mapping[str, Any]) -> str | None:
+    """Why a valid schema still cannot check answers, or None: tried on a few answers, a
+    `$ref` that loops back on itself or a `$dynamicRef` that names no anchor fails at once."""
+    for answer in _TRIAL_ANSWERS:
+        misses = _schema_violations(answer, schema)
+        if misses and not misses[0].startswith("schema_violation:"):
+            found = misses[0].partition(":")[2] or misses[0]
+            return f"cannot check an answer ({found}: a $ref that loops, or one that names nothing)"
+    return None
 
 
 @functools.cache
@@ -240,6 +273,15 @@ def _bounded(cls: Any) -> Any:
     """
     from jsonschema import ValidationError
     from jsonschema.validators import extend
+
+    def timed(keyword: Callable[..., Any]) -> Callable[..., Any]:
+        def check(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+            deadline = _schema_deadline.get()
+            if deadline is not None and time.monotonic() > deadline:
+                raise _OutOfTime
+            return keyword(validator, value, instance, schema)
+
+        return check
 
     def pattern(validator: Any, wanted: str, instance: Any, schema: Any) -> Iterator[Any]:
         if validator.is_type(instance, "string") and not _search(wanted, instance):
@@ -274,13 +316,14 @@ def _bounded(cls: Any) -> Any:
         elif not allowed and extras:
             yield ValidationError(f"additional properties are not allowed: {extras!r:.200}")
 
+    keywords = {
+        **cls.VALIDATORS,
+        "pattern": pattern,
+        "patternProperties": pattern_properties,
+        "additionalProperties": additional_properties,
+    }
     return extend(  # type: ignore[no-untyped-call]  # jsonschema's stubs leave it untyped
-        cls,
-        {
-            "pattern": pattern,
-            "patternProperties": pattern_properties,
-            "additionalProperties": additional_properties,
-        },
+        cls, {name: timed(keyword) for name, keyword in keywords.items()}
     )
 
 
@@ -292,8 +335,14 @@ def _search(pattern: str, text: str) -> bool | None:
     """
     import regex  # only suites with patterns pay for the import
 
+    seconds = REGEX_SECONDS
+    deadline = _schema_deadline.get()
+    if deadline is not None:  # inside a schema check: what is left of its time, at most
+        seconds = min(seconds, deadline - time.monotonic())
+        if seconds <= 0:
+            raise _OutOfTime
     try:
-        return regex.search(pattern, text, timeout=REGEX_SECONDS) is not None
+        return regex.search(pattern, text, timeout=seconds) is not None
     except TimeoutError:
         return None
 

@@ -367,6 +367,20 @@ def test_schema_refs_inside_the_schema_resolve(tmp_path: Path) -> None:
             1,
             "use additionalProperties",
         ),
+        *(
+            (
+                '{"id": "a", "prompt": "p", "expect": {"json_schema": ' + schema + "}}\n",
+                1,
+                "cannot check an answer",
+            )
+            for schema in (  # a ref that loops, or names no anchor: a traceback mid-run
+                '{"$ref": "#"}',
+                '{"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}',
+                '{"allOf": [{"$ref": "#/allOf/0"}]}',
+                '{"$schema": "https://json-schema.org/draft/2019-09/schema", "$recursiveRef": "#"}',
+                '{"$dynamicRef": "#meta"}',
+            )
+        ),
         ('{"id": "a", "prompt": "p", "expect": []}\n', 1, "'expect' must be an object"),
         (
             '\n{"version": 1,\n "cases": [{"id": "a", "prompt": "p"}],\n "cases": []}\n',

@@ -295,6 +295,42 @@ def test_a_schema_pattern_that_backtracks_without_end_is_bounded(
     assert [m for m in result.misses if m.startswith("schema_violation:")], result.misses
 
 
+@pytest.mark.parametrize(
+    ("schema", "answer"),
+    [
+        (  # two `$ref`s back to the root at every level: 2**depth checks of a small reply
+            {"properties": {"a": {"allOf": [{"$ref": "#"}, {"$ref": "#"}]}}},
+            functools.reduce(lambda inner, _: {"a": inner}, range(40), 1),
+        ),
+        (  # a pattern that backtracks, searched on as many keys as the reply cares to send
+            {"type": "object", "patternProperties": {"^(a|aa)+$": {"type": "string"}}},
+            {"a" * (24 + i) + "!": "x" for i in range(30)},
+        ),
+    ],
+    ids=["branching-ref", "many-keys"],
+)
+def test_one_answers_schema_check_has_one_time_budget(
+    monkeypatch: pytest.MonkeyPatch, schema: dict[str, Any], answer: Any
+) -> None:
+    """A reply chose how long its check took (hours for the first, a second a key for the
+    second), on the event loop of a live run: the whole check of one answer is bounded, and
+    one that runs out of time is the miss `schema_timeout`."""
+    monkeypatch.setattr(grading, "SCHEMA_SECONDS", 0.2)
+    reply = Reply(text="{}", answer=answer)
+    result = grade(case({"json_schema": schema}), reply, GraderSet.empty())
+    assert "schema_timeout" in result.misses, result.misses
+
+
+def test_a_ref_loop_only_one_answer_reaches_is_a_miss() -> None:
+    """A `$ref` that loops only under key `a` passes the load-time trial; the answer that has
+    `a` gets the miss `schema_error:RecursionError`, not a traceback that ends the run."""
+    schema = {"properties": {"a": {"$ref": "#/properties/a"}}}
+    result = grade(
+        case({"json_schema": schema}), Reply(text="{}", answer={"a": 1}), GraderSet.empty()
+    )
+    assert result.misses == ("schema_error:RecursionError",)
+
+
 def test_a_grader_that_raises_is_a_miss(suite: GraderSet) -> None:
     """A grader that raises yields `grader_error:<Class>` as a failed check."""
     result = grade(case({}, case_id="exploding"), Reply(text="hi"), suite)
