@@ -370,7 +370,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         for name in loaded.suite_names(args.suite)
     ]
     if args.json:
-        print(json.dumps({"suites": reports}, indent=2, sort_keys=True))
+        print(json.dumps({"suites": reports}, indent=2, sort_keys=True, allow_nan=False))
         return 0
     print("\n\n".join(format_text(r) for r in reports))
     for report in reports:
@@ -502,6 +502,14 @@ def _add_daemon_commands(add: Adder, config_help: str) -> None:
     p.set_defaults(func=cmd_health)
 
 
+# A control character from a file or an argument (a key with a newline, a NUL) is shown as an
+# escape, so an error stays one line a log reader can trust.
+_VISIBLE = {
+    **{code: f"\\x{code:02x}" for code in (*range(32), 127)},
+    **{ord("\n"): "\\n", ord("\t"): "\\t", ord("\r"): "\\r"},
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -513,7 +521,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ParallaxError as exc:
         from runner.logs import scrub_text
 
-        print(f"parallax: {scrub_text(str(exc))}", file=sys.stderr)
+        print(f"parallax: {scrub_text(str(exc)).translate(_VISIBLE)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("parallax: interrupted; resume with `parallax run --resume RUN_DIR`", file=sys.stderr)

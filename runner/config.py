@@ -137,7 +137,7 @@ class Config(_Strict):
     # at least a second: the loop notices a fire some milliseconds late, and a smaller grace
     # would skip every one as a misfire
     serve_misfire_grace_seconds: float = Field(600.0, ge=1)
-    serve_heartbeat_seconds: float = Field(15.0, gt=0, le=MAX_HEARTBEAT_SECONDS)
+    serve_heartbeat_seconds: float = Field(15.0, ge=0.01, le=MAX_HEARTBEAT_SECONDS)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     endpoints: dict[str, EndpointConfig]
     suites: dict[str, SuiteConfig]

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from runner.errors import DataError
+from runner.errors import DataError, UsageError
 from runner.ledger import read_jsonl
 
 Key = tuple[str, str | None, int]
@@ -25,6 +25,7 @@ def _norm(value: Any, prefix: str) -> str:
 
 def _read(path: Path) -> dict[Key, dict[str, Any]]:
     rows: dict[Key, dict[str, Any]] = {}
+    lines: dict[Key, int] = {}
     for line_no, row in read_jsonl(path, tolerate_torn_tail=False):
         if not isinstance(row, dict) or not isinstance(row.get("case_id"), str):
             raise DataError(path, "an outcome row needs a string case_id", line_no)
@@ -37,7 +38,11 @@ def _read(path: Path) -> dict[Key, dict[str, Any]]:
             raise DataError(path, "side must be a string", line_no)
         if isinstance(sample, bool) or not isinstance(sample, int):
             raise DataError(path, "sample must be an integer", line_no)
-        rows[(row["case_id"], side, sample)] = row
+        key = (row["case_id"], side, sample)
+        if key in rows:  # the later row would hide the earlier one, a regression with it
+            where = f"case {key[0]!r}" + (f", {side}" if side else "") + f", sample {sample}"
+            raise DataError(path, f"a second row for {where} (first on line {lines[key]})", line_no)
+        rows[key], lines[key] = row, line_no
     return rows
 
 
@@ -65,8 +70,11 @@ def classify_pair(base: Mapping[str, Any], cand: Mapping[str, Any]) -> str:
 
 def diff_ledgers(base_path: Path, cand_path: Path) -> dict[str, int]:
     base, cand = _read(base_path), _read(cand_path)
+    shared = set(base) & set(cand)
+    if not shared:  # two suites, or an empty ledger: all zeros would read as clean
+        raise UsageError(f"{base_path} and {cand_path} share no (case, side, sample) row")
     counts = {"transport_miss": 0, "schema_miss": 0, "silent_regression": 0, "other": 0}
-    for key in sorted(set(base) & set(cand), key=lambda k: (k[0], k[1] or "", k[2])):
+    for key in sorted(shared, key=lambda k: (k[0], k[1] or "", k[2])):
         kind = classify_pair(base[key], cand[key])
         counts[kind if kind in counts else "other"] += 1
     return counts

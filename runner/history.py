@@ -12,6 +12,7 @@ made harder. Replays regrade an earlier run's replies, so they never count as a 
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,8 +74,8 @@ class RunRow:
             "stratified": self.stratified,
             "stratum_alerts": {k: list(v) for k, v in self.stratum_alerts.items()},
             "served_models": {k: list(v) for k, v in self.served_models.items()},
-            "paired": dict(self.paired),
-            "noise_floor": dict(self.noise_floor),
+            "paired": finite(self.paired),
+            "noise_floor": finite(self.noise_floor),
         }
 
 
@@ -112,6 +113,18 @@ def pass_rate_of(rate: Mapping[str, Any]) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if 0 <= value <= 1 else None
+
+
+def finite(value: Any) -> Any:
+    """A JSON value with every NaN or infinite number (a hand-edited `1e400`) made null: what
+    `history --json` prints must parse as JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
 
 
 def count_of(rate: Mapping[str, Any]) -> int | None:
@@ -167,7 +180,7 @@ def _row(run_dir: Path, summary: Mapping[str, Any], quiet: frozenset[str] | None
         started_at=_str(summary.get("started_at")),
         finished_at=_str(summary.get("finished_at")),
         mode=_str(summary.get("mode")),
-        exit_code=exit_code if isinstance(exit_code, int) else None,
+        exit_code=exit_code if type(exit_code) is int else None,  # `true` is no exit code
         verdict=_str(summary.get("verdict")),
         gate_counts={g: counts.get(g, 0) for g in GATE_CLASSES},  # checked by read_run
         strata={

@@ -63,7 +63,7 @@ def _open(path: Path) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise UsageError(f"{path}: cannot open the suite lock: {exc.strerror}") from None
+        raise UsageError(f"{path}: cannot open this lock file: {exc.strerror}") from None
 
 
 class DaemonRunning(UsageError):

@@ -800,3 +800,40 @@ def test_resume_refuses_an_interrupted_replay(tmp_path: Path) -> None:
     (replay / "summary.json").unlink()
     message = one_line_error(parallax("run", "--resume", replay, cwd=root), 64)
     assert "an interrupted replay calls nothing" in message, message
+
+
+def test_a_control_character_in_an_error_stays_one_visible_line(tmp_path: Path) -> None:
+    """A key or argument holding a newline or a NUL printed two lines, or a raw NUL byte: the
+    one line a log reader trusts shows them as escapes."""
+    root = demo(tmp_path)
+    proc = parallax("run", "--config", "config/demo.toml", "--suite", "x\ny\x01z", cwd=root)
+    message = one_line_error(proc, 78)
+    assert "x\\ny\\x01z" in message, message
+
+
+@pytest.mark.parametrize(
+    ("base", "cand", "code", "words"),
+    [
+        ("one", "twice", 65, "a second row for case 'a', sample 0 (first on line 1)"),
+        ("one", "other", 64, "share no (case, side, sample) row"),
+        ("one", "empty", 64, "share no (case, side, sample) row"),
+    ],
+    ids=["duplicate-key", "nothing-shared", "empty"],
+)
+def test_diff_never_reads_clean_on_what_it_could_not_compare(
+    tmp_path: Path, base: str, cand: str, code: int, words: str
+) -> None:
+    """A second row for a key hid the first (and a regression with it); ledgers with nothing
+    in common, or an empty one, compared nothing and read clean (exit 0)."""
+    row = {"case_id": "a", "transport": "ok", "schema": "ok", "task_score": 1}
+    ledgers = {
+        "one": [row],
+        "twice": [{**row, "task_score": 0}, row],
+        "other": [{**row, "case_id": "b"}],
+        "empty": [],
+    }
+    for name, rows in ledgers.items():
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+        (tmp_path / f"{name}.jsonl").write_text(text, encoding="utf-8")
+    proc = parallax("diff", f"{base}.jsonl", f"{cand}.jsonl", cwd=tmp_path)
+    assert words in one_line_error(proc, code)

@@ -468,8 +468,9 @@ def test_validate_demo_config(tmp_path: Path) -> None:
         ('schedule = "0 25 * * *"', "suites.cities.schedule", "bad cron"),
         ('schedule = "0 0 30 2 *"', "suites.cities.schedule", "names no date"),
         ("serve_misfire_grace_seconds = 0", "serve_misfire_grace_seconds", "greater than or"),
+        ("serve_heartbeat_seconds = 1e-9", "serve_heartbeat_seconds", "greater than or"),
     ],
-    ids=["fields", "timezone", "hour", "never-fires", "misfire-grace-zero"],
+    ids=["fields", "timezone", "hour", "never-fires", "misfire-grace-zero", "heartbeat-spin"],
 )
 def test_validate_refuses_a_schedule_serve_would_refuse(
     tmp_path: Path, setting: str, key: str, reason: str

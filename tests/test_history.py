@@ -164,6 +164,19 @@ def test_history_text_survives_a_summary_field_of_the_wrong_shape(
     assert "2026-01-02" in text and "2026-01-01" in text  # both nights are in the table
 
 
+def test_history_json_stays_json_when_a_summary_holds_nan(tmp_path: Path) -> None:
+    """A hand-edited NaN or 1e400 in the paired test printed `NaN` / `Infinity` (not JSON),
+    and `exit_code: true` printed as an exit code: they are null."""
+    suite = tmp_path / "s"
+    bad = _run(suite, _name(1), cases={"c": (True, True)})
+    text = (bad / "summary.json").read_text(encoding="utf-8")[:-1]
+    extra = ', "paired": {"overall": {"p_value": NaN, "diff": 1e400}}, "exit_code": true}'
+    (bad / "summary.json").write_text(text.replace(', "exit_code": 0', "") + extra, "utf-8")
+    row = suite_report(suite, retire_after=2)["runs"][0]
+    json.dumps(row, allow_nan=False)  # raises on NaN or Infinity
+    assert (row["paired"], row["exit_code"]) == ({"p_value": None, "diff": None}, None)
+
+
 @pytest.mark.parametrize(
     ("rate", "n"),
     [(10**400, 2), ("high", 2), (float("nan"), 2), (0.5, "two")],
