@@ -195,7 +195,13 @@ def _versions() -> dict[str, str]:
 
 
 def manifest_for(
-    loaded: LoadedConfig, suite: Suite, run_dir: Path, *, mode: str, parent: str | None
+    loaded: LoadedConfig,
+    suite: Suite,
+    run_dir: Path,
+    *,
+    mode: str,
+    parent: str | None,
+    parent_finished: bool | None = None,
 ) -> dict[str, Any]:
     cfg = loaded.config.suites[suite.name]
     endpoints = {}
@@ -214,6 +220,7 @@ def manifest_for(
         "suite": suite.name,
         "mode": mode,
         "parent": parent,
+        "parent_finished": parent_finished,  # a parent killed mid-run never made some calls
         "config": {"path": str(loaded.path.resolve()), "digest": loaded.digest},
         "fixtures": {
             "path": str(suite.fixtures.path.resolve()),
@@ -485,6 +492,7 @@ def finalize(
         "suite": suite.name,
         "mode": manifest.get("mode"),
         "parent": manifest.get("parent"),
+        "parent_finished": manifest.get("parent_finished"),
         "started_at": manifest.get("started_at"),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "exit_code": exit_code,
@@ -639,6 +647,11 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
     if isinstance(text := paired.get("text"), str):
         gates = "significant_regression" in strings_of(summary.get("fail_on"))
         lines.append(f"  paired: {text}{' (gates: fail_on)' if gates else ''}")
+    if summary.get("parent_finished") is False:
+        lines.append(
+            f"  parent {summary.get('parent')} never finished: "
+            "the calls it never made read `cancelled`"
+        )
     shown_dir = _near(run_dir)
     if counts.get("new_case"):  # a suite never promoted is never gated: say how it starts
         lines.append(
@@ -751,9 +764,12 @@ def _start(
 ) -> None:
     """A new run directory's manifest, and for a replay or retry its parent's exchanges."""
     parent = parent_dir.name if parent_dir is not None else None
+    finished = None
+    if parent_dir is not None:
+        finished = read_manifest(parent_dir).get("finished_at") is not None
     write_json(
         run_dir / "manifest.json",
-        manifest_for(loaded, suite, run_dir, mode=mode, parent=parent),
+        manifest_for(loaded, suite, run_dir, mode=mode, parent=parent, parent_finished=finished),
     )
     if mode == "replay" and parent_dir is not None:  # the raw ledger, as it was written
         source = parent_dir / "raw.jsonl"

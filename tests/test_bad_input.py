@@ -837,3 +837,17 @@ def test_diff_never_reads_clean_on_what_it_could_not_compare(
         (tmp_path / f"{name}.jsonl").write_text(text, encoding="utf-8")
     proc = parallax("diff", f"{base}.jsonl", f"{cand}.jsonl", cwd=tmp_path)
     assert words in one_line_error(proc, code)
+
+
+def test_a_replay_of_a_run_that_never_finished_says_so(tmp_path: Path) -> None:
+    """A parent killed mid-run never made some calls, which its replay shows as `cancelled`:
+    the replay says so (stderr, summary.json and manifest.json), instead of nothing."""
+    root = demo(tmp_path)
+    run_dir = _killed_copy(root)
+    proc = parallax("replay", run_dir, cwd=root)
+    assert f"  parent {run_dir.name} never finished" in proc.stderr, proc.stderr
+    (child,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir() and p != run_dir]
+    summary = json.loads((child / "summary.json").read_text(encoding="utf-8"))
+    assert (summary["parent"], summary["parent_finished"]) == (run_dir.name, False)
+    finished = parallax("replay", child, cwd=root)  # a finished parent: nothing to say
+    assert "never finished" not in finished.stderr, finished.stderr
