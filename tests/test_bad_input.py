@@ -317,8 +317,7 @@ def test_a_run_naming_a_config_this_machine_lacks_says_so(tmp_path: Path, comman
     """A run dir copied out of CI names CI's config path in its manifest: the message says the
     path came from the manifest and how to give another (exit 78)."""
     root = demo(tmp_path)
-    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
-    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    run_dir = _demo_run(root, "cities")
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
     manifest["config"]["path"] = "/ci/work/parallax.toml"
     (run_dir / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
@@ -369,6 +368,20 @@ def demo(tmp_path: Path) -> Path:
     for name in ("config", "fixtures", "snapshots"):
         shutil.copytree(REPO / name, tmp_path / name)
     return tmp_path
+
+
+def _demo_run(root: Path, suite: str) -> Path:
+    """Run one demo suite and return its run dir, the only one there."""
+    parallax("run", "--config", "config/demo.toml", "--suite", suite, cwd=root)
+    (run_dir,) = [p for p in (root / "runs" / suite).iterdir() if p.is_dir()]
+    return run_dir
+
+
+def _break_second_line(path: Path) -> None:
+    """Make a ledger's second line not JSON, as a corrupted copy would have it."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[1] = "{not json}\n"
+    path.write_text("".join(lines), encoding="utf-8")
 
 
 BROKEN_SNAPSHOTS = {
@@ -449,8 +462,7 @@ def test_promote_of_a_map_edited_to_name_another_suite_writes_nothing(tmp_path: 
     """disagreement.json edited to name another suite of the config cannot overwrite that
     suite's accepted snapshot: one line, exit 65, every snapshot byte for byte."""
     root = demo(tmp_path)
-    parallax("run", "--config", "config/demo.toml", "--suite", "ceiling", cwd=root)
-    (run_dir,) = [p for p in (root / "runs" / "ceiling").iterdir() if p.is_dir()]
+    run_dir = _demo_run(root, "ceiling")
     before = {p.name: p.read_bytes() for p in (root / "snapshots").iterdir()}
     path = run_dir / "disagreement.json"
     path.write_text(path.read_text(encoding="utf-8").replace('"ceiling"', '"cities"', 1), "utf-8")
@@ -471,12 +483,9 @@ def test_validate_with_broken_snapshot_exits_65(tmp_path: Path) -> None:
 def test_replay_of_a_run_with_a_corrupt_ledger_exits_65(tmp_path: Path) -> None:
     """replay names raw.jsonl and the line of a corrupt exchange in the middle, exit 65."""
     root = demo(tmp_path)
-    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
-    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    run_dir = _demo_run(root, "cities")
     raw = run_dir / "raw.jsonl"
-    lines = raw.read_text(encoding="utf-8").splitlines(keepends=True)
-    lines[1] = "{not json}\n"
-    raw.write_text("".join(lines), encoding="utf-8")
+    _break_second_line(raw)
     message = one_line_error(parallax("replay", run_dir, cwd=root), 65)
     assert "raw.jsonl:2" in message
 
@@ -521,8 +530,7 @@ def test_a_ledger_field_of_the_wrong_type_is_one_line(
     """A field the gate hashes or a replay parses, of the wrong type, is found where the row is
     read: one line naming the ledger and line, exit 65, never a traceback."""
     root = demo(tmp_path)
-    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
-    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    run_dir = _demo_run(root, "cities")
     path = run_dir / ledger
     if key is None:
         path.unlink()
@@ -545,12 +553,9 @@ def test_a_child_run_of_a_corrupt_parent_names_the_parent_and_leaves_no_run(
     user can mend it, and leaves no unfinished run directory behind (nothing was called). The
     ceiling suite has a row to retry (a timeout)."""
     root = demo(tmp_path)
-    parallax("run", "--config", "config/demo.toml", "--suite", "ceiling", cwd=root)
-    (run_dir,) = [p for p in (root / "runs" / "ceiling").iterdir() if p.is_dir()]
+    run_dir = _demo_run(root, "ceiling")
     raw = run_dir / "raw.jsonl"
-    lines = raw.read_text(encoding="utf-8").splitlines(keepends=True)
-    lines[1] = "{not json}\n"
-    raw.write_text("".join(lines), encoding="utf-8")
+    _break_second_line(raw)
     args = ("replay", run_dir) if command == "replay" else ("run", "--retry-unscored", run_dir)
     message = one_line_error(parallax(*args, cwd=root), 65)
     assert f"{raw}:2:" in message or f"{raw.relative_to(root)}:2:" in message, message
@@ -578,8 +583,7 @@ def test_a_manifest_config_path_with_a_nul_is_one_line(tmp_path: Path) -> None:
     """A manifest whose config path holds a NUL is exit 65 naming the manifest for the
     commands that need its config, not a traceback from opening the path."""
     root = demo(tmp_path)
-    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
-    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    run_dir = _demo_run(root, "cities")
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
     manifest["config"]["path"] += "\u0000"
     (run_dir / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
@@ -660,8 +664,7 @@ def test_an_integer_past_the_digit_limit_is_told_in_the_authors_terms(
         path.write_text(f'{{"version": 1, "cases": {{}}, "n": {LONG}}}', encoding="utf-8")
         named = "cities.json:"
     else:
-        parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
-        (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+        run_dir = _demo_run(root, "cities")
         raw = run_dir / "raw.jsonl"
         lines = raw.read_text(encoding="utf-8").splitlines(keepends=True)
         lines[1] = lines[1].replace('"elapsed_ms":', f'"elapsed_ms":{LONG},"was":', 1)
@@ -716,8 +719,7 @@ def test_a_retry_with_nothing_to_retry_and_a_suite_that_is_not_the_runs_are_refu
     """`--retry-unscored` of a finished run whose every row was scored made an empty child run;
     `--suite` beside `--resume` was ignored. Both are the wrong request: 64, nothing made."""
     root = demo(tmp_path)
-    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
-    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    run_dir = _demo_run(root, "cities")
     message = one_line_error(parallax("run", "--retry-unscored", run_dir, cwd=root), 64)
     assert "every row was scored; nothing to retry" in message
     args = ("run", "--resume", run_dir, "--suite", "ceiling")
@@ -757,8 +759,7 @@ def test_resuming_a_finished_run_with_a_hand_edited_summary_is_no_crash(
 
 def _killed_copy(root: Path) -> Path:
     """A cities run made to read as killed before its end: no verdict, a call missing."""
-    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
-    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    run_dir = _demo_run(root, "cities")
     for name in ("summary.json", "disagreement.json", "report.md", "report.html"):
         (run_dir / name).unlink()
     for name in ("raw.jsonl", "outcomes.jsonl"):

@@ -16,7 +16,7 @@ from faultserver import FaultServer
 from runner.client import CONFIG_ERRORS, HttpEndpoint, classify
 from runner.config import EndpointConfig, RetryPolicy, Timeouts
 from runner.errors import ConfigError
-from runner.model import Case, Transport
+from runner.model import Case, Exchange, Transport
 from runner.transport import (
     AIOHTTP_EXCEPTION_MAP,
     AiohttpTransport,
@@ -268,6 +268,23 @@ def _encoded(data: bytes, encoding: str) -> bytes:
     return raw.compress(data) + raw.flush()
 
 
+async def _call_replying(headers: dict[str, str], body: bytes) -> Exchange:
+    """One call, one attempt, to an in-process endpoint that answers 200 with these bytes."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers=headers, content=body)
+
+    cfg = EndpointConfig(
+        kind="openai-chat", base_url="http://mock.test/v1", model="m", retry={"attempts": 1}
+    )
+    endpoint = HttpEndpoint("ep", cfg, None, transport=httpx.MockTransport(handler))
+    try:
+        with anyio.fail_after(5):
+            return await endpoint.call(CASE, "reference", 0)
+    finally:
+        await endpoint.aclose()
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     "encoding", [None, "gzip", "x-gzip", "deflate", "deflate-raw", "gzip, deflate", "br"]
@@ -283,16 +300,7 @@ async def test_bodies_are_recorded_decoded(encoding: str | None) -> None:
             raw = raw if layer == "br" else _encoded(raw, layer)
         headers["content-encoding"] = encoding.replace("deflate-raw", "deflate")
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers=headers, content=raw)
-
-    cfg = EndpointConfig(kind="openai-chat", base_url="http://mock.test/v1", model="m")
-    endpoint = HttpEndpoint("ep", cfg, None, transport=httpx.MockTransport(handler))
-    try:
-        with anyio.fail_after(5):
-            exchange = await endpoint.call(CASE, "reference", 0)
-    finally:
-        await endpoint.aclose()
+    exchange = await _call_replying(headers, raw)
     assert exchange.transport == "ok"
     assert exchange.response is not None
     assert exchange.response.body == text
@@ -307,18 +315,7 @@ async def test_bodies_are_recorded_decoded(encoding: str | None) -> None:
 async def test_a_damaged_encoded_body_is_connection_lost(encoding: str, body: bytes) -> None:
     """A body its Content-Encoding cannot undo is a transport stamp, never a crash or a grade."""
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-encoding": encoding}, content=body)
-
-    cfg = EndpointConfig(
-        kind="openai-chat", base_url="http://mock.test/v1", model="m", retry={"attempts": 1}
-    )
-    endpoint = HttpEndpoint("ep", cfg, None, transport=httpx.MockTransport(handler))
-    try:
-        with anyio.fail_after(5):
-            exchange = await endpoint.call(CASE, "reference", 0)
-    finally:
-        await endpoint.aclose()
+    exchange = await _call_replying({"content-encoding": encoding}, body)
     assert exchange.transport == "connection_lost"
     assert exchange.attempts[-1].error == "DecodingError"
 
