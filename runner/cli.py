@@ -328,7 +328,7 @@ def _junit(args: argparse.Namespace, run_dirs: list[Path]) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from runner.errors import ParallaxError
+    from runner.history import verdict_code_of
     from runner.report import write_reports
     from runner.runs import config_for_run, read_manifest
 
@@ -346,11 +346,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(run_dir / "report.html")
     print(run_dir / "report.md")
     _junit(args, [run_dir])
-    code = rep.summary.get("exit_code")
-    if type(code) is not int or not 0 <= code <= 3:  # CI reads this as the verdict
-        from runner.errors import DataError
-
-        raise DataError(run_dir / "summary.json", f"'exit_code' must be 0 to 3, got {code!r}")
+    code = verdict_code_of(rep.summary)
+    if code is None:
+        found = rep.summary.get("exit_code")
+        raise DataError(run_dir / "summary.json", f"'exit_code' must be 0 to 3, got {found!r}")
     return code
 
 

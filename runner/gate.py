@@ -335,6 +335,11 @@ def unscored_by(reference: SideView, candidate: SideView) -> tuple[str, str] | N
     return None
 
 
+def moved_from(view: SideView, accepted: Mapping[str, Any], side: str) -> bool:
+    """Whether a side's stable misses left the ones the snapshot accepted for it."""
+    return sorted(view.misses) != sorted(accepted.get(f"{side}_misses") or [])
+
+
 def classify(
     case_id: str,
     *,
@@ -371,7 +376,7 @@ def classify(
         moved = [
             side
             for side, view in (("reference", reference), ("candidate", candidate))
-            if sorted(view.misses) != sorted(accepted.get(f"{side}_misses") or [])
+            if moved_from(view, accepted, side)
         ]
         who = " and ".join(moved) if moved else "neither side's misses"
         return verdict(

@@ -127,6 +127,12 @@ def finite(value: Any) -> Any:
     return value
 
 
+def verdict_code_of(summary: Mapping[str, Any]) -> int | None:
+    """A summary's `exit_code` when it is a verdict (0 to 3), else None: CI reads it as one."""
+    code = summary.get("exit_code")
+    return code if type(code) is int and 0 <= code <= 3 else None
+
+
 def count_of(rate: Mapping[str, Any]) -> int | None:
     """A stratum's row count `n`, or None when it is not a count."""
     value = rate.get("n")

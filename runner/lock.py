@@ -38,11 +38,15 @@ class SuiteLocked(UsageError):
         self.suite = suite
         self.path = path
         self.holder = holder
-        who = ", ".join(f"{k} {holder[k]}" for k in ("pid", "host", "since") if k in holder)
+        who = _who(holder)
         super().__init__(
             f"{path}: suite {suite!r} is already running ({who or 'holder unknown'}); "
             "not starting a second run"
         )
+
+
+def _who(holder: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {holder[k]}" for k in ("pid", "host", "since") if k in holder)
 
 
 def lock_path(runs_dir: Path, suite: str) -> Path:
@@ -70,7 +74,7 @@ class DaemonRunning(UsageError):
     """Another `parallax serve` watches this runs dir; the message names it (exit 64)."""
 
     def __init__(self, path: Path, holder: dict[str, Any]) -> None:
-        who = ", ".join(f"{k} {holder[k]}" for k in ("pid", "host", "since") if k in holder)
+        who = _who(holder)
         super().__init__(
             f"{path}: another `parallax serve` runs on this runs dir ({who or 'holder unknown'}); "
             "not starting a second one"

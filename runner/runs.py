@@ -40,6 +40,7 @@ from runner.gate import (
     classify,
     disagreement,
     fold,
+    moved_from,
     unscored_by,
 )
 from runner.grading import GraderSet, check_case, load_graders
@@ -540,7 +541,7 @@ def _reference_moved(verdict: Verdict, accepted: Mapping[str, Any] | None) -> bo
     reference = verdict.reference  # scored, whatever happened to the candidate's call
     if not reference.admitted or not accepted or accepted.get("fixture_sha") != verdict.fixture_sha:
         return False
-    return sorted(reference.misses) != sorted(accepted.get("reference_misses") or [])
+    return moved_from(reference, accepted, "reference")
 
 
 def _grader_failed(view: SideView) -> bool:
@@ -553,8 +554,9 @@ def _recorded(run_dir: Path) -> dict[str, Any] | None:
         summary = read_json_object(run_dir / "summary.json")
     except DataError:
         return None
-    code = summary.get("exit_code")
-    if summary.get("version") != SUMMARY_VERSION or type(code) is not int or not 0 <= code <= 3:
+    from runner.history import verdict_code_of
+
+    if summary.get("version") != SUMMARY_VERSION or verdict_code_of(summary) is None:
         return None
     return summary
 
