@@ -1,4 +1,4 @@
-"""The values that flow between stages. Frozen dataclasses inside; JSON at file boundaries.
+"""The values that flow between stages. Immutable records inside; JSON at file boundaries.
 
 A `Case` comes out of `fixtures`, an `Exchange` out of an endpoint (live or recorded), an
 `Outcome` out of `stamps` + `grading`. Everything above the Exchange is a pure function of it,
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, dataclass_transform
 
 STRATA: tuple[str, ...] = ("easy", "medium", "stretch")
 SIDES: tuple[str, ...] = ("reference", "candidate")
@@ -18,6 +18,18 @@ NOISE = "noise"  # ledger side of `noise_check`: the reference called a second, 
 LEDGER_VERSION = 1
 # what `from_json` raises on a corrupt row: a missing key, a wrong type, 1e400 as an integer
 ROW_ERRORS = (KeyError, TypeError, ValueError, AttributeError, OverflowError)
+
+
+_T = TypeVar("_T")
+
+
+@dataclass_transform(frozen_default=True)
+def record(cls: type[_T]) -> type[_T]:
+    """A value that flows between stages: immutable to the type checker, a plain slotted
+    dataclass at run time. A frozen dataclass sets each field through `object.__setattr__`,
+    and a replay builds seven of these per ledger row: that was a fifth of its regrade. mypy
+    still refuses an assignment to a field, and nothing hashes these values."""
+    return dataclass(slots=True)(cls)
 
 
 def _opt_str(data: Mapping[str, Any], key: str) -> str | None:
@@ -75,7 +87,7 @@ class Schema(StrEnum):
     SKIPPED = "skipped"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Case:
     """One golden case, normalised from any of the accepted fixture shapes."""
 
@@ -98,7 +110,7 @@ class Case:
         return "json_fields" in self.expect or "json_schema" in self.expect
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Attempt:
     """One try of a call: every attempt is recorded, retried or not."""
 
@@ -111,7 +123,7 @@ class Attempt:
     retry_after: float | None = None  # seconds the server asked us to wait
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Response:
     """The final response as received: body kept as UTF-8 text, or base64 when not UTF-8."""
 
@@ -122,7 +134,7 @@ class Response:
     truncated: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Exchange:
     """Raw request and response of one (case, side, sample) call: a line of raw.jsonl."""
 
@@ -179,7 +191,7 @@ class Exchange:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Outcome:
     """One row of outcomes.jsonl: the three stamps of one call and its grade."""
 
@@ -251,7 +263,7 @@ class Outcome:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Grade:
     """What the graders say of one admitted reply."""
 
@@ -264,7 +276,7 @@ class Grade:
         return self.passed_checks / self.checks if self.checks else 1.0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Reply:
     """What an adapter pulled out of a well-formed body (the schema stamp passed)."""
 

@@ -1,0 +1,45 @@
+"""The stage records are immutable where that is checked, by the type checker in CI, and
+slotted, since a run holds thousands of them."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+from runner import model
+
+RECORDS = ("Case", "Attempt", "Response", "Exchange", "Outcome", "Grade", "Reply")
+
+
+def _first_field(name: str) -> str:
+    return next(iter(getattr(model, name).__dataclass_fields__))
+
+
+def test_type_checker_refuses_assigning_a_field(tmp_path: Path) -> None:
+    snippet = tmp_path / "assign.py"
+    lines = [f"from runner.model import {', '.join(RECORDS)}", ""]
+    for name in RECORDS:
+        field = _first_field(name)
+        lines += [f"def set_{name.lower()}(value: {name}) -> None:"]
+        lines += [f"    value.{field} = value.{field}", ""]
+    snippet.write_text("\n".join(lines), encoding="utf-8")
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "--strict", str(snippet)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 1, checked.stdout
+    for name in RECORDS:
+        message = f'Property "{_first_field(name)}" defined in "{name}" is read-only'
+        assert message in checked.stdout, (name, checked.stdout)
+    assert f"Found {len(RECORDS)} errors" in checked.stdout
+
+
+def test_records_are_slotted() -> None:
+    for name in RECORDS:
+        cls = getattr(model, name)
+        required = [f for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
+        assert not hasattr(cls(*[None] * len(required)), "__dict__"), name
