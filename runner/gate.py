@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runner.model import Outcome, Schema, Transport
+from runner.model import Outcome, Schema, Transport, record
 from runner.text import shared
 
 if TYPE_CHECKING:  # annotations only: the gate needs no fixture parsing
@@ -288,7 +288,7 @@ def _lean(outcome: Outcome, case: CaseRef) -> Outcome:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Verdict:
     """The gate's word on one case."""
 

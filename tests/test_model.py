@@ -8,18 +8,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runner import model
+from runner import gate, model
 
-RECORDS = ("Case", "Attempt", "Response", "Exchange", "Outcome", "Grade", "Reply")
+# every `record`, by the module it lives in
+RECORDS = {
+    **dict.fromkeys(
+        ("Case", "Attempt", "Response", "Exchange", "Outcome", "Grade", "Reply"), model
+    ),
+    "Verdict": gate,
+}
 
 
 def _first_field(name: str) -> str:
-    return next(iter(getattr(model, name).__dataclass_fields__))
+    return next(iter(getattr(RECORDS[name], name).__dataclass_fields__))
 
 
 def test_type_checker_refuses_assigning_a_field(tmp_path: Path) -> None:
     snippet = tmp_path / "assign.py"
-    lines = [f"from runner.model import {', '.join(RECORDS)}", ""]
+    lines = [f"from {module.__name__} import {name}" for name, module in RECORDS.items()]
+    lines.append("")
     for name in RECORDS:
         field = _first_field(name)
         lines += [f"def set_{name.lower()}(value: {name}) -> None:"]
@@ -39,7 +46,7 @@ def test_type_checker_refuses_assigning_a_field(tmp_path: Path) -> None:
 
 
 def test_records_are_slotted() -> None:
-    for name in RECORDS:
-        cls = getattr(model, name)
+    for name, module in RECORDS.items():
+        cls = getattr(module, name)
         required = [f for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
         assert not hasattr(cls(*[None] * len(required)), "__dict__"), name
