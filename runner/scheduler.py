@@ -23,7 +23,9 @@ On SIGTERM, SIGINT or SIGHUP no new run starts; a run in flight may finish withi
 `serve_grace_seconds`, else it is cancelled, which leaves its run dir resumable (its manifest
 keeps `finished_at: null`). The daemon then logs exactly one of `scheduler.stopped` (exit 0)
 or `scheduler.crashed` (exit 70). On the next start it resumes the latest interrupted run of
-each suite, or logs `scheduler.resume_skipped` with the reason it cannot.
+each suite, or logs `scheduler.resume_skipped` with the reason it cannot. A fire time that
+passed while no daemon ran (a restart, a redeploy) is treated as a late one: the heartbeat the
+last daemon left names the fire it was waiting for.
 """
 
 from __future__ import annotations
@@ -232,6 +234,47 @@ def _iso(when: datetime | None) -> str | None:
     return when.astimezone(UTC).isoformat(timespec="seconds") if when is not None else None
 
 
+def _waited_for(path: Path) -> dict[str, datetime]:
+    """Each suite's next fire time in the heartbeat a stopped daemon left; what cannot be read
+    (no heartbeat yet, a hand-edited one) tells of no missed fire."""
+    try:
+        suites = loads(path.read_bytes())["suites"]
+        entries = suites.items()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    waited: dict[str, datetime] = {}
+    for name, entry in entries:
+        try:
+            when = datetime.fromisoformat(entry["next_fire"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if when.tzinfo is not None:
+            waited[name] = when
+    return waited
+
+
+def ran_since(loaded: LoadedConfig, suite: str, when: datetime) -> bool:
+    """Whether a run of `suite` that calls endpoints started at or after `when` (a replay
+    calls nothing). A run dir's name starts with the UTC second it was made in."""
+    from runner.history import run_dirs
+    from runner.runs import read_manifest
+
+    for run_dir in reversed(run_dirs(loaded.runs_dir / suite)):
+        try:
+            made = datetime.strptime(run_dir.name.split("-", 1)[0], "%Y%m%dT%H%M%S%z")
+        except ValueError:
+            continue  # not a run dir parallax named
+        if made < when.replace(microsecond=0):
+            return False
+        try:
+            mode = read_manifest(run_dir).get("mode")
+        except ParallaxError:
+            mode = None  # a run all the same, if an unreadable one
+        if mode != "replay":
+            return True
+    return False
+
+
 def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str | None]:
     """The latest run dir of `suite` if it was interrupted and can resume; else why not.
 
@@ -416,6 +459,7 @@ class Daemon:
         self._wake = anyio.Event()
         if self._stopping:
             self._stop_event.set()
+        waited = _waited_for(self.heartbeat)  # read before this daemon's heartbeat replaces it
         try:
             self._write_heartbeat("running")
         except OSError as exc:
@@ -431,9 +475,9 @@ class Daemon:
             heartbeat=str(self.heartbeat),
         )
         for entry in self._suites:
-            entry.next_fire = entry.trigger.first(now)
-            self._log_next_fire(entry)
             entry.resume_dir, why_not = find_interrupted(self.loaded, entry.name)
+            entry.next_fire = self._first_fire(entry, waited.get(entry.name), now)
+            self._log_next_fire(entry)
             if why_not:
                 self._log.warning(logs.SCHEDULER_RESUME_SKIPPED, suite=entry.name, reason=why_not)
         try:
@@ -542,13 +586,30 @@ class Daemon:
 
     # one suite ---------------------------------------------------------------------------
 
+    def _first_fire(self, entry: _Suite, waited: datetime | None, now: datetime) -> datetime | None:
+        """The first fire time to wait for, which may have passed while no daemon ran.
+
+        `waited` is the fire the last daemon was waiting for when it stopped. The fire times
+        from it up to now are made up as late ones are (coalesced, and run only within the
+        misfire grace), unless a run of the suite started since (by hand, or the one being
+        resumed) or one starts now anyway (`--run-now`): a restart must not cost a night, nor
+        run it twice.
+        """
+        upcoming = entry.trigger.first(now)
+        if waited is None or waited > now or entry.resume_dir is not None or self._run_now:
+            return upcoming
+        missed = entry.trigger.first(waited)  # the schedule may have changed since
+        if missed is None or missed > now:
+            return upcoming
+        due, _ = entry.trigger.due(missed, now)
+        return upcoming if ran_since(self.loaded, entry.name, due[-1]) else missed
+
     async def _suite_loop(self, entry: _Suite) -> None:
-        if entry.resume_dir is not None:
-            await self._job(entry, mode="resume", resume_dir=entry.resume_dir)
-        elif self._run_now:
-            await self._job(entry, mode="run")
         fire = entry.next_fire
-        fire = self._skip_passed(entry, fire)
+        if entry.resume_dir is not None or self._run_now:
+            mode = "resume" if entry.resume_dir is not None else "run"
+            await self._job(entry, mode=mode, resume_dir=entry.resume_dir)
+            fire = self._skip_passed(entry, fire)
         while fire is not None and not self._stopping:
             if fire != entry.next_fire:
                 entry.next_fire = fire

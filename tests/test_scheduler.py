@@ -26,7 +26,7 @@ from runner.cli import main
 from runner.config import LoadedConfig, load_config
 from runner.errors import ConfigError
 from runner.lock import is_locked, suite_lock
-from runner.runs import run_suite_async
+from runner.runs import MANIFEST_VERSION, run_suite_async
 from runner.scheduler import Daemon, Trigger, check_health, find_interrupted, heartbeat_path
 
 pytestmark = pytest.mark.anyio
@@ -400,6 +400,117 @@ async def test_fire_times_that_came_due_together_run_once(
     [started] = events(logs, "scheduler.job_started")
     assert (started["coalesced"], started["scheduled_for"]) == (120, "2026-11-30T05:00:00+00:00")
     assert events(logs, "scheduler.misfire") == []
+
+
+def _left_heartbeat(loaded: LoadedConfig, next_fire: str) -> None:
+    """The heartbeat a stopped daemon leaves: the fire it was waiting for."""
+    heartbeat_path(loaded.runs_dir).parent.mkdir(parents=True, exist_ok=True)
+    doc = {"state": "stopped", "suites": {"nightly": {"next_fire": next_fire, "running": False}}}
+    heartbeat_path(loaded.runs_dir).write_text(json.dumps(doc))
+
+
+async def _serve_until(
+    loaded: LoadedConfig, clock: ManualClock, event: str, **daemon: Any
+) -> list[dict[str, Any]]:
+    """Start a daemon, wait for its first `event`, stop it; its log lines."""
+    with capture_logs() as logs:
+        running = Daemon(loaded, clock=clock, handle_signals=False, **daemon)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(running.run)
+            await until(lambda: bool(events(logs, event)))
+            running.request_stop()
+    return logs
+
+
+async def test_a_fire_missed_while_no_daemon_ran_is_made_up_at_start(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Restarted 30 s after a nightly 03:00 fire it was waiting for (grace 60 s): that night
+    runs at start, for 03:00, instead of waiting a day."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
+    _left_heartbeat(loaded, "2026-11-30T03:00:00+00:00")
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.job_finished")
+    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == "2026-11-30T03:00:00+00:00"
+    [started] = events(logs, "scheduler.job_started")
+    assert (started["mode"], started["scheduled_for"], started["coalesced"]) == (
+        "run",
+        "2026-11-30T03:00:00+00:00",
+        1,
+    )
+    [finished] = events(logs, "scheduler.job_finished")
+    assert [Path(finished["run_dir"])] == run_dirs(loaded)
+    assert events(logs, "scheduler.misfire") == []
+
+
+async def test_fires_missed_while_down_past_the_grace_are_one_misfire(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Down since before yesterday's fire: both nights are counted in one misfire, as a stuck
+    loop's are, and nothing runs until the next fire."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=10)
+    _left_heartbeat(loaded, "2026-11-29T03:00:00+00:00")
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.misfire")
+    [misfire] = events(logs, "scheduler.misfire")
+    assert (misfire["scheduled_for"], misfire["late_seconds"], misfire["missed"]) == (
+        "2026-11-30T03:00:00+00:00",
+        30.0,
+        2,
+    )
+    assert events(logs, "scheduler.next_fire")[-1]["next_fire"] == "2026-12-01T03:00:00+00:00"
+    assert events(logs, "scheduler.job_started") == []
+
+
+def _finished(mode: str) -> dict[str, Any]:
+    return {"version": MANIFEST_VERSION, "suite": "nightly", "mode": mode, "finished_at": "x"}
+
+
+async def test_a_run_started_since_the_missed_fire_is_that_fires_run(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A run started by hand after the missed fire (its dir is named for the second it
+    started) stands for it; a replay, which calls nothing, does not."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
+    _left_heartbeat(loaded, "2026-11-30T03:00:00+00:00")
+    replay = loaded.runs_dir / "nightly" / "20261130T030010Z-aaaaaa"
+    replay.mkdir(parents=True)
+    (replay / "manifest.json").write_text(json.dumps(_finished("replay")))
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
+    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == "2026-11-30T03:00:00+00:00"
+
+    hand = loaded.runs_dir / "nightly" / "20261130T030020Z-bbbbbb"
+    hand.mkdir()
+    (hand / "manifest.json").write_text(json.dumps(_finished("run")))
+    _left_heartbeat(loaded, "2026-11-30T03:00:00+00:00")
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
+    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == "2026-12-01T03:00:00+00:00"
+
+
+@pytest.mark.parametrize(
+    "heartbeat",
+    ["not json", '{"suites": []}', '{"suites": {"nightly": {"next_fire": "03:00"}}}'],
+    ids=["garbage", "suites-list", "naive-time"],
+)
+async def test_a_heartbeat_that_cannot_be_read_tells_of_no_missed_fire(
+    tmp_path: Path, fault_server: FaultServer, heartbeat: str
+) -> None:
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
+    heartbeat_path(loaded.runs_dir).parent.mkdir(parents=True)
+    heartbeat_path(loaded.runs_dir).write_text(heartbeat)
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
+    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == "2026-12-01T03:00:00+00:00"
+
+
+async def test_run_now_at_start_stands_for_a_missed_fire(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """`--run-now` runs at start anyway: the missed fire does not make it run twice."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
+    _left_heartbeat(loaded, "2026-11-30T03:00:00+00:00")
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.job_finished", run_now=True)
+    [started] = events(logs, "scheduler.job_started")
+    assert started["scheduled_for"] is None
+    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == "2026-12-01T03:00:00+00:00"
+    assert len(run_dirs(loaded)) == 1
 
 
 async def test_endpoint_outage_makes_one_run_incomplete_and_the_next_tick_runs_normally(

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,11 @@ from faultserver import FaultServer
 PARALLAX = [sys.executable, "-m", "runner"]
 
 
-def write_config(tmp_path: Path, server: FaultServer) -> Path:
-    """A scheduled suite whose candidate answers only after 30 s: a run stays in flight."""
+def write_config(
+    tmp_path: Path, server: FaultServer, *, cand: str = "slow:30", schedule: str = "0 3 * * *"
+) -> Path:
+    """A scheduled suite whose candidate by default answers only after 30 s: a run stays in
+    flight."""
     (tmp_path / "cases.jsonl").write_text(
         "".join(
             json.dumps({"id": i, "prompt": i, "expect": {"must_include": [i]}}) + "\n"
@@ -32,9 +36,9 @@ def write_config(tmp_path: Path, server: FaultServer) -> Path:
     path.write_text(
         'runs_dir = "runs"\nserve_grace_seconds = 0.5\nserve_heartbeat_seconds = 0.2\n'
         f"[endpoints.ref]\n{endpoint % server.url('ok', 'ref')}"
-        f"[endpoints.cand]\n{endpoint % server.url('slow:30', 'cand')}"
+        f"[endpoints.cand]\n{endpoint % server.url(cand, 'cand')}"
         '[suites.nightly]\nfixtures = "cases.jsonl"\nreference = "ref"\ncandidate = "cand"\n'
-        'schedule = "0 3 * * *"\n'
+        f'schedule = "{schedule}"\n'
     )
     return path
 
@@ -136,6 +140,48 @@ def test_serve_process_stops_on_sigterm_with_exit_0_and_a_resumable_run(
         timeout=30,
     )
     assert after.returncode == 1
+
+
+@pytest.mark.slow
+def test_serve_process_makes_up_the_fire_it_missed_while_down(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A daemon restarted after the minute's fire it was waiting for (as its heartbeat left
+    says) runs that fire at start, instead of waiting for the next minute."""
+    config = write_config(tmp_path, fault_server, cand="ok", schedule="* * * * *")
+    now = datetime.now(UTC)
+    if now.second >= 50:  # keep the next minute's own fire out of the start-up
+        time.sleep(61 - now.second)
+        now = datetime.now(UTC)
+    missed = now.replace(second=0, microsecond=0).isoformat(timespec="seconds")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / ".parallax-serve.json").write_text(
+        json.dumps({"state": "stopped", "suites": {"nightly": {"next_fire": missed}}})
+    )
+    proc = subprocess.Popen(
+        [*PARALLAX, "serve", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        lines = Lines(proc)
+        started = lines.until_event("scheduler.job_started", timeout=30)
+        finished = lines.until_event("scheduler.job_finished", timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert (started["mode"], started["scheduled_for"]) == ("run", missed)
+    manifest = json.loads((Path(finished["run_dir"]) / "manifest.json").read_text())
+    assert manifest["finished_at"] is not None
+    assert code == 0
 
 
 def test_serve_without_any_schedule_is_a_config_error(tmp_path: Path) -> None:
