@@ -28,8 +28,9 @@ def record(cls: type[_T]) -> type[_T]:
     """A value that flows between stages: immutable to the type checker, a plain slotted
     dataclass at run time. A frozen dataclass sets each field through `object.__setattr__`,
     and a replay builds seven of these per ledger row: that was a fifth of its regrade. mypy
-    still refuses an assignment to a field, and nothing hashes these values."""
-    return dataclass(slots=True)(cls)
+    still refuses an assignment to a field, and a record hashes by its fields as a frozen one
+    does (which the type checker takes it to be)."""
+    return dataclass(slots=True, unsafe_hash=True)(cls)
 
 
 def _opt_str(data: Mapping[str, Any], key: str) -> str | None:

@@ -39,7 +39,7 @@ import time
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -57,7 +57,8 @@ HEARTBEAT_VERSION = 1
 EXIT_CRASHED = 70  # sysexits EX_SOFTWARE: the scheduler itself failed (a run's failure is not)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # each a clean stop, exit 0
 UNWIND_SECONDS = 10.0  # bounded, shielded wait for cancelled runs to close their ledgers
-MAX_COALESCE = 100_000  # fire times counted one by one before jumping straight to now
+MAX_COALESCE = 10_000  # fire times counted one by one; past it the latest is found directly
+LOOKBACK = timedelta(days=400)  # how far back `Trigger.latest` looks for a fire
 
 Runner = Callable[..., Awaitable[tuple[Path, int, dict[str, Any]]]]
 
@@ -193,16 +194,39 @@ class Trigger:
         return when.astimezone(UTC).astimezone(self.tz).replace(tzinfo=None)
 
     def due(self, fire: datetime, now: datetime) -> tuple[list[datetime], datetime | None]:
-        """Fire times from `fire` up to `now`, and the first one after `now`."""
+        """Fire times from `fire` up to `now`, and the first one after `now`.
+
+        The list always ends with the latest fire time at or before `now`; past MAX_COALESCE
+        (a per-second schedule after a day down) the ones between are not listed.
+        """
         passed: list[datetime] = []
         current: datetime | None = fire
         while current is not None and current <= now:
             passed.append(current)
             if len(passed) >= MAX_COALESCE:
+                latest = self.latest(now)
+                if latest is not None and latest > current:
+                    passed.append(latest)
                 nxt = self.first(now)
                 return passed, nxt if nxt is None or nxt > now else self.after(nxt, now)
             current = self.after(current, now)
         return passed, current
+
+    def latest(self, now: datetime) -> datetime | None:
+        """The last fire time at or before `now` (None if there is none within LOOKBACK).
+
+        APScheduler only counts forward, so this looks back twice as far each time until a
+        window holds a fire, then counts forward through that window alone.
+        """
+        back = timedelta(seconds=1)
+        while back <= LOOKBACK:
+            fire = self.first(now - back)
+            if fire is not None and fire <= now:
+                while (later := self.after(fire, now)) is not None and later <= now:
+                    fire = later
+                return fire
+            back *= 2
+        return None
 
 
 def _first_cause(exc: BaseException) -> BaseException:
@@ -234,28 +258,31 @@ def _iso(when: datetime | None) -> str | None:
     return when.astimezone(UTC).isoformat(timespec="seconds") if when is not None else None
 
 
-def _waited_for(path: Path) -> dict[str, datetime]:
-    """Each suite's next fire time in the heartbeat a stopped daemon left; what cannot be read
-    (no heartbeat yet, a hand-edited one) tells of no missed fire."""
+Waited = tuple[datetime, tuple[Any, Any]]  # a suite's next fire, and (schedule, timezone)
+
+
+def _waited_for(path: Path) -> dict[str, Waited]:
+    """Each suite's next fire time in the heartbeat a stopped daemon left, with the schedule it
+    came from; what cannot be read (no heartbeat yet, a hand-edited one) tells of no fire."""
     try:
         suites = loads(path.read_bytes())["suites"]
         entries = suites.items()
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
-    waited: dict[str, datetime] = {}
+    waited: dict[str, Waited] = {}
     for name, entry in entries:
         try:
             when = datetime.fromisoformat(entry["next_fire"])
         except (KeyError, TypeError, ValueError):
             continue
         if when.tzinfo is not None:
-            waited[name] = when
+            waited[name] = (when, (entry.get("schedule"), entry.get("timezone")))
     return waited
 
 
-def ran_since(loaded: LoadedConfig, suite: str, when: datetime) -> bool:
-    """Whether a run of `suite` that calls endpoints started at or after `when` (a replay
-    calls nothing). A run dir's name starts with the UTC second it was made in."""
+def last_started(loaded: LoadedConfig, suite: str) -> datetime | None:
+    """When the suite's newest run that calls endpoints started (a replay calls nothing), by
+    its dir's name, which begins with the UTC second it was made in."""
     from runner.history import run_dirs
     from runner.runs import read_manifest
 
@@ -264,15 +291,13 @@ def ran_since(loaded: LoadedConfig, suite: str, when: datetime) -> bool:
             made = datetime.strptime(run_dir.name.split("-", 1)[0], "%Y%m%dT%H%M%S%z")
         except ValueError:
             continue  # not a run dir parallax named
-        if made < when.replace(microsecond=0):
-            return False
         try:
             mode = read_manifest(run_dir).get("mode")
         except ParallaxError:
             mode = None  # a run all the same, if an unreadable one
         if mode != "replay":
-            return True
-    return False
+            return made
+    return None
 
 
 def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str | None]:
@@ -415,6 +440,7 @@ class Daemon:
         self._waits: set[anyio.CancelScope] = set()
         self._wake: anyio.Event | None = None
         self._started_at = datetime.now(UTC)
+        self._start = self._started_at  # the clock's time at start, set by `run`
         self.heartbeat = heartbeat_path(loaded.runs_dir)
 
     # control ---------------------------------------------------------------------------
@@ -459,12 +485,20 @@ class Daemon:
         self._wake = anyio.Event()
         if self._stopping:
             self._stop_event.set()
-        waited = _waited_for(self.heartbeat)  # read before this daemon's heartbeat replaces it
+        # every suite's first fire is settled before this daemon's first heartbeat replaces the
+        # last one's, which names the fires it was waiting for: a crash in between loses none
+        waited = _waited_for(self.heartbeat)
+        now = self._start = self._clock.now()
+        cannot_resume: dict[str, str] = {}
+        for entry in self._suites:
+            entry.resume_dir, why_not = find_interrupted(self.loaded, entry.name)
+            if why_not:
+                cannot_resume[entry.name] = why_not
+            entry.next_fire = self._first_fire(entry, waited.get(entry.name), now)
         try:
             self._write_heartbeat("running")
         except OSError as exc:
             raise UsageError(f"{self.heartbeat}: cannot write the heartbeat: {exc}") from None
-        now = self._clock.now()
         self._log.info(
             logs.SCHEDULER_STARTED,
             pid=os.getpid(),
@@ -475,11 +509,13 @@ class Daemon:
             heartbeat=str(self.heartbeat),
         )
         for entry in self._suites:
-            entry.resume_dir, why_not = find_interrupted(self.loaded, entry.name)
-            entry.next_fire = self._first_fire(entry, waited.get(entry.name), now)
             self._log_next_fire(entry)
-            if why_not:
-                self._log.warning(logs.SCHEDULER_RESUME_SKIPPED, suite=entry.name, reason=why_not)
+            if entry.name in cannot_resume:
+                self._log.warning(
+                    logs.SCHEDULER_RESUME_SKIPPED,
+                    suite=entry.name,
+                    reason=cannot_resume[entry.name],
+                )
         try:
             async with anyio.create_task_group() as group:
                 if received is not None:
@@ -553,7 +589,12 @@ class Daemon:
             "heartbeat_seconds": self.heartbeat_seconds,
             "tasks": _task_count(),
             "suites": {
-                s.name: {"next_fire": _iso(s.next_fire), "running": s.scope is not None}
+                s.name: {
+                    "next_fire": _iso(s.next_fire),
+                    "running": s.scope is not None,
+                    "schedule": s.trigger.expr,
+                    "timezone": s.trigger.timezone,
+                }
                 for s in self._suites
             },
         }
@@ -586,30 +627,44 @@ class Daemon:
 
     # one suite ---------------------------------------------------------------------------
 
-    def _first_fire(self, entry: _Suite, waited: datetime | None, now: datetime) -> datetime | None:
+    def _first_fire(self, entry: _Suite, waited: Waited | None, now: datetime) -> datetime | None:
         """The first fire time to wait for, which may have passed while no daemon ran.
 
-        `waited` is the fire the last daemon was waiting for when it stopped. The fire times
-        from it up to now are made up as late ones are (coalesced, and run only within the
-        misfire grace), unless a run of the suite started since (by hand, or the one being
-        resumed) or one starts now anyway (`--run-now`): a restart must not cost a night, nor
-        run it twice.
+        `waited` is the fire the last daemon was waiting for when it stopped, and its schedule.
+        Fire times from it up to now are made up as late ones are (coalesced, and run only
+        within the misfire grace), except those before the start of the suite's newest run (by
+        hand, or the one being resumed), and all of them when a run starts now anyway
+        (`--run-now`). A restart must not cost a night, nor run one twice: under an unchanged
+        schedule the last daemon's next fire stands, so a night a DST fall-back repeats still
+        runs once.
         """
-        upcoming = entry.trigger.first(now)
-        if waited is None or waited > now or entry.resume_dir is not None or self._run_now:
+        trigger = entry.trigger
+        upcoming = trigger.first(now)
+        if waited is None or self._run_now or upcoming is None:
             return upcoming
-        missed = entry.trigger.first(waited)  # the schedule may have changed since
-        if missed is None or missed > now:
+        when, schedule = waited
+        if when > now:
+            # past a DST fall-back, the fire after the repeated hour's: the last daemon ran it
+            following = trigger.after(upcoming, upcoming)
+            same = schedule == (trigger.expr, trigger.timezone)
+            if same and following is not None and upcoming < when <= following:
+                return when
             return upcoming
-        due, _ = entry.trigger.due(missed, now)
-        return upcoming if ran_since(self.loaded, entry.name, due[-1]) else missed
+        if when < now - LOOKBACK:  # a heartbeat that old (or a hand-edited year 1) tells nothing
+            return upcoming
+        since = last_started(self.loaded, entry.name)
+        if since is not None and since >= when:
+            when = since + timedelta(seconds=1)  # that run was this fire's, or came after it
+        missed = trigger.first(when)  # by today's schedule, which may have changed since
+        return missed if missed is not None and missed <= now else upcoming
 
     async def _suite_loop(self, entry: _Suite) -> None:
         fire = entry.next_fire
         if entry.resume_dir is not None or self._run_now:
             mode = "resume" if entry.resume_dir is not None else "run"
             await self._job(entry, mode=mode, resume_dir=entry.resume_dir)
-            fire = self._skip_passed(entry, fire)
+            if fire is None or fire > self._start:  # one missed before start is made up below
+                fire = self._skip_passed(entry, fire)
         while fire is not None and not self._stopping:
             if fire != entry.next_fire:
                 entry.next_fire = fire

@@ -50,3 +50,11 @@ def test_records_are_slotted() -> None:
         cls = getattr(module, name)
         required = [f for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
         assert not hasattr(cls(*[None] * len(required)), "__dict__"), name
+
+
+def test_records_hash_by_their_fields_as_frozen_ones_do() -> None:
+    """The type checker takes a record for frozen, so hashable: at run time it is too."""
+    first = model.Attempt(n=1, transport="ok", elapsed_ms=5)
+    assert hash(first) == hash(model.Attempt(n=1, transport="ok", elapsed_ms=5))
+    assert {first, model.Attempt(n=1, transport="ok", elapsed_ms=5)} == {first}
+    assert len({first, model.Attempt(n=2, transport="ok", elapsed_ms=5)}) == 2

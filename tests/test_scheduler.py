@@ -27,7 +27,14 @@ from runner.config import LoadedConfig, load_config
 from runner.errors import ConfigError
 from runner.lock import is_locked, suite_lock
 from runner.runs import MANIFEST_VERSION, run_suite_async
-from runner.scheduler import Daemon, Trigger, check_health, find_interrupted, heartbeat_path
+from runner.scheduler import (
+    MAX_COALESCE,
+    Daemon,
+    Trigger,
+    check_health,
+    find_interrupted,
+    heartbeat_path,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -486,18 +493,29 @@ async def test_a_run_started_since_the_missed_fire_is_that_fires_run(
 
 
 @pytest.mark.parametrize(
-    "heartbeat",
-    ["not json", '{"suites": []}', '{"suites": {"nightly": {"next_fire": "03:00"}}}'],
-    ids=["garbage", "suites-list", "naive-time"],
+    ("heartbeat", "timezone"),
+    [
+        ("not json", "UTC"),
+        ('{"suites": []}', "UTC"),
+        ('{"suites": {"nightly": {"next_fire": "03:00"}}}', "UTC"),
+        ('{"suites": {"nightly": {"next_fire": "0001-01-01T00:00:00+14:00"}}}', "UTC"),
+        ('{"suites": {"nightly": {"next_fire": "0001-01-01T00:00:00+00:00"}}}', "Asia/Tokyo"),
+    ],
+    ids=["garbage", "suites-list", "naive-time", "year-1", "year-1-in-zone"],
 )
 async def test_a_heartbeat_that_cannot_be_read_tells_of_no_missed_fire(
-    tmp_path: Path, fault_server: FaultServer, heartbeat: str
+    tmp_path: Path, fault_server: FaultServer, heartbeat: str, timezone: str
 ) -> None:
-    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
+    """Year 1 moved into the suite's zone is before the first date there is: no traceback,
+    and the daemon still starts and says when it fires."""
+    loaded = write_config(
+        tmp_path, fault_server, schedule="0 3 * * *", misfire=60, timezone=timezone
+    )
     heartbeat_path(loaded.runs_dir).parent.mkdir(parents=True)
     heartbeat_path(loaded.runs_dir).write_text(heartbeat)
     logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
-    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == "2026-12-01T03:00:00+00:00"
+    expected = "2026-12-01T03:00:00+00:00" if timezone == "UTC" else "2026-11-30T18:00:00+00:00"
+    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == expected
 
 
 async def test_run_now_at_start_stands_for_a_missed_fire(
@@ -511,6 +529,117 @@ async def test_run_now_at_start_stands_for_a_missed_fire(
     assert started["scheduled_for"] is None
     assert events(logs, "scheduler.next_fire")[0]["next_fire"] == "2026-12-01T03:00:00+00:00"
     assert len(run_dirs(loaded)) == 1
+
+
+async def test_a_resumed_run_from_an_earlier_night_does_not_stand_for_tonights_fire(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Stopped mid-run on the 28th and back 30 s after the 30th's fire: the 28th's run is
+    resumed first, then the 30th's fire runs, late but within the grace."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", cand="slow:30", grace=0.2)
+    with capture_logs():
+        daemon = Daemon(loaded, clock=ManualClock(START), run_now=True, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: len(fault_server.received("ok")) == 3)
+            [run_dir] = run_dirs(loaded)
+            await until(lambda: len((run_dir / "raw.jsonl").read_text().splitlines()) == 3)
+            daemon.request_stop("SIGTERM")
+    earlier = run_dir.rename(run_dir.with_name("20261128T030005Z-" + run_dir.name[-6:]))
+    _left_heartbeat(loaded, "2026-11-28T03:00:00+00:00")
+
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=600)
+    with capture_logs() as logs:
+        daemon = Daemon(loaded, clock=ManualClock(START), handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: len(events(logs, "scheduler.job_finished")) == 2)
+            daemon.request_stop()
+    started = events(logs, "scheduler.job_started")
+    assert [(e["mode"], e["scheduled_for"]) for e in started] == [
+        ("resume", None),
+        ("run", "2026-11-30T03:00:00+00:00"),
+    ]
+    assert started[0]["resume_dir"] == str(earlier)
+    # the 28th's fire was the resumed run's; the 29th's and the 30th's came due while down
+    assert (started[1]["coalesced"], events(logs, "scheduler.job_skipped")) == (2, [])
+
+
+async def test_a_start_that_fails_leaves_the_fire_the_last_daemon_waited_for(
+    tmp_path: Path, fault_server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first heartbeat is written once every suite's first fire is settled: a start that
+    fails before that leaves the last daemon's heartbeat, and its missed fire, for the next."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *")
+    _left_heartbeat(loaded, "2026-11-30T03:00:00+00:00")
+    left = heartbeat_path(loaded.runs_dir).read_text()
+
+    def unreadable(*args: Any) -> Any:
+        raise OSError("runs dir went away")
+
+    monkeypatch.setattr("runner.scheduler.find_interrupted", unreadable)
+    with pytest.raises(OSError, match="went away"):
+        await Daemon(loaded, clock=ManualClock(START), handle_signals=False).run()
+    assert heartbeat_path(loaded.runs_dir).read_text() == left
+
+
+async def test_a_per_second_schedule_down_for_days_makes_up_only_its_latest_fire(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Two days of per-second fires missed: counting stops at MAX_COALESCE, but the one that
+    runs is the latest, half a second late, not the last one counted, a day late."""
+    loaded = write_config(tmp_path, fault_server, schedule="* * * * * *", misfire=30)
+    _left_heartbeat(loaded, (START - timedelta(days=2)).isoformat())
+    clock = ManualClock(START + timedelta(seconds=0.5))
+    logs = await _serve_until(loaded, clock, "scheduler.job_started")
+    [started] = events(logs, "scheduler.job_started")
+    assert (started["scheduled_for"], started["coalesced"]) == (
+        "2026-11-30T03:00:30+00:00",
+        MAX_COALESCE + 1,
+    )
+    assert events(logs, "scheduler.misfire") == []
+
+
+def test_latest_fire_looks_back_as_far_as_the_schedule_needs() -> None:
+    def latest(expr: str, timezone: str = "UTC") -> datetime | None:
+        trigger = Trigger(expr, timezone, config_path=Path("p.toml"), suite="s")
+        return trigger.latest(START)
+
+    assert latest("* * * * * *") == START
+    assert latest("0 3 * * *") == START.replace(minute=0, second=0)
+    assert latest("0 4 * * *") == datetime(2026, 11, 29, 4, 0, tzinfo=UTC)
+    assert latest("0 0 1 1 *") == datetime(2026, 1, 1, tzinfo=UTC)
+    assert latest("0 0 29 2 *") is None  # last 29 February: 2024, past the lookback
+    assert latest("30 22 * * *", "America/New_York") == datetime(2026, 11, 29, 3, 30, tzinfo=UTC)
+
+
+async def test_a_restart_in_the_hour_a_dst_fall_back_repeats_runs_the_night_once(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """01:30 New York fired in the first 01:00-02:00 of 1 November; a daemon restarted in
+    the second one reads the last one's next fire (2 November) and does not fire again."""
+    loaded = write_config(
+        tmp_path, fault_server, schedule="30 1 * * *", timezone="America/New_York"
+    )
+    clock = ManualClock(datetime(2026, 11, 1, 5, 29, 50, tzinfo=UTC))  # 01:29:50 EDT
+    with capture_logs() as first:
+        daemon = Daemon(loaded, clock=clock, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: bool(events(first, "scheduler.next_fire")))
+            clock.advance(15)
+            await until(lambda: bool(events(first, "scheduler.job_finished")))
+            await until(lambda: len(events(first, "scheduler.next_fire")) == 2)
+            daemon.request_stop()
+    assert events(first, "scheduler.next_fire")[-1]["next_fire"] == "2026-11-02T06:30:00+00:00"
+
+    clock = ManualClock(datetime(2026, 11, 1, 6, 0, tzinfo=UTC))  # 01:00 EST, the hour again
+    logs = await _serve_until(loaded, clock, "scheduler.next_fire")
+    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == "2026-11-02T06:30:00+00:00"
+
+    other = write_config(tmp_path, fault_server, schedule="30 1 * * 0", timezone="America/New_York")
+    logs = await _serve_until(other, clock, "scheduler.next_fire")  # another schedule: its own
+    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == "2026-11-01T06:30:00+00:00"
 
 
 async def test_endpoint_outage_makes_one_run_incomplete_and_the_next_tick_runs_normally(
