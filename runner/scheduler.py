@@ -23,9 +23,9 @@ On SIGTERM, SIGINT or SIGHUP no new run starts; a run in flight may finish withi
 `serve_grace_seconds`, else it is cancelled, which leaves its run dir resumable (its manifest
 keeps `finished_at: null`). The daemon then logs exactly one of `scheduler.stopped` (exit 0)
 or `scheduler.crashed` (exit 70). On the next start it resumes the latest interrupted run of
-each suite, or logs `scheduler.resume_skipped` with the reason it cannot. A fire time that
-passed while no daemon ran (a restart, a redeploy) is treated as a late one: the heartbeat the
-last daemon left names the fire it was waiting for.
+each suite, or logs `scheduler.resume_skipped` with the reason it cannot. Fire times that
+passed while no daemon ran (a restart, a redeploy) are made up as late ones: the heartbeat
+the last daemon left names the last fire it dealt with for each suite.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ HEARTBEAT_VERSION = 1
 EXIT_CRASHED = 70  # sysexits EX_SOFTWARE: the scheduler itself failed (a run's failure is not)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # each a clean stop, exit 0
 UNWIND_SECONDS = 10.0  # bounded, shielded wait for cancelled runs to close their ledgers
-MAX_COALESCE = 10_000  # fire times counted one by one; past it the latest is found directly
-LOOKBACK = timedelta(days=400)  # how far back `Trigger.latest` looks for a fire
+MAX_COALESCE = 1_000  # fire times counted one by one; past it the latest is found directly
+LOOKBACK = timedelta(days=400)  # how far back a fire is looked for, or a handled one believed
 
 Runner = Callable[..., Awaitable[tuple[Path, int, dict[str, Any]]]]
 
@@ -215,18 +215,29 @@ class Trigger:
     def latest(self, now: datetime) -> datetime | None:
         """The last fire time at or before `now` (None if there is none within LOOKBACK).
 
-        APScheduler only counts forward, so this looks back twice as far each time until a
-        window holds a fire, then counts forward through that window alone.
+        APScheduler only counts forward. `first(t)` never decreases as `t` grows, so this
+        looks back twice as far each time until a window holds a fire, then halves that
+        window down to the last `t` whose first fire is not past `now`: some fifty lookups for
+        any schedule, where counting fires one by one could take a day's seconds.
         """
         back = timedelta(seconds=1)
-        while back <= LOOKBACK:
-            fire = self.first(now - back)
+        while True:
+            low = now - back
+            fire = self.first(low)
             if fire is not None and fire <= now:
-                while (later := self.after(fire, now)) is not None and later <= now:
-                    fire = later
-                return fire
-            back *= 2
-        return None
+                break
+            if back >= LOOKBACK:
+                return None
+            back = min(back * 2, LOOKBACK)
+        high = now + timedelta(microseconds=1)  # first(high) is past now; first(low) is not
+        while high - low > timedelta(milliseconds=100):  # fire times are whole seconds apart
+            middle = low + (high - low) / 2
+            found = self.first(middle)
+            if found is not None and found <= now:
+                low = middle
+            else:
+                high = middle
+        return self.first(low)
 
 
 def _first_cause(exc: BaseException) -> BaseException:
@@ -258,50 +269,29 @@ def _iso(when: datetime | None) -> str | None:
     return when.astimezone(UTC).isoformat(timespec="seconds") if when is not None else None
 
 
-Waited = tuple[datetime, tuple[Any, Any]]  # a suite's next fire, and (schedule, timezone)
-
-
-def _waited_for(path: Path) -> dict[str, Waited]:
-    """Each suite's next fire time in the heartbeat a stopped daemon left, with the schedule it
-    came from; what cannot be read (no heartbeat yet, a hand-edited one) tells of no fire."""
+def _handled_in(path: Path, now: datetime) -> dict[str, datetime]:
+    """Each suite's last fire dealt with, in the heartbeat a stopped daemon left. What cannot
+    be read (no heartbeat yet, a hand-edited one), lies ahead of now (a clock set wrong) or
+    more than LOOKBACK back tells of nothing, and the suite starts from now."""
     try:
         suites = loads(path.read_bytes())["suites"]
         entries = suites.items()
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
-    waited: dict[str, Waited] = {}
+    handled: dict[str, datetime] = {}
     for name, entry in entries:
         try:
-            when = datetime.fromisoformat(entry["next_fire"])
+            when = datetime.fromisoformat(entry["handled"])
         except (KeyError, TypeError, ValueError):
             continue
-        if when.tzinfo is not None:
-            waited[name] = (when, (entry.get("schedule"), entry.get("timezone")))
-    return waited
-
-
-def last_started(loaded: LoadedConfig, suite: str) -> datetime | None:
-    """When the suite's newest run that calls endpoints started (a replay calls nothing), by
-    its dir's name, which begins with the UTC second it was made in."""
-    from runner.history import run_dirs
-    from runner.runs import read_manifest
-
-    for run_dir in reversed(run_dirs(loaded.runs_dir / suite)):
-        try:
-            made = datetime.strptime(run_dir.name.split("-", 1)[0], "%Y%m%dT%H%M%S%z")
-        except ValueError:
-            continue  # not a run dir parallax named
-        try:
-            mode = read_manifest(run_dir).get("mode")
-        except ParallaxError:
-            mode = None  # a run all the same, if an unreadable one
-        if mode != "replay":
-            return made
-    return None
+        if when.tzinfo is not None and now - LOOKBACK <= when <= now:
+            handled[name] = when
+    return handled
 
 
 def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str | None]:
-    """The latest run dir of `suite` if it was interrupted and can resume; else why not.
+    """The latest run of `suite` (replays call nothing and are passed over) if it was
+    interrupted and can resume; else why not.
 
     (None, None) means there is nothing to resume: no run yet, or the latest one finished.
     """
@@ -311,17 +301,17 @@ def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str
     if not suite_dir.is_dir():
         return None, None
     dirs = sorted((p for p in suite_dir.iterdir() if p.is_dir()), key=lambda p: p.name)
-    if not dirs:
+    for latest in reversed(dirs):
+        try:
+            manifest = read_manifest(latest)
+        except ParallaxError as exc:
+            return None, f"latest run dir is not readable: {exc}"
+        if manifest.get("mode") != "replay":
+            break
+    else:
         return None, None
-    latest = dirs[-1]
-    try:
-        manifest = read_manifest(latest)
-    except ParallaxError as exc:
-        return None, f"latest run dir is not readable: {exc}"
     if manifest.get("finished_at") is not None:
         return None, None
-    if manifest.get("mode") == "replay":
-        return None, "an interrupted replay calls nothing; run `parallax replay` again"
     holder = is_locked(loaded.runs_dir, suite)
     if holder is not None:
         return None, f"another process holds the suite lock (pid {holder.get('pid')})"
@@ -392,6 +382,7 @@ class _Suite:
     name: str
     trigger: Trigger
     next_fire: datetime | None = None
+    handled: datetime | None = None  # the last fire time run, skipped or misfired
     resume_dir: Path | None = None
     scope: anyio.CancelScope | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
@@ -486,15 +477,20 @@ class Daemon:
         if self._stopping:
             self._stop_event.set()
         # every suite's first fire is settled before this daemon's first heartbeat replaces the
-        # last one's, which names the fires it was waiting for: a crash in between loses none
-        waited = _waited_for(self.heartbeat)
+        # last one's, which names the fires it dealt with: a crash in between loses none
         now = self._start = self._clock.now()
+        handled = _handled_in(self.heartbeat, now)
         cannot_resume: dict[str, str] = {}
         for entry in self._suites:
             entry.resume_dir, why_not = find_interrupted(self.loaded, entry.name)
             if why_not:
                 cannot_resume[entry.name] = why_not
-            entry.next_fire = self._first_fire(entry, waited.get(entry.name), now)
+            entry.handled = handled.get(entry.name)
+            entry.next_fire = (
+                entry.trigger.first(now)
+                if entry.handled is None
+                else entry.trigger.after(entry.handled, now)  # past: missed while no daemon ran
+            )
         try:
             self._write_heartbeat("running")
         except OSError as exc:
@@ -592,8 +588,7 @@ class Daemon:
                 s.name: {
                     "next_fire": _iso(s.next_fire),
                     "running": s.scope is not None,
-                    "schedule": s.trigger.expr,
-                    "timezone": s.trigger.timezone,
+                    "handled": _iso(s.handled),
                 }
                 for s in self._suites
             },
@@ -627,44 +622,19 @@ class Daemon:
 
     # one suite ---------------------------------------------------------------------------
 
-    def _first_fire(self, entry: _Suite, waited: Waited | None, now: datetime) -> datetime | None:
-        """The first fire time to wait for, which may have passed while no daemon ran.
-
-        `waited` is the fire the last daemon was waiting for when it stopped, and its schedule.
-        Fire times from it up to now are made up as late ones are (coalesced, and run only
-        within the misfire grace), except those before the start of the suite's newest run (by
-        hand, or the one being resumed), and all of them when a run starts now anyway
-        (`--run-now`). A restart must not cost a night, nor run one twice: under an unchanged
-        schedule the last daemon's next fire stands, so a night a DST fall-back repeats still
-        runs once.
-        """
-        trigger = entry.trigger
-        upcoming = trigger.first(now)
-        if waited is None or self._run_now or upcoming is None:
-            return upcoming
-        when, schedule = waited
-        if when > now:
-            # past a DST fall-back, the fire after the repeated hour's: the last daemon ran it
-            following = trigger.after(upcoming, upcoming)
-            same = schedule == (trigger.expr, trigger.timezone)
-            if same and following is not None and upcoming < when <= following:
-                return when
-            return upcoming
-        if when < now - LOOKBACK:  # a heartbeat that old (or a hand-edited year 1) tells nothing
-            return upcoming
-        since = last_started(self.loaded, entry.name)
-        if since is not None and since >= when:
-            when = since + timedelta(seconds=1)  # that run was this fire's, or came after it
-        missed = trigger.first(when)  # by today's schedule, which may have changed since
-        return missed if missed is not None and missed <= now else upcoming
-
     async def _suite_loop(self, entry: _Suite) -> None:
         fire = entry.next_fire
-        if entry.resume_dir is not None or self._run_now:
-            mode = "resume" if entry.resume_dir is not None else "run"
-            await self._job(entry, mode=mode, resume_dir=entry.resume_dir)
-            if fire is None or fire > self._start:  # one missed before start is made up below
-                fire = self._skip_passed(entry, fire)
+        if entry.resume_dir is not None:
+            await self._job(entry, mode="resume", resume_dir=entry.resume_dir)
+        elif self._run_now:  # a run at start stands for every fire missed before it
+            covered = entry.trigger.latest(self._start)
+            if covered is not None and (entry.handled is None or covered > entry.handled):
+                fire = entry.trigger.after(covered, self._start)
+            else:
+                covered = None
+            await self._job(entry, mode="run", handles=covered)
+        if fire is None or fire > self._start:  # one missed before start is made up below
+            fire = self._skip_passed(entry, fire)
         while fire is not None and not self._stopping:
             if fire != entry.next_fire:
                 entry.next_fire = fire
@@ -675,7 +645,9 @@ class Daemon:
             now = self._clock.now()
             due, fire = entry.trigger.due(fire, now)
             latest = due[-1]
-            late = (now - latest).total_seconds()
+            # a fire that passed while no daemon ran is as late as the daemon was in coming
+            # back, however long the resume before it took
+            late = ((self._start if latest <= self._start else now) - latest).total_seconds()
             if late > self.misfire_grace:
                 self._log.warning(
                     logs.SCHEDULER_MISFIRE,
@@ -685,8 +657,11 @@ class Daemon:
                     missed=len(due),
                     misfire_grace_seconds=self.misfire_grace,
                 )
+                entry.handled = latest
                 continue
-            await self._job(entry, mode="run", scheduled_for=latest, coalesced=len(due))
+            await self._job(
+                entry, mode="run", scheduled_for=latest, coalesced=len(due), handles=latest
+            )
             fire = self._skip_passed(entry, fire)
 
     def _skip_passed(self, entry: _Suite, fire: datetime | None) -> datetime | None:
@@ -695,6 +670,7 @@ class Daemon:
         if fire is None or fire > now:
             return fire
         passed, fire = entry.trigger.due(fire, now)
+        entry.handled = passed[-1]
         self._log.info(
             logs.SCHEDULER_JOB_SKIPPED,
             suite=entry.name,
@@ -725,9 +701,14 @@ class Daemon:
         resume_dir: Path | None = None,
         scheduled_for: datetime | None = None,
         coalesced: int = 1,
+        handles: datetime | None = None,
     ) -> None:
+        """Run (or resume) the suite once; `handles` is the fire time it stands for, handled
+        from here on whether it runs or the lock makes it skip, not when a stop comes first."""
         if self._stopping:
             return
+        if handles is not None:
+            entry.handled = handles
         holder = is_locked(self.loaded.runs_dir, entry.name)
         if holder is not None:
             self._log.warning(
@@ -749,7 +730,9 @@ class Daemon:
         t0 = time.monotonic()
         entry.done = anyio.Event()
         entry.scope = anyio.CancelScope()
-        self._poke()
+        # on disk before the run makes its dir: a daemon killed from here on leaves a heartbeat
+        # that names this fire as handled, so the next start resumes the run and adds none
+        self._safe_heartbeat("running")
         try:
             with entry.scope:
                 await self._run_one(entry, mode, resume_dir, t0)

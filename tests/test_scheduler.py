@@ -409,11 +409,17 @@ async def test_fire_times_that_came_due_together_run_once(
     assert events(logs, "scheduler.misfire") == []
 
 
-def _left_heartbeat(loaded: LoadedConfig, next_fire: str) -> None:
-    """The heartbeat a stopped daemon leaves: the fire it was waiting for."""
+def _left_heartbeat(loaded: LoadedConfig, handled: str) -> None:
+    """The heartbeat a stopped daemon leaves: the last fire it dealt with."""
     heartbeat_path(loaded.runs_dir).parent.mkdir(parents=True, exist_ok=True)
-    doc = {"state": "stopped", "suites": {"nightly": {"next_fire": next_fire, "running": False}}}
+    doc = {"state": "stopped", "suites": {"nightly": {"handled": handled, "running": False}}}
     heartbeat_path(loaded.runs_dir).write_text(json.dumps(doc))
+
+
+def _handled(loaded: LoadedConfig) -> str | None:
+    doc = json.loads(heartbeat_path(loaded.runs_dir).read_text())
+    handled: str | None = doc["suites"]["nightly"]["handled"]
+    return handled
 
 
 async def _serve_until(
@@ -429,15 +435,20 @@ async def _serve_until(
     return logs
 
 
+def _first_fire(logs: list[dict[str, Any]]) -> str:
+    fire: str = events(logs, "scheduler.next_fire")[0]["next_fire"]
+    return fire
+
+
 async def test_a_fire_missed_while_no_daemon_ran_is_made_up_at_start(
     tmp_path: Path, fault_server: FaultServer
 ) -> None:
-    """Restarted 30 s after a nightly 03:00 fire it was waiting for (grace 60 s): that night
-    runs at start, for 03:00, instead of waiting a day."""
+    """Down over the nightly 03:00 and back 30 s after it (grace 60 s): that night runs at
+    start, for 03:00, instead of waiting a day; the heartbeat then names it handled."""
     loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
-    _left_heartbeat(loaded, "2026-11-30T03:00:00+00:00")
+    _left_heartbeat(loaded, "2026-11-29T03:00:00+00:00")
     logs = await _serve_until(loaded, ManualClock(START), "scheduler.job_finished")
-    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == "2026-11-30T03:00:00+00:00"
+    assert _first_fire(logs) == "2026-11-30T03:00:00+00:00"
     [started] = events(logs, "scheduler.job_started")
     assert (started["mode"], started["scheduled_for"], started["coalesced"]) == (
         "run",
@@ -447,15 +458,19 @@ async def test_a_fire_missed_while_no_daemon_ran_is_made_up_at_start(
     [finished] = events(logs, "scheduler.job_finished")
     assert [Path(finished["run_dir"])] == run_dirs(loaded)
     assert events(logs, "scheduler.misfire") == []
+    assert _handled(loaded) == "2026-11-30T03:00:00+00:00"
+
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")  # once only
+    assert _first_fire(logs) == "2026-12-01T03:00:00+00:00"
 
 
 async def test_fires_missed_while_down_past_the_grace_are_one_misfire(
     tmp_path: Path, fault_server: FaultServer
 ) -> None:
-    """Down since before yesterday's fire: both nights are counted in one misfire, as a stuck
-    loop's are, and nothing runs until the next fire."""
+    """Down for two nights: both are counted in one misfire, as a stuck loop's are, and
+    nothing runs until the next fire."""
     loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=10)
-    _left_heartbeat(loaded, "2026-11-29T03:00:00+00:00")
+    _left_heartbeat(loaded, "2026-11-28T03:00:00+00:00")
     logs = await _serve_until(loaded, ManualClock(START), "scheduler.misfire")
     [misfire] = events(logs, "scheduler.misfire")
     assert (misfire["scheduled_for"], misfire["late_seconds"], misfire["missed"]) == (
@@ -467,29 +482,15 @@ async def test_fires_missed_while_down_past_the_grace_are_one_misfire(
     assert events(logs, "scheduler.job_started") == []
 
 
-def _finished(mode: str) -> dict[str, Any]:
-    return {"version": MANIFEST_VERSION, "suite": "nightly", "mode": mode, "finished_at": "x"}
-
-
-async def test_a_run_started_since_the_missed_fire_is_that_fires_run(
+async def test_a_schedule_moved_earlier_while_down_makes_up_its_own_fire(
     tmp_path: Path, fault_server: FaultServer
 ) -> None:
-    """A run started by hand after the missed fire (its dir is named for the second it
-    started) stands for it; a replay, which calls nothing, does not."""
+    """The last daemon handled 04:00 under `0 4 * * *`; back at 03:00:30 under `0 3 * * *`,
+    the new schedule's 03:00 passed unhandled and is made up."""
     loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
-    _left_heartbeat(loaded, "2026-11-30T03:00:00+00:00")
-    replay = loaded.runs_dir / "nightly" / "20261130T030010Z-aaaaaa"
-    replay.mkdir(parents=True)
-    (replay / "manifest.json").write_text(json.dumps(_finished("replay")))
+    _left_heartbeat(loaded, "2026-11-29T04:00:00+00:00")
     logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
-    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == "2026-11-30T03:00:00+00:00"
-
-    hand = loaded.runs_dir / "nightly" / "20261130T030020Z-bbbbbb"
-    hand.mkdir()
-    (hand / "manifest.json").write_text(json.dumps(_finished("run")))
-    _left_heartbeat(loaded, "2026-11-30T03:00:00+00:00")
-    logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
-    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == "2026-12-01T03:00:00+00:00"
+    assert _first_fire(logs) == "2026-11-30T03:00:00+00:00"
 
 
 @pytest.mark.parametrize(
@@ -497,17 +498,17 @@ async def test_a_run_started_since_the_missed_fire_is_that_fires_run(
     [
         ("not json", "UTC"),
         ('{"suites": []}', "UTC"),
-        ('{"suites": {"nightly": {"next_fire": "03:00"}}}', "UTC"),
-        ('{"suites": {"nightly": {"next_fire": "0001-01-01T00:00:00+14:00"}}}', "UTC"),
-        ('{"suites": {"nightly": {"next_fire": "0001-01-01T00:00:00+00:00"}}}', "Asia/Tokyo"),
+        ('{"suites": {"nightly": {"handled": "03:00"}}}', "UTC"),
+        ('{"suites": {"nightly": {"handled": "0001-01-01T00:00:00+14:00"}}}', "UTC"),
+        ('{"suites": {"nightly": {"handled": "0001-01-01T00:00:00+00:00"}}}', "Asia/Tokyo"),
+        ('{"suites": {"nightly": {"handled": "9999-12-31T23:59:59-14:00"}}}', "UTC"),
     ],
-    ids=["garbage", "suites-list", "naive-time", "year-1", "year-1-in-zone"],
+    ids=["garbage", "suites-list", "naive-time", "year-1", "year-1-in-zone", "year-9999"],
 )
-async def test_a_heartbeat_that_cannot_be_read_tells_of_no_missed_fire(
+async def test_a_heartbeat_that_cannot_be_believed_tells_of_no_missed_fire(
     tmp_path: Path, fault_server: FaultServer, heartbeat: str, timezone: str
 ) -> None:
-    """Year 1 moved into the suite's zone is before the first date there is: no traceback,
-    and the daemon still starts and says when it fires."""
+    """Unreadable, far past or ahead of now: no traceback, and the suite starts from now."""
     loaded = write_config(
         tmp_path, fault_server, schedule="0 3 * * *", misfire=60, timezone=timezone
     )
@@ -515,7 +516,7 @@ async def test_a_heartbeat_that_cannot_be_read_tells_of_no_missed_fire(
     heartbeat_path(loaded.runs_dir).write_text(heartbeat)
     logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
     expected = "2026-12-01T03:00:00+00:00" if timezone == "UTC" else "2026-11-30T18:00:00+00:00"
-    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == expected
+    assert _first_fire(logs) == expected
 
 
 async def test_run_now_at_start_stands_for_a_missed_fire(
@@ -523,20 +524,78 @@ async def test_run_now_at_start_stands_for_a_missed_fire(
 ) -> None:
     """`--run-now` runs at start anyway: the missed fire does not make it run twice."""
     loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
-    _left_heartbeat(loaded, "2026-11-30T03:00:00+00:00")
+    _left_heartbeat(loaded, "2026-11-29T03:00:00+00:00")
     logs = await _serve_until(loaded, ManualClock(START), "scheduler.job_finished", run_now=True)
     [started] = events(logs, "scheduler.job_started")
     assert started["scheduled_for"] is None
-    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == "2026-12-01T03:00:00+00:00"
+    assert events(logs, "scheduler.job_skipped") == []
     assert len(run_dirs(loaded)) == 1
+    assert _handled(loaded) == "2026-11-30T03:00:00+00:00"
+
+
+async def test_a_stop_before_the_start_up_run_leaves_the_missed_fire_unhandled(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """`--run-now` stands for a missed fire only once its run starts: a SIGTERM during
+    start-up leaves the fire for the next start to make up."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
+    _left_heartbeat(loaded, "2026-11-29T03:00:00+00:00")
+    with capture_logs() as logs:
+        daemon = Daemon(loaded, clock=ManualClock(START), run_now=True, handle_signals=False)
+        daemon.request_stop("SIGTERM")
+        assert await daemon.run() == 0
+    assert events(logs, "scheduler.job_started") == []
+    assert _handled(loaded) == "2026-11-29T03:00:00+00:00"
 
 
 async def test_a_resumed_run_from_an_earlier_night_does_not_stand_for_tonights_fire(
     tmp_path: Path, fault_server: FaultServer
 ) -> None:
     """Stopped mid-run on the 28th and back 30 s after the 30th's fire: the 28th's run is
-    resumed first, then the 30th's fire runs, late but within the grace."""
+    resumed first, then the 29th's and 30th's fires run once. The resume takes a quarter of
+    an hour, past the 10-minute grace: the made-up fire is as late as the daemon was in
+    coming back, not as the resume made it."""
     loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", cand="slow:30", grace=0.2)
+    earlier = ManualClock(datetime(2026, 11, 28, 3, 0, 5, tzinfo=UTC))
+    with capture_logs():
+        daemon = Daemon(loaded, clock=earlier, run_now=True, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: len(fault_server.received("ok")) == 3)
+            [run_dir] = run_dirs(loaded)
+            await until(lambda: len((run_dir / "raw.jsonl").read_text().splitlines()) == 3)
+            daemon.request_stop("SIGTERM")
+    assert _handled(loaded) == "2026-11-28T03:00:00+00:00"
+
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=600)
+    clock = ManualClock(START)
+
+    async def runner(*args: Any, **kwargs: Any) -> Any:
+        result = await run_suite_async(*args, **kwargs)
+        if kwargs["mode"] == "resume":
+            clock.advance(15 * 60)
+        return result
+
+    with capture_logs() as logs:
+        daemon = Daemon(loaded, clock=clock, runner=runner, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: len(events(logs, "scheduler.job_finished")) == 2)
+            daemon.request_stop()
+    started = events(logs, "scheduler.job_started")
+    assert [(e["mode"], e["scheduled_for"], e["coalesced"]) for e in started] == [
+        ("resume", None, 1),
+        ("run", "2026-11-30T03:00:00+00:00", 2),
+    ]
+    assert started[0]["resume_dir"] == str(run_dir)
+    assert events(logs, "scheduler.misfire") == events(logs, "scheduler.job_skipped") == []
+
+
+async def test_a_replay_after_an_interrupted_run_does_not_hide_it(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A replay calls nothing and is passed over: the interrupted run before it resumes."""
+    loaded = write_config(tmp_path, fault_server, cand="slow:30", grace=0.2)
     with capture_logs():
         daemon = Daemon(loaded, clock=ManualClock(START), run_now=True, handle_signals=False)
         async with anyio.create_task_group() as tg:
@@ -545,33 +604,23 @@ async def test_a_resumed_run_from_an_earlier_night_does_not_stand_for_tonights_f
             [run_dir] = run_dirs(loaded)
             await until(lambda: len((run_dir / "raw.jsonl").read_text().splitlines()) == 3)
             daemon.request_stop("SIGTERM")
-    earlier = run_dir.rename(run_dir.with_name("20261128T030005Z-" + run_dir.name[-6:]))
-    _left_heartbeat(loaded, "2026-11-28T03:00:00+00:00")
-
-    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=600)
-    with capture_logs() as logs:
-        daemon = Daemon(loaded, clock=ManualClock(START), handle_signals=False)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(daemon.run)
-            await until(lambda: len(events(logs, "scheduler.job_finished")) == 2)
-            daemon.request_stop()
-    started = events(logs, "scheduler.job_started")
-    assert [(e["mode"], e["scheduled_for"]) for e in started] == [
-        ("resume", None),
-        ("run", "2026-11-30T03:00:00+00:00"),
-    ]
-    assert started[0]["resume_dir"] == str(earlier)
-    # the 28th's fire was the resumed run's; the 29th's and the 30th's came due while down
-    assert (started[1]["coalesced"], events(logs, "scheduler.job_skipped")) == (2, [])
+    replay = loaded.runs_dir / "nightly" / "29990101T000000Z-aaaaaa"
+    replay.mkdir()
+    (replay / "manifest.json").write_text(
+        json.dumps(
+            {"version": MANIFEST_VERSION, "suite": "nightly", "mode": "replay", "finished_at": "x"}
+        )
+    )
+    assert find_interrupted(loaded, "nightly") == (run_dir, None)
 
 
-async def test_a_start_that_fails_leaves_the_fire_the_last_daemon_waited_for(
+async def test_a_start_that_fails_leaves_the_fire_the_last_daemon_handled(
     tmp_path: Path, fault_server: FaultServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first heartbeat is written once every suite's first fire is settled: a start that
     fails before that leaves the last daemon's heartbeat, and its missed fire, for the next."""
     loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *")
-    _left_heartbeat(loaded, "2026-11-30T03:00:00+00:00")
+    _left_heartbeat(loaded, "2026-11-29T03:00:00+00:00")
     left = heartbeat_path(loaded.runs_dir).read_text()
 
     def unreadable(*args: Any) -> Any:
@@ -589,8 +638,8 @@ async def test_a_per_second_schedule_down_for_days_makes_up_only_its_latest_fire
     """Two days of per-second fires missed: counting stops at MAX_COALESCE, but the one that
     runs is the latest, half a second late, not the last one counted, a day late."""
     loaded = write_config(tmp_path, fault_server, schedule="* * * * * *", misfire=30)
-    _left_heartbeat(loaded, (START - timedelta(days=2)).isoformat())
     clock = ManualClock(START + timedelta(seconds=0.5))
+    _left_heartbeat(loaded, (START - timedelta(days=2)).isoformat())
     logs = await _serve_until(loaded, clock, "scheduler.job_started")
     [started] = events(logs, "scheduler.job_started")
     assert (started["scheduled_for"], started["coalesced"]) == (
@@ -601,23 +650,32 @@ async def test_a_per_second_schedule_down_for_days_makes_up_only_its_latest_fire
 
 
 def test_latest_fire_looks_back_as_far_as_the_schedule_needs() -> None:
-    def latest(expr: str, timezone: str = "UTC") -> datetime | None:
+    def latest(expr: str, timezone: str = "UTC", now: datetime = START) -> datetime | None:
         trigger = Trigger(expr, timezone, config_path=Path("p.toml"), suite="s")
-        return trigger.latest(START)
+        return trigger.latest(now)
 
     assert latest("* * * * * *") == START
+    assert latest("*/10 * * * * *") == START
+    assert latest("*/7 * * * * *") == START - timedelta(seconds=2)  # 03:00:28
     assert latest("0 3 * * *") == START.replace(minute=0, second=0)
     assert latest("0 4 * * *") == datetime(2026, 11, 29, 4, 0, tzinfo=UTC)
     assert latest("0 0 1 1 *") == datetime(2026, 1, 1, tzinfo=UTC)
-    assert latest("0 0 29 2 *") is None  # last 29 February: 2024, past the lookback
+    assert latest("0 0 29 2 *") is None  # the last 29 February, 2024, is past the lookback
     assert latest("30 22 * * *", "America/New_York") == datetime(2026, 11, 29, 3, 30, tzinfo=UTC)
+    # every second of the 1st only: a day of fires lies between, found without counting them
+    first_day = latest("* * * 1 * *", now=datetime(2026, 11, 2, 12, tzinfo=UTC))
+    assert first_day == datetime(2026, 11, 1, 23, 59, 59, tzinfo=UTC)
+    # a spring-forward gap moves 02:30 New York to 03:30 EDT (07:30 UTC), and it is found
+    spring = latest("30 2 * * *", "America/New_York", datetime(2026, 3, 8, 8, tzinfo=UTC))
+    assert spring is not None
+    assert spring.astimezone(UTC) == datetime(2026, 3, 8, 7, 30, tzinfo=UTC)
 
 
 async def test_a_restart_in_the_hour_a_dst_fall_back_repeats_runs_the_night_once(
     tmp_path: Path, fault_server: FaultServer
 ) -> None:
-    """01:30 New York fired in the first 01:00-02:00 of 1 November; a daemon restarted in
-    the second one reads the last one's next fire (2 November) and does not fire again."""
+    """01:30 New York fired in the first 01:00-02:00 of 1 November and was stopped mid-run;
+    a daemon restarted in the second 01:00-02:00 resumes it and fires next on 2 November."""
     loaded = write_config(
         tmp_path, fault_server, schedule="30 1 * * *", timezone="America/New_York"
     )
@@ -628,18 +686,28 @@ async def test_a_restart_in_the_hour_a_dst_fall_back_repeats_runs_the_night_once
             tg.start_soon(daemon.run)
             await until(lambda: bool(events(first, "scheduler.next_fire")))
             clock.advance(15)
-            await until(lambda: bool(events(first, "scheduler.job_finished")))
-            await until(lambda: len(events(first, "scheduler.next_fire")) == 2)
+            await until(lambda: bool(events(first, "scheduler.job_started")))
             daemon.request_stop()
-    assert events(first, "scheduler.next_fire")[-1]["next_fire"] == "2026-11-02T06:30:00+00:00"
+    assert _handled(loaded) == "2026-11-01T05:30:00+00:00"
 
-    clock = ManualClock(datetime(2026, 11, 1, 6, 0, tzinfo=UTC))  # 01:00 EST, the hour again
+    clock = ManualClock(datetime(2026, 11, 1, 6, 10, tzinfo=UTC))  # 01:10 EST, the hour again
     logs = await _serve_until(loaded, clock, "scheduler.next_fire")
-    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == "2026-11-02T06:30:00+00:00"
+    assert _first_fire(logs) == "2026-11-02T06:30:00+00:00"
 
-    other = write_config(tmp_path, fault_server, schedule="30 1 * * 0", timezone="America/New_York")
-    logs = await _serve_until(other, clock, "scheduler.next_fire")  # another schedule: its own
-    assert events(logs, "scheduler.next_fire")[0]["next_fire"] == "2026-11-01T06:30:00+00:00"
+
+async def test_a_fire_in_a_spring_forward_gap_missed_while_down_is_made_up(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """02:30 New York does not exist on 8 March; it fires at 03:30 EDT (07:30 UTC). Down over
+    it and back a minute later, it is made up, not lost to the next day's."""
+    loaded = write_config(
+        tmp_path, fault_server, schedule="30 2 * * *", timezone="America/New_York"
+    )
+    _left_heartbeat(loaded, "2026-03-07T07:30:00+00:00")
+    logs = await _serve_until(
+        loaded, ManualClock(datetime(2026, 3, 8, 7, 31, tzinfo=UTC)), "scheduler.next_fire"
+    )
+    assert _first_fire(logs) == "2026-03-08T07:30:00+00:00"
 
 
 async def test_endpoint_outage_makes_one_run_incomplete_and_the_next_tick_runs_normally(

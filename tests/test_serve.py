@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -146,17 +146,19 @@ def test_serve_process_stops_on_sigterm_with_exit_0_and_a_resumable_run(
 def test_serve_process_makes_up_the_fire_it_missed_while_down(
     tmp_path: Path, fault_server: FaultServer
 ) -> None:
-    """A daemon restarted after the minute's fire it was waiting for (as its heartbeat left
-    says) runs that fire at start, instead of waiting for the next minute."""
+    """A daemon back after a minute's fire it missed (its heartbeat says the minute before was
+    the last it handled) runs that fire at start, instead of waiting for the next minute."""
     config = write_config(tmp_path, fault_server, cand="ok", schedule="* * * * *")
     now = datetime.now(UTC)
     if now.second >= 50:  # keep the next minute's own fire out of the start-up
         time.sleep(61 - now.second)
         now = datetime.now(UTC)
-    missed = now.replace(second=0, microsecond=0).isoformat(timespec="seconds")
+    minute = now.replace(second=0, microsecond=0)
+    missed = minute.isoformat(timespec="seconds")
+    handled = (minute - timedelta(minutes=1)).isoformat(timespec="seconds")
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / ".parallax-serve.json").write_text(
-        json.dumps({"state": "stopped", "suites": {"nightly": {"next_fire": missed}}})
+        json.dumps({"state": "stopped", "suites": {"nightly": {"handled": handled}}})
     )
     proc = subprocess.Popen(
         [*PARALLAX, "serve", "--config", str(config)],
