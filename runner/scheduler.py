@@ -1,9 +1,10 @@
 """`parallax serve`: each suite on its cron schedule, never two runs of a suite at once.
 
-APScheduler 3.11 (the stable line; 4.0 is a pre-release) supplies the calendar arithmetic: its
-CronTrigger turns a crontab line and a time zone into fire times, DST gaps and folds included.
-It stays behind this module. The loop that waits and runs is ours, one anyio task group with
-named children, so a run in flight sits in a cancel scope we own:
+APScheduler 3.11 (the stable line; 4.0 is a pre-release) supplies the crontab parsing and
+field arithmetic, run in UTC against the suite's wall clock; `Trigger` maps wall-clock fire
+times to real ones, DST gaps and folds included. It stays behind this module. The loop that
+waits and runs is ours, one anyio task group with named children, so a run in flight sits in
+a cancel scope we own:
 
     serve
     ├── signals        SIGTERM/SIGINT/SIGHUP: stop scheduling; a second cuts the grace short
@@ -58,7 +59,9 @@ EXIT_CRASHED = 70  # sysexits EX_SOFTWARE: the scheduler itself failed (a run's 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # each a clean stop, exit 0
 UNWIND_SECONDS = 10.0  # bounded, shielded wait for cancelled runs to close their ledgers
 MAX_COALESCE = 1_000  # fire times counted one by one; past it the latest is found directly
+SHIFT_WINDOW = timedelta(hours=3)  # longer than any DST shift (two hours at most)
 LOOKBACK = timedelta(days=400)  # how far back a fire is looked for, or a handled one believed
+CLOCK_SLACK = timedelta(days=1)  # how far ahead of now a handled fire is still believed
 
 Runner = Callable[..., Awaitable[tuple[Path, int, dict[str, Any]]]]
 
@@ -151,13 +154,13 @@ class Trigger:
                 day=day,
                 month=month,
                 day_of_week=_crontab_dow(dow),
-                timezone=tz,
+                timezone=UTC,  # matched against the wall clock: see `_next`
             )
         except ValueError as exc:
             raise ConfigError(
                 config_path, f"suites.{suite}.schedule", f"bad cron {expr!r}: {exc}"
             ) from None
-        if self._cron.get_next_fire_time(None, datetime.now(tz)) is None:  # `0 0 30 2 *`
+        if self._cron.get_next_fire_time(None, datetime.now(UTC)) is None:  # `0 0 30 2 *`
             raise ConfigError(
                 config_path, f"suites.{suite}.schedule", f"cron {expr!r} names no date that exists"
             )
@@ -175,23 +178,49 @@ class Trigger:
 
     def first(self, now: datetime) -> datetime | None:
         """The first fire time at or after `now`."""
-        fire: datetime | None = self._cron.get_next_fire_time(None, now)
-        return fire
+        return self._next(now, strictly=False)
 
-    def after(self, previous: datetime, now: datetime) -> datetime | None:
-        """The fire time right after `previous` (which may still be in the past).
+    def after(self, previous: datetime) -> datetime | None:
+        """The first fire time after `previous` (which may still be in the past)."""
+        return self._next(previous, strictly=True)
 
-        A DST fall-back repeats an hour of wall-clock time; APScheduler 3 would fire a 02:30
-        job in both of them. A wall-clock time at or before the previous fire's is skipped, so
-        a nightly job runs once that night, as crontab does.
+    def _next(self, bound: datetime, *, strictly: bool) -> datetime | None:
+        """The first fire time at (unless `strictly`) or after `bound`, in UTC.
+
+        The crontab fields are matched against the zone's wall clock by a trigger that runs
+        in UTC, where no day is 23 hours long: APScheduler 3's own arithmetic in a zone with
+        DST adds 24 hours to step a day, and skipped the night after each spring-forward for a
+        `0 0 * * *` job. A wall-clock time in a spring-forward gap is read with the offset
+        before it, so it fires when the gap ends, later by its length; one in a fall-back's
+        repeated hour is its first occurrence only, so a nightly job runs once that night.
+        Wall-clock order is fire order except within a gap's length after a spring-forward:
+        only there are the candidates weighed against each other.
         """
-        fire: datetime | None = self._cron.get_next_fire_time(previous, now)
-        while fire is not None and self._wall(fire) <= self._wall(previous):
+        fire: datetime | None = self._cron.get_next_fire_time(None, self._wall(bound))
+        best: datetime | None = None
+        best_wall = bound
+        while fire is not None and (best is None or fire <= best_wall + SHIFT_WINDOW):
+            real = fire.replace(tzinfo=self.tz).astimezone(UTC)
+            if (real > bound or (real == bound and not strictly)) and (best is None or real < best):
+                if self._steady(real):
+                    return real
+                best, best_wall = real, fire
             fire = self._cron.get_next_fire_time(fire, fire)
-        return fire
+        return best
 
-    def _wall(self, when: datetime) -> datetime:
-        return when.astimezone(UTC).astimezone(self.tz).replace(tzinfo=None)
+    def _wall(self, bound: datetime) -> datetime:
+        """Where to start matching for fires at or after `bound`: its wall-clock time (labelled
+        UTC), earlier by the gap when a spring-forward has just passed, since the gap's
+        wall-clock times fire after it."""
+        shift = self._offset(bound) - self._offset(bound - SHIFT_WINDOW)
+        return bound.astimezone(self.tz).replace(tzinfo=UTC) - max(shift, timedelta(0))
+
+    def _steady(self, when: datetime) -> bool:
+        """No DST shift within SHIFT_WINDOW either side of `when`."""
+        return self._offset(when - SHIFT_WINDOW) == self._offset(when + SHIFT_WINDOW)
+
+    def _offset(self, when: datetime) -> timedelta:
+        return when.astimezone(self.tz).utcoffset() or timedelta(0)
 
     def due(self, fire: datetime, now: datetime) -> tuple[list[datetime], datetime | None]:
         """Fire times from `fire` up to `now`, and the first one after `now`.
@@ -207,9 +236,8 @@ class Trigger:
                 latest = self.latest(now)
                 if latest is not None and latest > current:
                     passed.append(latest)
-                nxt = self.first(now)
-                return passed, nxt if nxt is None or nxt > now else self.after(nxt, now)
-            current = self.after(current, now)
+                return passed, self.after(now)
+            current = self.after(current)
         return passed, current
 
     def latest(self, now: datetime) -> datetime | None:
@@ -269,24 +297,40 @@ def _iso(when: datetime | None) -> str | None:
     return when.astimezone(UTC).isoformat(timespec="seconds") if when is not None else None
 
 
-def _handled_in(path: Path, now: datetime) -> dict[str, datetime]:
-    """Each suite's last fire dealt with, in the heartbeat a stopped daemon left. What cannot
-    be read (no heartbeat yet, a hand-edited one), lies ahead of now (a clock set wrong) or
-    more than LOOKBACK back tells of nothing, and the suite starts from now."""
+def _resume_points(path: Path, now: datetime) -> dict[str, tuple[datetime, bool]]:
+    """Where each suite's fire times go on from, by the heartbeat a stopped daemon left: after
+    the last fire it handled, or (when it handled none) from the fire it was waiting for, which
+    is then still due; the flag says whether that time itself is a fire still to come.
+
+    What cannot be read (no heartbeat yet, a hand-edited one) tells of nothing, and neither
+    does a time more than LOOKBACK back or one ahead of now by more than CLOCK_SLACK (a
+    handled fire a little ahead is a clock stepped back since, and stands).
+    """
     try:
         suites = loads(path.read_bytes())["suites"]
         entries = suites.items()
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
-    handled: dict[str, datetime] = {}
+    points: dict[str, tuple[datetime, bool]] = {}
     for name, entry in entries:
-        try:
-            when = datetime.fromisoformat(entry["handled"])
-        except (KeyError, TypeError, ValueError):
+        if not isinstance(entry, dict):
             continue
-        if when.tzinfo is not None and now - LOOKBACK <= when <= now:
-            handled[name] = when
-    return handled
+        handled, waited = _time_in(entry, "handled"), _time_in(entry, "next_fire")
+        if handled is not None and now - LOOKBACK <= handled <= now + CLOCK_SLACK:
+            points[name] = (handled, False)
+        elif (
+            entry.get("handled") is None and waited is not None and now - LOOKBACK <= waited <= now
+        ):
+            points[name] = (waited, True)
+    return points
+
+
+def _time_in(entry: dict[str, Any], key: str) -> datetime | None:
+    try:
+        when = datetime.fromisoformat(entry[key])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return when if when.tzinfo is not None else None
 
 
 def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str | None]:
@@ -479,17 +523,18 @@ class Daemon:
         # every suite's first fire is settled before this daemon's first heartbeat replaces the
         # last one's, which names the fires it dealt with: a crash in between loses none
         now = self._start = self._clock.now()
-        handled = _handled_in(self.heartbeat, now)
+        points = _resume_points(self.heartbeat, now)
         cannot_resume: dict[str, str] = {}
         for entry in self._suites:
             entry.resume_dir, why_not = find_interrupted(self.loaded, entry.name)
             if why_not:
                 cannot_resume[entry.name] = why_not
-            entry.handled = handled.get(entry.name)
+            point, still_due = points.get(entry.name, (now, True))
+            if not still_due:
+                entry.handled = point
+            # in the past: missed while no daemon ran, made up below
             entry.next_fire = (
-                entry.trigger.first(now)
-                if entry.handled is None
-                else entry.trigger.after(entry.handled, now)  # past: missed while no daemon ran
+                entry.trigger.first(point) if still_due else entry.trigger.after(point)
             )
         try:
             self._write_heartbeat("running")
@@ -629,7 +674,7 @@ class Daemon:
         elif self._run_now:  # a run at start stands for every fire missed before it
             covered = entry.trigger.latest(self._start)
             if covered is not None and (entry.handled is None or covered > entry.handled):
-                fire = entry.trigger.after(covered, self._start)
+                fire = entry.trigger.after(covered)
             else:
                 covered = None
             await self._job(entry, mode="run", handles=covered)
@@ -657,7 +702,7 @@ class Daemon:
                     missed=len(due),
                     misfire_grace_seconds=self.misfire_grace,
                 )
-                entry.handled = latest
+                self._handle(entry, latest)
                 continue
             await self._job(
                 entry, mode="run", scheduled_for=latest, coalesced=len(due), handles=latest
@@ -670,7 +715,7 @@ class Daemon:
         if fire is None or fire > now:
             return fire
         passed, fire = entry.trigger.due(fire, now)
-        entry.handled = passed[-1]
+        self._handle(entry, passed[-1])
         self._log.info(
             logs.SCHEDULER_JOB_SKIPPED,
             suite=entry.name,
@@ -703,12 +748,11 @@ class Daemon:
         coalesced: int = 1,
         handles: datetime | None = None,
     ) -> None:
-        """Run (or resume) the suite once; `handles` is the fire time it stands for, handled
-        from here on whether it runs or the lock makes it skip, not when a stop comes first."""
+        """Run (or resume) the suite once. `handles` is the fire time it stands for: handled as
+        soon as its run dir exists, or when it ends without one (a crash, the lock held by a
+        hand-started run), but not when a stop cancels it first: the next start makes it up."""
         if self._stopping:
             return
-        if handles is not None:
-            entry.handled = handles
         holder = is_locked(self.loaded.runs_dir, entry.name)
         if holder is not None:
             self._log.warning(
@@ -718,6 +762,7 @@ class Daemon:
                 holder=holder,
                 scheduled_for=_iso(scheduled_for),
             )
+            self._handle(entry, handles)
             return
         self._log.info(
             logs.SCHEDULER_JOB_STARTED,
@@ -730,14 +775,14 @@ class Daemon:
         t0 = time.monotonic()
         entry.done = anyio.Event()
         entry.scope = anyio.CancelScope()
-        # on disk before the run makes its dir: a daemon killed from here on leaves a heartbeat
-        # that names this fire as handled, so the next start resumes the run and adds none
-        self._safe_heartbeat("running")
+        self._poke()
         try:
             with entry.scope:
-                await self._run_one(entry, mode, resume_dir, t0)
+                await self._run_one(entry, mode, resume_dir, t0, handles)
             if entry.scope.cancelled_caught:
                 self._log_cancelled(entry, t0)
+            else:
+                self._handle(entry, handles)
         except anyio.get_cancelled_exc_class():  # the daemon itself is going down
             self._log_cancelled(entry, t0)
             raise
@@ -746,6 +791,13 @@ class Daemon:
             entry.runs += 1
             entry.done.set()
             self._poke()
+
+    def _handle(self, entry: _Suite, when: datetime | None) -> None:
+        """Record `when` as the suite's last fire dealt with, on disk at once."""
+        if when is None or (entry.handled is not None and when <= entry.handled):
+            return
+        entry.handled = when
+        self._safe_heartbeat("stopping" if self._stopping else "running")
 
     def _log_cancelled(self, entry: _Suite, t0: float) -> None:
         left, _ = find_interrupted(self.loaded, entry.name)
@@ -758,10 +810,22 @@ class Daemon:
             resumable=left is not None,
         )
 
-    async def _run_one(self, entry: _Suite, mode: str, resume_dir: Path | None, t0: float) -> None:
+    async def _run_one(
+        self,
+        entry: _Suite,
+        mode: str,
+        resume_dir: Path | None,
+        t0: float,
+        handles: datetime | None,
+    ) -> None:
+        def made(run_dir: Path) -> None:
+            # on disk as the run dir appears: a daemon killed from here on leaves a heartbeat
+            # that names this fire handled, so the next start resumes the run and adds none
+            self._handle(entry, handles)
+
         try:
             run_dir, code, summary = await self._runner(
-                self.loaded, entry.name, resume_dir=resume_dir, mode=mode
+                self.loaded, entry.name, resume_dir=resume_dir, mode=mode, on_run_dir=made
             )
         except SuiteLocked as exc:  # lost the race with a `parallax run` started by hand
             self._log.warning(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import threading
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import anyio
 import pytest
@@ -158,12 +160,98 @@ def test_a_nightly_job_fires_once_in_the_night_dst_repeats_an_hour() -> None:
     for _ in range(2):
         last = fires[-1]
         assert last is not None
-        fires.append(trigger.after(last, last))
+        fires.append(trigger.after(last))
     assert [f.astimezone(UTC).isoformat() for f in fires if f] == [
         "2026-10-25T00:30:00+00:00",
         "2026-10-26T01:30:00+00:00",
         "2026-10-27T01:30:00+00:00",
     ]
+
+
+def _field(spec: str, value: int) -> bool:
+    """A crontab field of the shapes below: `*`, `*/n`, `n`, `a-b` and lists of them."""
+    for part in spec.split(","):
+        span, _, step = part.partition("/")
+        low, _, high = span.partition("-")
+        if span == "*":
+            low, high = "0", "59"
+        if int(low) <= value <= int(high or low) and (value - int(low)) % int(step or 1) == 0:
+            return True
+    return False
+
+
+def _reference_fires(expr: str, zone: str, start: datetime, days: int) -> list[datetime]:
+    """Every fire time over `days` local days from `start`, minute by minute, by the rules
+    the README states: a wall-clock time a spring-forward skips fires when the gap ends
+    (read with the offset before it), one a fall-back repeats fires at its first occurrence."""
+    minute, hour, day, month, _ = expr.split()
+    tz = ZoneInfo(zone)
+    wall = start.astimezone(tz).replace(tzinfo=None, hour=0, minute=0, second=0)
+    fires = set()
+    for step in range(days * 24 * 60):
+        at = wall + timedelta(minutes=step)
+        if (
+            _field(minute, at.minute)
+            and _field(hour, at.hour)
+            and (day == "*" or _field(day, at.day))
+            and (month == "*" or _field(month, at.month))
+        ):
+            fires.add(at.replace(tzinfo=tz).astimezone(UTC))
+    return sorted(fires)
+
+
+@pytest.mark.parametrize(
+    ("zone", "around"),
+    [
+        ("America/New_York", datetime(2026, 3, 8, tzinfo=UTC)),
+        ("America/New_York", datetime(2026, 11, 1, tzinfo=UTC)),
+        ("Europe/Berlin", datetime(2026, 3, 29, tzinfo=UTC)),
+        ("Europe/Berlin", datetime(2026, 10, 25, tzinfo=UTC)),
+        ("America/Santiago", datetime(2026, 9, 6, tzinfo=UTC)),  # midnight does not exist
+        ("America/Santiago", datetime(2026, 4, 5, tzinfo=UTC)),
+        ("Australia/Lord_Howe", datetime(2026, 10, 4, tzinfo=UTC)),  # a 30-minute shift
+    ],
+)
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "0 0 * * *",
+        "30 0 * * *",
+        "30 1 * * *",
+        "30 2 * * *",
+        "20,40 2 * * *",
+        "*/20 * * * *",
+        "0 23 * * *",
+    ],
+)
+def test_fire_times_across_dst_match_a_minute_by_minute_reference(
+    zone: str, around: datetime, expr: str
+) -> None:
+    """APScheduler 3 alone stepped a day by 24 hours and lost the midnight fire after every
+    spring-forward; every fire time here, and the first one at or after any moment, is the
+    reference's."""
+    start = around - timedelta(days=3)
+    expected = _reference_fires(expr, zone, start, days=7)
+    trigger = Trigger(expr, zone, config_path=Path("p.toml"), suite="s")
+    fires = [trigger.first(expected[0])]
+    while (last := fires[-1]) is not None and last < expected[-1]:
+        fires.append(trigger.after(last))
+    assert fires == expected
+    rng = random.Random(f"{zone}{around}{expr}")
+    span = (expected[-1] - expected[0]).total_seconds()
+    for _ in range(200):
+        moment = expected[0] + timedelta(seconds=rng.uniform(0, span))
+        assert trigger.first(moment) == next(f for f in expected if f >= moment), moment
+
+
+def test_a_monthly_fire_after_a_spring_forward_is_kept() -> None:
+    """`0 0 1 * *` in Berlin went from 1 March straight to 1 May with APScheduler 3 alone."""
+    trigger = Trigger("0 0 1 * *", "Europe/Berlin", config_path=Path("p.toml"), suite="s")
+    march = trigger.first(datetime(2026, 2, 20, tzinfo=UTC))
+    assert march is not None
+    april = trigger.after(march)
+    assert april == datetime(2026, 3, 31, 22, tzinfo=UTC)  # 1 April 00:00 CEST
+    assert trigger.latest(datetime(2026, 4, 15, tzinfo=UTC)) == april
 
 
 def test_bad_schedule_or_zone_is_a_config_error_naming_the_key() -> None:
@@ -531,6 +619,86 @@ async def test_run_now_at_start_stands_for_a_missed_fire(
     assert events(logs, "scheduler.job_skipped") == []
     assert len(run_dirs(loaded)) == 1
     assert _handled(loaded) == "2026-11-30T03:00:00+00:00"
+
+
+def _write_heartbeat(loaded: LoadedConfig, nightly: dict[str, Any]) -> None:
+    heartbeat_path(loaded.runs_dir).parent.mkdir(parents=True, exist_ok=True)
+    heartbeat_path(loaded.runs_dir).write_text(json.dumps({"suites": {"nightly": nightly}}))
+
+
+async def test_a_daemon_that_handled_no_fire_yet_leaves_the_one_it_waited_for(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Started at 02:50 on a fresh install and stopped before 03:00: nothing handled, so the
+    fire it was waiting for is still due when the next daemon comes back at 03:00:30."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
+    _write_heartbeat(loaded, {"handled": None, "next_fire": "2026-11-30T03:00:00+00:00"})
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.job_started")
+    assert events(logs, "scheduler.job_started")[0]["scheduled_for"] == (
+        "2026-11-30T03:00:00+00:00"
+    )
+
+
+async def test_a_clock_stepped_back_after_a_run_does_not_run_the_night_again(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """03:01 was handled; the clock now reads 03:00:30 (stepped back at boot): the next fire
+    is tomorrow's, not 03:01 again. A handled time a year ahead is a wrong file, not a clock."""
+    loaded = write_config(tmp_path, fault_server, schedule="1 3 * * *")
+    _write_heartbeat(loaded, {"handled": "2026-11-30T03:01:00+00:00"})
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
+    assert _first_fire(logs) == "2026-12-01T03:01:00+00:00"
+    _write_heartbeat(loaded, {"handled": "2027-11-30T03:01:00+00:00"})
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
+    assert _first_fire(logs) == "2026-11-30T03:01:00+00:00"
+
+
+@pytest.mark.parametrize("made_dir", [False, True], ids=["before-its-dir", "after-its-dir"])
+async def test_a_run_cancelled_by_a_stop_is_handled_only_once_its_dir_exists(
+    tmp_path: Path, fault_server: FaultServer, made_dir: bool
+) -> None:
+    """A stop that cancels a run still validating its fixtures leaves the fire for the next
+    start to make up; once the run dir exists, the fire is that run's (resumed next time)."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60, grace=0.1)
+    _write_heartbeat(loaded, {"handled": "2026-11-29T03:00:00+00:00"})
+    entered = anyio.Event()
+
+    async def runner(*args: Any, on_run_dir: Any, **kwargs: Any) -> Any:
+        if made_dir:
+            on_run_dir(loaded.runs_dir / "nightly" / "made")
+        entered.set()
+        await anyio.sleep_forever()
+
+    with capture_logs() as logs:
+        daemon = Daemon(loaded, clock=ManualClock(START), runner=runner, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await entered.wait()
+            daemon.request_stop("SIGTERM")
+    assert events(logs, "scheduler.job_cancelled")
+    expected = "2026-11-30T03:00:00+00:00" if made_dir else "2026-11-29T03:00:00+00:00"
+    assert _handled(loaded) == expected
+
+
+async def test_a_misfire_is_on_disk_as_handled_at_once(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """With an hour between heartbeats, a kill right after a misfire must not log it again."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=10, heartbeat=3600)
+    _left_heartbeat(loaded, "2026-11-30T03:00:00+00:00")
+    clock = ManualClock(START)
+    seen: list[str | None] = []
+    with capture_logs() as logs:
+        daemon = Daemon(loaded, clock=clock, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: bool(events(logs, "scheduler.next_fire")))
+            await anyio.sleep(0.1)  # the heartbeat's first write is behind us
+            clock.advance(86400 + 60)  # 1 December 03:01:30: its 03:00 is 90 s late
+            await until(lambda: bool(events(logs, "scheduler.misfire")))
+            seen.append(_handled(loaded))
+            daemon.request_stop()
+    assert seen == ["2026-12-01T03:00:00+00:00"]
 
 
 async def test_a_stop_before_the_start_up_run_leaves_the_missed_fire_unhandled(
