@@ -487,7 +487,11 @@ def _add_daemon_commands(add: Adder, config_help: str) -> None:
         "(0 stopped, 70 crashed).",
     )
     p.add_argument("--config", help=config_help)
-    p.add_argument("--run-now", action="store_true", help="also run every scheduled suite at start")
+    p.add_argument(
+        "--run-now",
+        action="store_true",
+        help="also run each scheduled suite at start (one with an interrupted run resumes it)",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = add("health", "Exit 0 when the serve daemon is running with a fresh heartbeat, else 1.")

@@ -59,7 +59,7 @@ EXIT_CRASHED = 70  # sysexits EX_SOFTWARE: the scheduler itself failed (a run's 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # each a clean stop, exit 0
 UNWIND_SECONDS = 10.0  # bounded, shielded wait for cancelled runs to close their ledgers
 MAX_COALESCE = 1_000  # fire times counted one by one; past it the latest is found directly
-SHIFT_WINDOW = timedelta(hours=3)  # longer than any DST shift (two hours at most)
+SHIFT_WINDOW = timedelta(hours=26)  # longer than any offset change (Samoa skipped a day)
 LOOKBACK = timedelta(days=400)  # how far back a fire is looked for, or a handled one believed
 CLOCK_SLACK = timedelta(days=1)  # how far ahead of now a handled fire is still believed
 
@@ -190,34 +190,68 @@ class Trigger:
         The crontab fields are matched against the zone's wall clock by a trigger that runs
         in UTC, where no day is 23 hours long: APScheduler 3's own arithmetic in a zone with
         DST adds 24 hours to step a day, and skipped the night after each spring-forward for a
-        `0 0 * * *` job. A wall-clock time in a spring-forward gap is read with the offset
-        before it, so it fires when the gap ends, later by its length; one in a fall-back's
-        repeated hour is its first occurrence only, so a nightly job runs once that night.
-        Wall-clock order is fire order except within a gap's length after a spring-forward:
-        only there are the candidates weighed against each other.
+        `0 0 * * *` job. A wall-clock time is read with the offset in force just before it
+        (`fold=0`): one in a spring-forward gap fires when the gap ends, later by its length,
+        and one in a fall-back's repeated hour at its first occurrence only, so a nightly job
+        runs once that night.
+
+        Wall-clock order is fire order for the times that exist, so the first of them that
+        fires at or after `bound` is the answer, unless a gap's time (which fires after the
+        gap) comes first; times that fire too early are passed a stretch of one offset at a
+        time, so a per-second schedule costs a few dozen steps near a DST change, not one per
+        second.
         """
-        fire: datetime | None = self._cron.get_next_fire_time(None, self._wall(bound))
+        bound = bound.astimezone(UTC)
+        own = self._wall(bound)
+        behind = self._offset(bound) - self._offset(bound - SHIFT_WINDOW)
+        fire = self._cron.get_next_fire_time(None, own - max(behind, timedelta(0)))
         best: datetime | None = None
-        best_wall = bound
-        while fire is not None and (best is None or fire <= best_wall + SHIFT_WINDOW):
-            real = fire.replace(tzinfo=self.tz).astimezone(UTC)
-            if (real > bound or (real == bound and not strictly)) and (best is None or real < best):
-                if self._steady(real):
-                    return real
-                best, best_wall = real, fire
-            fire = self._cron.get_next_fire_time(fire, fire)
+        while fire is not None:
+            offset = self._offset_at(fire)
+            real = (fire - offset).replace(tzinfo=UTC)
+            if real < bound or (real == bound and strictly):
+                # fires too early: on to the first time at this offset that does not, or to
+                # the end of this offset's stretch if that comes first
+                at, end = bound + offset, self._stretch_end(fire)
+                if end < at:
+                    fire = self._cron.get_next_fire_time(None, end)
+                else:
+                    fire = self._cron.get_next_fire_time(at if strictly else None, at)
+                continue
+            best = real if best is None else min(best, real)
+            if self._exists(fire):
+                return best
+            # a gap's first time that counts: the gap's later times fire later still
+            fire = self._cron.get_next_fire_time(None, max(self._stretch_end(fire), own))
         return best
 
-    def _wall(self, bound: datetime) -> datetime:
-        """Where to start matching for fires at or after `bound`: its wall-clock time (labelled
-        UTC), earlier by the gap when a spring-forward has just passed, since the gap's
-        wall-clock times fire after it."""
-        shift = self._offset(bound) - self._offset(bound - SHIFT_WINDOW)
-        return bound.astimezone(self.tz).replace(tzinfo=UTC) - max(shift, timedelta(0))
+    def _wall(self, when: datetime) -> datetime:
+        """`when` on this zone's wall clock, labelled UTC for the wall-clock trigger."""
+        return when.astimezone(self.tz).replace(tzinfo=UTC)
 
-    def _steady(self, when: datetime) -> bool:
-        """No DST shift within SHIFT_WINDOW either side of `when`."""
-        return self._offset(when - SHIFT_WINDOW) == self._offset(when + SHIFT_WINDOW)
+    def _offset_at(self, wall: datetime) -> timedelta:
+        """The offset a wall-clock time is read with: the one in force just before it."""
+        return wall.replace(tzinfo=self.tz).utcoffset() or timedelta(0)
+
+    def _exists(self, wall: datetime) -> bool:
+        """Whether a wall-clock time happens in this zone (not inside a spring-forward gap)."""
+        return self._wall((wall - self._offset_at(wall)).replace(tzinfo=UTC)) == wall
+
+    def _stretch_end(self, wall: datetime) -> datetime:
+        """The first wall-clock time after `wall` read with another offset (to the second:
+        offsets change on whole seconds), or SHIFT_WINDOW on when none is that near."""
+        offset = self._offset_at(wall)
+        low, high = wall.replace(microsecond=0), wall.replace(microsecond=0) + SHIFT_WINDOW
+        if self._offset_at(high) == offset:
+            return high
+        while high - low > timedelta(seconds=1):
+            middle = low + (high - low) // 2
+            middle -= timedelta(microseconds=middle.microsecond)
+            if self._offset_at(middle) == offset:
+                low = middle
+            else:
+                high = middle
+        return high
 
     def _offset(self, when: datetime) -> timedelta:
         return when.astimezone(self.tz).utcoffset() or timedelta(0)

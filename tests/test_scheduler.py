@@ -22,6 +22,8 @@ import anyio
 import pytest
 import time_machine
 from faultserver import FaultServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from runner.cli import main
@@ -242,6 +244,43 @@ def test_fire_times_across_dst_match_a_minute_by_minute_reference(
     for _ in range(200):
         moment = expected[0] + timedelta(seconds=rng.uniform(0, span))
         assert trigger.first(moment) == next(f for f in expected if f >= moment), moment
+
+
+TRANSITIONS = [  # (zone, a moment near one of its offset changes)
+    ("America/New_York", datetime(2026, 3, 8, 7, tzinfo=UTC)),
+    ("America/New_York", datetime(2026, 11, 1, 6, tzinfo=UTC)),
+    ("Europe/Dublin", datetime(2026, 10, 25, 1, tzinfo=UTC)),
+    ("America/Santiago", datetime(2026, 9, 6, 4, tzinfo=UTC)),
+    ("Australia/Lord_Howe", datetime(2026, 4, 4, 15, tzinfo=UTC)),
+    ("Africa/Casablanca", datetime(2026, 2, 15, 2, tzinfo=UTC)),
+    ("America/St_Johns", datetime(2026, 3, 8, 5, tzinfo=UTC)),
+    ("Pacific/Apia", datetime(2011, 12, 30, 10, tzinfo=UTC)),  # a whole day skipped
+]
+_MINUTES = st.sampled_from(["*", "*/15", "*/7", "0", "30", "10,50", "20-40/5", "59"])
+_HOURS = st.sampled_from(["*", "0", "1", "2", "3", "0-3", "*/2", "23", "1,2,22"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    where=st.sampled_from(TRANSITIONS),
+    minute=_MINUTES,
+    hour=_HOURS,
+    offset=st.floats(min_value=-30, max_value=30),
+)
+def test_random_schedules_across_offset_changes_match_the_reference(
+    where: tuple[str, datetime], minute: str, hour: str, offset: float
+) -> None:
+    """`first`, `after` and `latest` at random moments within a day and a half of an offset
+    change, in zones that shift by 30 minutes, at midnight, or by a whole day."""
+    zone, around = where
+    expr = f"{minute} {hour} * * *"
+    expected = _reference_fires(expr, zone, around - timedelta(days=3), days=8)
+    trigger = Trigger(expr, zone, config_path=Path("p.toml"), suite="s")
+    moment = around + timedelta(hours=offset)
+    following = [f for f in expected if f >= moment]
+    assert trigger.first(moment) == following[0]
+    assert trigger.after(following[0]) == following[1]
+    assert trigger.latest(moment) == max(f for f in expected if f <= moment)
 
 
 def test_a_monthly_fire_after_a_spring_forward_is_kept() -> None:
