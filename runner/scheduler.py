@@ -191,7 +191,7 @@ class Trigger:
         in UTC, where no day is 23 hours long: APScheduler 3's own arithmetic in a zone with
         DST adds 24 hours to step a day, and skipped the night after each spring-forward for a
         `0 0 * * *` job. A wall-clock time is read with the offset in force just before it
-        (`fold=0`): one in a spring-forward gap fires when the gap ends, later by its length,
+        (`fold=0`): one in a spring-forward gap fires later by the gap's length (02:30 at 03:30),
         and one in a fall-back's repeated hour at its first occurrence only, so a nightly job
         runs once that night.
 
@@ -207,13 +207,16 @@ class Trigger:
         fire = self._cron.get_next_fire_time(None, own - max(behind, timedelta(0)))
         best: datetime | None = None
         while fire is not None:
+            if best is not None and fire - SHIFT_WINDOW > best:
+                return best  # no offset brings this or a later time back before `best`
             offset = self._offset_at(fire)
             real = (fire - offset).replace(tzinfo=UTC)
             if real < bound or (real == bound and strictly):
                 # fires too early: on to the first time at this offset that does not, or to
-                # the end of this offset's stretch if that comes first
+                # the end of this offset's stretch if that comes first (read with the next
+                # offset, the stretch's end itself may count)
                 at, end = bound + offset, self._stretch_end(fire)
-                if end < at:
+                if end <= at:
                     fire = self._cron.get_next_fire_time(None, end)
                 else:
                     fire = self._cron.get_next_fire_time(at if strictly else None, at)

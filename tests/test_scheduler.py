@@ -283,6 +283,26 @@ def test_random_schedules_across_offset_changes_match_the_reference(
     assert trigger.latest(moment) == max(f for f in expected if f <= moment)
 
 
+def test_the_fire_after_a_fall_back_instant_itself_is_kept() -> None:
+    """At the very instant Berlin falls back (01:00 UTC), 03:00 CET is read with the new
+    offset and fires at 02:00 UTC: the next fire after that instant, not 04:00 CET."""
+    trigger = Trigger("0 * * * *", "Europe/Berlin", config_path=Path("p.toml"), suite="s")
+    instant = datetime(2024, 10, 27, 1, tzinfo=UTC)
+    assert trigger.after(instant) == trigger.first(instant) == datetime(2024, 10, 27, 2, tzinfo=UTC)
+
+
+def test_a_schedule_only_a_gap_holds_is_found_without_walking_the_calendar() -> None:
+    """The last Sunday of March at 02:30 never exists in Berlin: it fires at 03:30 CEST each
+    year, and the lookup stops there instead of searching on to the year 9999."""
+    trigger = Trigger("30 2 25-31 3 0", "Europe/Berlin", config_path=Path("p.toml"), suite="s")
+    assert trigger.first(datetime(2024, 1, 1, tzinfo=UTC)) == datetime(
+        2024, 3, 31, 1, 30, tzinfo=UTC
+    )
+    assert trigger.latest(datetime(2024, 6, 1, tzinfo=UTC)) == datetime(
+        2024, 3, 31, 1, 30, tzinfo=UTC
+    )
+
+
 def test_a_monthly_fire_after_a_spring_forward_is_kept() -> None:
     """`0 0 1 * *` in Berlin went from 1 March straight to 1 May with APScheduler 3 alone."""
     trigger = Trigger("0 0 1 * *", "Europe/Berlin", config_path=Path("p.toml"), suite="s")
