@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -19,6 +20,17 @@ PARALLAX = [sys.executable, "-m", "runner"]
 SECRET_PREFIX = "sk-paralleak-"
 
 FIGURES: dict[str, Counter[str]] = {}
+
+
+def start_serve(config: Path, *flags: str) -> subprocess.Popen[str]:
+    """`parallax serve` as a child whose log lines arrive unbuffered on a text stdout."""
+    return subprocess.Popen(
+        [*PARALLAX, "serve", "--config", str(config), *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
 
 
 def record(section: str, **figures: int) -> None:

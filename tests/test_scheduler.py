@@ -563,6 +563,22 @@ def _left_heartbeat(loaded: LoadedConfig, handled: str) -> None:
     heartbeat_path(loaded.runs_dir).write_text(json.dumps(doc))
 
 
+async def _interrupted(
+    loaded: LoadedConfig, server: FaultServer, clock: ManualClock
+) -> tuple[Path, list[dict[str, Any]]]:
+    """A `--run-now` run whose candidate hangs, stopped by SIGTERM once the reference's three
+    rows are written: its run dir, left resumable, and the daemon's log lines."""
+    with capture_logs() as logs:
+        daemon = Daemon(loaded, clock=clock, run_now=True, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: len(server.received("ok")) == 3)
+            [run_dir] = run_dirs(loaded)
+            await until(lambda: len((run_dir / "raw.jsonl").read_text().splitlines()) == 3)
+            daemon.request_stop("SIGTERM")
+    return run_dir, logs
+
+
 def _handled(loaded: LoadedConfig) -> str | None:
     doc = json.loads(heartbeat_path(loaded.runs_dir).read_text())
     handled: str | None = doc["suites"]["nightly"]["handled"]
@@ -784,14 +800,7 @@ async def test_a_resumed_run_from_an_earlier_night_does_not_stand_for_tonights_f
     coming back, not as the resume made it."""
     loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", cand="slow:30", grace=0.2)
     earlier = ManualClock(datetime(2026, 11, 28, 3, 0, 5, tzinfo=UTC))
-    with capture_logs():
-        daemon = Daemon(loaded, clock=earlier, run_now=True, handle_signals=False)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(daemon.run)
-            await until(lambda: len(fault_server.received("ok")) == 3)
-            [run_dir] = run_dirs(loaded)
-            await until(lambda: len((run_dir / "raw.jsonl").read_text().splitlines()) == 3)
-            daemon.request_stop("SIGTERM")
+    run_dir, _ = await _interrupted(loaded, fault_server, earlier)
     assert _handled(loaded) == "2026-11-28T03:00:00+00:00"
 
     loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=600)
@@ -823,14 +832,7 @@ async def test_a_replay_after_an_interrupted_run_does_not_hide_it(
 ) -> None:
     """A replay calls nothing and is passed over: the interrupted run before it resumes."""
     loaded = write_config(tmp_path, fault_server, cand="slow:30", grace=0.2)
-    with capture_logs():
-        daemon = Daemon(loaded, clock=ManualClock(START), run_now=True, handle_signals=False)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(daemon.run)
-            await until(lambda: len(fault_server.received("ok")) == 3)
-            [run_dir] = run_dirs(loaded)
-            await until(lambda: len((run_dir / "raw.jsonl").read_text().splitlines()) == 3)
-            daemon.request_stop("SIGTERM")
+    run_dir, _ = await _interrupted(loaded, fault_server, ManualClock(START))
     replay = loaded.runs_dir / "nightly" / "29990101T000000Z-aaaaaa"
     replay.mkdir()
     (replay / "manifest.json").write_text(
@@ -1005,14 +1007,7 @@ async def test_stop_mid_run_leaves_a_resumable_dir_that_the_next_start_resumes(
     """Past the grace a run is cancelled with finished_at null; the next start finishes it."""
     loaded = write_config(tmp_path, fault_server, cand="slow:30", grace=0.2)
     clock = ManualClock(START)
-    with capture_logs() as first:
-        daemon = Daemon(loaded, clock=clock, run_now=True, handle_signals=False)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(daemon.run)
-            await until(lambda: len(fault_server.received("ok")) == 3)
-            [run_dir] = run_dirs(loaded)
-            await until(lambda: len((run_dir / "raw.jsonl").read_text().splitlines()) == 3)
-            daemon.request_stop("SIGTERM")
+    run_dir, first = await _interrupted(loaded, fault_server, clock)
     assert [e["event"] for e in first[-2:]] == ["scheduler.job_cancelled", "scheduler.stopped"]
     assert manifest(run_dir)["finished_at"] is None
     assert (run_dir, None) == find_interrupted(loaded, "nightly")

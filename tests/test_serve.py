@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import queue
 import signal
 import subprocess
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 from faultserver import FaultServer
+from relkit import start_serve
 
 PARALLAX = [sys.executable, "-m", "runner"]
 
@@ -83,14 +83,7 @@ def test_serve_process_stops_on_sigterm_with_exit_0_and_a_resumable_run(
     """SIGTERM (or a terminal's SIGHUP, whose default action killed the daemon without its
     last line) mid-run: exit 0, last line scheduler.stopped, the run dir left to resume."""
     config = write_config(tmp_path, fault_server)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [*PARALLAX, "serve", "--config", str(config), "--run-now"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    proc = start_serve(config, "--run-now")
     try:
         lines = Lines(proc)
         lines.until_event("scheduler.started")
@@ -160,13 +153,7 @@ def test_serve_process_makes_up_the_fire_it_missed_while_down(
     (tmp_path / "runs" / ".parallax-serve.json").write_text(
         json.dumps({"state": "stopped", "suites": {"nightly": {"handled": handled}}})
     )
-    proc = subprocess.Popen(
-        [*PARALLAX, "serve", "--config", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    proc = start_serve(config)
     try:
         lines = Lines(proc)
         started = lines.until_event("scheduler.job_started", timeout=30)

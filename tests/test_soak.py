@@ -10,10 +10,8 @@ ledgers in which no unadmitted row carries a score. The daemon must never exit o
 from __future__ import annotations
 
 import json
-import os
 import queue
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -21,7 +19,14 @@ from typing import Any
 
 import pytest
 from faultserver import CHAOS_MODES, FaultServer, refused_port
-from relkit import PARALLAX, check_complete, endpoint_toml, record, suite_toml, write_cases
+from relkit import (
+    check_complete,
+    endpoint_toml,
+    record,
+    start_serve,
+    suite_toml,
+    write_cases,
+)
 
 CYCLES = 40  # finished runs to observe (both suites together)
 SOAK_SECONDS = 75.0  # upper bound on the soak itself
@@ -79,13 +84,7 @@ def test_serve_soaks_every_fault_without_leaking_or_exiting(
 ) -> None:
     """Every second for ~30 cycles: flat RSS/fds/threads, complete ledgers, the daemon lives."""
     config = soak_config(tmp_path, fault_server)
-    proc = subprocess.Popen(
-        [*PARALLAX, "serve", "--config", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    proc = start_serve(config)
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:
