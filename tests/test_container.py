@@ -57,6 +57,7 @@ SCENARIO = r"""
 set -euo pipefail
 W=$1; CTX=$2; T=$3
 umount /sys/fs/cgroup/unified 2>/dev/null || true
+KEPT=$(podman images -q --no-trunc -f dangling=true)
 podman build -q --network host -f $W/Dockerfile.standin -t docker.io/library/python:3.11-slim $W >/dev/null
 podman build -q --format docker --network host -t localhost/parallax:test $CTX >/dev/null
 echo "HEALTHCHECK $(podman image inspect --format '{{json .Config.Healthcheck}}' localhost/parallax:test)"
@@ -83,6 +84,12 @@ podman kill --signal TERM parallax-serve-test >/dev/null
 echo "EXIT $(timeout 60 podman wait parallax-serve-test)"
 podman logs parallax-serve-test >$T/serve.log 2>$T/serve.err
 podman rm -f parallax-serve-test >/dev/null 2>&1 || true
+# the images this run left untagged (the last run's, re-tagged, and the build stage) go:
+# storage grew by some 0.5 GB a run until a build failed for want of space; untagged images
+# that were there before are left alone
+for id in $(podman images -q --no-trunc -f dangling=true); do
+  case " $KEPT " in *" $id "*) ;; *) podman rmi "$id" >/dev/null 2>&1 || true ;; esac
+done
 """
 
 SERVE_CONFIG = """\
