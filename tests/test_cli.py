@@ -165,6 +165,38 @@ def test_console_script_sits_next_to_the_interpreter() -> None:
     assert SCRIPT.is_file() and os.access(SCRIPT, os.X_OK)
 
 
+_IMPORTS = """
+import json, sys
+import runner.cli
+try:
+    runner.cli.main(["--help"])
+except SystemExit:
+    pass
+help_loads = sorted(m for m in sys.modules if m.split(".")[0] in ("runner", "structlog", "rich"))
+import runner.runs
+run_loads = sorted(m for m in ("rich", "jsonschema", "structlog") if m in sys.modules)
+import io, rich.progress, structlog
+line = structlog.dev.ConsoleRenderer(colors=False)(None, "info", {"event": "run.started"})
+print(json.dumps({"help": help_loads, "run": run_loads, "rich": rich.progress.__name__,
+                  "line": line}))
+"""
+
+
+def test_start_up_loads_only_what_the_command_needs() -> None:
+    """Start-up time is import time: `--help` loads no stage and no logging, and the stages
+    load neither rich (structlog would, for a traceback renderer parallax never uses) nor
+    jsonschema. rich still imports afterwards, for the progress bar, and the console renderer
+    still renders."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORTS], capture_output=True, text=True, timeout=60, check=True
+    )
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert found["help"] == ["runner", "runner.cli", "runner.errors"]
+    assert found["run"] == ["structlog"]
+    assert found["rich"] == "rich.progress"
+    assert "run.started" in found["line"]
+
+
 @pytest.mark.parametrize("command", SUBCOMMANDS)
 def test_subcommand_help_exits_zero(tmp_path: Path, command: str) -> None:
     """Each subcommand's --help prints its own usage on stdout and exits 0."""
