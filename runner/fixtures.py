@@ -23,7 +23,7 @@ from runner.errors import DataError, FixtureError, ParallaxError, reason_of
 from runner.jsontext import MAX_DEPTH, copy_json, loads, long_integer_line, too_deep
 from runner.model import STRATA, Case
 from runner.text import holds_surrogate, may_hold_surrogates, shared
-from runner.workers import available, ordered
+from runner.workers import available, line_spans, ordered
 
 __all__ = ["fixture_sha", "load_cases", "pin_lines"]
 
@@ -199,12 +199,13 @@ class FixtureFile:
         if rows is not None:
             return _settle(where, [_scanned(where, rows, _Piece(data, 0, text), check)])
         last = text.rstrip(_JSON_WS).count("\n") + 1  # the last line that is not blank
-        task = _JsonlTask(where, last, not text.endswith("\n"), check)
+        task = _JsonlTask(where, data, last, not text.endswith("\n"), check)
         del text
         workers = available()
         if workers < 2 or len(data) < PARALLEL_BYTES:
-            return _settle(where, [task((1, 0, data))])
-        with contextlib.closing(ordered(task, _jsonl_chunks(data), workers)) as scans:
+            return _settle(where, [task((1, 0, len(data)))])
+        spans = line_spans(data, CHUNK_LINES)
+        with contextlib.closing(ordered(task, spans, workers)) as scans:
             return _settle(where, scans)  # an error found stops the workers here
 
     def load(self, ref: CaseRef) -> Case:
@@ -336,35 +337,21 @@ def _scanned(
 
 @dataclass(frozen=True)
 class _JsonlTask:
-    """Validate one chunk of whole JSONL lines: (first line number, byte offset, bytes).
-    A forked worker inherits it whole, `check` and the graders behind it included."""
+    """Validate one span of whole JSONL lines of `data`: (first line number, start, end).
+    A forked worker inherits it whole, the file's bytes, `check` and the graders behind it
+    included."""
 
     where: str
+    data: bytes
     last: int  # the file's last line that is not blank
     torn: bool  # the file does not end with a newline
     check: Callable[[Case], None]
 
-    def __call__(self, chunk: tuple[int, int, bytes]) -> _Scan:
-        first, offset, data = chunk
-        piece = _Piece.of(data, offset)
+    def __call__(self, span: tuple[int, int, int]) -> _Scan:
+        first, start, end = span
+        piece = _Piece.of(self.data[start:end], start)
         rows = _parse_jsonl(self.where, piece.text, first, self.last, self.torn)
         return _scanned(self.where, rows, piece, self.check)
-
-
-def _jsonl_chunks(data: bytes) -> Iterator[tuple[int, int, bytes]]:
-    """Whole lines, CHUNK_LINES at a time, with the number of the first and where it starts."""
-    line, start = 1, 0
-    while start < len(data):
-        end = start
-        for _ in range(CHUNK_LINES):
-            newline = data.find(b"\n", end)
-            if newline < 0:
-                end = len(data)
-                break
-            end = newline + 1
-        yield line, start, data[start:end]
-        line += data.count(b"\n", start, end)
-        start = end
 
 
 def _settle(where: str, scans: Iterable[_Scan]) -> CaseRefs:

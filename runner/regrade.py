@@ -9,6 +9,8 @@ same, byte for byte, as one process would make them.
 
 from __future__ import annotations
 
+import io
+import mmap
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +22,7 @@ from runner.jsontext import dumps
 from runner.ledger import LedgerWriter, decode_line, read_jsonl, repair_tail
 from runner.model import ROW_ERRORS, Exchange, Outcome
 from runner.stamps import stamp
-from runner.workers import available, ordered
+from runner.workers import available, line_spans, ordered
 
 if TYPE_CHECKING:
     from runner.runs import Suite
@@ -104,7 +106,7 @@ def _graded(path: Path, suite: Suite, graded: frozenset[Key], folds: Folds) -> I
         with path.open("rb") as handle:
             yield from job.grade(1, handle)
         return
-    for results in ordered(_grade_chunk(job), _chunks(path), workers):
+    for results in ordered(_grade_chunk(job), _spans(path), workers):
         yield from results
 
 
@@ -133,22 +135,17 @@ class _Job:
             yield key, self.folds.entry(outcome, ref), dumps(outcome.to_json())
 
 
-def _grade_chunk(job: _Job) -> Callable[[tuple[int, list[bytes]]], list[Graded]]:
-    def task(chunk: tuple[int, list[bytes]]) -> list[Graded]:
-        return list(job.grade(*chunk))
+def _grade_chunk(job: _Job) -> Callable[[tuple[int, int, int]], list[Graded]]:
+    def task(span: tuple[int, int, int]) -> list[Graded]:
+        first, start, end = span
+        with job.path.open("rb") as handle:
+            handle.seek(start)
+            lines = io.BytesIO(handle.read(end - start))  # split at b"\n" only, as a file is
+        return list(job.grade(first, lines))
 
     return task
 
 
-def _chunks(path: Path) -> Iterator[tuple[int, list[bytes]]]:
-    with path.open("rb") as handle:
-        first = 1
-        lines: list[bytes] = []
-        for line in handle:
-            lines.append(line)
-            if len(lines) == CHUNK_LINES:
-                yield first, lines
-                first += len(lines)
-                lines = []
-        if lines:
-            yield first, lines
+def _spans(path: Path) -> Iterator[tuple[int, int, int]]:
+    with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        yield from line_spans(data, CHUNK_LINES)

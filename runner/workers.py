@@ -8,12 +8,13 @@ only one who writes, folds or decides which error comes first.
 
 from __future__ import annotations
 
+import mmap
 import os
 import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
@@ -36,6 +37,25 @@ def available() -> int:
     if sys.platform != "linux" or threading.active_count() > 1:
         return 1
     return min(len(os.sched_getaffinity(0)), MAX_WORKERS)
+
+
+def line_spans(data: bytes | mmap.mmap, lines: int) -> Iterator[tuple[int, int, int]]:
+    """(number of the first line, start, end) of each run of `lines` whole lines of `data`; the
+    last run may be shorter and lack its newline. Workers get spans, not text: they read the
+    text from what they inherited or from the file, so the parent neither copies nor pickles
+    it."""
+    line, start, size = 1, 0, len(data)
+    while start < size:
+        end = start
+        for _ in range(lines):
+            newline = data.find(b"\n", end)
+            if newline < 0:
+                end = size
+                break
+            end = newline + 1
+        yield line, start, end
+        line += lines
+        start = end
 
 
 def ordered(task: Callable[[T], R], chunks: Iterable[T], workers: int) -> Generator[R, None, None]:

@@ -49,11 +49,11 @@ def _in_workers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 _grade_chunk = regrade._grade_chunk
 
 
-def _dying_chunk(job: regrade._Job) -> Callable[[tuple[int, list[bytes]]], list[regrade.Graded]]:
+def _dying_chunk(job: regrade._Job) -> Callable[[tuple[int, int, int]], list[regrade.Graded]]:
     """A worker grading anything past line 3 dies as the OOM killer would end it."""
     task, parent = _grade_chunk(job), os.getpid()
 
-    def dying(chunk: tuple[int, list[bytes]]) -> list[regrade.Graded]:
+    def dying(chunk: tuple[int, int, int]) -> list[regrade.Graded]:
         if chunk[0] > 3 and os.getpid() != parent:
             os._exit(9)
         return task(chunk)
@@ -130,7 +130,8 @@ def test_healing_a_messy_ledger_in_workers_matches_one_process(
     tmp_path: Path, fault_server: FaultServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rows already graded, a second row for one key, a case no longer in the suite, a blank
-    line: the workers keep the first row of each key and skip the rest, as one process does."""
+    line, a carriage return between a row's JSON tokens: the workers keep the first row of each
+    key and skip the rest, as one process does."""
     config, source, _ = _live_run(tmp_path, fault_server, samples=2)
     raw = source.joinpath("raw.jsonl").read_bytes().splitlines(keepends=True)
     graded = source.joinpath("outcomes.jsonl").read_bytes().splitlines(keepends=True)
@@ -138,7 +139,9 @@ def test_healing_a_messy_ledger_in_workers_matches_one_process(
     second = raw[3].replace(b"word", b"w0rd")  # a key graded on line 4: must not count again
     gone = json.loads(raw[1])
     gone["case_id"] = "case-retired"
-    messy = [*raw[:5], first, second, b"\n", json.dumps(gone).encode() + b"\n", *raw[5:], second]
+    spaced = raw[2].replace(b'{"', b'{\r"', 1)  # JSON whitespace, but no line break
+    messy = [*raw[:5], first, second, b"\n", json.dumps(gone).encode() + b"\n", spaced]
+    messy += [*raw[5:], second]
     copies = []
     for name in ("one", "many"):
         run_dir = tmp_path / name
