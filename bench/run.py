@@ -362,6 +362,61 @@ def replay_rate(run_dir: Path, base_dir: Path, runs: int) -> dict[str, Any]:
     }
 
 
+def stages_main(args: argparse.Namespace) -> int:
+    """The replay's two stages that grow with the ledger, timed in this process as `parallax
+    replay` runs them (on every core, with a run's cycle-collector threshold): validating
+    today's fixtures, and regrading raw.jsonl into outcome rows and folds. What the replay
+    adds around them (start-up, the gate, disagreement.json, summary and reports) is the
+    difference to its wall time."""
+    import gc
+
+    from runner.config import load_config
+    from runner.gate import Folds
+    from runner.regrade import heal
+    from runner.runs import prepare_suite
+
+    run_dir = Path(args.run_dir).resolve()
+    root = run_dir.parents[2]
+    gc.set_threshold(50_000, 20, 100)
+    t0 = time.perf_counter()
+    suite = prepare_suite(load_config(root / "parallax.toml"), "bench")
+    t1 = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        shutil.copyfile(run_dir / "raw.jsonl", Path(tmp) / "raw.jsonl")
+        t2 = time.perf_counter()
+        rows = len(heal(Path(tmp), suite, Folds(suite.samples)))
+        t3 = time.perf_counter()
+    print(
+        json.dumps(
+            {"cases": len(suite.refs), "validate": t1 - t0, "rows": rows, "regrade": t3 - t2}
+        )
+    )
+    return 0
+
+
+def replay_stages(run_dir: Path, runs: int) -> dict[str, Any]:
+    """Median seconds of the replay's validation and regrade stages, and their rates."""
+    found = []
+    for _ in range(runs):
+        child = run_child([PY, __file__, "stages", str(run_dir)])
+        if child.code != 0:
+            sys.stderr.write(child.stdout[-3000:])
+            raise SystemExit(f"bench stages exited {child.code}")
+        found.append(json.loads(child.stdout.splitlines()[-1]))
+    validate = statistics.median(f["validate"] for f in found)
+    regrade = statistics.median(f["regrade"] for f in found)
+    cases, rows = found[0]["cases"], found[0]["rows"]
+    return {
+        "cases": cases,
+        "validate": validate,
+        "regrade": regrade,
+        "rows": rows,
+        "regrade_rows_per_s": rows / regrade,
+        "cases_per_s": cases / validate,
+        "rows_per_s_both": rows / (validate + regrade),
+    }
+
+
 def help_time(runs: int) -> float:
     return statistics.median(run_child([PARALLAX, "--help"]).wall for _ in range(runs))
 
@@ -421,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     bare.add_argument("--cases", required=True)
     bare.add_argument("--url", required=True)
     bare.add_argument("--concurrency", type=int, required=True)
+    stages = sub.add_parser("stages", help="internal: time a replay's validation and regrade")
+    stages.add_argument("run_dir")
     parser.add_argument("--n", type=int, default=2000, help="cases (calls = 2 x N)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--runs", type=int, default=3, help="runs per figure (median)")
@@ -431,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.mode == "bare":
         return bare_main(args)
+    if args.mode == "stages":
+        return stages_main(args)
 
     byte_compile()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="parallax-bench-"))
@@ -461,6 +520,15 @@ def main(argv: list[str] | None = None) -> int:
             f"\nreplay: {replay['rows']} rows in {replay['wall']:.2f} s wall "
             f"= {replay['rows_per_s']:.0f} rows/s; start-up ({replay['startup_wall']:.2f} s) "
             f"removed: {replay['rows_per_s_startup_removed']:.0f} rows/s"
+        )
+        stage = replay_stages(Path(biggest["last_run_dir"]), args.runs)
+        results["replay_stages"] = stage
+        print(
+            f"  its stages: validating {stage['cases']} fixtures {stage['validate']:.2f} s "
+            f"({stage['cases_per_s']:.0f} cases/s), regrading {stage['rows']} rows "
+            f"{stage['regrade']:.2f} s ({stage['regrade_rows_per_s']:.0f} rows/s), both "
+            f"{stage['rows_per_s_both']:.0f} rows/s; the rest (start-up, gate, reports) "
+            f"{replay['wall'] - stage['validate'] - stage['regrade']:.2f} s"
         )
         results["help_s"] = help_time(max(3, args.runs))
         print(f"parallax --help: {results['help_s']:.3f} s wall (median)")

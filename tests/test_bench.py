@@ -145,5 +145,8 @@ def test_bench_smoke(tmp_path: Path) -> None:
     assert set(row["ratios"]) == {"cpu_per_call", "phase", "rss", "wall"}
     assert result["replay"]["rows"] == 100
     assert result["replay"]["rows_per_s"] > 0
+    stages = result["replay_stages"]
+    assert (stages["cases"], stages["rows"]) == (50, 100)
+    assert stages["validate"] > 0 and stages["regrade"] > 0
     assert result["help_s"] > 0
     assert "parallax / bare" in proc.stdout
