@@ -370,6 +370,29 @@ def _time_in(entry: dict[str, Any], key: str) -> datetime | None:
     return when if when.tzinfo is not None else None
 
 
+def last_run_started(loaded: LoadedConfig, suite: str) -> datetime | None:
+    """When the latest run of `suite` that called every case (mode `run`: the daemon's or one
+    started by hand; not a replay or a retry) started; None when there is none.
+
+    A run dir stands for every fire at or before its start. The heartbeat can name less: a
+    daemon killed between a run's manifest and its next heartbeat write, or a run started by
+    hand while no daemon ran.
+    """
+    from runner.runs import read_manifest
+
+    suite_dir = loaded.runs_dir / suite
+    if not suite_dir.is_dir():
+        return None
+    for path in sorted((p for p in suite_dir.iterdir() if p.is_dir()), reverse=True):
+        try:
+            manifest = read_manifest(path)
+        except ParallaxError:
+            continue  # a dir that cannot be read stands for nothing
+        if manifest.get("mode") == "run":
+            return _time_in(manifest, "started_at")
+    return None
+
+
 def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str | None]:
     """The latest run of `suite` (replays call nothing and are passed over) if it was
     interrupted and can resume; else why not.
@@ -567,6 +590,8 @@ class Daemon:
             if why_not:
                 cannot_resume[entry.name] = why_not
             point, still_due = points.get(entry.name, (now, True))
+            if entry.name in points:  # without a heartbeat no fire is made up: none counts
+                point, still_due = self._covered(entry, point, still_due=still_due)
             if not still_due:
                 entry.handled = point
             # in the past: missed while no daemon ran, made up below
@@ -621,6 +646,16 @@ class Daemon:
             runs={s.name: s.runs for s in self._suites},
         )
         return 0
+
+    def _covered(self, entry: _Suite, point: datetime, *, still_due: bool) -> tuple[datetime, bool]:
+        """The resume point, moved past the fires the suite's latest run started after."""
+        started = last_run_started(self.loaded, entry.name)
+        if started is None or started > self._start + CLOCK_SLACK:
+            return point, still_due
+        covered = entry.trigger.latest(started)
+        if covered is None or covered < point or (covered == point and not still_due):
+            return point, still_due
+        return covered, False
 
     async def _signals(self, received: AsyncIterator[int]) -> None:
         async for signum in received:

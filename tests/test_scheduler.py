@@ -603,6 +603,29 @@ def _first_fire(logs: list[dict[str, Any]]) -> str:
     return fire
 
 
+def _started_at(run_dir: Path, when: datetime) -> None:
+    """Date a run's start by the test's clock: a run writes the machine's, which a daemon on
+    the real clock shares."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["started_at"] = when.isoformat(timespec="seconds")
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _past_run(loaded: LoadedConfig, name: str, mode: str, started: str) -> Path:
+    """A finished run dir of `mode` that started at `started` (UTC, ISO-8601)."""
+    run_dir = loaded.runs_dir / "nightly" / name
+    run_dir.mkdir(parents=True)
+    manifest = {
+        "version": MANIFEST_VERSION,
+        "suite": "nightly",
+        "mode": mode,
+        "started_at": started,
+        "finished_at": started,
+    }
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    return run_dir
+
+
 async def test_a_fire_missed_while_no_daemon_ran_is_made_up_at_start(
     tmp_path: Path, fault_server: FaultServer
 ) -> None:
@@ -799,8 +822,9 @@ async def test_a_resumed_run_from_an_earlier_night_does_not_stand_for_tonights_f
     an hour, past the 10-minute grace: the made-up fire is as late as the daemon was in
     coming back, not as the resume made it."""
     loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", cand="slow:30", grace=0.2)
-    earlier = ManualClock(datetime(2026, 11, 28, 3, 0, 5, tzinfo=UTC))
-    run_dir, _ = await _interrupted(loaded, fault_server, earlier)
+    earlier = datetime(2026, 11, 28, 3, 0, 5, tzinfo=UTC)
+    run_dir, _ = await _interrupted(loaded, fault_server, ManualClock(earlier))
+    _started_at(run_dir, earlier)
     assert _handled(loaded) == "2026-11-28T03:00:00+00:00"
 
     loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=600)
@@ -825,6 +849,72 @@ async def test_a_resumed_run_from_an_earlier_night_does_not_stand_for_tonights_f
     ]
     assert started[0]["resume_dir"] == str(run_dir)
     assert events(logs, "scheduler.misfire") == events(logs, "scheduler.job_skipped") == []
+
+
+async def test_a_run_dir_made_before_a_kill_stands_for_its_fire_the_heartbeat_lags(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Killed between tonight's run dir and the heartbeat write that names its fire: the next
+    daemon resumes that run and makes up no second one, because the run started after it."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", cand="slow:30", grace=0.2)
+    tonight = datetime(2026, 11, 30, 3, 0, 5, tzinfo=UTC)
+    run_dir, _ = await _interrupted(loaded, fault_server, ManualClock(tonight))
+    _started_at(run_dir, tonight)
+    _left_heartbeat(loaded, "2026-11-29T03:00:00+00:00")  # as a SIGKILL would have left it
+
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=600)
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.job_finished")
+    started = events(logs, "scheduler.job_started")
+    assert [(e["mode"], e["resume_dir"]) for e in started] == [("resume", str(run_dir))]
+    assert _first_fire(logs) == "2026-12-01T03:00:00+00:00"
+    assert run_dirs(loaded) == [run_dir]
+    assert _handled(loaded) == "2026-11-30T03:00:00+00:00"
+
+
+@pytest.mark.parametrize(
+    ("mode", "started", "made_up"),
+    [
+        ("run", "2026-11-30T03:00:10+00:00", False),  # by hand after the fire: that night's
+        ("run", "2026-11-30T02:59:59+00:00", True),  # before it: the fire is still missed
+        ("replay", "2026-11-30T03:00:10+00:00", True),  # calls nothing
+        ("retry", "2026-11-30T03:00:10+00:00", True),  # calls only what its parent missed
+        ("run", "2027-11-30T03:00:10+00:00", True),  # a year ahead: a wrong clock, not a run
+        ("run", "03:00:10", True),  # no date, no zone: tells of nothing
+    ],
+    ids=["run-after", "run-before", "replay-after", "retry-after", "year-ahead", "no-date"],
+)
+async def test_a_run_started_by_hand_while_down_stands_for_the_fire_it_followed(
+    tmp_path: Path, fault_server: FaultServer, mode: str, started: str, made_up: bool
+) -> None:
+    """Down over 03:00; someone ran the suite by hand at 03:00:10. Back at 03:00:30, the
+    daemon does not run the night a second time; a run before the fire, a replay or a retry
+    of unscored calls leaves the fire to be made up."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
+    _left_heartbeat(loaded, "2026-11-29T03:00:00+00:00")
+    _past_run(loaded, "by-hand", mode, started)
+    logs = await _serve_until(
+        loaded, ManualClock(START), "scheduler.job_finished" if made_up else "scheduler.next_fire"
+    )
+    fire = _first_fire(logs)
+    if made_up:
+        assert fire == "2026-11-30T03:00:00+00:00"
+        [job] = events(logs, "scheduler.job_started")
+        assert job["scheduled_for"] == "2026-11-30T03:00:00+00:00"
+    else:
+        assert fire == "2026-12-01T03:00:00+00:00"
+        assert events(logs, "scheduler.job_started") == []
+        assert _handled(loaded) == "2026-11-30T03:00:00+00:00"
+
+
+async def test_runs_make_up_nothing_without_a_heartbeat(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A first start (no heartbeat) makes up no fire, whatever runs the suite has had: only
+    a daemon that was running can have missed one."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
+    _past_run(loaded, "old", "run", "2026-11-20T12:00:00+00:00")
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
+    assert _first_fire(logs) == "2026-12-01T03:00:00+00:00"
 
 
 async def test_a_replay_after_an_interrupted_run_does_not_hide_it(
