@@ -165,8 +165,11 @@ def resume_problem(loaded: LoadedConfig, suite: str, manifest: Mapping[str, Any]
     return None
 
 
+RUN_STAMP = "%Y%m%dT%H%M%SZ"  # a run dir's name starts with its start, so names sort by it
+
+
 def new_run_dir(runs_dir: Path, suite: str) -> Path:
-    stamp_ = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp_ = datetime.now(UTC).strftime(RUN_STAMP)
     run_dir = runs_dir / suite / f"{stamp_}-{secrets.token_hex(3)}"
     try:
         run_dir.mkdir(parents=True)

@@ -38,7 +38,7 @@ import signal
 import socket
 import time
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -370,27 +370,36 @@ def _time_in(entry: dict[str, Any], key: str) -> datetime | None:
     return when if when.tzinfo is not None else None
 
 
-def last_run_started(loaded: LoadedConfig, suite: str) -> datetime | None:
-    """When the latest run of `suite` that called every case (mode `run`: the daemon's or one
-    started by hand; not a replay or a retry) started; None when there is none.
+def runs_since(
+    loaded: LoadedConfig, suite: str, *, since: datetime
+) -> Iterator[tuple[Path, dict[str, Any], datetime]]:
+    """The runs of `suite` that called every case (mode `run`: the daemon's or one started by
+    hand; not a replay or a retry) made since `since`, with their manifests and starts.
 
-    A run dir stands for every fire at or before its start. The heartbeat can name less: a
-    daemon killed between a run's manifest and its next heartbeat write, or a run started by
-    hand while no daemon ran.
+    Run dirs are named by their start, so the dirs named before `since` are not read: a
+    start-up reads only what was made since the last fire the heartbeat names, however many
+    runs came before. A dir renamed by hand is read, and counts by the start it records.
     """
-    from runner.runs import read_manifest
+    from runner.runs import RUN_STAMP, read_manifest
 
     suite_dir = loaded.runs_dir / suite
     if not suite_dir.is_dir():
-        return None
+        return
+    earliest = since.replace(microsecond=0)
     for path in sorted((p for p in suite_dir.iterdir() if p.is_dir()), reverse=True):
         try:
+            named = datetime.strptime(path.name.partition("-")[0], RUN_STAMP).replace(tzinfo=UTC)
+        except ValueError:
+            named = None
+        if named is not None and named < earliest:
+            return
+        try:
             manifest = read_manifest(path)
-        except ParallaxError:
+        except (ParallaxError, OSError):
             continue  # a dir that cannot be read stands for nothing
-        if manifest.get("mode") == "run":
-            return _time_in(manifest, "started_at")
-    return None
+        started = _time_in(manifest, "started_at")
+        if manifest.get("mode") == "run" and started is not None:
+            yield path, manifest, started
 
 
 def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str | None]:
@@ -408,7 +417,7 @@ def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str
     for latest in reversed(dirs):
         try:
             manifest = read_manifest(latest)
-        except ParallaxError as exc:
+        except (ParallaxError, OSError) as exc:
             return None, f"latest run dir is not readable: {exc}"
         if manifest.get("mode") != "replay":
             break
@@ -488,6 +497,7 @@ class _Suite:
     next_fire: datetime | None = None
     handled: datetime | None = None  # the last fire time run, skipped or misfired
     resume_dir: Path | None = None
+    covered_by: Path | None = None  # the run that stood for fires missed while no daemon ran
     scope: anyio.CancelScope | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
     runs: int = 0
@@ -648,13 +658,26 @@ class Daemon:
         return 0
 
     def _covered(self, entry: _Suite, point: datetime, *, still_due: bool) -> tuple[datetime, bool]:
-        """The resume point, moved past the fires the suite's latest run started after."""
-        started = last_run_started(self.loaded, entry.name)
-        if started is None or started > self._start + CLOCK_SLACK:
+        """The resume point, moved past the fires the suite's latest run started after.
+
+        A run stands for every fire at or before its start, up to now: the heartbeat can name
+        less (a kill between the run's dir and the heartbeat write, a run by hand while no
+        daemon ran). A run killed mid-way stands for its fire only if it is to be resumed, and
+        a start more than CLOCK_SLACK ahead of now is a wrong clock, not a run.
+        """
+        counted = [
+            (started, run_dir)
+            for run_dir, manifest, started in runs_since(self.loaded, entry.name, since=point)
+            if started <= self._start + CLOCK_SLACK
+            and (manifest.get("finished_at") is not None or run_dir == entry.resume_dir)
+        ]
+        if not counted:
             return point, still_due
-        covered = entry.trigger.latest(started)
+        started, run_dir = max(counted)
+        covered = entry.trigger.latest(min(started, self._start))
         if covered is None or covered < point or (covered == point and not still_due):
             return point, still_due
+        entry.covered_by = run_dir
         return covered, False
 
     async def _signals(self, received: AsyncIterator[int]) -> None:
@@ -735,7 +758,9 @@ class Daemon:
             else None,
             schedule=entry.trigger.expr,
             timezone=entry.trigger.timezone,
+            covered_by=str(entry.covered_by) if entry.covered_by else None,
         )
+        entry.covered_by = None  # said once, with the first fire
 
     # one suite ---------------------------------------------------------------------------
 

@@ -906,6 +906,63 @@ async def test_a_run_started_by_hand_while_down_stands_for_the_fire_it_followed(
         assert _handled(loaded) == "2026-11-30T03:00:00+00:00"
 
 
+async def test_the_run_that_stood_for_a_missed_fire_is_named_once(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """The first `scheduler.next_fire` names the run that stood for the missed 03:00, so the
+    night does not vanish from the logs; a dir renamed by hand does not hide it."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
+    _left_heartbeat(loaded, "2026-11-29T03:00:00+00:00")
+    by_hand = _past_run(loaded, "20261130T030010Z-0a0b0c", "run", "2026-11-30T03:00:10+00:00")
+    _past_run(loaded, "golden", "run", "2026-10-01T03:00:10+00:00")  # sorts last by name
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
+    [first] = events(logs, "scheduler.next_fire")
+    assert (first["next_fire"], first["covered_by"]) == ("2026-12-01T03:00:00+00:00", str(by_hand))
+
+
+async def test_a_run_dated_ahead_of_now_stands_for_no_fire_still_to_come(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A run dated 06:00:10 by a host whose clock runs three hours fast, read at 03:00:30: it
+    stands for the fires up to now, and 04:00, 05:00 and 06:00 still run."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 * * * *", misfire=60)
+    _left_heartbeat(loaded, "2026-11-30T02:00:00+00:00")
+    _past_run(loaded, "20261130T060010Z-0a0b0c", "run", "2026-11-30T06:00:10+00:00")
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
+    assert _first_fire(logs) == "2026-11-30T04:00:00+00:00"
+    assert _handled(loaded) == "2026-11-30T03:00:00+00:00"
+
+
+async def test_a_killed_run_that_cannot_resume_stands_for_no_fire(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A run by hand killed at 03:00:20 whose fixtures then changed cannot be resumed: the
+    daemon says why and makes the 03:00 fire up, so the night still gets a finished run."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
+    _left_heartbeat(loaded, "2026-11-29T03:00:00+00:00")
+    killed = _past_run(loaded, "20261130T030010Z-0a0b0c", "run", "2026-11-30T03:00:10+00:00")
+    manifest = json.loads((killed / "manifest.json").read_text())
+    manifest["finished_at"] = None
+    (killed / "manifest.json").write_text(json.dumps(manifest))
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.job_finished")
+    assert events(logs, "scheduler.resume_skipped")
+    [job] = events(logs, "scheduler.job_started")
+    assert (job["mode"], job["scheduled_for"]) == ("run", "2026-11-30T03:00:00+00:00")
+
+
+async def test_dirs_named_before_the_last_handled_fire_are_not_read(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Run dirs are named by their start: a start-up reads only those named since the fire the
+    heartbeat names. A dir named on the 29th is passed over even if its manifest, edited,
+    claims tonight."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
+    _left_heartbeat(loaded, "2026-11-30T02:00:00+00:00")  # as a `0 2 * * *` schedule left it
+    _past_run(loaded, "20261129T030010Z-0a0b0c", "run", "2026-11-30T03:00:10+00:00")
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
+    assert _first_fire(logs) == "2026-11-30T03:00:00+00:00"
+
+
 async def test_runs_make_up_nothing_without_a_heartbeat(
     tmp_path: Path, fault_server: FaultServer
 ) -> None:
