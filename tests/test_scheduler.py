@@ -603,12 +603,15 @@ def _first_fire(logs: list[dict[str, Any]]) -> str:
     return fire
 
 
+def _set_manifest(run_dir: Path, **fields: Any) -> None:
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps(manifest | fields))
+
+
 def _started_at(run_dir: Path, when: datetime) -> None:
     """Date a run's start by the test's clock: a run writes the machine's, which a daemon on
     the real clock shares."""
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    manifest["started_at"] = when.isoformat(timespec="seconds")
-    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    _set_manifest(run_dir, started_at=when.isoformat(timespec="seconds"))
 
 
 def _past_run(loaded: LoadedConfig, name: str, mode: str, started: str) -> Path:
@@ -941,37 +944,36 @@ async def test_a_killed_run_that_cannot_resume_stands_for_no_fire(
     loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
     _left_heartbeat(loaded, "2026-11-29T03:00:00+00:00")
     killed = _past_run(loaded, "20261130T030010Z-0a0b0c", "run", "2026-11-30T03:00:10+00:00")
-    manifest = json.loads((killed / "manifest.json").read_text())
-    manifest["finished_at"] = None
-    (killed / "manifest.json").write_text(json.dumps(manifest))
+    _set_manifest(killed, finished_at=None)
     logs = await _serve_until(loaded, ManualClock(START), "scheduler.job_finished")
     assert events(logs, "scheduler.resume_skipped")
     [job] = events(logs, "scheduler.job_started")
     assert (job["mode"], job["scheduled_for"]) == ("run", "2026-11-30T03:00:00+00:00")
 
 
-async def test_dirs_named_before_the_last_handled_fire_are_not_read(
-    tmp_path: Path, fault_server: FaultServer
+@pytest.mark.parametrize(
+    ("handled", "name", "started"),
+    [
+        # dirs are named by their start, and only those named since the fire the heartbeat
+        # names are read: one named on the 29th is passed over even if its manifest, edited,
+        # claims tonight (the heartbeat as a `0 2 * * *` schedule left it)
+        ("2026-11-30T02:00:00+00:00", "20261129T030010Z-0a0b0c", "2026-11-30T03:00:10+00:00"),
+        # a first start (no heartbeat) makes up no fire, whatever runs the suite has had: only
+        # a daemon that was running can have missed one
+        (None, "old", "2026-11-20T12:00:00+00:00"),
+    ],
+    ids=["named-before-the-heartbeat", "no-heartbeat"],
+)
+async def test_runs_that_tell_of_no_missed_fire(
+    tmp_path: Path, fault_server: FaultServer, handled: str | None, name: str, started: str
 ) -> None:
-    """Run dirs are named by their start: a start-up reads only those named since the fire the
-    heartbeat names. A dir named on the 29th is passed over even if its manifest, edited,
-    claims tonight."""
     loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
-    _left_heartbeat(loaded, "2026-11-30T02:00:00+00:00")  # as a `0 2 * * *` schedule left it
-    _past_run(loaded, "20261129T030010Z-0a0b0c", "run", "2026-11-30T03:00:10+00:00")
+    if handled is not None:
+        _left_heartbeat(loaded, handled)
+    _past_run(loaded, name, "run", started)
     logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
-    assert _first_fire(logs) == "2026-11-30T03:00:00+00:00"
-
-
-async def test_runs_make_up_nothing_without_a_heartbeat(
-    tmp_path: Path, fault_server: FaultServer
-) -> None:
-    """A first start (no heartbeat) makes up no fire, whatever runs the suite has had: only
-    a daemon that was running can have missed one."""
-    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60)
-    _past_run(loaded, "old", "run", "2026-11-20T12:00:00+00:00")
-    logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
-    assert _first_fire(logs) == "2026-12-01T03:00:00+00:00"
+    expected = "2026-11-30T03:00:00+00:00" if handled else "2026-12-01T03:00:00+00:00"
+    assert _first_fire(logs) == expected
 
 
 async def test_a_replay_after_an_interrupted_run_does_not_hide_it(
@@ -980,13 +982,7 @@ async def test_a_replay_after_an_interrupted_run_does_not_hide_it(
     """A replay calls nothing and is passed over: the interrupted run before it resumes."""
     loaded = write_config(tmp_path, fault_server, cand="slow:30", grace=0.2)
     run_dir, _ = await _interrupted(loaded, fault_server, ManualClock(START))
-    replay = loaded.runs_dir / "nightly" / "29990101T000000Z-aaaaaa"
-    replay.mkdir()
-    (replay / "manifest.json").write_text(
-        json.dumps(
-            {"version": MANIFEST_VERSION, "suite": "nightly", "mode": "replay", "finished_at": "x"}
-        )
-    )
+    _past_run(loaded, "29990101T000000Z-aaaaaa", "replay", "2999-01-01T00:00:00+00:00")
     assert find_interrupted(loaded, "nightly") == (run_dir, None)
 
 
