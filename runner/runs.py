@@ -14,7 +14,7 @@ import platform
 import secrets
 import shutil
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -741,15 +741,13 @@ async def run_suite_async(
     parent_dir: Path | None = None,
     mode: str = "run",
     suite: Suite | None = None,
-    on_run_dir: Callable[[Path], None] | None = None,
 ) -> tuple[Path, int, dict[str, Any]]:
     """One run of one suite; returns the run dir, exit code and summary.
 
     mode "run" calls everything; "resume" finishes `resume_dir` in place; "retry" starts a new
     run from `parent_dir`'s scored rows and re-calls the rest; "replay" regrades `parent_dir`'s
     raw.jsonl with today's fixtures and graders and calls nothing. `suite` is the suite as
-    `prepare_suite` already loaded it, if the caller has it. `on_run_dir` hears of a new run
-    dir as soon as its manifest is written (`serve` records the fire it stands for then).
+    `prepare_suite` already loaded it, if the caller has it.
     """
 
     if suite is None:
@@ -758,13 +756,7 @@ async def run_suite_async(
         endpoints = build_endpoints(loaded, suite) if mode != "replay" else {}
         try:
             return await _run_prepared(
-                loaded,
-                suite,
-                endpoints,
-                resume_dir=resume_dir,
-                parent_dir=parent_dir,
-                mode=mode,
-                on_run_dir=on_run_dir,
+                loaded, suite, endpoints, resume_dir=resume_dir, parent_dir=parent_dir, mode=mode
             )
         finally:
             await close_endpoints(endpoints)
@@ -801,7 +793,6 @@ async def _run_prepared(
     resume_dir: Path | None,
     parent_dir: Path | None,
     mode: str,
-    on_run_dir: Callable[[Path], None] | None = None,
 ) -> tuple[Path, int, dict[str, Any]]:
     import structlog
 
@@ -833,8 +824,6 @@ async def _run_prepared(
         run_dir = new_run_dir(loaded.runs_dir, name)
         try:
             _start(loaded, suite, run_dir, parent_dir=parent_dir, mode=mode)
-            if on_run_dir is not None:
-                on_run_dir(run_dir)
             done = heal(run_dir, suite, folds)
         except DataError as exc:
             # nothing was called: the new directory holds only a manifest and copies, and a

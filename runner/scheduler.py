@@ -845,9 +845,10 @@ class Daemon:
         coalesced: int = 1,
         handles: datetime | None = None,
     ) -> None:
-        """Run (or resume) the suite once. `handles` is the fire time it stands for: handled as
-        soon as its run dir exists, or when it ends without one (a crash, the lock held by a
-        hand-started run), but not when a stop cancels it first: the next start makes it up."""
+        """Run (or resume) the suite once. `handles` is the fire time it stands for, handled
+        when the job ends (finished, crashed, or the lock held by a hand-started run) but not
+        when a stop cancels it: then its run dir, if it got one, stands for the fire at the
+        next start (`_covered`), and without one the next start makes it up."""
         if self._stopping:
             return
         holder = is_locked(self.loaded.runs_dir, entry.name)
@@ -915,14 +916,9 @@ class Daemon:
         t0: float,
         handles: datetime | None,
     ) -> None:
-        def made(run_dir: Path) -> None:
-            # on disk as the run dir appears: a daemon killed from here on leaves a heartbeat
-            # that names this fire handled, so the next start resumes the run and adds none
-            self._handle(entry, handles)
-
         try:
             run_dir, code, summary = await self._runner(
-                self.loaded, entry.name, resume_dir=resume_dir, mode=mode, on_run_dir=made
+                self.loaded, entry.name, resume_dir=resume_dir, mode=mode
             )
         except SuiteLocked as exc:  # lost the race with a `parallax run` started by hand
             self._log.warning(

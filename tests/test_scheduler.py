@@ -754,19 +754,17 @@ async def test_a_clock_stepped_back_after_a_run_does_not_run_the_night_again(
     assert _first_fire(logs) == "2026-11-30T03:01:00+00:00"
 
 
-@pytest.mark.parametrize("made_dir", [False, True], ids=["before-its-dir", "after-its-dir"])
-async def test_a_run_cancelled_by_a_stop_is_handled_only_once_its_dir_exists(
-    tmp_path: Path, fault_server: FaultServer, made_dir: bool
+async def test_a_run_cancelled_before_its_dir_exists_leaves_its_fire_to_be_made_up(
+    tmp_path: Path, fault_server: FaultServer
 ) -> None:
-    """A stop that cancels a run still validating its fixtures leaves the fire for the next
-    start to make up; once the run dir exists, the fire is that run's (resumed next time)."""
+    """A stop that cancels a run still validating its fixtures leaves the heartbeat at the
+    last night, and the next start makes the fire up. (Once the run dir exists, the dir
+    stands for the fire: see the kill test below.)"""
     loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=60, grace=0.1)
     _write_heartbeat(loaded, {"handled": "2026-11-29T03:00:00+00:00"})
     entered = anyio.Event()
 
-    async def runner(*args: Any, on_run_dir: Any, **kwargs: Any) -> Any:
-        if made_dir:
-            on_run_dir(loaded.runs_dir / "nightly" / "made")
+    async def runner(*args: Any, **kwargs: Any) -> Any:
         entered.set()
         await anyio.sleep_forever()
 
@@ -777,8 +775,9 @@ async def test_a_run_cancelled_by_a_stop_is_handled_only_once_its_dir_exists(
             await entered.wait()
             daemon.request_stop("SIGTERM")
     assert events(logs, "scheduler.job_cancelled")
-    expected = "2026-11-30T03:00:00+00:00" if made_dir else "2026-11-29T03:00:00+00:00"
-    assert _handled(loaded) == expected
+    assert _handled(loaded) == "2026-11-29T03:00:00+00:00"
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.next_fire")
+    assert _first_fire(logs) == "2026-11-30T03:00:00+00:00"
 
 
 async def test_a_misfire_is_on_disk_as_handled_at_once(
@@ -828,7 +827,7 @@ async def test_a_resumed_run_from_an_earlier_night_does_not_stand_for_tonights_f
     earlier = datetime(2026, 11, 28, 3, 0, 5, tzinfo=UTC)
     run_dir, _ = await _interrupted(loaded, fault_server, ManualClock(earlier))
     _started_at(run_dir, earlier)
-    assert _handled(loaded) == "2026-11-28T03:00:00+00:00"
+    assert _handled(loaded) is None  # a run stopped mid-way names no fire: its dir does
 
     loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=600)
     clock = ManualClock(START)
@@ -857,8 +856,9 @@ async def test_a_resumed_run_from_an_earlier_night_does_not_stand_for_tonights_f
 async def test_a_run_dir_made_before_a_kill_stands_for_its_fire_the_heartbeat_lags(
     tmp_path: Path, fault_server: FaultServer
 ) -> None:
-    """Killed between tonight's run dir and the heartbeat write that names its fire: the next
-    daemon resumes that run and makes up no second one, because the run started after it."""
+    """The heartbeat names a fire once its run ends; a run stopped or killed before that
+    leaves its dir to stand for the fire: the next daemon resumes that run and makes up no
+    second one, because the run started after it."""
     loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", cand="slow:30", grace=0.2)
     tonight = datetime(2026, 11, 30, 3, 0, 5, tzinfo=UTC)
     run_dir, _ = await _interrupted(loaded, fault_server, ManualClock(tonight))
@@ -872,6 +872,28 @@ async def test_a_run_dir_made_before_a_kill_stands_for_its_fire_the_heartbeat_la
     assert _first_fire(logs) == "2026-12-01T03:00:00+00:00"
     assert run_dirs(loaded) == [run_dir]
     assert _handled(loaded) == "2026-11-30T03:00:00+00:00"
+
+
+async def test_the_daemons_own_run_killed_and_past_resuming_has_its_fire_made_up(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Tonight's run was stopped mid-way and its fixtures changed before the next start: it
+    cannot be resumed, so it stands for no fire, and the night is made up with a new run
+    (the heartbeat never named a fire whose run did not end)."""
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", cand="slow:30", grace=0.2)
+    _left_heartbeat(loaded, "2026-11-29T03:00:00+00:00")
+    tonight = datetime(2026, 11, 30, 3, 0, 5, tzinfo=UTC)
+    run_dir, _ = await _interrupted(loaded, fault_server, ManualClock(tonight))
+    _started_at(run_dir, tonight)
+    assert _handled(loaded) == "2026-11-29T03:00:00+00:00"
+
+    loaded = write_config(tmp_path, fault_server, schedule="0 3 * * *", misfire=600)
+    with (tmp_path / "cases.jsonl").open("a") as cases:
+        cases.write(json.dumps({"id": "d", "prompt": "delta"}) + "\n")
+    logs = await _serve_until(loaded, ManualClock(START), "scheduler.job_finished")
+    assert events(logs, "scheduler.resume_skipped")
+    [job] = events(logs, "scheduler.job_started")
+    assert (job["mode"], job["scheduled_for"]) == ("run", "2026-11-30T03:00:00+00:00")
 
 
 @pytest.mark.parametrize(
