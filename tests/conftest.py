@@ -1,4 +1,5 @@
-"""Shared fixtures: the anyio backend and the loopback fault server (tests/faultserver.py)."""
+"""Shared fixtures: the anyio backend, the loopback fault server (tests/faultserver.py) and the
+llmock servers (tests/llmockkit.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 from faultserver import BacklogFull, FaultServer, backlog_full, refused_port
+from llmockkit import LlmockPool, LlmockServer, require_llmock
 
 
 @pytest.fixture(autouse=True)
@@ -42,6 +44,22 @@ def full_backlog() -> Iterator[BacklogFull]:
         if not full.works:
             pytest.skip("kernel completed connects to a full backlog; no connect timeout here")
         yield full
+
+
+@pytest.fixture(scope="session")
+def llmock_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmockPool]:
+    """The session's llmock servers (tests/llmockkit.py), one per set of flags, started on first
+    use and stopped at the end; skips where llmock is not installed."""
+    require_llmock()
+    pool = LlmockPool(tmp_path_factory.mktemp("llmock"))
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def llmock(llmock_pool: LlmockPool) -> LlmockServer:
+    """The default llmock server (tool_mode auto, varied replies), nothing queued or recorded."""
+    return llmock_pool.get()
 
 
 # --- session-wide: the secrets check and the reliability figures (tests/relkit.py) ----------
