@@ -87,6 +87,7 @@ ANSWER_SCHEMA = {
     "additionalProperties": False,
 }
 SCRIPTED_ARGS = {"city": "Paris", "unit": "celsius"}
+TOOL_RESULT = "21 C and sunny"
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class Case:
     tool_choice: str | None = None  # "none" only: parallax's other choices are not recorded
     structured: str | None = None  # "json_schema" or "json_object"
     include_usage: bool = False  # OpenAI stream_options.include_usage
+    answered: bool = False  # the conversation goes on: the model's call, then the tool's result
     scenario: tuple[Behavior, ...] = ()
     flags: Flags = field(default_factory=Flags)
 
@@ -127,6 +129,13 @@ class Case:
             "temperature": 0,
             "max_tokens": 64,
         }
+        if self.answered:
+            call = {"id": "call_1", "type": "function", "function": {"name": "get_weather"}}
+            call["function"]["arguments"] = json.dumps({"city": "Paris"})
+            body["messages"] += [
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call_1", "content": TOOL_RESULT},
+            ]
         if self.tools:
             body["tools"] = [{"type": "function", "function": t} for t in TOOLS]
         if self.tool_choice:
@@ -152,6 +161,13 @@ class Case:
             "messages": [{"role": "user", "content": PROMPT}],
             "temperature": 0,
         }
+        if self.answered:
+            use = {"type": "tool_use", "id": "toolu_1", "name": "get_weather"}
+            result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": TOOL_RESULT}
+            body["messages"] += [
+                {"role": "assistant", "content": [{**use, "input": {"city": "Paris"}}]},
+                {"role": "user", "content": [result]},
+            ]
         if self.tools:
             body["tools"] = [
                 {
@@ -190,6 +206,7 @@ def _cases() -> tuple[Case, ...]:
     cases.append(Case("text-usage", Protocol.OPENAI, stream=True, include_usage=True))
     cases += _both("tools-off", tools=True, flags=Flags(tool_mode=ToolMode.OFF))
     cases += _both("tools-choice-none", tools=True, tool_choice="none")
+    cases += _both("tools-answered", tools=True, answered=True)
     for kind in StreamFault:
         stall = STALL_SECONDS if kind is StreamFault.STALL else None
         fault = stream_fault(kind, after_chunks=2, stall_seconds=stall)
@@ -271,7 +288,10 @@ def capture() -> None:
                 if case.flags not in servers:
                     servers[case.flags] = LlmockServer(case.flags, Path(tmp) / "llmock.log").start()
                 exchange = run(servers[case.flags], case)
-                (DATA / case.file).write_bytes(exchange.body)
+                path = DATA / case.file
+                # a file that differs only by ids and timestamps is kept: diffs show real changes
+                if not path.exists() or normalized(path.read_bytes()) != normalized(exchange.body):
+                    path.write_bytes(exchange.body)
                 entries[case.file] = summary(case, exchange)
                 print(
                     f"{case.file}: {exchange.status} {len(exchange.body)} bytes, "
