@@ -34,9 +34,11 @@ from llmockkit import (
     StreamFault,
     ToolFault,
     break_tool_call,
+    delay,
     fail,
     reply,
     require_llmock,
+    slow_first_token,
     stream_fault,
 )
 
@@ -281,3 +283,29 @@ def test_the_http_api_refuses_the_pytest_helpers_fault_name(llmock: LlmockServer
     with pytest.raises(ValueError, match="400"):
         llmock.script({"type": "stream_fault", "kind": "corrupt", "after_chunks": 2})
     assert llmock.pending() == []
+
+
+@pytest.mark.parametrize("protocol", Protocol)
+def test_delay_and_slow_first_token_hold_the_reply_back_without_changing_it(
+    llmock: LlmockServer, protocol: Protocol
+) -> None:
+    """`delay` holds a whole reply and `slow_first_token` a stream's first event back for the
+    seconds asked, and the bytes stay those of a clean reply."""
+    for behavior, stream in (
+        (delay(STALL_SECONDS), False),
+        (slow_first_token(STALL_SECONDS), True),
+    ):
+        clean = llmock.post(protocol, _request(protocol, stream=stream))
+        llmock.script(behavior)
+        held = llmock.post(protocol, _request(protocol, stream=stream))
+        assert normalized(held.body) == normalized(clean.body)
+        assert held.reads[0][0] >= 0.9 * STALL_SECONDS  # a lower bound only
+
+
+def test_clear_drops_what_is_queued(llmock: LlmockServer) -> None:
+    """A cleared scenario leaves nothing queued, so the next request gets a generated reply."""
+    llmock.script(fail(503, times=None))
+    assert len(llmock.pending()) == 1
+    llmock.clear()
+    assert llmock.pending() == []
+    assert llmock.post(Protocol.OPENAI, _request(Protocol.OPENAI, stream=False)).status == 200
