@@ -1,0 +1,74 @@
+"""Server-Sent Events framing, as the WHATWG HTML standard's event-stream parser reads it.
+
+A streamed reply is kept as the bytes it arrived in, and replay parses the same text again, so
+framing is a pure function of the body: no reader state, no clock. It never raises and does
+work linear in the body, since the body is whatever the server (or a hostile one) sent.
+
+What the standard says, and what is kept: lines end in CRLF, LF or CR; one leading BOM is
+dropped; a line starting with ":" is a comment; `field: value` loses one space after the
+colon; `data` lines of one event are joined with LF; a blank line dispatches the event, and an
+event with no `data` line is none. `event` names the event (Anthropic names every event; the
+protocols read the type from the JSON as well). `id` and `retry` steer a browser's reconnects,
+which a recorded body never makes, so they are read past. An event still open when the body
+ends is not dispatched (the standard drops it): `SSEBody.complete` says whether that happened.
+"""
+
+from __future__ import annotations
+
+import re
+
+from runner.model import record
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_BOM = "\ufeff"
+DEFAULT_EVENT = "message"  # the type of an event with no `event` field
+
+
+@record
+class Event:
+    """One dispatched event: its type (`event` field, else "message") and its data."""
+
+    data: str
+    event: str = DEFAULT_EVENT
+
+
+@record
+class SSEBody:
+    """The events of a body, in order, and whether the body ended on an event boundary.
+
+    `complete` is False when the body stops inside an event (fields read, no blank line yet)
+    or inside a line: the cut event is not among `events`.
+    """
+
+    events: tuple[Event, ...]
+    complete: bool
+
+
+def parse(text: str) -> SSEBody:
+    """Frame `text` into events; never raises, linear in `len(text)`."""
+    if text.startswith(_BOM):
+        text = text[1:]
+    lines = _LINE_END.split(text)
+    # split leaves "" after a final line end, and the unfinished line otherwise
+    partial_line = lines.pop() != ""
+    events: list[Event] = []
+    data: list[str] = []
+    name = ""
+    pending = False  # a field line was read since the last dispatch
+    for line in lines:
+        if line == "":
+            if data:
+                events.append(Event(data="\n".join(data), event=name or DEFAULT_EVENT))
+            data, name, pending = [], "", False
+            continue
+        if line.startswith(":"):
+            continue
+        field, colon, value = line.partition(":")
+        if colon and value.startswith(" "):
+            value = value[1:]
+        pending = True
+        if field == "data":
+            data.append(value)
+        elif field == "event":
+            name = value
+    return SSEBody(events=tuple(events), complete=not pending and not partial_line)
