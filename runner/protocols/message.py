@@ -1,0 +1,170 @@
+"""The neutral reply both protocols fold into, streamed or not, and what graders get from it.
+
+A protocol module reads its wire format into a `Message` and does nothing else: tool calls
+keep their arguments in the wire form (OpenAI sends JSON text, Anthropic an object, or JSON
+text in pieces when streamed). `graded` is then the one judge of what a schema stamp asks of
+any message, whichever protocol and framing it came in: arguments must be a JSON object, a
+reply needs content or a tool call, a JSON-expecting case needs a JSON answer. One judge is
+what keeps a streamed reply and the same reply sent whole graded alike.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+from runner.adapters import json_answer
+from runner.jsontext import loads, too_deep
+from runner.model import record
+from runner.text import may_hold_surrogates, scrub
+
+# schema-fail details
+MISSING_CONTENT = "missing_content"
+ANSWER_NOT_JSON = "answer_not_json"
+TOOL_ARGS_NOT_JSON = "tool_args_not_json"
+TOOL_CALL_MALFORMED = "tool_call_malformed"  # a call without a name, or not an object
+# stream details: truncated is stamped connection_lost, malformed a schema fail
+STREAM_TRUNCATED = "stream_truncated"
+STREAM_MALFORMED = "stream_malformed"
+STREAM_ERROR = "stream_error"  # + ":<type>": the server reported an error inside the stream
+
+_ERROR_TYPE_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
+_ERROR_TYPE_MAX = 64
+
+
+def load_json(text: str) -> tuple[bool, Any]:
+    """Decode JSON a server sent: (True, value), or (False, None) when it is none.
+
+    Refused past the fixed nesting bound (so a live run and its replay, called from different
+    stack depths, judge a hostile body alike) and with lone surrogates scrubbed, so the value
+    can always be written to a ledger.
+    """
+    if too_deep(text) is not None:
+        return False, None
+    try:
+        value = loads(text)
+    except ValueError:
+        return False, None
+    return True, scrub(value) if may_hold_surrogates(text) else value
+
+
+def str_or_none(value: Any) -> str | None:
+    """A field that should be text: anything else on the wire reads as absent."""
+    return value if isinstance(value, str) else None
+
+
+@record
+class RawToolCall:
+    """One tool call as the wire had it; `arguments` is JSON text or an object, unjudged."""
+
+    id: str | None
+    name: str
+    arguments: str | dict[str, Any]
+
+
+@record
+class Message:
+    """What one reply said, whichever protocol and framing carried it.
+
+    `content` is None when the reply had no text at all (not the same as ""): with no tool
+    call either, that is `missing_content`, while "" is a reply that said nothing
+    (`empty_completion`, a task miss). The last four fields are what the reply says about
+    itself; they are kept whether or not the reply passes the schema stamp.
+    """
+
+    content: str | None
+    tool_calls: tuple[RawToolCall, ...] = ()
+    finish_reason: str | None = None
+    response_model: str | None = None
+    response_id: str | None = None
+    system_fingerprint: str | None = None
+    usage: Mapping[str, Any] | None = None
+
+
+@record
+class ToolCall:
+    """A tool call as graders see it: arguments parsed into an object."""
+
+    id: str | None
+    name: str
+    arguments: dict[str, Any]
+
+
+@record
+class Graded:
+    """What the graders get from a message that passed the schema stamp.
+
+    `text` is "" for a reply that only called tools, so text keys still apply to it.
+    """
+
+    text: str
+    answer: Any = None  # the JSON answer, when the case expects one
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+
+
+def graded(message: Message, *, expects_json: bool) -> Graded | str:
+    """The graded form of `message`, or the schema-fail detail saying why there is none.
+
+    Checked in order: every tool call has a name and arguments that are a JSON object
+    (`tool_call_malformed`, `tool_args_not_json`); there is content or a tool call
+    (`missing_content`); a JSON-expecting case has a JSON answer in its content
+    (`answer_not_json`, whether or not the reply also called a tool). Whether a called tool
+    was offered is a grader's question (`tool_unknown`), not the schema's.
+    """
+    calls: list[ToolCall] = []
+    for raw in message.tool_calls:
+        if not raw.name:
+            return TOOL_CALL_MALFORMED
+        arguments = raw.arguments
+        if isinstance(arguments, str):
+            ok, arguments = load_json(arguments)
+            if not ok or not isinstance(arguments, dict):
+                return TOOL_ARGS_NOT_JSON
+        calls.append(ToolCall(id=raw.id, name=raw.name, arguments=arguments))
+    if message.content is None and not calls:
+        return MISSING_CONTENT
+    text = message.content or ""
+    answer = None
+    if expects_json:
+        answer = json_answer(text)
+        if answer is None:
+            return ANSWER_NOT_JSON
+    return Graded(
+        text=text, answer=answer, tool_calls=tuple(calls), finish_reason=message.finish_reason
+    )
+
+
+class StreamStatus(StrEnum):
+    """How a streamed body ended, which decides the stamp the caller gives it."""
+
+    FINISHED = "finished"  # its finish event came: grade the message
+    TRUNCATED = "truncated"  # ended without one: transport connection_lost, stream_truncated
+    MALFORMED = "malformed"  # an event was not JSON or not the protocol's shape: schema fail
+    ERROR = "error"  # the server sent an error event: a transport failure, stream_error:<type>
+
+
+@record
+class StreamFold:
+    """A streamed body folded: the message as far as it got, how it ended, and the detail.
+
+    The message is kept whatever the status, so the model, id and usage a broken stream
+    announced are still recorded. `detail` is "" when finished.
+    """
+
+    message: Message
+    status: StreamStatus
+    detail: str = ""
+
+
+def error_detail(kind: Any) -> str:
+    """`stream_error:<type>` for the error type a server named (`unknown` for none).
+
+    The type is the server's text and goes into outcome rows and reports, so it is cut to a
+    short name of safe characters; a colon could not be told from the detail's own.
+    """
+    name = kind if isinstance(kind, str) else ""
+    name = _ERROR_TYPE_CHARS.sub("_", name[:_ERROR_TYPE_MAX])
+    return f"{STREAM_ERROR}:{name or 'unknown'}"

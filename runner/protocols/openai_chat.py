@@ -1,0 +1,237 @@
+"""OpenAI chat completions: a reply body, or its SSE stream, folded into a `Message`.
+
+Only the first choice is read (parallax asks for one). Streamed, a reply is a run of
+`chat.completion.chunk` objects: content pieces are concatenated, tool-call pieces merged by
+their `index` (id and name come first, argument text follows in fragments), and usage may come
+last in a chunk with no choices (`stream_options.include_usage`). The stream has finished once
+the first choice has a `finish_reason` or `data: [DONE]` came; nothing after `[DONE]` is read,
+as the OpenAI SDK stops there too. Chunks after a finish reason still count (the usage chunk
+follows it), so an error or a broken chunk there still spoils the stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from runner.protocols import sse
+from runner.protocols.message import (
+    STREAM_MALFORMED,
+    STREAM_TRUNCATED,
+    TOOL_ARGS_NOT_JSON,
+    TOOL_CALL_MALFORMED,
+    Message,
+    RawToolCall,
+    StreamFold,
+    StreamStatus,
+    error_detail,
+    load_json,
+    str_or_none,
+)
+
+MISSING_CHOICES = "missing_choices"
+NOT_JSON = "not_json"
+NOT_OBJECT = "not_object"
+DONE = "[DONE]"
+
+
+def fold_body(text: str) -> Message | str:
+    """A non-streamed reply body as a Message, or the schema-fail detail saying why not."""
+    ok, doc = load_json(text)
+    if not ok:
+        return NOT_JSON
+    if not isinstance(doc, dict):
+        return NOT_OBJECT
+    choices = doc.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return MISSING_CHOICES
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        message = {}
+    calls = _body_tool_calls(message.get("tool_calls"))
+    if isinstance(calls, str):
+        return calls
+    usage = doc.get("usage")
+    return Message(
+        content=str_or_none(message.get("content")),
+        tool_calls=calls,
+        finish_reason=str_or_none(choices[0].get("finish_reason")),
+        response_model=str_or_none(doc.get("model")),
+        response_id=str_or_none(doc.get("id")),
+        system_fingerprint=str_or_none(doc.get("system_fingerprint")),
+        usage=usage if isinstance(usage, dict) else None,
+    )
+
+
+def _body_tool_calls(value: Any) -> tuple[RawToolCall, ...] | str:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        return TOOL_CALL_MALFORMED
+    calls = []
+    for item in value:
+        function = item.get("function") if isinstance(item, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            return TOOL_CALL_MALFORMED
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str | dict):
+            return TOOL_ARGS_NOT_JSON
+        calls.append(
+            RawToolCall(id=str_or_none(item.get("id")), name=function["name"], arguments=arguments)
+        )
+    return tuple(calls)
+
+
+class _Call:
+    """One tool call being assembled from its pieces."""
+
+    __slots__ = ("arguments", "id", "name_length", "names")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.names: list[str] = []  # pieces, joined once at the end: appending is linear
+        self.name_length = 0
+        self.arguments: list[str] = []
+
+    @property
+    def name(self) -> str:
+        return "".join(self.names)
+
+    def add(self, piece: Mapping[str, Any]) -> bool:
+        """Merge one piece; False when it is not the shape a tool-call piece has."""
+        call_id = piece.get("id")
+        function = piece.get("function")
+        if function is None:
+            function = {}
+        if not isinstance(function, dict) or not isinstance(call_id, str | None):
+            return False
+        name, arguments = function.get("name"), function.get("arguments")
+        if not isinstance(name, str | None) or not isinstance(arguments, str | None):
+            return False
+        if call_id and self.id is None:
+            self.id = call_id  # some servers send the id again with every piece
+        if name and not (len(name) == self.name_length and name == self.name):
+            self.names.append(name)  # a name sent again whole is not appended to itself
+            self.name_length += len(name)
+        if arguments:
+            self.arguments.append(arguments)
+        return True
+
+
+class _Stream:
+    """The state of one stream's fold: what the chunks so far said."""
+
+    def __init__(self) -> None:
+        self.content: list[str] | None = None  # None until a chunk carries content text
+        self.calls: dict[int, _Call] = {}
+        self.finish_reason: str | None = None
+        self.model: str | None = None
+        self.id: str | None = None
+        self.fingerprint: str | None = None
+        self.usage: Mapping[str, Any] | None = None
+
+    def message(self) -> Message:
+        calls = tuple(
+            RawToolCall(id=call.id, name=call.name, arguments="".join(call.arguments))
+            for _, call in sorted(self.calls.items())
+        )
+        return Message(
+            content=None if self.content is None else "".join(self.content),
+            tool_calls=calls,
+            finish_reason=self.finish_reason,
+            response_model=self.model,
+            response_id=self.id,
+            system_fingerprint=self.fingerprint,
+            usage=self.usage,
+        )
+
+    def chunk(self, doc: Mapping[str, Any]) -> bool:
+        """Fold one chunk in; False when it is not a chunk's shape."""
+        self.model = self.model or str_or_none(doc.get("model"))
+        self.id = self.id or str_or_none(doc.get("id"))
+        self.fingerprint = self.fingerprint or str_or_none(doc.get("system_fingerprint"))
+        usage = doc.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        choices = doc.get("choices")
+        if choices is None:
+            return True
+        if not isinstance(choices, list):
+            return False
+        for choice in choices:
+            if not isinstance(choice, dict):
+                return False
+            index = choice.get("index", 0)
+            if not _is_index(index):
+                return False
+            if index == 0 and not self.choice(choice):
+                return False
+        return True
+
+    def choice(self, choice: Mapping[str, Any]) -> bool:
+        delta = choice.get("delta")
+        if delta is None:
+            delta = {}
+        finish = choice.get("finish_reason")
+        if not isinstance(delta, dict) or not isinstance(finish, str | None):
+            return False
+        if finish is not None:
+            self.finish_reason = finish
+        content = delta.get("content")
+        if isinstance(content, str):
+            if self.content is None:
+                self.content = []
+            self.content.append(content)
+        elif content is not None:
+            return False
+        pieces = delta.get("tool_calls")
+        if pieces is None:
+            return True
+        if not isinstance(pieces, list):
+            return False
+        for position, piece in enumerate(pieces):
+            if not isinstance(piece, dict):
+                return False
+            index = piece.get("index", position)
+            if not _is_index(index):
+                return False
+            if not self.calls.setdefault(index, _Call()).add(piece):
+                return False
+        return True
+
+
+def _is_index(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def fold_stream(text: str) -> StreamFold:
+    """A streamed reply body folded into a Message, and how the stream ended."""
+    state = _Stream()
+    finished = False
+    for event in sse.parse(text).events:
+        if event.data.strip() == DONE:
+            finished = True
+            break
+        ok, doc = load_json(event.data)
+        if event.event == "error" or (isinstance(doc, dict) and _is_error(doc)):
+            return StreamFold(state.message(), StreamStatus.ERROR, _error_detail(doc))
+        if not ok or not isinstance(doc, dict) or not state.chunk(doc):
+            return StreamFold(state.message(), StreamStatus.MALFORMED, STREAM_MALFORMED)
+        finished = finished or state.finish_reason is not None
+    if not finished:
+        return StreamFold(state.message(), StreamStatus.TRUNCATED, STREAM_TRUNCATED)
+    return StreamFold(state.message(), StreamStatus.FINISHED)
+
+
+def _is_error(doc: Mapping[str, Any]) -> bool:
+    """OpenAI puts `error` in the chunk; some compatible servers send `object: "error"`."""
+    return doc.get("error") is not None or doc.get("object") == "error"
+
+
+def _error_detail(doc: Any) -> str:
+    if not isinstance(doc, dict):
+        return error_detail(None)
+    error = doc.get("error")
+    source = error if isinstance(error, dict) else doc
+    kind = source.get("type")
+    return error_detail(kind if isinstance(kind, str) else source.get("code"))
