@@ -49,7 +49,9 @@ _COMMAND_EXIT_CODES = {
     "grade": "  0   no stratum alert\n  1   a stratum alert\n" + _ERRORS,
     "serve": "  0   stopped by SIGTERM, SIGINT or SIGHUP\n  70  the scheduler itself crashed\n"
     + _ERRORS,
-    "health": "  0   the daemon runs with a fresh heartbeat\n  1   it does not\n" + _ERRORS,
+    "health": "  0   the daemon runs with a fresh heartbeat; without --config, also when no\n"
+    "      daemon was ever started on this host (a one-shot container: nothing to check)\n"
+    "  1   it does not\n" + _ERRORS,
     "history": "  0   printed\n" + _ERRORS,
 }
 
@@ -284,10 +286,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_health(args: argparse.Namespace) -> int:
-    from runner.config import load_config
-    from runner.scheduler import check_health
+    from runner.health import daemon_health
 
-    report = check_health(load_config(_config_path(args)).runs_dir, max_age=args.max_age)
+    # not $PARALLAX_CONFIG: an image sets it for `run`, while its daemon may name another config
+    report = daemon_health(Path(args.config) if args.config else None, max_age=args.max_age)
     print(json.dumps(report, sort_keys=True))
     return 0 if report["healthy"] else 1
 
@@ -495,7 +497,17 @@ def _add_daemon_commands(add: Adder, config_help: str) -> None:
     p.set_defaults(func=cmd_serve)
 
     p = add("health", "Exit 0 when the serve daemon is running with a fresh heartbeat, else 1.")
-    p.add_argument("--config", help=config_help)
+    p.description = (
+        f"{p.description}\n\nWithout --config it checks the daemon last started on this host "
+        "by this user,\nfound by the pointer `serve` writes to $TMPDIR/parallax-UID/serve.json "
+        "(TMPDIR\ndefaults to /tmp); where no daemon was ever started (a one-shot `run` "
+        "container)\nthere is nothing to check: exit 0."
+    )
+    p.add_argument(
+        "--config",
+        help="the daemon's config (default: the daemon the pointer names; $PARALLAX_CONFIG is "
+        "not read). A config the pointer names is not read again: only its heartbeat is",
+    )
     p.add_argument(
         "--max-age",
         type=_seconds,

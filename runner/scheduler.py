@@ -9,6 +9,7 @@ a cancel scope we own:
     serve
     ├── signals        SIGTERM/SIGINT/SIGHUP: stop scheduling; a second cuts the grace short
     ├── heartbeat      rewrites runs/.parallax-serve.json; `parallax health` reads it
+    │                  (runner.health: found by the pointer written at start)
     └── suite:<name>   wait for the next fire time, run, repeat (one task per scheduled suite)
 
 Scheduling follows APScheduler's own vocabulary:
@@ -48,12 +49,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import anyio
 
 from runner import logs
-from runner.config import MAX_HEARTBEAT_SECONDS, LoadedConfig
+from runner.config import LoadedConfig
 from runner.errors import ConfigError, ParallaxError, UsageError
+from runner.health import heartbeat_path, write_pointer
 from runner.jsontext import loads
 from runner.lock import SuiteLocked, daemon_lock, is_locked
 
-HEARTBEAT_NAME = ".parallax-serve.json"
 HEARTBEAT_VERSION = 1
 EXIT_CRASHED = 70  # sysexits EX_SOFTWARE: the scheduler itself failed (a run's failure is not)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # each a clean stop, exit 0
@@ -326,10 +327,6 @@ def _task_count() -> int | None:
         return None
 
 
-def heartbeat_path(runs_dir: Path) -> Path:
-    return runs_dir / HEARTBEAT_NAME
-
-
 def _iso(when: datetime | None) -> str | None:
     return when.astimezone(UTC).isoformat(timespec="seconds") if when is not None else None
 
@@ -432,62 +429,6 @@ def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str
     if why is not None:
         return None, f"{why}; the next fire starts a new run"
     return latest, None
-
-
-def check_health(
-    runs_dir: Path, max_age: float | None = None, *, now: datetime | None = None
-) -> dict[str, Any]:
-    """Healthy when the heartbeat is fresh, the state is running and its process is alive."""
-    path = heartbeat_path(runs_dir)
-    report: dict[str, Any] = {"healthy": False, "heartbeat": str(path)}
-    try:
-        doc, updated, interval, state, pid = _read_heartbeat(path)
-    except FileNotFoundError:
-        report["reason"] = "no heartbeat file: is `parallax serve` running with this config?"
-        return report
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        report["reason"] = f"unreadable heartbeat: {exc}"
-        return report
-    limit = max_age if max_age is not None else 3 * interval + 5
-    age = ((now or datetime.now(UTC)) - updated).total_seconds()
-    report.update(state=state, pid=pid, age_seconds=round(age, 3), max_age_seconds=limit)
-    if state != "running":
-        report["reason"] = f"scheduler is {state}"
-    elif age < -limit:  # clocks of two hosts sharing the volume may differ, not by this much
-        report["reason"] = f"heartbeat from the future: updated_at is {-age:.1f}s ahead"
-    elif age > limit:
-        report["reason"] = f"stale heartbeat: {age:.1f}s old (limit {limit:g}s)"
-    elif doc.get("host") == socket.gethostname() and not _alive(pid):
-        report["reason"] = f"daemon process {pid} is gone"
-    else:
-        report["healthy"] = True
-    return report
-
-
-def _read_heartbeat(path: Path) -> tuple[dict[str, Any], datetime, float, str, int]:
-    """The heartbeat and the fields health reads; ValueError for a value no daemon writes,
-    which must read as unhealthy, never as fresh (NaN compares false with every age)."""
-    doc = loads(path.read_bytes())
-    updated = datetime.fromisoformat(doc["updated_at"])
-    interval = float(doc.get("heartbeat_seconds", 15.0))
-    pid = doc["pid"]
-    if updated.tzinfo is None:
-        raise ValueError("updated_at has no time zone")
-    if not 0 < interval <= MAX_HEARTBEAT_SECONDS:  # 1e308 made the age limit infinite
-        raise ValueError(f"heartbeat_seconds is {interval!r}")
-    if type(pid) is not int or not 0 < pid < 2**31:  # os.kill(-1, 0) would say "alive"
-        raise ValueError(f"pid is {pid!r}")
-    return doc, updated, interval, str(doc["state"]), pid
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, as another user
-    return True
 
 
 @dataclass
@@ -608,6 +549,7 @@ class Daemon:
             entry.next_fire = (
                 entry.trigger.first(point) if still_due else entry.trigger.after(point)
             )
+        pointer = write_pointer(self.heartbeat, self.loaded.path)  # held lock: ours to write
         try:
             self._write_heartbeat("running")
         except OSError as exc:
@@ -620,6 +562,7 @@ class Daemon:
             grace_seconds=self.grace,
             misfire_grace_seconds=self.misfire_grace,
             heartbeat=str(self.heartbeat),
+            pointer=str(pointer),
         )
         for entry in self._suites:
             self._log_next_fire(entry)

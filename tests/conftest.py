@@ -19,6 +19,14 @@ def _fresh_structlog() -> Iterator[None]:
     structlog.reset_defaults()
 
 
+@pytest.fixture(autouse=True)
+def _own_tmpdir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test, and every child it starts with this environment, gets its own TMPDIR: a
+    daemon writes the pointer `parallax health` follows there (runner.health), and tests
+    running side by side must not find each other's daemons, nor the machine's."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmpdir")))
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,38 @@ def start_serve(config: Path, *flags: str) -> subprocess.Popen[str]:
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+
+
+class Lines:
+    """stdout of a child, line by line, read on a thread so every wait can be bounded."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.seen: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        assert proc.stdout is not None
+        stream = proc.stdout
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream: Any) -> None:
+        for line in stream:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def until_event(self, event: str, timeout: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self._queue.get(timeout=max(0.01, deadline - time.monotonic()))
+            assert line is not None, f"stdout closed before {event}: {self.seen[-3:]}"
+            self.seen.append(line)
+            doc: dict[str, Any] = json.loads(line)
+            if doc["event"] == event:
+                return doc
+
+    def rest(self, timeout: float = 10.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while (line := self._queue.get(timeout=max(0.01, deadline - time.monotonic()))) is not None:
+            self.seen.append(line)
+        return [json.loads(line) for line in self.seen]
 
 
 def record(section: str, **figures: int) -> None:

@@ -29,16 +29,10 @@ from structlog.testing import capture_logs
 from runner.cli import main
 from runner.config import LoadedConfig, load_config
 from runner.errors import ConfigError
+from runner.health import check_health, heartbeat_path
 from runner.lock import is_locked, suite_lock
 from runner.runs import MANIFEST_VERSION, run_suite_async
-from runner.scheduler import (
-    MAX_COALESCE,
-    Daemon,
-    Trigger,
-    check_health,
-    find_interrupted,
-    heartbeat_path,
-)
+from runner.scheduler import MAX_COALESCE, Daemon, Trigger, find_interrupted
 
 pytestmark = pytest.mark.anyio
 
@@ -1251,7 +1245,8 @@ def test_heartbeat_goes_stale_when_the_scheduler_loop_is_stuck(
             assert time.monotonic() < deadline, "condition not met within 5 s"
             time.sleep(0.01)
 
-    healthy: Callable[[], bool] = lambda: check_health(loaded.runs_dir, 30)["healthy"]  # noqa: E731
+    heartbeat = heartbeat_path(loaded.runs_dir)
+    healthy: Callable[[], bool] = lambda: check_health(heartbeat, 30)["healthy"]  # noqa: E731
     with anyio.from_thread.start_blocking_portal() as portal:
         clock = portal.call(ManualClock, START)
         daemon = Daemon(loaded, clock=clock, runner=blocking_runner, handle_signals=False)
@@ -1260,14 +1255,14 @@ def test_heartbeat_goes_stale_when_the_scheduler_loop_is_stuck(
         portal.call(clock.advance, 30)
         assert entered.wait(timeout=5)
         with time_machine.travel(datetime.now(UTC) + timedelta(minutes=5), tick=True):
-            report = check_health(loaded.runs_dir, 30)
+            report = check_health(heartbeat, 30)
             assert not report["healthy"]
             assert report["reason"].startswith("stale heartbeat")
             release.set()
             wait_for(healthy)
         portal.call(daemon.request_stop)
         assert done.result(timeout=10) == 0
-    assert check_health(loaded.runs_dir, 30)["reason"] == "scheduler is stopped"
+    assert check_health(heartbeat, 30)["reason"] == "scheduler is stopped"
 
 
 def test_health_and_lock_probes_survive_hostile_files(tmp_path: Path) -> None:
@@ -1276,7 +1271,7 @@ def test_health_and_lock_probes_survive_hostile_files(tmp_path: Path) -> None:
     runs.mkdir()
     deep = "[" * 5000 + "]" * 5000
     heartbeat_path(runs).write_text(deep)
-    report = check_health(runs)
+    report = check_health(heartbeat_path(runs))
     assert not report["healthy"]
     assert report["reason"].startswith("unreadable heartbeat")
     with suite_lock(runs, "s") as path:
@@ -1286,7 +1281,7 @@ def test_health_and_lock_probes_survive_hostile_files(tmp_path: Path) -> None:
 
 def test_health_without_a_daemon_fails_with_a_reason(tmp_path: Path) -> None:
     """No heartbeat file means unhealthy, with a reason a person can act on."""
-    report = check_health(tmp_path / "runs")
+    report = check_health(heartbeat_path(tmp_path / "runs"))
     assert not report["healthy"]
     assert "no heartbeat file" in report["reason"]
 
@@ -1331,8 +1326,8 @@ def test_health_never_reads_a_heartbeat_no_daemon_writes_as_healthy(
     process has is unhealthy with a reason, never fresh and never a traceback."""
     runs = tmp_path / "runs"
     _heartbeat(runs)
-    assert check_health(runs)["healthy"]  # the same file untouched is healthy
+    assert check_health(heartbeat_path(runs))["healthy"]  # the same file untouched is healthy
     _heartbeat(runs, **changes)
-    report = check_health(runs)
+    report = check_health(heartbeat_path(runs))
     assert not report["healthy"]
     assert report["reason"].startswith(reason), report
