@@ -539,6 +539,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"parallax: {scrub_text(str(exc)).translate(_VISIBLE)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("parallax: interrupted; resume with `parallax run --resume RUN_DIR`", file=sys.stderr)
+        from runner.invocation import command
+
+        again = command("run", "--resume", "RUN_DIR")
+        print(f"parallax: interrupted; resume with `{again}`", file=sys.stderr)
         return 130
     return code

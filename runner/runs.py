@@ -44,6 +44,7 @@ from runner.gate import (
     unscored_by,
 )
 from runner.grading import GraderSet, check_case, load_graders
+from runner.invocation import command, shown_path
 from runner.ledger import LedgerWriter, read_json_object, write_json, write_json_map
 from runner.lock import holds_suite_lock
 from runner.model import NOISE, SIDES, STRATA, Case, Endpoint, Exchange
@@ -149,7 +150,13 @@ def resume_problem(loaded: LoadedConfig, suite: str, manifest: Mapping[str, Any]
     fixtures or another `samples`, one run would grade two suites and read as one verdict.
     """
     if manifest.get("mode") == "replay":
-        return "an interrupted replay calls nothing; run `parallax replay` again"
+        parent = manifest.get("parent")
+        again = (
+            command("replay", loaded.runs_dir / suite / parent)
+            if isinstance(parent, str)
+            else command("replay", "RUN_DIR")
+        )
+        return f"an interrupted replay calls nothing; run `{again}` again"
     cfg = loaded.config.suites[suite]
     fixtures = manifest.get("fixtures") or {}
     if not isinstance(fixtures, dict):  # a hand-edited manifest: nothing to check it against
@@ -657,23 +664,13 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
             f"  parent {summary.get('parent')} never finished: "
             "the calls it never made read `cancelled`"
         )
-    shown_dir = _near(run_dir)
     if counts.get("new_case"):  # a suite never promoted is never gated: say how it starts
         lines.append(
             f"  {counts['new_case']} new case(s) are not gated until accepted: review the "
-            f"report, then `parallax promote {shown_dir}`"
+            f"report, then `{command('promote', run_dir)}`"
         )
-    lines.append(f"  run dir: {shown_dir}")
+    lines.append(f"  run dir: {shown_path(run_dir)}")
     print("\n".join(lines), file=sys.stderr)
-
-
-def _near(path: Path) -> Path:
-    """`path` as the user can type it here: relative under the working directory, whether
-    the config that placed it was named relative (run) or absolute (a manifest's, replay)."""
-    try:
-        return path.resolve().relative_to(Path.cwd().resolve())
-    except (ValueError, OSError):
-        return path
 
 
 def unscored_keys(run_dir: Path) -> set[tuple[str, str, int]]:

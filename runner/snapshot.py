@@ -16,6 +16,7 @@ from typing import Any
 
 from runner.config import valid_name
 from runner.errors import DataError, ParallaxError, reason_of
+from runner.invocation import command
 from runner.jsontext import loads
 from runner.ledger import read_json_object, write_json
 from runner.text import holds_surrogate, may_hold_surrogates
@@ -163,7 +164,8 @@ def promote(
         raise IncompleteError(
             f"{run_dir}: {len(unscored)} case(s) could not be scored "
             f"({', '.join(unscored[:5])}{', ...' if len(unscored) > 5 else ''}); "
-            "rerun them (parallax run --retry-unscored) or pass --allow-partial"
+            f"rerun them (`{command('run', '--retry-unscored', run_dir)}`) "
+            "or pass --allow-partial"
         )
     path = snapshot_path(snapshots_dir, suite)
     try:
