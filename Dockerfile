@@ -6,8 +6,13 @@
 #     -e PARALLAX_CONFIG=/work/config/nightly.toml -e REF_BASE_URL -e REF_MODEL -e REF_API_KEY \
 #     -e CAND_BASE_URL -e CAND_MODEL -e CAND_API_KEY parallax
 
+# The base of both stages, named once. Pin it by digest for builds that repeat (README, "The
+# container": get the digest, then build with --build-arg PYTHON_IMAGE=python:3.11-slim@sha256:...
+# or write it here); a tag alone moves whenever Docker Hub rebuilds the image.
+ARG PYTHON_IMAGE=python:3.11-slim
+
 # --- build: a virtualenv from the hash-pinned lock, then parallax itself (no other deps) ---
-FROM python:3.11-slim AS build
+FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/parallax
 COPY requirements.lock /tmp/requirements.lock
@@ -19,7 +24,7 @@ RUN /opt/parallax/bin/pip install --no-cache-dir --no-deps . \
     && /opt/parallax/bin/parallax --version
 
 # --- runtime: the venv only, a non-root user, runs on a volume ---
-FROM python:3.11-slim
+FROM ${PYTHON_IMAGE}
 ENV PATH=/opt/parallax/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -33,6 +38,9 @@ COPY --from=build /opt/parallax /opt/parallax
 WORKDIR /work
 VOLUME ["/work/runs"]
 USER 10001:10001
+# `health` finds the daemon by the pointer `serve` writes at start, whatever --config it was
+# given, and reads only its heartbeat; in a one-shot `run` container no daemon ever started,
+# so there is nothing to check (exit 0). Podman keeps this only with `build --format docker`.
 HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 CMD ["parallax", "health"]
 ENTRYPOINT ["parallax"]
 CMD ["serve"]

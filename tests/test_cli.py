@@ -985,3 +985,22 @@ def test_a_grader_that_raises_on_both_sides_is_named(tmp_path: Path) -> None:
     summary = json.loads((only_run_dir(root, "support") / "summary.json").read_text())
     assert summary["grader_errors"] == ["tool.tracking.missing_carrier"], proc.stderr
     assert "  grader errors: tool.tracking.missing_carrier" in proc.stderr.splitlines()
+
+
+@pytest.mark.parametrize(("suite", "verdict", "code"), [("cities", 1, 0), (None, 3, 2)])
+def test_exit_zero_on_review_clears_only_the_review_bit(
+    tmp_path: Path, suite: str | None, verdict: int, code: int
+) -> None:
+    """With --exit-zero-on-review a review run exits 0 and review+incomplete exits 2, while
+    summary.json and run.finished keep the verdict's own code for alerting."""
+    root = make_demo(tmp_path)
+    only = ("--suite", suite) if suite else ()
+    plain = parallax("run", "--config", "config/demo.toml", *only, cwd=root)
+    assert plain.returncode == verdict
+    proc = parallax("run", "--config", "config/demo.toml", *only, "--exit-zero-on-review", cwd=root)
+    assert proc.returncode == code, proc.stderr
+    finished = [json.loads(line) for line in proc.stdout.splitlines()]
+    codes = [e["exit_code"] for e in finished if e["event"] == "run.finished"]
+    assert max(codes) == verdict
+    summaries = [json.loads((d / "summary.json").read_text()) for d in run_dirs(root, "cities")]
+    assert [s["exit_code"] for s in summaries] == [1, 1]
