@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from faultserver import FaultServer
 
 ROOT = Path(__file__).resolve().parent.parent
 UNSHARE = ["unshare", "-m", "--propagation", "private"]
@@ -69,17 +70,27 @@ podman run --rm --network host \
   localhost/parallax:test run --config /work/config/demo.toml >$T/oneshot.log 2>$T/oneshot.err
 echo "ONESHOT $?"
 set -e
-podman rm -f parallax-serve-test >/dev/null 2>&1 || true
-podman run -d --name parallax-serve-test --network host --no-healthcheck \
+# the image's own HEALTHCHECK, run by podman (`--health-interval disable`: no systemd timer
+# here; `healthcheck run` runs it on demand), first in a one-shot `run` container whose
+# candidate hangs, so it is still running: no daemon ever started there, nothing to check
+podman rm -f parallax-oneshot-test parallax-serve-test >/dev/null 2>&1 || true
+podman run -d --name parallax-oneshot-test --network host --health-interval disable \
+  -v $T/config:/work/config:ro -v $T/fixtures:/work/fixtures:ro -v $T/oneshot-runs:/work/runs \
+  localhost/parallax:test run --config /work/config/hanging.toml >/dev/null
+echo "ONESHOT_HEALTH $(podman healthcheck run parallax-oneshot-test 2>&1; echo $?)" | tr '\n' ' '; echo
+podman rm -f parallax-oneshot-test >/dev/null 2>&1 || true
+# then serve, told its config by --config only: health must find it without being told
+podman run -d --name parallax-serve-test --network host --health-interval disable \
   -v $T/config:/work/config:ro -v $CTX/fixtures:/work/fixtures:ro \
   -v $CTX/snapshots:/work/snapshots:ro -v $T/serve-runs:/work/runs \
-  localhost/parallax:test >/dev/null
+  localhost/parallax:test serve --config /work/config/serve.toml >/dev/null
 healthy=1
 for _ in $(seq 1 60); do
-  if podman exec parallax-serve-test parallax health >/dev/null 2>&1; then healthy=0; break; fi
+  if podman healthcheck run parallax-serve-test >/dev/null 2>&1; then healthy=0; break; fi
   sleep 1
 done
 echo "HEALTH $healthy"
+echo "STATUS $(podman inspect --format '{{.State.Health.Status}}' parallax-serve-test)"
 podman kill --signal TERM parallax-serve-test >/dev/null
 echo "EXIT $(timeout 60 podman wait parallax-serve-test)"
 podman logs parallax-serve-test >$T/serve.log 2>$T/serve.err
@@ -116,6 +127,27 @@ schedule = "0 3 * * *"
 """
 
 
+HANGING_CONFIG = """\
+runs_dir = "../runs"
+
+[endpoints.reference]
+kind = "openai-chat"
+model = "m"
+base_url = "{ok}"
+
+[endpoints.candidate]
+kind = "openai-chat"
+model = "m"
+base_url = "{hang}"
+retry = {{ attempts = 1 }}
+
+[suites.hanging]
+fixtures = "../fixtures/cases.jsonl"
+reference = "reference"
+candidate = "candidate"
+"""
+
+
 def _need_podman() -> None:
     """Skip with the reason when the recipe cannot run on this machine."""
     if os.geteuid() != 0:
@@ -137,11 +169,18 @@ def _need_podman() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_image_runs_the_one_shot_demo_and_serves_until_sigterm(tmp_path: Path) -> None:
-    """Built from the real Dockerfile: non-root, a complete demo run dir, healthy serve, exit 0."""
+def test_image_runs_the_one_shot_demo_and_serves_until_sigterm(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Built from the real Dockerfile (`--format docker`, which keeps HEALTHCHECK): non-root, a
+    complete demo run dir; the image's health check passes in a one-shot container and in
+    `serve --config F`; SIGTERM stops serve with exit 0."""
     _need_podman()
+    # the host's TMPDIR (conftest gives each test its own) is no path inside the chroot
+    host = {k: v for k, v in os.environ.items() if k != "TMPDIR"}
     prepared = subprocess.run(
         ["bash", "-c", PREPARE, "prepare", str(WORK)],
+        env=host,
         capture_output=True,
         text=True,
         check=False,
@@ -149,11 +188,17 @@ def test_image_runs_the_one_shot_demo_and_serves_until_sigterm(tmp_path: Path) -
     )
     if prepared.returncode != 0:
         pytest.skip(f"could not make the stand-in base image: {prepared.stderr[-300:]}")
-    for name in ("runs", "serve-runs", "config"):
+    for name in ("runs", "serve-runs", "oneshot-runs", "config", "fixtures"):
         (tmp_path / name).mkdir()
         (tmp_path / name).chmod(0o777)  # the image's user (uid 10001) writes the volumes
-    (tmp_path / "config" / "parallax.toml").write_text(SERVE_CONFIG)
-    env = {**os.environ, "CONTAINERS_CONF": str(WORK / "containers.conf")}
+    (tmp_path / "config" / "serve.toml").write_text(SERVE_CONFIG)  # not the image's default
+    (tmp_path / "config" / "hanging.toml").write_text(
+        HANGING_CONFIG.format(ok=fault_server.url("ok"), hang=fault_server.url("hang"))
+    )
+    (tmp_path / "fixtures" / "cases.jsonl").write_text(
+        json.dumps({"id": "a", "prompt": "a", "expect": {"must_include": ["a"]}}) + "\n"
+    )
+    env = {**host, "CONTAINERS_CONF": str(WORK / "containers.conf")}
     done = subprocess.run(
         [*UNSHARE, "bash", "-c", SCENARIO, "scenario", str(WORK), str(ROOT), str(tmp_path)],
         capture_output=True,
@@ -177,7 +222,10 @@ def test_image_runs_the_one_shot_demo_and_serves_until_sigterm(tmp_path: Path) -
         assert (run_dir / "summary.json").is_file()
         assert run_dir.stat().st_uid == 10001
 
+    oneshot_health = report["ONESHOT_HEALTH"].split()
+    assert oneshot_health[-1] == "0", report["ONESHOT_HEALTH"]
     assert report["HEALTH"] == "0", (tmp_path / "serve.log").read_text()[-2000:]
+    assert report["STATUS"] == "healthy"
     assert report["EXIT"] == "0"
     last = json.loads((tmp_path / "serve.log").read_text().splitlines()[-1])
     assert last["event"] == "scheduler.stopped"
