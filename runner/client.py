@@ -87,7 +87,9 @@ NOT_TRANSPORT: tuple[type[Exception], ...] = (
     httpx.RequestNotRead,
 )
 
-# Only these stamps are worth another attempt (DESIGN: retries); http_error only when 5xx.
+# Only these stamps are worth another attempt (DESIGN: retries); http_error only for a 5xx
+# or a 408 (the server's own timeout: the OpenAI SDK retries it, and LiteLLM's and llmock's
+# timeouts are 408s). A final 408 keeps its stamp: `http_error` with status 408.
 RETRYABLE: frozenset[Transport] = frozenset(
     {
         Transport.TIMEOUT,
@@ -97,12 +99,21 @@ RETRYABLE: frozenset[Transport] = frozenset(
         Transport.HTTP_ERROR,
     }
 )
+REQUEST_TIMEOUT = 408
+
+# The Retry-After headers, a gateway's renamed upstream ones after the server's own: LiteLLM
+# passes its upstream's headers on prefixed `llm_provider-`. Each pair is (milliseconds,
+# seconds or HTTP-date).
+RETRY_AFTER_HEADERS: tuple[tuple[str, str], ...] = (
+    ("retry-after-ms", "retry-after"),
+    ("llm_provider-retry-after-ms", "llm_provider-retry-after"),
+)
 
 _KEPT_HEADERS = frozenset(
     {
         "content-type",
         "content-length",
-        "retry-after",
+        *(name for pair in RETRY_AFTER_HEADERS for name in pair),
         "date",
         "x-request-id",
         "request-id",
@@ -186,28 +197,37 @@ def decide_retry(  # noqa: PLR0917 - the signature is the documented contract
     policy: RetryPolicy,
     rng: random.Random,
 ) -> RetryDecision:
-    """Retry only DESIGN's retryable stamps, at most `policy.attempts` attempts in all.
+    """Retry only DESIGN's retryable stamps (and a 408), at most `policy.attempts` in all.
 
-    The wait is the server's Retry-After (capped at `retry_after_cap`) when it sent one,
-    else exponential backoff `min(backoff_max, base * 2**(n-1))` of which the `jitter`
-    fraction is drawn at random, so a burst of 429s does not come back in lockstep.
+    Without a Retry-After the wait is exponential backoff `min(backoff_max, base * 2**(n-1))`
+    of which the `jitter` fraction is drawn at random. With one, the wait is the server's
+    value (capped at `retry_after_cap`) plus a random extra of up to `jitter` times the larger
+    of that value and the backoff: never less than the server asked, and bounded, so the
+    calls one 429 burst sent away do not all come back at the same instant (a Retry-After of
+    0 still spreads them over the backoff).
     """
     stamp = Transport(stamp)
     if stamp == Transport.OK:
         return RetryDecision(False, 0.0, "ok")
     if stamp not in RETRYABLE:
         return RetryDecision(False, 0.0, f"not_retryable:{stamp}")
-    if stamp == Transport.HTTP_ERROR and (status is None or not 500 <= status < 600):
+    if stamp == Transport.HTTP_ERROR and not _retryable_status(status):
         return RetryDecision(False, 0.0, f"not_retryable:http_{status}")
     if attempt_no >= policy.attempts:
         return RetryDecision(False, 0.0, "attempts_exhausted")
-    if retry_after is not None:
-        if retry_after > policy.retry_after_cap:
-            return RetryDecision(True, policy.retry_after_cap, "retry_after_capped")
-        return RetryDecision(True, max(0.0, retry_after), "retry_after")
     backoff = min(policy.backoff_max, policy.backoff_base * 2 ** (attempt_no - 1))
-    wait = backoff * (1.0 - policy.jitter) + backoff * policy.jitter * rng.random()
-    return RetryDecision(True, wait, "backoff")
+    if retry_after is None:
+        wait = backoff * (1.0 - policy.jitter) + backoff * policy.jitter * rng.random()
+        return RetryDecision(True, wait, "backoff")
+    asked = max(0.0, retry_after)
+    reason = "retry_after"
+    if asked > policy.retry_after_cap:
+        asked, reason = policy.retry_after_cap, "retry_after_capped"
+    return RetryDecision(True, asked + max(asked, backoff) * policy.jitter * rng.random(), reason)
+
+
+def _retryable_status(status: int | None) -> bool:
+    return status is not None and (500 <= status < 600 or status == REQUEST_TIMEOUT)
 
 
 def parse_retry_after(value: str | None, now: datetime) -> float | None:
@@ -386,12 +406,20 @@ def _body_text(raw: bytes) -> tuple[str, str]:
 
 
 def _retry_after(headers: dict[str, str]) -> float | None:
-    """Honour `retry-after-ms` (OpenAI) before `Retry-After`; measure an HTTP-date against
-    the server's own Date header when present, so clock skew between hosts cancels out."""
-    millis = headers.get("retry-after-ms")  # most replies carry neither header: no parsing
+    """The longest wait any hop asks for: the server's own Retry-After and a gateway's
+    renamed upstream one (`llm_provider-retry-after`), each with its `-ms` form (OpenAI's)
+    before the coarser one. Waiting less than either hop says is a sure second 429. An
+    HTTP-date is measured against the server's own Date header when present, so clock skew
+    between hosts cancels out."""
+    waits = [_one_retry_after(headers, *pair) for pair in RETRY_AFTER_HEADERS]
+    return max((w for w in waits if w is not None), default=None)
+
+
+def _one_retry_after(headers: dict[str, str], millis_name: str, name: str) -> float | None:
+    millis = headers.get(millis_name)  # most replies carry none of these: no parsing
     if millis is not None and (delay := _delay(millis.strip())) is not None:
         return delay / 1000.0
-    retry_after = headers.get("retry-after")
+    retry_after = headers.get(name)
     if retry_after is None:
         return None
     date = headers.get("date")

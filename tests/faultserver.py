@@ -88,6 +88,7 @@ _REASONS = {
     400: "Bad Request",
     401: "Unauthorized",
     404: "Not Found",
+    408: "Request Timeout",
     429: "Too Many Requests",
     500: "Internal Server Error",
     502: "Bad Gateway",

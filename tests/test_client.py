@@ -377,6 +377,35 @@ async def test_5xx_is_http_error_and_retried(fault_server: FaultServer, code: in
 
 
 @pytest.mark.anyio
+async def test_a_408_is_retried_and_every_attempt_recorded(fault_server: FaultServer) -> None:
+    """A 408 is retried: the server's first answer is a 408 and the second attempt succeeds."""
+    exchange = await call_once(make_cfg(fault_server.url("flaky:1:408")))
+    expected = (["http_error", "ok"], [408, 200], "ok", 2)
+    actual = (
+        stamps(exchange),
+        [a.status for a in exchange.attempts],
+        exchange.transport,
+        len(fault_server.received()),
+    )
+    assert expected == actual
+
+
+@pytest.mark.anyio
+async def test_a_final_408_stays_http_error_with_its_status(fault_server: FaultServer) -> None:
+    """A 408 on every attempt ends `http_error` with status 408, after all attempts."""
+    exchange = await call_once(make_cfg(fault_server.url("status:408")))
+    assert exchange.response is not None
+    expected = (["http_error"] * 3, [408] * 3, "http_error", 408)
+    actual = (
+        stamps(exchange),
+        [a.status for a in exchange.attempts],
+        exchange.transport,
+        exchange.response.status,
+    )
+    assert expected == actual
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("code", [600, 999])
 async def test_a_status_past_5xx_is_not_retried(fault_server: FaultServer, code: int) -> None:
     """Only 5xx is retried: a 600 is no server error HTTP defines, so one attempt."""
@@ -588,6 +617,33 @@ async def test_a_negative_retry_after_ms_falls_back_to_retry_after() -> None:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"llm_provider-retry-after": "0.03"}, 0.03),
+        ({"llm_provider-retry-after-ms": "40", "llm_provider-retry-after": "1"}, 0.04),
+        # two hops: the longer wait wins, since a shorter one is a sure second 429
+        ({"retry-after": "0.02", "llm_provider-retry-after": "0.05"}, 0.05),
+        ({"retry-after-ms": "60", "llm_provider-retry-after": "0.01"}, 0.06),
+    ],
+)
+async def test_a_gateways_renamed_retry_after_is_understood(
+    headers: dict[str, str], expected: float
+) -> None:
+    """LiteLLM's `llm_provider-retry-after(-ms)` is read as a Retry-After, and kept."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, headers=headers)
+
+    exchange = await call_once(
+        make_cfg("http://mock.test/v1"), transport=httpx.MockTransport(handler)
+    )
+    assert [a.retry_after for a in exchange.attempts] == [expected] * 3
+    assert exchange.response is not None
+    assert headers == {k: v for k, v in exchange.response.headers.items() if k in headers}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
     "exc",
     [httpx.UnsupportedProtocol("nope"), httpx.InvalidURL("bad"), httpx.LocalProtocolError("x")],
 )
@@ -745,6 +801,7 @@ def test_never_retried(stamp: Transport, status: int | None) -> None:
         (Transport.RATE_LIMITED, 429),
         (Transport.HTTP_ERROR, 500),
         (Transport.HTTP_ERROR, 503),
+        (Transport.HTTP_ERROR, 408),
     ],
 )
 def test_retried_until_the_attempt_bound(stamp: Transport, status: int | None) -> None:
@@ -774,9 +831,20 @@ def test_jitter_stays_in_its_fraction() -> None:
     assert max(waits) - min(waits) > 0.3
 
 
+class FixedRandom(random.Random):
+    """A random source that always draws `value`: the edges of the jitter, exactly."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__(0)
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
 def test_retry_after_is_honoured_up_to_the_cap() -> None:
-    """Retry-After replaces backoff; beyond the cap the cap is waited."""
-    rng = random.Random(1)
+    """Retry-After replaces backoff; beyond the cap the cap is waited (at the jitter's floor)."""
+    rng = FixedRandom(0.0)
     assert RetryDecision(True, 2.0, "retry_after") == decide_retry(
         1, Transport.RATE_LIMITED, 429, 2.0, POLICY, rng
     )
@@ -784,6 +852,44 @@ def test_retry_after_is_honoured_up_to_the_cap() -> None:
         1, Transport.RATE_LIMITED, 429, 120.0, POLICY, rng
     )
     assert decide_retry(1, Transport.HTTP_ERROR, 503, 0.0, POLICY, rng).wait == 0.0
+
+
+def test_retry_after_gets_jitter_on_top_never_below() -> None:
+    """A Retry-After wait is the server's value plus up to `jitter` of it, never less."""
+    top = FixedRandom(1.0)
+    assert RetryDecision(True, 3.0, "retry_after") == decide_retry(
+        1, Transport.RATE_LIMITED, 429, 2.0, POLICY, top
+    )
+    assert RetryDecision(True, 7.5, "retry_after_capped") == decide_retry(
+        1, Transport.RATE_LIMITED, 429, 120.0, POLICY, top
+    )
+    rng = random.Random(42)
+    waits = [
+        decide_retry(1, Transport.RATE_LIMITED, 429, 2.0, POLICY, rng).wait for _ in range(500)
+    ]
+    assert all(2.0 <= w <= 3.0 for w in waits)
+    assert max(waits) - min(waits) > 0.8
+
+
+def test_a_retry_after_of_zero_is_spread_over_the_backoff() -> None:
+    """`Retry-After: 0` sends a burst back spread over the backoff step, not all at once."""
+    waits = [
+        decide_retry(2, Transport.RATE_LIMITED, 429, 0.0, POLICY, FixedRandom(edge)).wait
+        for edge in (0.0, 1.0)
+    ]
+    assert waits == [0.0, 0.5]  # backoff at attempt 2 is 1.0; jitter 0.5 of it on top
+
+
+def test_a_408_is_retried_and_other_4xx_are_not() -> None:
+    """A 408 (the server's own timeout) is retried like a 5xx; a 400 or 409 is not."""
+    rng = FixedRandom(0.0)
+    expected = [
+        RetryDecision(True, 0.25, "backoff"),
+        RetryDecision(False, 0.0, "not_retryable:http_400"),
+        RetryDecision(False, 0.0, "not_retryable:http_409"),
+    ]
+    actual = [decide_retry(1, Transport.HTTP_ERROR, s, None, POLICY, rng) for s in (408, 400, 409)]
+    assert expected == actual
 
 
 def test_decision_is_frozen() -> None:
