@@ -2,6 +2,9 @@
 
 `parse` is the schema stamp's only judge. It runs on a stored body, so the same code grades a
 live call, a recorded cassette and a replay. It never raises: a hostile body is a detail string.
+`facts` reads what a served body says about itself (model, id, fingerprint, usage) whatever
+the schema stamp, and `served_model` settles which model served it: a gateway's header when
+the endpoint names one (or a known gateway sent its own), else the body's `model`.
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ from typing import Any
 
 from runner.config import EndpointConfig
 from runner.jsontext import loads, too_deep
-from runner.model import Case, Reply, Response
+from runner.model import NO_FACTS, Case, Facts, Reply, Response
 from runner.text import may_hold_surrogates, scrub
 
 OPENAI_CHAT = "openai-chat"
 ANTHROPIC = "anthropic-messages"
 HTTP_JSON = "http-json"
+# Gateways that name the backend they routed to in a response header while the body's
+# `model` is the alias asked for (LiteLLM); read when an endpoint names no header itself.
+GATEWAY_MODEL_HEADERS: tuple[str, ...] = ("x-litellm-model-name",)
 
 
 def request_url(cfg: EndpointConfig) -> str:
@@ -134,10 +140,8 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def parse(
-    adapter: str, response: Response, *, expects_json: bool, answer_pointer: str | None = None
-) -> Reply | str:
-    """Return a Reply, or the schema-failure detail (`not_json`, `missing_choices`, ...)."""
+def _document(response: Response) -> dict[str, Any] | str:
+    """The body as a JSON object, or the schema-failure detail saying why it is none."""
     body = response.body
     if response.encoding != "utf-8":
         try:
@@ -149,6 +153,45 @@ def parse(
         return "not_json"
     if not isinstance(doc, dict):
         return "not_object"
+    return doc
+
+
+def _facts_of(doc: Mapping[str, Any]) -> Facts:
+    usage = doc.get("usage")
+    return Facts(
+        response_model=_str_or_none(doc.get("model")),
+        response_id=_str_or_none(doc.get("id")),
+        system_fingerprint=_str_or_none(doc.get("system_fingerprint")),
+        usage=usage if isinstance(usage, dict) else None,
+    )
+
+
+def facts(response: Response) -> Facts:
+    """What a body that failed the schema still says about itself; nothing when the body is
+    no JSON object. (A reply that passed carries its facts: `Reply.facts`.)"""
+    doc = _document(response)
+    return NO_FACTS if isinstance(doc, str) else _facts_of(doc)
+
+
+def served_model(body_model: str | None, response: Response, header: str | None) -> str | None:
+    """The model that served a call: the header the endpoint names (`served_model_header`),
+    or with none named the first known gateway header present, when it holds a name; else
+    the body's `model`. `header` "" means the body's `model` only."""
+    names = GATEWAY_MODEL_HEADERS if header is None else (header,) if header else ()
+    for name in names:
+        value = response.headers.get(name)
+        if value is not None and value.strip():
+            return value.strip()
+    return body_model
+
+
+def parse(
+    adapter: str, response: Response, *, expects_json: bool, answer_pointer: str | None = None
+) -> Reply | str:
+    """Return a Reply, or the schema-failure detail (`not_json`, `missing_choices`, ...)."""
+    doc = _document(response)
+    if isinstance(doc, str):
+        return doc
     answer: Any = None
     if adapter == OPENAI_CHAT:
         choices = doc.get("choices")
@@ -188,12 +231,4 @@ def parse(
         answer = json_answer(text)
         if answer is None:
             return "answer_not_json"
-    usage = doc.get("usage")
-    return Reply(
-        text=text,
-        answer=answer,
-        response_model=_str_or_none(doc.get("model")),
-        response_id=_str_or_none(doc.get("id")),
-        system_fingerprint=_str_or_none(doc.get("system_fingerprint")),
-        usage=usage if isinstance(usage, dict) else None,
-    )
+    return Reply(text=text, answer=answer, facts=_facts_of(doc))

@@ -38,7 +38,13 @@ import anyio
 import httpx
 
 from runner import logs
-from runner.adapters import auth_headers, protocol_headers, request_body, request_url
+from runner.adapters import (
+    GATEWAY_MODEL_HEADERS,
+    auth_headers,
+    protocol_headers,
+    request_body,
+    request_url,
+)
 from runner.config import EndpointConfig, RetryPolicy
 from runner.errors import ConfigError
 from runner.jsontext import dumps
@@ -114,6 +120,7 @@ _KEPT_HEADERS = frozenset(
         "content-type",
         "content-length",
         *(name for pair in RETRY_AFTER_HEADERS for name in pair),
+        *GATEWAY_MODEL_HEADERS,
         "date",
         "x-request-id",
         "request-id",
@@ -295,12 +302,12 @@ def _plain_headers(headers: httpx.Headers) -> dict[str, str]:
     return plain
 
 
-def _kept_headers(headers: dict[str, str]) -> dict[str, str]:
+def _kept_headers(headers: dict[str, str], kept: frozenset[str]) -> dict[str, str]:
     """Allow-list, not deny-list: a response header we never thought of stays out of runs/."""
     return {
         name: value
         for name, value in headers.items()
-        if name in _KEPT_HEADERS or name.startswith(_KEPT_PREFIXES)
+        if name in kept or name.startswith(_KEPT_PREFIXES)
     }
 
 
@@ -459,6 +466,9 @@ class HttpEndpoint:
         self._cfg = cfg
         self._url = request_url(cfg)
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter, not crypto
+        # the endpoint's served-model header is kept too: replay reads the served model from it
+        header = cfg.served_model_header
+        self._kept = _KEPT_HEADERS | ({header} if header else frozenset())
         logs.register_secret(api_key)
         # Request headers as httpx.AsyncClient would send them, built once. Requests go straight
         # to the transport: the client's cookie jar, auth flow and redirect loop are all unused
@@ -553,6 +563,7 @@ class HttpEndpoint:
             started_at=started_at,
             elapsed_ms=round((time.monotonic() - t0) * 1000),
             answer_pointer=self._cfg.answer_pointer if self._cfg.kind == "http-json" else None,
+            served_model_header=self._cfg.served_model_header,
         )
 
     async def _pace(self) -> None:
@@ -616,7 +627,7 @@ class HttpEndpoint:
         response = None
         if status is not None and headers is not None:
             text, encoding = _body_text(logs.scrub_bytes(bytes(buf)))  # an echoed key too
-            kept = {k: logs.scrub_text(v) for k, v in _kept_headers(headers).items()}
+            kept = {k: logs.scrub_text(v) for k, v in _kept_headers(headers, self._kept).items()}
             response = Response(status, kept, text, encoding, truncated)
         attempt = Attempt(
             n=n,

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from runner.errors import ConfigError, reason_of
 from runner.jsontext import MAX_DEPTH, long_integer_line
@@ -25,6 +32,7 @@ ENDPOINT_KINDS = ("recorded", "openai-chat", "anthropic-messages", "http-json")
 MAX_HEARTBEAT_SECONDS = 3600.0  # a daemon silent for longer than an hour is not watched at all
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]*\Z")  # "" too: the body's model only
 
 
 def valid_name(name: object) -> bool:
@@ -75,6 +83,9 @@ class EndpointConfig(_Strict):
     body_template: dict[str, Any] | None = None
     answer_pointer: str = "/answer"
     anthropic_version: str = "2023-06-01"
+    # the response header that names the model which served a call (a gateway's backend);
+    # unset: known gateways' headers (LiteLLM's x-litellm-model-name), "": the body's `model`
+    served_model_header: str | None = None
 
     @model_validator(mode="after")
     def _check_kind(self) -> EndpointConfig:
@@ -99,6 +110,16 @@ class EndpointConfig(_Strict):
         if not self.answer_pointer.startswith("/") and self.answer_pointer != "":
             raise ValueError("answer_pointer must be a JSON pointer such as /answer")
         return self
+
+    @field_validator("served_model_header")
+    @classmethod
+    def _lower_header(cls, name: str | None) -> str | None:
+        """A header name (RFC 9110's token), lower-cased as raw.jsonl keeps header names."""
+        if name is None:
+            return None
+        if not _HEADER_NAME.match(name):
+            raise ValueError(f"{name!r} is no header name (letters, digits, '-', no spaces)")
+        return name.lower()
 
 
 class Thresholds(_Strict):

@@ -66,6 +66,10 @@ class SideView:
     system_fingerprint: str | None
     samples: int
     detail: str
+    # every model a served call of this side named (its transport ok, whatever its schema;
+    # None for a body that named none), sorted: one sample that fell back to another model
+    # is drift too. In memory only: the gate and the alerts read it, the files do not.
+    models: tuple[str | None, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,8 +100,9 @@ def _fold_one(row: Outcome) -> SideView:
     """`_fold_many([row])` without the bookkeeping samples need: one sample is the usual case,
     and this runs for every call (tests/test_gate.py checks the two agree)."""
     model, fingerprint = shared(row.response_model or None), shared(row.system_fingerprint or None)
+    models = (model,) if row.transport == Transport.OK else ()
     if row.transport != Transport.OK or not row.admitted:
-        return _unscored(row, model, fingerprint, 1)
+        return _unscored(row, model, fingerprint, 1, models)
     assert row.task_score is not None  # admitted
     stable = tuple(sorted({shared(m) for m in row.misses}))
     return _scored(
@@ -108,6 +113,7 @@ def _fold_one(row: Outcome) -> SideView:
         model=model,
         fingerprint=fingerprint,
         samples=1,
+        models=models,
     )
 
 
@@ -119,8 +125,10 @@ def _fold_many(outcomes: Sequence[Outcome]) -> SideView:
     )
     model = shared(next((o.response_model for o in rows if o.response_model), None))
     fingerprint = shared(next((o.system_fingerprint for o in rows if o.system_fingerprint), None))
+    served = {shared(o.response_model or None) for o in rows if o.transport == Transport.OK}
+    models = tuple(sorted(served, key=_model_order))
     if bad is not None or not rows:
-        return _unscored(bad, model, fingerprint, len(rows))
+        return _unscored(bad, model, fingerprint, len(rows), models)
     counts: dict[str, int] = {}
     for row in rows:
         for miss in set(row.misses):
@@ -137,11 +145,20 @@ def _fold_many(outcomes: Sequence[Outcome]) -> SideView:
         model=model,
         fingerprint=fingerprint,
         samples=len(rows),
+        models=models,
     )
 
 
+def _model_order(model: str | None) -> tuple[bool, str]:
+    return (model is not None, model or "")
+
+
 def _unscored(
-    bad: Outcome | None, model: str | None, fingerprint: str | None, samples: int
+    bad: Outcome | None,
+    model: str | None,
+    fingerprint: str | None,
+    samples: int,
+    models: tuple[str | None, ...],
 ) -> SideView:
     """An unadmitted side, named by its first failing row (or by having no row at all)."""
     return SideView(
@@ -157,6 +174,7 @@ def _unscored(
         system_fingerprint=fingerprint,
         samples=samples,
         detail=shared(bad.detail) if bad else "no outcome",
+        models=models,
     )
 
 
@@ -169,6 +187,7 @@ def _scored(
     model: str | None,
     fingerprint: str | None,
     samples: int,
+    models: tuple[str | None, ...],
 ) -> SideView:
     """An admitted side; it passes when most of its samples did."""
     return SideView(
@@ -184,6 +203,7 @@ def _scored(
         system_fingerprint=fingerprint,
         samples=samples,
         detail=shared(",".join(stable)) if stable else "ok",
+        models=models,
     )
 
 
@@ -335,6 +355,16 @@ def unscored_by(reference: SideView, candidate: SideView) -> tuple[str, str] | N
     return None
 
 
+def drifted(view: SideView, accepted: str | None) -> tuple[str | None, ...]:
+    """The models a side's served calls named other than the one the snapshot accepted for
+    it, whatever the case's gate class: decided per call, so a reply that broke the schema,
+    or one sample of several, served by a fallback model is drift too. A side none of whose
+    calls was served, or without an accepted model, has none."""
+    if not accepted:
+        return ()
+    return tuple(model for model in view.models if model != accepted)
+
+
 def moved_from(view: SideView, accepted: Mapping[str, Any], side: str) -> bool:
     """Whether a side's stable misses left the ones the snapshot accepted for it."""
     return sorted(view.misses) != sorted(accepted.get(f"{side}_misses") or [])
@@ -369,8 +399,9 @@ def classify(
     models = accepted.get("models") or {}
     for side, view in (("reference", reference), ("candidate", candidate)):
         was = models.get(side)
-        if was and view.response_model != was:
-            return verdict(ALIAS_SWAP, f"{side}: accepted {was}, served {view.response_model}")
+        if drifted(view, was):
+            served = ", ".join(str(m) for m in view.models)
+            return verdict(ALIAS_SWAP, f"{side}: accepted {was}, served {served}")
     assert delta is not None
     if delta != list(accepted.get("disagreement") or []):
         moved = [

@@ -153,6 +153,9 @@ class Exchange:
     started_at: str  # UTC ISO-8601
     elapsed_ms: int
     answer_pointer: str | None = None  # http-json: where the answer sits in the body
+    # the response header naming the served model, as the endpoint configured it: None when it
+    # named none (known gateways' headers are read), "" for the body's `model` only
+    served_model_header: str | None = None
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -189,6 +192,7 @@ class Exchange:
             started_at=str(data["started_at"]),
             elapsed_ms=int(data["elapsed_ms"]),
             answer_pointer=_opt_str(data, "answer_pointer"),
+            served_model_header=_opt_str(data, "served_model_header"),
         )
 
 
@@ -278,15 +282,27 @@ class Grade:
 
 
 @record
+class Facts:
+    """What a reply says about itself: read from every served body that parsed as a JSON
+    object, whatever the schema stamp, so a reply that breaks the schema still names the
+    model that sent it (a model swap that breaks JSON is still drift) and what it cost."""
+
+    response_model: str | None = None
+    response_id: str | None = None
+    system_fingerprint: str | None = None
+    usage: Mapping[str, Any] | None = None
+
+
+NO_FACTS = Facts()
+
+
+@record
 class Reply:
     """What an adapter pulled out of a well-formed body (the schema stamp passed)."""
 
     text: str
     answer: Any = None  # parsed JSON answer when the case expects JSON
-    response_model: str | None = None
-    response_id: str | None = None
-    system_fingerprint: str | None = None
-    usage: Mapping[str, Any] | None = field(default=None)
+    facts: Facts = field(default=NO_FACTS)
 
 
 class Endpoint(Protocol):

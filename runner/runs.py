@@ -39,6 +39,7 @@ from runner.gate import (
     Verdict,
     classify,
     disagreement,
+    drifted,
     fold,
     moved_from,
     unscored_by,
@@ -492,9 +493,9 @@ def finalize(
             ],
             gating="significant_regression" in suite.fail_on,
         )
+    # every served call counts, whatever its stamps: a fallback that broke the schema too
     served = {
-        side: sorted({m for v in results if (m := getattr(v, side).response_model)})
-        for side in SIDES
+        side: sorted({m for v in results for m in getattr(v, side).models if m}) for side in SIDES
     }
     manifest = read_manifest(run_dir)
     summary = {
@@ -603,15 +604,14 @@ def _log_alerts(
     for gate, event in ((TRANSPORT_MISS, logs.ALERT_TRANSPORT), (SCHEMA_MISS, logs.ALERT_SCHEMA)):
         if details := unscored[gate]:
             log.warning(event, count=len(details), case_ids=list(details), details=details)
+    # per call, whatever the gate class: a transport or schema miss must not hide a swap
     drift: dict[tuple[str, str, str | None], list[str]] = {}
     for v in results:
-        if v.gate != "alias_swap":
-            continue
         accepted = (snapshot.get(v.case_id) or {}).get("models") or {}
         for side in SIDES:
-            served = getattr(v, side).response_model
-            if accepted.get(side) and served != accepted.get(side):
-                drift.setdefault((side, accepted[side], served), []).append(v.case_id)
+            was: str = accepted.get(side) or ""
+            for served in drifted(getattr(v, side), was):
+                drift.setdefault((side, was, served), []).append(v.case_id)
     for (side, was, served), case_ids in drift.items():
         log.warning(
             logs.ALERT_ALIAS_DRIFT,

@@ -1,14 +1,16 @@
 """The three stamps, in order: transport, then schema, then task.
 
 A closed socket is never graded: the schema stamp is only given when transport is ok, and the
-task stamp only when both are. Otherwise task_score stays null, never 0.
+task stamp only when both are. Otherwise task_score stays null, never 0. What a served body
+says about itself (model, id, fingerprint, usage) is kept whatever its schema stamp: a model
+swap that breaks the JSON is still a swap, and its tokens were still paid for.
 """
 
 from __future__ import annotations
 
 from runner import adapters
 from runner.grading import GraderSet, grade
-from runner.model import Case, Exchange, Outcome, Reply, Schema, Transport
+from runner.model import NO_FACTS, Case, Exchange, Outcome, Schema, Transport
 
 
 def _transport_detail(exchange: Exchange) -> str:
@@ -28,7 +30,8 @@ def _transport_detail(exchange: Exchange) -> str:
 def stamp(exchange: Exchange, case: Case, graders: GraderSet) -> Outcome:
     """Turn one exchange into its outcome row; a pure function of its arguments."""
     response = exchange.response
-    reply: Reply | None = None
+    facts = NO_FACTS
+    served: str | None = None
     misses: tuple[str, ...] = ()
     if exchange.transport != Transport.OK or response is None:
         schema, detail, score, misses = Schema.SKIPPED.value, _transport_detail(exchange), None, ()
@@ -41,11 +44,13 @@ def stamp(exchange: Exchange, case: Case, graders: GraderSet) -> Outcome:
         )
         if isinstance(parsed, str):
             schema, detail, score, misses = Schema.FAIL.value, parsed, None, ()
+            facts = adapters.facts(response)
         else:
-            reply = parsed
+            facts = parsed.facts
             result = grade(case, parsed, graders)
             schema, score, misses = Schema.OK.value, result.task_score, result.misses
             detail = ",".join(misses) if misses else "ok"
+        served = adapters.served_model(facts.response_model, response, exchange.served_model_header)
     return Outcome(
         case_id=exchange.case_id,
         side=exchange.side,
@@ -53,9 +58,9 @@ def stamp(exchange: Exchange, case: Case, graders: GraderSet) -> Outcome:
         fixture_sha=exchange.fixture_sha,
         stratum=case.stratum,
         model_alias=exchange.model_alias,
-        response_model=reply.response_model if reply else None,
-        response_id=reply.response_id if reply else None,
-        system_fingerprint=reply.system_fingerprint if reply else None,
+        response_model=served,
+        response_id=facts.response_id,
+        system_fingerprint=facts.system_fingerprint,
         transport=exchange.transport,
         schema=schema,
         task_score=score,
@@ -64,5 +69,5 @@ def stamp(exchange: Exchange, case: Case, graders: GraderSet) -> Outcome:
         http_status=response.status if response is not None else None,
         attempts=len(exchange.attempts),
         elapsed_ms=exchange.elapsed_ms,
-        usage=reply.usage if reply else None,
+        usage=facts.usage,
     )

@@ -56,9 +56,12 @@ requests carrying that prompt, so one suite can mix faults case by case.
 
 Scripting replies (mode ok and friends): `server.replies[prompt] = "text"` (or None for a null
 content); otherwise `server.default_reply(prompt)` (echoes the prompt). `server.model_map`
-maps a requested model to the model the reply claims (alias drift); `server.fingerprint` is the
-system_fingerprint. Every request is recorded in `server.requests` (path, lower-cased headers,
-body) so tests can count attempts and see the Authorization header arrive.
+maps a requested model to the model the reply claims (alias drift), `server.prompt_models`
+maps (requested model, prompt) to it (a fallback for some calls only); `server.fingerprint` is the
+system_fingerprint. `server.gateway_header = "x-litellm-model-name"` acts as a gateway such
+as LiteLLM does: the body's `model` is the alias requested, that header names the model.
+Every request is recorded in `server.requests` (path, lower-cased headers, body) so tests can
+count attempts and see the Authorization header arrive.
 
 Socket helpers: `refused_port()` (nothing listens: connection refused) and `BacklogFull`
 (a listener whose accept queue is full, so a SYN is dropped: connect timeout on Linux).
@@ -144,6 +147,14 @@ class Received:
         return _prompt(self.body)
 
 
+def _requested(req: Received) -> str:
+    """The model a request asked for."""
+    try:
+        return str(json.loads(req.body).get("model") or "fault-model")
+    except (ValueError, AttributeError):
+        return "fault-model"
+
+
 def _prompt(body: bytes) -> str:
     """The last user message (chat, messages) or the `prompt` field (http-json)."""
     try:
@@ -169,6 +180,9 @@ class FaultServer:
     replies: dict[str, str | None] = field(default_factory=dict)
     default_reply: Callable[[str], str] = field(default=lambda prompt: f"echo: {prompt}")
     model_map: dict[str, str] = field(default_factory=dict)
+    # (requested model, prompt) -> the model that answers; beats model_map
+    prompt_models: dict[tuple[str, str], str] = field(default_factory=dict)
+    gateway_header: str | None = None  # the header that names the model; the body says the alias
     prompt_modes: dict[str, str] = field(default_factory=dict)  # prompt -> mode, beats the path
     fingerprint: str = "fp_fault"
     requests: list[Received] = field(default_factory=list)
@@ -429,11 +443,8 @@ class FaultServer:
         """The success body in the request's wire format; `scripted=False` uses `content`."""
         prompt = req.prompt
         text = self._content(prompt) if scripted else content
-        try:
-            requested = json.loads(req.body).get("model") or "fault-model"
-        except (ValueError, AttributeError):
-            requested = "fault-model"
-        model = self.model_map.get(requested, requested)
+        requested = _requested(req)
+        model = requested if self.gateway_header else self._served(req)
         with self._lock:
             self._serial += 1
             serial = self._serial
@@ -473,8 +484,16 @@ class FaultServer:
             doc = {"answer": text, "model": model, "id": f"fault-{serial}"}
         return json.dumps(doc).encode()
 
+    def _served(self, req: Received) -> str:
+        """The model that answers: a prompt's own, else the requested one as mapped."""
+        requested = _requested(req)
+        found = self.prompt_models.get((requested, req.prompt))
+        return found or self.model_map.get(requested, requested)
+
     def _ok(self, conn: socket.socket, req: Received) -> bool:
+        gateway = {self.gateway_header: self._served(req)} if self.gateway_header else {}
         extra = {
+            **gateway,
             **_JSON,
             "x-request-id": "req-fault",
             "openai-processing-ms": "1",

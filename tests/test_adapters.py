@@ -18,7 +18,7 @@ from runner.adapters import (
 )
 from runner.config import EndpointConfig
 from runner.jsontext import MAX_DEPTH
-from runner.model import Case, Reply, Response
+from runner.model import Case, Facts, Reply, Response
 
 
 def case(system: str | None = None) -> Case:
@@ -165,10 +165,12 @@ def test_openai_reply_carries_text_and_metadata() -> None:
     expected = Reply(
         text="SKU-9 ships.",
         answer=None,
-        response_model="served",
-        response_id="r1",
-        system_fingerprint="fp",
-        usage={"total_tokens": 3},
+        facts=Facts(
+            response_model="served",
+            response_id="r1",
+            system_fingerprint="fp",
+            usage={"total_tokens": 3},
+        ),
     )
     assert expected == parse("openai-chat", response(body), expects_json=False)
 
@@ -179,7 +181,7 @@ def test_non_string_metadata_is_dropped() -> None:
     reply = parse("openai-chat", response(body), expects_json=False)
     assert isinstance(reply, Reply)
     expected = (None, None, None)
-    assert expected == (reply.response_model, reply.response_id, reply.usage)
+    assert expected == (reply.facts.response_model, reply.facts.response_id, reply.facts.usage)
 
 
 def test_anthropic_reply_joins_text_blocks_and_skips_others() -> None:
@@ -195,7 +197,7 @@ def test_anthropic_reply_joins_text_blocks_and_skips_others() -> None:
     reply = parse("anthropic-messages", response(body), expects_json=False)
     assert isinstance(reply, Reply)
     expected = ("SKU-9 ships.", "claude-x")
-    assert expected == (reply.text, reply.response_model)
+    assert expected == (reply.text, reply.facts.response_model)
 
 
 def test_anthropic_empty_content_is_an_empty_completion() -> None:

@@ -389,3 +389,25 @@ def test_a_header_with_a_line_break_is_a_config_error(tmp_path: Path) -> None:
     )
     error = load_error(tmp_path, text)
     assert "endpoints.cand" in str(error) and "line break" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [('"X-LiteLLM-Model-Name"', "x-litellm-model-name"), ('""', ""), (None, None)],
+)
+def test_served_model_header_is_a_lower_cased_header_name(
+    tmp_path: Path, value: str | None, expected: str | None
+) -> None:
+    """`served_model_header` is read as a header name (case-insensitive); unset it is None."""
+    line = f"\nserved_model_header = {value}" if value is not None else ""
+    text = MINIMAL.replace('api_key_env = "PARALLAX_TEST_KEY"', f'api_key_env = "X"{line}')
+    assert expected == load_config(write(tmp_path, text)).endpoint("cand").served_model_header
+
+
+def test_a_served_model_header_that_is_no_header_name_is_a_config_error(tmp_path: Path) -> None:
+    """A name no response header can have (a space, a colon) is refused naming the key."""
+    text = MINIMAL.replace(
+        'api_key_env = "PARALLAX_TEST_KEY"', 'served_model_header = "x-model: name"'
+    )
+    error = load_error(tmp_path, text)
+    assert "endpoints.cand.served_model_header" in str(error)

@@ -28,6 +28,7 @@ from runner.gate import (
     Verdict,
     classify,
     disagreement,
+    drifted,
     fold,
 )
 from runner.model import Case, Outcome
@@ -169,6 +170,7 @@ def test_fold_of_one_admitted_sample_keeps_its_misses_and_score() -> None:
         system_fingerprint="fp1",
         samples=1,
         detail="missing:SKU-9",
+        models=("model-ref",),
     )
     assert expected == view
 
@@ -402,6 +404,33 @@ def test_a_different_served_model_is_an_alias_swap() -> None:
     verdict = judge(ok_view(), ok_view(model="model-cand-v2"), accepted())
     expected = (ALIAS_SWAP, "candidate: accepted model-cand, served model-cand-v2")
     assert expected == (verdict.gate, verdict.detail)
+
+
+def test_one_sample_served_by_a_fallback_model_is_an_alias_swap() -> None:
+    """Rule 5 looks at every sample: the second one served by another model is a swap."""
+    rows = [
+        outcome(side="candidate", sample=0, response_model="model-cand"),
+        outcome(side="candidate", sample=1, response_model="model-cand-fallback"),
+    ]
+    verdict = judge(ok_view(), fold(rows), accepted())
+    expected = (
+        ALIAS_SWAP,
+        "candidate: accepted model-cand, served model-cand, model-cand-fallback",
+    )
+    assert expected == (verdict.gate, verdict.detail)
+
+
+def test_drift_is_decided_per_served_call_whatever_the_gate_class() -> None:
+    """A schema-failed reply from another model drifted; a timed-out call served nothing."""
+    swapped = fold([outcome(schema="fail", task_score=None, response_model="model-cand-v2")])
+    verdict = judge(ok_view(), swapped, accepted())
+    expected = (SCHEMA_MISS, ("model-cand-v2",), (), ())
+    assert expected == (
+        verdict.gate,
+        drifted(swapped, "model-cand"),
+        drifted(timeout_view(), "model-cand"),
+        drifted(swapped, None),
+    )
 
 
 def test_an_alias_swap_wins_over_a_changed_disagreement() -> None:

@@ -246,6 +246,166 @@ def test_alias_drift_is_its_own_class(tmp_path: Path, fault_server: FaultServer)
     assert code == 1
 
 
+def alias_drift(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The alert.alias_drift lines of a run: side, accepted, served, count, case ids."""
+    return sorted(
+        (e["side"], e["accepted"], e["served"], e["count"], sorted(e["case_ids"]))
+        for e in events
+        if e["event"] == "alert.alias_drift"
+    )
+
+
+def test_a_swap_that_breaks_the_json_is_still_drift(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A candidate swapped to a model whose replies break the JSON reads schema_miss, yet each
+    row keeps the served model, id and usage, and alert.alias_drift names every case."""
+    rows = [
+        {"id": f"case-{i}", "prompt": f"city {i}", "expect": {"json_fields": {"city": "Paris"}}}
+        for i in range(3)
+    ]
+    (tmp_path / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for row in rows:
+        fault_server.replies[str(row["prompt"])] = '{"city": "Paris"}'
+    ref_url = fault_server.url("ok", "ref")
+    accept_clean_run(write_config(tmp_path, ref_url, fault_server.url("ok", "cand")))
+    fault_server.model_map["cand-model"] = "cand-model-2026-12"
+    config = write_config(tmp_path, ref_url, fault_server.url("big:12", "cand"))  # prose
+
+    with capture_logs() as events:
+        run_dir, code, summary = run_suite(load_config(config), "live")
+
+    candidate = [o for o in outcomes(run_dir) if o["side"] == "candidate"]
+    expected_rows = {("fail", "answer_not_json", "cand-model-2026-12", True, True)}
+    assert expected_rows == {
+        (
+            o["schema"],
+            o["detail"],
+            o["response_model"],
+            str(o["response_id"]).startswith("chatcmpl-fault-"),
+            o["usage"]["total_tokens"] > 0,
+        )
+        for o in candidate
+    }
+    expected = (
+        2,
+        {"schema_miss"},
+        [("candidate", "cand-model", "cand-model-2026-12", 3, ["case-0", "case-1", "case-2"])],
+        {"reference": ["ref-model"], "candidate": ["cand-model-2026-12"]},
+    )
+    actual = (
+        code,
+        {v["gate"] for v in verdicts(run_dir).values()},
+        alias_drift(events),
+        summary["served_models"],
+    )
+    assert expected == actual
+
+
+def test_a_fallback_for_some_calls_is_drift_whatever_the_gate_class(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Two of five candidate calls served by a fallback model raise one alert.alias_drift that
+    names both cases, the one whose fixture moved too, and summary.json lists both models."""
+    prompts = write_suite(tmp_path, 5)
+    config = write_config(tmp_path, fault_server.url("ok", "ref"), fault_server.url("ok", "cand"))
+    accept_clean_run(config)
+    for i in (1, 3):
+        fault_server.prompt_models[("cand-model", prompts[i])] = "cand-fallback"
+    cases = (tmp_path / "cases.jsonl").read_text().splitlines()
+    edited = json.loads(cases[3])
+    edited["expect"]["max_chars"] = 500  # a test edit: case-003 is a fixture_move now
+    cases[3] = json.dumps(edited)
+    (tmp_path / "cases.jsonl").write_text("\n".join(cases) + "\n")
+
+    with capture_logs() as events:
+        run_dir, code, summary = run_suite(load_config(config), "live")
+
+    gates = {k: v["gate"] for k, v in verdicts(run_dir).items()}
+    expected = (
+        1,
+        ("alias_swap", "fixture_move", "unchanged"),
+        [("candidate", "cand-model", "cand-fallback", 2, ["case-001", "case-003"])],
+        ["cand-fallback", "cand-model"],
+    )
+    actual = (
+        code,
+        (gates["case-001"], gates["case-003"], gates["case-000"]),
+        alias_drift(events),
+        summary["served_models"]["candidate"],
+    )
+    assert expected == actual
+
+
+def test_a_backend_swap_behind_a_gateway_is_an_alias_swap(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Behind a LiteLLM-like gateway (the alias in the body, the backend in
+    x-litellm-model-name) the header is the served model, kept in raw.jsonl: a backend swap
+    under the same alias is an alias_swap, and a replay of it reads the same."""
+    fault_server.gateway_header = "x-litellm-model-name"
+    fault_server.model_map["cand-model"] = "openai/gpt-a"
+    write_suite(tmp_path, 3)
+    config = write_config(tmp_path, fault_server.url("ok", "ref"), fault_server.url("ok", "cand"))
+    first, first_code, _ = run_suite(load_config(config), "live")
+    promote(first, tmp_path / "snapshots", suite="live")
+    fault_server.model_map["cand-model"] = "openai/gpt-b"
+
+    with capture_logs() as events:
+        second, code, summary = run_suite(load_config(config), "live")
+    replayed, _, _ = run_suite(load_config(config), "live", parent_dir=second, mode="replay")
+
+    raw = [json.loads(line) for line in (first / "raw.jsonl").read_text().splitlines()]
+    cand = [e["response"] for e in raw if e["side"] == "candidate"]
+    expected_raw = {("openai/gpt-a", "cand-model")}
+    assert expected_raw == {
+        (r["headers"]["x-litellm-model-name"], json.loads(r["body"])["model"]) for r in cand
+    }
+    expected = (
+        0,
+        {"alias_swap"},
+        [("candidate", "openai/gpt-a", "openai/gpt-b", 3, ["case-000", "case-001", "case-002"])],
+        {"reference": ["ref-model"], "candidate": ["openai/gpt-b"]},
+        1,
+    )
+    actual = (
+        first_code,
+        {v["gate"] for v in verdicts(second).values()},
+        alias_drift(events),
+        summary["served_models"],
+        code,
+    )
+    assert expected == actual
+    assert (replayed / "outcomes.jsonl").read_bytes() == (second / "outcomes.jsonl").read_bytes()
+
+
+def test_an_endpoint_names_the_header_that_carries_its_served_model(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """`served_model_header` names the header the served model comes from; only that side
+    keeps it in raw.jsonl, and the other side reads its body's `model`."""
+    fault_server.gateway_header = "x-backend-model"
+    fault_server.model_map["cand-model"] = "vllm/llama-3"
+    write_suite(tmp_path, 2)
+    config = write_config(
+        tmp_path,
+        fault_server.url("ok", "ref"),
+        fault_server.url("ok", "cand"),
+        extra='served_model_header = "X-Backend-Model"',
+    )
+
+    run_dir, _, _ = run_suite(load_config(config), "live")
+
+    raw = [json.loads(line) for line in (run_dir / "raw.jsonl").read_text().splitlines()]
+    kept = {e["side"]: e["response"]["headers"].get("x-backend-model") for e in raw}
+    served = {o["side"]: o["response_model"] for o in outcomes(run_dir)}
+    expected = (
+        {"reference": None, "candidate": "vllm/llama-3"},
+        {"reference": "ref-model", "candidate": "vllm/llama-3"},
+    )
+    assert expected == (kept, served)
+
+
 def test_both_sides_of_a_case_are_in_flight_together(
     tmp_path: Path, fault_server: FaultServer
 ) -> None:

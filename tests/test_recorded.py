@@ -139,7 +139,7 @@ async def test_a_text_completion_is_an_ok_openai_body(tmp_path: Path) -> None:
     reply = parse(ex.adapter, ex.response, expects_json=False) if ex.response else None
     assert isinstance(reply, Reply)
     expected = ("Paris", "served-x", "rec-c1")
-    assert expected == (reply.text, reply.response_model, reply.response_id)
+    assert expected == (reply.text, reply.facts.response_model, reply.facts.response_id)
     expected = ("ok", None)
     assert expected == (ex.attempts[0].transport, ex.attempts[0].error)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from runner.grading import GraderSet
-from runner.model import Attempt, Case, Exchange, Response, Transport
+from runner.model import Attempt, Case, Exchange, Outcome, Response, Transport
 from runner.stamps import stamp
 
 NONE = GraderSet.empty()
@@ -39,9 +39,15 @@ def exchange(
     status: int | None = 200,
     body: str | None = None,
     attempts: tuple[Attempt, ...] | None = None,
+    headers: Mapping[str, str] | None = None,
+    served_model_header: str | None = None,
 ) -> Exchange:
     response = (
-        Response(status=status, headers={}, body=body if body is not None else openai_body(""))
+        Response(
+            status=status,
+            headers=headers or {},
+            body=body if body is not None else openai_body(""),
+        )
         if status is not None
         else None
     )
@@ -61,6 +67,7 @@ def exchange(
         response=response,
         started_at="2026-01-01T00:00:00+00:00",
         elapsed_ms=42,
+        served_model_header=served_model_header,
     )
 
 
@@ -215,6 +222,81 @@ def test_the_outcome_carries_keys_and_reply_metadata() -> None:
     )
     expected = (200, 1, 42)
     assert expected == (out.http_status, out.attempts, out.elapsed_ms)
+
+
+SELF = {"model": "served-2", "id": "resp-2", "system_fingerprint": "fp_2", "usage": {"n": 9}}
+
+
+def facts_of(out: Outcome) -> tuple[Any, ...]:
+    return (out.response_model, out.response_id, out.system_fingerprint, out.usage)
+
+
+@pytest.mark.parametrize(
+    ("body", "expect", "detail"),
+    [
+        (
+            openai_body("Paris, France", **SELF),
+            {"json_fields": {"city": "Paris"}},
+            "answer_not_json",
+        ),
+        (json.dumps({"choices": [], **SELF}), {}, "missing_choices"),
+        (openai_body(None, **SELF), {}, "missing_content"),
+    ],
+)
+def test_a_reply_that_fails_the_schema_still_says_what_served_it(
+    body: str, expect: Mapping[str, Any], detail: str
+) -> None:
+    """A served body that parsed keeps its model, id, fingerprint and usage on a schema fail."""
+    out = stamp(exchange(body=body), case(expect), NONE)
+    expected = ("fail", detail, None, ("served-2", "resp-2", "fp_2", {"n": 9}))
+    assert expected == (out.schema, out.detail, out.task_score, facts_of(out))
+
+
+def test_a_body_that_is_no_json_object_says_nothing_about_itself() -> None:
+    """A schema fail whose body is not JSON has no model, id, fingerprint or usage."""
+    out = stamp(exchange(body="<html>busy</html>"), case(), NONE)
+    expected = (None, None, None, None)
+    assert expected == facts_of(out)
+
+
+def test_an_error_reply_names_no_served_model() -> None:
+    """A call that was not served (a 500, even with a model in its body) records no facts."""
+    failed = exchange(transport="http_error", status=500, body=json.dumps(SELF))
+    out = stamp(failed, case(), NONE)
+    expected = (None, None, None, None)
+    assert expected == facts_of(out)
+
+
+GATEWAY = {"x-litellm-model-name": "azure/gpt-b", "x-backend": "vllm/llama-3"}
+
+
+@pytest.mark.parametrize(
+    ("header", "headers", "served"),
+    [
+        (None, GATEWAY, "azure/gpt-b"),  # unset: a known gateway's header, when present
+        (None, {}, "served-2"),  # unset, no gateway header: the body's model
+        (None, {"x-litellm-model-name": " "}, "served-2"),  # a blank header names nothing
+        ("x-backend", GATEWAY, "vllm/llama-3"),  # named: that header
+        ("x-backend", {"x-litellm-model-name": "azure/gpt-b"}, "served-2"),  # named, absent
+        ("", GATEWAY, "served-2"),  # "": the body's model only
+    ],
+)
+def test_the_served_model_is_the_header_before_the_body(
+    header: str | None, headers: Mapping[str, str], served: str
+) -> None:
+    """The served model is the named header, else a known gateway's, else the body's model."""
+    ex = exchange(body=openai_body("SKU-9", **SELF), headers=headers, served_model_header=header)
+    out = stamp(ex, case(), NONE)
+    expected = (served, "resp-2")
+    assert expected == (out.response_model, out.response_id)
+
+
+def test_a_schema_fail_behind_a_gateway_names_the_backend() -> None:
+    """The gateway's header names the served model of a reply that failed its schema too."""
+    body = openai_body("Paris", **SELF)
+    out = stamp(exchange(body=body, headers=GATEWAY), case({"json_fields": {"a": 1}}), NONE)
+    expected = ("fail", "azure/gpt-b")
+    assert expected == (out.schema, out.response_model)
 
 
 def test_stamping_is_a_pure_function_of_its_inputs() -> None:
