@@ -7,7 +7,8 @@ cannot be read is skipped with a note, never a crash.
 
 A **ceiling candidate** is a case that both sides passed with an empty disagreement in each of
 the suite's last `retire_after` runs: it no longer tells anything apart and can be retired or
-made harder. Replays regrade an earlier run's replies, so they never count as a new night.
+made harder. Replays regrade an earlier run's replies, so they never count as a new night:
+not toward a ceiling streak, nor as a change of the served model. They are listed as runs.
 """
 
 from __future__ import annotations
@@ -286,10 +287,16 @@ def ceiling_candidates(rows: Iterable[RunRow], retire_after: int) -> list[str]:
 
 
 def model_changes(rows: Iterable[RunRow]) -> list[dict[str, Any]]:
-    """Every change of the models a side served, oldest first; runs that served none are gaps."""
+    """Every change of the models a side served, oldest first; runs that served none are gaps.
+
+    Only nights count: a replay regrades an old night's replies, so replaying last week's run
+    would read as a change back to last week's model, dated today.
+    """
     changes: list[dict[str, Any]] = []
     last: dict[str, list[str]] = {}
     for row in rows:
+        if not row.counts_as_night:
+            continue
         for side in SIDES:
             served = sorted(row.served_models.get(side) or [])
             if not served:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reportkit import Project
+from reportkit import BASE_CASES, Project
 
 from runner.cli import main
 from runner.history import (
@@ -224,6 +224,41 @@ def test_model_changes_list_every_switch(tmp_path: Path) -> None:
         for c in model_changes(load_history(suite).rows)
     ]
     assert expected == actual
+
+
+def test_a_replay_of_an_old_run_is_listed_but_changes_no_served_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nights served a, b, c; replaying night b afterwards is listed as a replay, but the
+    served-model changes stay a -> b -> c (no phantom c -> b dated when the replay ran)."""
+    project = Project(tmp_path)
+    nights = []
+    for model in ("cand-a", "cand-b", "cand-c"):
+        project.cassettes({}, {c["id"]: {"completion": "ok", "model": model} for c in BASE_CASES})
+        nights.append(project.run()[0])
+    main(["replay", str(nights[1]), "--config", str(project.config)])
+    capsys.readouterr()
+
+    main(["history", "--config", str(project.config), "--json"])
+    (suite,) = json.loads(capsys.readouterr().out)["suites"]
+    main(["history", "--config", str(project.config)])
+    text = capsys.readouterr().out
+
+    expected = (
+        ["run", "run", "run", "replay"],
+        [(["cand-a"], ["cand-b"]), (["cand-b"], ["cand-c"])],
+        [n.name for n in nights[1:]],
+        3,
+    )
+    actual = (
+        [r["mode"] for r in suite["runs"]],
+        [(c["from"], c["to"]) for c in suite["model_changes"] if c["side"] == "candidate"],
+        [c["run_id"] for c in suite["model_changes"]],
+        suite["nights"],
+    )
+    assert expected == actual
+    assert "cand-c -> cand-b" not in text
+    assert " replay " in text
 
 
 def test_last_keeps_the_newest_rows(tmp_path: Path) -> None:
