@@ -66,9 +66,10 @@ class SideView:
     system_fingerprint: str | None
     samples: int
     detail: str
-    # every model a served call of this side named (its transport ok, whatever its schema;
-    # None for a body that named none), sorted: one sample that fell back to another model
-    # is drift too. In memory only: the gate and the alerts read it, the files do not.
+    # every model the served calls of this side named, whatever their schema stamp (None for
+    # a reply that passed its schema naming none; a body that broke says nothing), sorted: one
+    # sample that fell back to another model is drift too. In memory only: the gate and the
+    # alerts read it, the files do not.
     models: tuple[str | None, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -100,7 +101,7 @@ def _fold_one(row: Outcome) -> SideView:
     """`_fold_many([row])` without the bookkeeping samples need: one sample is the usual case,
     and this runs for every call (tests/test_gate.py checks the two agree)."""
     model, fingerprint = shared(row.response_model or None), shared(row.system_fingerprint or None)
-    models = (model,) if row.transport == Transport.OK else ()
+    models = (model,) if _names_a_model(row) else ()
     if row.transport != Transport.OK or not row.admitted:
         return _unscored(row, model, fingerprint, 1, models)
     assert row.task_score is not None  # admitted
@@ -125,7 +126,7 @@ def _fold_many(outcomes: Sequence[Outcome]) -> SideView:
     )
     model = shared(next((o.response_model for o in rows if o.response_model), None))
     fingerprint = shared(next((o.system_fingerprint for o in rows if o.system_fingerprint), None))
-    served = {shared(o.response_model or None) for o in rows if o.transport == Transport.OK}
+    served = {shared(o.response_model or None) for o in rows if _names_a_model(o)}
     models = tuple(sorted(served, key=_model_order))
     if bad is not None or not rows:
         return _unscored(bad, model, fingerprint, len(rows), models)
@@ -147,6 +148,12 @@ def _fold_many(outcomes: Sequence[Outcome]) -> SideView:
         samples=len(rows),
         models=models,
     )
+
+
+def _names_a_model(row: Outcome) -> bool:
+    """Whether a row tells which model served it: a served reply that names one, or one that
+    passed its schema naming none. A body that broke (not JSON, an HTML page) says nothing."""
+    return row.transport == Transport.OK and (bool(row.response_model) or row.schema == Schema.OK)
 
 
 def _model_order(model: str | None) -> tuple[bool, str]:

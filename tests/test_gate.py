@@ -421,14 +421,16 @@ def test_one_sample_served_by_a_fallback_model_is_an_alias_swap() -> None:
 
 
 def test_drift_is_decided_per_served_call_whatever_the_gate_class() -> None:
-    """A schema-failed reply from another model drifted; a timed-out call served nothing."""
+    """A schema-failed reply from another model drifted; a timed-out call or a body that names
+    no model says nothing about drift."""
     swapped = fold([outcome(schema="fail", task_score=None, response_model="model-cand-v2")])
     verdict = judge(ok_view(), swapped, accepted())
-    expected = (SCHEMA_MISS, ("model-cand-v2",), (), ())
+    expected = (SCHEMA_MISS, ("model-cand-v2",), (), (), ())
     assert expected == (
         verdict.gate,
         drifted(swapped, "model-cand"),
         drifted(timeout_view(), "model-cand"),
+        drifted(schema_fail_view(), "model-cand"),  # a broken body names no model: no drift
         drifted(swapped, None),
     )
 
