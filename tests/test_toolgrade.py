@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -13,16 +12,13 @@ from hypothesis import strategies as st
 
 from runner import grading, toolgrade
 from runner.model import Grade
+from runner.protocols.message import ToolCall
 from runner.toolgrade import _assign, grade_tools, tool_expect_problem
 
 
-@dataclass(frozen=True)
-class Call:
-    """A parsed tool call as the protocols' ToolCall record carries it."""
-
-    name: str
-    arguments: dict[str, Any] = field(default_factory=dict)
-    id: str | None = None
+def called(name: str, arguments: dict[str, Any] | None = None) -> ToolCall:
+    """A parsed tool call, as the protocols hand it to grading."""
+    return ToolCall(id=None, name=name, arguments=arguments if arguments is not None else {})
 
 
 def tool(name: str, parameters: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -42,7 +38,7 @@ TOOLS = [tool("get_weather", WEATHER), tool("send_email"), tool("lookup.v2", {"t
 
 
 def graded(
-    calls: Sequence[Call], expect: Mapping[str, Any], tools: Sequence[Mapping[str, Any]] = TOOLS
+    calls: Sequence[ToolCall], expect: Mapping[str, Any], tools: Sequence[Mapping[str, Any]] = TOOLS
 ) -> Grade:
     assert tool_expect_problem(expect, tools) is None
     return grade_tools(calls, expect, tools)
@@ -59,7 +55,7 @@ def test_expected_call_made_with_the_right_arguments_passes() -> None:
     """A call of the expected name holding every expected field passes one check per call and
     field, plus the one that only offered tools were called."""
     grade = graded(
-        [Call("get_weather", {"city": "Paris", "unit": "c"})],
+        [called("get_weather", {"city": "Paris", "unit": "c"})],
         {"tool_calls": [expected("get_weather", city="Paris", unit="c")]},
     )
     assert grade == Grade(misses=(), checks=4, passed_checks=4)
@@ -68,7 +64,7 @@ def test_expected_call_made_with_the_right_arguments_passes() -> None:
 def test_extra_argument_fields_earn_nothing_and_cost_nothing() -> None:
     """Fields the expectation does not name are not checked, as in json_fields."""
     grade = graded(
-        [Call("get_weather", {"city": "Paris", "unit": "c"})],
+        [called("get_weather", {"city": "Paris", "unit": "c"})],
         {"tool_calls": [expected("get_weather", city="Paris")]},
     )
     assert grade == Grade(misses=(), checks=3, passed_checks=3)
@@ -76,14 +72,14 @@ def test_extra_argument_fields_earn_nothing_and_cost_nothing() -> None:
 
 def test_name_only_expectation() -> None:
     """An expected call without `arguments` checks only that the tool was called."""
-    grade = graded([Call("send_email", {"to": "x"})], {"tool_calls": [{"name": "send_email"}]})
+    grade = graded([called("send_email", {"to": "x"})], {"tool_calls": [{"name": "send_email"}]})
     assert grade == Grade(misses=(), checks=2, passed_checks=2)
 
 
 def test_missing_call_fails_all_its_checks_under_one_code() -> None:
     """An expected call nobody made is `tool_missing:<name>`, and its field checks fail too."""
     grade = graded(
-        [Call("send_email")], {"tool_calls": [expected("get_weather", city="Paris", unit="c")]}
+        [called("send_email")], {"tool_calls": [expected("get_weather", city="Paris", unit="c")]}
     )
     assert grade == Grade(misses=("tool_missing:get_weather",), checks=4, passed_checks=1)
 
@@ -92,7 +88,7 @@ def test_missing_and_mismatched_fields() -> None:
     """A field absent from the call is `tool_arg_missing`, a different value `tool_arg_mismatch`,
     in key order."""
     grade = graded(
-        [Call("get_weather", {"city": "Lyon"})],
+        [called("get_weather", {"city": "Lyon"})],
         {"tool_calls": [expected("get_weather", unit="c", city="Paris")]},
     )
     assert grade.misses == (
@@ -118,7 +114,9 @@ def test_missing_and_mismatched_fields() -> None:
 )
 def test_argument_values_compare_as_json(got: Any, want: Any, equal: bool) -> None:
     """Argument values compare as json_fields does: 1 is 1.0, true is not 1, objects whole."""
-    grade = graded([Call("lookup.v2", {"q": got})], {"tool_calls": [expected("lookup.v2", q=want)]})
+    grade = graded(
+        [called("lookup.v2", {"q": got})], {"tool_calls": [expected("lookup.v2", q=want)]}
+    )
     assert grade.misses == (() if equal else ("tool_arg_mismatch:lookup.v2.q",))
     assert grading._json_equal(got, want) is equal  # the one definition, imported
 
@@ -127,16 +125,16 @@ def test_names_and_keys_are_verbatim_in_misses() -> None:
     """Tool names and argument keys go into miss codes as written, dots and all."""
     grade = graded([], {"tool_calls": [expected("lookup.v2", **{"a.b": 1})]})
     assert grade.misses == ("tool_missing:lookup.v2",)
-    grade = graded([Call("lookup.v2", {})], {"tool_calls": [expected("lookup.v2", **{"a.b": 1})]})
+    grade = graded([called("lookup.v2", {})], {"tool_calls": [expected("lookup.v2", **{"a.b": 1})]})
     assert grade.misses == ("tool_arg_missing:lookup.v2.a.b",)
 
 
 def test_each_call_matches_one_expected_call() -> None:
     """Two expected calls of one tool need two calls: one call cannot satisfy both."""
     want = {"tool_calls": [expected("get_weather", city="Paris")] * 2}
-    grade = graded([Call("get_weather", {"city": "Paris"})], want)
+    grade = graded([called("get_weather", {"city": "Paris"})], want)
     assert grade == Grade(misses=("tool_missing:get_weather",), checks=5, passed_checks=3)
-    grade = graded([Call("get_weather", {"city": "Paris"})] * 2, want)
+    grade = graded([called("get_weather", {"city": "Paris"})] * 2, want)
     assert grade == Grade(misses=(), checks=5, passed_checks=5)
 
 
@@ -150,8 +148,8 @@ def test_matching_is_not_greedy() -> None:
         ]
     }
     calls = [
-        Call("get_weather", {"city": "Paris", "unit": "c"}),
-        Call("get_weather", {"city": "Paris"}),
+        called("get_weather", {"city": "Paris", "unit": "c"}),
+        called("get_weather", {"city": "Paris"}),
     ]
     assert graded(calls, want) == Grade(misses=(), checks=6, passed_checks=6)
 
@@ -161,14 +159,14 @@ def test_matching_ignores_call_order_for_the_score() -> None:
     want = {"tool_calls": [expected("get_weather", city=c) for c in ("Paris", "Rome", "Oslo")]}
     cities = ["Oslo", "Paris", "Rome"]
     for order in itertools.permutations(cities):
-        calls = [Call("get_weather", {"city": c}) for c in order]
+        calls = [called("get_weather", {"city": c}) for c in order]
         assert graded(calls, want).misses == ()
 
 
 def test_ties_go_to_the_earliest_call() -> None:
     """When pairings pass equally, the first expected call takes the earliest call."""
     want = {"tool_calls": [expected("lookup.v2", x=1), expected("lookup.v2", y=1)]}
-    calls = [Call("lookup.v2", {"x": 0, "y": 0}), Call("lookup.v2", {})]
+    calls = [called("lookup.v2", {"x": 0, "y": 0}), called("lookup.v2", {})]
     grade = graded(calls, want)
     assert grade.misses == ("tool_arg_mismatch:lookup.v2.x", "tool_arg_missing:lookup.v2.y")
 
@@ -182,7 +180,7 @@ def test_expected_calls_report_in_expectation_order() -> None:
             expected("send_email", to="b"),
         ]
     }
-    grade = graded([Call("send_email", {"to": "b"})], want)
+    grade = graded([called("send_email", {"to": "b"})], want)
     assert grade.misses == ("tool_missing:send_email", "tool_missing:get_weather")
     assert (grade.checks, grade.passed_checks) == (7, 3)
 
@@ -199,7 +197,7 @@ def test_many_calls_to_one_tool_cost_no_more_than_a_few(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(toolgrade, "_hungarian", counted)
     want = {"tool_calls": [expected("lookup.v2", i=i) for i in range(6)]}
-    calls = [Call("lookup.v2", {"i": i % 50}) for i in range(5000)]
+    calls = [called("lookup.v2", {"i": i % 50}) for i in range(5000)]
     assert graded(calls, want).misses == ()
     # for each expected call its six best (the six earliest that fit it), and six "no call"
     assert widths == [6 * 6 + 6]
@@ -256,7 +254,7 @@ def test_no_tool_calls_passes_without_calls() -> None:
 def test_no_tool_calls_names_each_tool_called_once() -> None:
     """Each tool called against `no_tool_calls` is `tool_unexpected:<name>`, once, first-called
     first, all under one failed check."""
-    calls = [Call("send_email"), Call("get_weather", {"city": "x"}), Call("send_email")]
+    calls = [called("send_email"), called("get_weather", {"city": "x"}), called("send_email")]
     grade = graded(calls, {"no_tool_calls": True})
     assert grade.misses == ("tool_unexpected:send_email", "tool_unexpected:get_weather")
     assert (grade.checks, grade.passed_checks) == (2, 1)
@@ -264,8 +262,8 @@ def test_no_tool_calls_names_each_tool_called_once() -> None:
 
 def test_no_tool_calls_false_checks_nothing() -> None:
     """`no_tool_calls = false` is the same as leaving the key out."""
-    assert graded([Call("send_email")], {"no_tool_calls": False}) == graded(
-        [Call("send_email")], {}
+    assert graded([called("send_email")], {"no_tool_calls": False}) == graded(
+        [called("send_email")], {}
     )
 
 
@@ -274,25 +272,25 @@ def test_no_tool_calls_false_checks_nothing() -> None:
 
 def test_only_offered_tools_is_one_check_whenever_tools_are_offered() -> None:
     """With tools offered, "only offered tools were called" is one check even with no tool keys."""
-    assert graded([Call("send_email")], {}) == Grade(misses=(), checks=1, passed_checks=1)
+    assert graded([called("send_email")], {}) == Grade(misses=(), checks=1, passed_checks=1)
     assert graded([], {}) == Grade(misses=(), checks=1, passed_checks=1)
 
 
 def test_call_to_a_tool_not_offered_is_unknown() -> None:
     """A call to a tool the case did not offer is `tool_unknown:<name>`, once per name."""
-    calls = [Call("llmock_unknown_tool"), Call("send_email"), Call("llmock_unknown_tool")]
+    calls = [called("llmock_unknown_tool"), called("send_email"), called("llmock_unknown_tool")]
     grade = graded(calls, {})
     assert grade == Grade(misses=("tool_unknown:llmock_unknown_tool",), checks=1, passed_checks=0)
 
 
 def test_no_tools_offered_no_unknown_check() -> None:
     """A case that offers no tools has no tool checks at all."""
-    assert graded([Call("anything")], {}, tools=[]) == Grade(misses=(), checks=0, passed_checks=0)
+    assert graded([called("anything")], {}, tools=[]) == Grade(misses=(), checks=0, passed_checks=0)
 
 
 def test_unknown_call_can_also_be_unexpected() -> None:
     """Each key reports for itself: an unknown call under `no_tool_calls` is both."""
-    grade = graded([Call("nope")], {"no_tool_calls": True})
+    grade = graded([called("nope")], {"no_tool_calls": True})
     assert grade == Grade(
         misses=("tool_unexpected:nope", "tool_unknown:nope"), checks=2, passed_checks=0
     )
@@ -304,8 +302,8 @@ def test_unknown_call_can_also_be_unexpected() -> None:
 def test_arguments_that_fit_the_schema_pass() -> None:
     """`tool_args_schema` is one check over every call to an offered tool."""
     calls = [
-        Call("get_weather", {"city": "Paris"}),
-        Call("get_weather", {"city": "Oslo", "unit": "f"}),
+        called("get_weather", {"city": "Paris"}),
+        called("get_weather", {"city": "Oslo", "unit": "f"}),
     ]
     assert graded(calls, {"tool_args_schema": True}) == Grade(misses=(), checks=2, passed_checks=2)
 
@@ -313,9 +311,9 @@ def test_arguments_that_fit_the_schema_pass() -> None:
 def test_schema_violations_name_tool_and_path() -> None:
     """Each failing location is `tool_args_schema:<name>:<json path>`, once per tool and path."""
     calls = [
-        Call("get_weather", {"city": 7}),
-        Call("get_weather", {"unit": "k"}),
-        Call("get_weather", {"city": 8}),
+        called("get_weather", {"city": 7}),
+        called("get_weather", {"unit": "k"}),
+        called("get_weather", {"city": 8}),
     ]
     grade = graded(calls, {"tool_args_schema": True})
     assert grade.misses == (
@@ -329,7 +327,7 @@ def test_schema_violations_name_tool_and_path() -> None:
 def test_schema_check_skips_unknown_tools_and_tools_without_parameters() -> None:
     """A call to a tool not offered (that is `tool_unknown`) or one declaring no parameters has
     no schema to fit."""
-    calls = [Call("nope", {"x": 1}), Call("send_email", {"anything": [1]})]
+    calls = [called("nope", {"x": 1}), called("send_email", {"anything": [1]})]
     grade = graded(calls, {"tool_args_schema": True})
     assert grade == Grade(misses=("tool_unknown:nope",), checks=2, passed_checks=1)
 
@@ -348,7 +346,7 @@ def test_schema_check_uses_gradings_bounded_validator(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(grading, "_schema_violations", counted)
     slow = tool("find", {"type": "object", "properties": {"q": {"pattern": "^(a|aa)+$"}}})
-    calls = [Call("find", {"q": "a" * 60 + "b"}) for _ in range(50)]
+    calls = [called("find", {"q": "a" * 60 + "b"}) for _ in range(50)]
     grade = grade_tools(calls, {"tool_args_schema": True}, [slow])
     assert grade.misses[-1] == "tool_args_schema:find:schema_timeout"
     assert set(grade.misses) <= {
@@ -364,7 +362,7 @@ def test_schema_check_uses_gradings_bounded_validator(monkeypatch: pytest.Monkey
 
 def test_keys_report_in_table_order() -> None:
     """Misses come in the order of DESIGN's table: expected calls, unexpected, unknown, schema."""
-    calls = [Call("get_weather", {"city": 1}), Call("nope")]
+    calls = [called("get_weather", {"city": 1}), called("nope")]
     expect = {"tool_calls": [expected("get_weather", city="Paris")], "tool_args_schema": True}
     grade = graded(calls, expect)
     assert grade.misses == (
@@ -385,8 +383,8 @@ def test_check_count_depends_on_the_case_only() -> None:
         graded(calls, expect).checks
         for calls in (
             [],
-            [Call("get_weather", {"city": "Paris"})],
-            [Call("get_weather", {"city": "Paris", "unit": "c"})] * 9 + [Call("x")] * 3,
+            [called("get_weather", {"city": "Paris"})],
+            [called("get_weather", {"city": "Paris", "unit": "c"})] * 9 + [called("x")] * 3,
         )
     }
     assert counts == {5}
