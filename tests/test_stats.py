@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy.stats import binomtest
 
+from runner.history import run_dirs
 from runner.stats import binom_two_sided_half, describe, paired_test
 
 
@@ -21,11 +26,80 @@ def pairs(both: int, ref_only: int, cand_only: int, neither: int) -> list[tuple[
     )
 
 
+def scipy_p(k: int, n: int) -> float:
+    return float(binomtest(k, n, 0.5).pvalue) if n else 1.0
+
+
+def agrees_with_scipy(k: int, n: int) -> None:
+    """Equal to scipy within 1e-9 relative wherever scipy's value is a normal float.
+
+    Below the smallest normal double (about 2.2e-308) both are subnormal or 0 and only an
+    absolute comparison means anything; there the value must still be >= 0 and not exceed
+    scipy's by more than the subnormal step, and it is never 0 where scipy's is positive.
+    """
+    got, expected = binom_two_sided_half(k, n), scipy_p(k, n)
+    assert 0.0 <= got <= 1.0
+    assert math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-300), (k, n, got, expected)
+    if expected > 0.0:
+        assert got > 0.0, (k, n, expected)
+
+
 @given(st.integers(0, 60), st.integers(0, 60))
 def test_exact_p_value_matches_scipy_binomtest(b: int, c: int) -> None:
     """The two-sided exact p equals scipy's binomial test on the discordant pairs."""
-    expected = binomtest(b, b + c, 0.5).pvalue if b + c else 1.0
-    assert math.isclose(binom_two_sided_half(b, b + c), expected, rel_tol=1e-9, abs_tol=1e-12)
+    agrees_with_scipy(b, b + c)
+
+
+@given(st.integers(0, 10**6).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))))
+def test_exact_p_value_matches_scipy_up_to_a_million_pairs(kn: tuple[int, int]) -> None:
+    """Any k of any n up to 10^6 discordant pairs: as scipy says, with no overflow."""
+    agrees_with_scipy(*kn)
+
+
+def _grid() -> list[tuple[int, int]]:
+    """Every n from 0 to 1,100 at its tails, centre and between; then large n, each at the
+    k where p crosses from normal floats into underflow, a few standard deviations out, and
+    the centre."""
+    points = set()
+    for n in range(1101):
+        points |= {(k, n) for k in {0, 1, 2, n // 4, n // 3, n // 2, n - 1, n} if 0 <= k <= n}
+    for n in (1023, 1024, 1025, 2047, 4096, 10**4, 65537, 10**5, 999_999, 10**6):
+        sd = math.sqrt(n) / 2
+        for k in (0, 1, 10, n // 2 - round(37 * sd), n // 2 - round(38 * sd), n // 2 - 1):
+            for kk in (k, n - k):
+                if 0 <= kk <= n:
+                    points.add((kk, n))
+        points |= {(n // 2 - round(z * sd), n) for z in (0.5, 1, 2, 3, 5, 8, 13, 21, 30)}
+    return sorted(points, key=lambda kn: (kn[1], kn[0]))
+
+
+def test_exact_p_value_matches_scipy_on_a_grid_from_zero_to_a_million() -> None:
+    """An explicit grid: both tails, the centre and the p < 1e-300 edge at n = 0 .. 10^6."""
+    for k, n in _grid():
+        agrees_with_scipy(k, n)
+
+
+@pytest.mark.parametrize("n", [1024, 1025, 2000, 10**5, 10**6, 10**9])
+def test_no_overflow_past_1024_discordant_pairs(n: int) -> None:
+    """p at the centre is 1 and at the far tail a tiny float, never an
+    OverflowError, whatever n (2.0**n overflowed a double at n = 1024)."""
+    assert binom_two_sided_half(n // 2, n) == 1.0
+    assert 0.0 <= binom_two_sided_half(0, n) < 1e-300
+    # one below the centre, p is 1 less the centre's mass (one term when n is even, two when
+    # odd): scipy rounds it to 1 past n ~ 10^7, as its "as likely" test allows 1e-7 relative
+    m = n // 2
+    pmf = math.exp(
+        math.lgamma(n + 1) - math.lgamma(m + 1) - math.lgamma(n - m + 1) - n * math.log(2)
+    )
+    expected = 1.0 - (pmf if n % 2 == 0 else 2 * pmf)
+    assert binom_two_sided_half(n // 2 - 1, n) == pytest.approx(expected, rel=1e-9)
+
+
+def test_far_tail_p_values_that_scipy_underflows_stay_positive() -> None:
+    """2 / 2^1075 is the smallest positive double: kept, where scipy's incomplete beta gives 0."""
+    assert binom_two_sided_half(0, 1075) == 5e-324
+    assert binom_two_sided_half(0, 1020) == pytest.approx(2.0 / 2**1020, rel=1e-12)
+    assert binom_two_sided_half(0, 1076) == 0.0  # 2^-1075 is below every positive double
 
 
 def test_hand_computed_case() -> None:
@@ -82,8 +156,70 @@ def test_agresti_min_interval_hand_computed() -> None:
     assert result.diff == pytest.approx(-0.2)
 
 
+@pytest.mark.parametrize(("b", "c"), [(1024, 0), (700, 400), (600_000, 400_000), (0, 10**6)])
+def test_a_big_run_gets_a_finite_p_and_interval(b: int, c: int) -> None:
+    """A million paired cases: the p-value and the Agresti-Min interval are finite numbers
+    inside their ranges, the interval holds the difference, and the sentence is written."""
+    result = paired_test(pairs(10**6 - b - c, b, c, 0))
+    assert result.n == 10**6
+    assert result.p_value == pytest.approx(scipy_p(b, b + c), rel=1e-9, abs=1e-300)
+    assert result.low is not None and result.high is not None and result.diff is not None
+    assert -1.0 <= result.low <= result.diff <= result.high <= 1.0
+    assert all(math.isfinite(x) for x in (result.low, result.high, result.diff))
+    assert describe(result, "overall").endswith("1000000 paired cases")
+
+
 def test_describe_no_significant_difference() -> None:
     """A small, balanced difference is reported as no significant difference with its counts."""
     text = describe(paired_test(pairs(30, 2, 1, 7)), "overall")
     assert text.startswith("overall: no significant difference (")
     assert "40 paired cases" in text
+
+
+def test_a_run_with_more_than_1024_discordant_pairs_writes_its_summary_and_report(
+    tmp_path: Path,
+) -> None:
+    """1,100 recorded cases the two sides disagree on (700 lost, 400 won by the candidate):
+    `parallax run` finishes with its verdict, summary.json holds scipy's p, and both reports
+    are written (the p-value's 2.0**n overflowed here and cost the run all three)."""
+    n, lost = 1100, 700
+    cases = [
+        {"id": f"c{i:04d}", "prompt": f"q{i}", "expect": {"must_include": ["correct"]}}
+        for i in range(n)
+    ]
+    (tmp_path / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    rows = [
+        {
+            "case_id": f"c{i:04d}",
+            "side": side,
+            "completion": "correct" if (side == "reference") == (i < lost) else "wrong",
+        }
+        for i in range(n)
+        for side in ("reference", "candidate")
+    ]
+    (tmp_path / "cassette.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "parallax.toml").write_text(
+        'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
+        '[endpoints.ref]\nkind = "recorded"\nmodel = "ref"\ncassette = "cassette.jsonl"\n'
+        '[endpoints.cand]\nkind = "recorded"\nmodel = "cand"\ncassette = "cassette.jsonl"\n'
+        '[suites.big]\nfixtures = "cases.jsonl"\nreference = "ref"\ncandidate = "cand"\n'
+        'fail_on = ["significant_regression"]\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "--config", "parallax.toml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr  # a significant regression gates
+    assert "Traceback" not in proc.stderr
+    (run_dir,) = run_dirs(tmp_path / "runs" / "big")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    overall = summary["paired"]["overall"]
+    assert (overall["ref_only"], overall["cand_only"]) == (lost, n - lost)
+    assert overall["p_value"] == pytest.approx(scipy_p(lost, n), rel=1e-9)
+    assert summary["significant_regression"] is True
+    assert (run_dir / "report.html").stat().st_size > 0
+    assert "candidate worse overall" in (run_dir / "report.md").read_text()
