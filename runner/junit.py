@@ -1,9 +1,10 @@
 """JUnit XML for CI systems: one testsuite per run, one testcase per case.
 
-`disagreement_changed` and `alias_swap` are failures (quality: review needed), transport and
-schema misses are errors (infrastructure: the case could not be scored), `new_case` and
-`fixture_move` are skipped (a test edit, not a result). A stratum alert needs review too, so a
-stratified suite adds one `strata` testcase per side that fails when that side has alerts.
+`disagreement_changed` and `alias_swap` are failures (quality: review needed); a case that could
+not be scored is an error (infrastructure), whatever its gate class: a `new_case` or
+`fixture_move` whose call timed out is as unscored as a `transport_miss`. Scored `new_case` and
+`fixture_move` cases are skipped (a test edit, not a result). A stratum alert needs review too,
+so a stratified suite adds one `strata` testcase per side that fails when that side has alerts.
 
 The XML is built with ElementTree, which escapes text and attributes; characters XML 1.0 cannot
 carry at all (most control characters) are replaced first, since a model can return them.
@@ -45,6 +46,22 @@ def xml_safe(value: Any) -> str:
 
 def _as_mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _unscored(case: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The stamp that kept a case out of the comparison, as (gate class, detail), or None.
+
+    Read from disagreement.json as `gate.unscored_by` decides it in a run: transport first,
+    then schema, naming every side with that stamp.
+    """
+    sides = [(side, _as_mapping(case.get(side))) for side in SIDES]
+    for gate, bad in (
+        (TRANSPORT_MISS, [(s, v) for s, v in sides if v.get("transport") not in (None, "ok")]),
+        (SCHEMA_MISS, [(s, v) for s, v in sides if v.get("admitted") is False]),
+    ):
+        if bad:
+            return gate, "; ".join(f"{side}: {view.get('detail')}" for side, view in bad)
+    return None
 
 
 def _body(rep: RunReport, case_id: str, case: Mapping[str, Any]) -> str:
@@ -92,13 +109,17 @@ def testsuite(rep: RunReport) -> ET.Element:
         tc.set("classname", xml_safe(f"parallax.{rep.suite}.{stratum or 'case'}"))
         tc.set("name", xml_safe(case_id))
         counts["tests"] += 1
-        message = xml_safe(f"{gate}: {detail}")
+        # a new or edited case that could not be scored is an error, typed by its stamp
+        unscored = None if gate in ERROR else _unscored(case)
+        kind = gate if unscored is None else unscored[0]
+        why = "" if unscored is None else f"; unscored: {unscored[1]}"
+        message = xml_safe(f"{gate}: {detail}{why}")
         if gate in FAILURE:
             child = ET.SubElement(tc, "failure", message=message, type=gate)
             child.text = _body(rep, case_id, case)
             counts["failures"] += 1
-        elif gate in ERROR:
-            child = ET.SubElement(tc, "error", message=message, type=gate)
+        elif kind in ERROR:
+            child = ET.SubElement(tc, "error", message=message, type=kind)
             child.text = _body(rep, case_id, case)
             counts["errors"] += 1
         elif gate in SKIPPED:

@@ -71,6 +71,32 @@ def test_new_cases_are_skipped(tmp_path: Path) -> None:
     assert expected == actual
 
 
+def test_an_unscored_case_is_an_error_whatever_its_gate_class(tmp_path: Path) -> None:
+    """A new case whose candidate timed out and one whose reply did not parse are errors,
+    typed by their stamp and counted in `errors`, not skipped: nothing about them was scored."""
+    project = Project(tmp_path)
+    project.cassettes(
+        {}, {"easy-a": {"fault": "timeout"}, "med-a": {"status": 200, "body": "<html>"}}
+    )
+    run_dir, _, _ = project.run()
+    root = ET.fromstring(junit_xml([build_report(run_dir)]))
+    cases = {tc.get("name"): tc for tc in root.iter("testcase")}
+    expected = {"easy-a": "error", "med-a": "error", "easy-b": "skipped", "str-a": "skipped"}
+    assert expected == {k: _outcomes(root)[k] for k in expected}
+    timeout = cases["easy-a"].find("error")
+    schema = cases["med-a"].find("error")
+    assert timeout is not None and schema is not None
+    assert (timeout.get("type"), schema.get("type")) == ("transport_miss", "schema_miss")
+    assert str(timeout.get("message")).startswith("new_case: not in the snapshot; unscored: ")
+    assert "candidate: timeout" in str(timeout.get("message"))
+    assert "--- candidate" not in (timeout.text or "")  # no body: a timeout has none
+    assert "raw body (HTTP 200)" in (schema.text or "")
+    suite = root.find("testsuite")
+    assert suite is not None
+    assert (suite.get("errors"), suite.get("skipped")) == ("2", "4")
+    assert (root.get("errors"), root.get("skipped")) == ("2", "4")
+
+
 def test_hostile_reply_is_text_in_the_failure(hostile: Path) -> None:
     """The reply inside a failure parses back as text, markup and all."""
     root = ET.fromstring(junit_xml([build_report(hostile)]))
