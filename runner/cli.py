@@ -371,6 +371,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     from runner.config import load_config
     from runner.history import format_text, suite_report
+    from runner.text import visible
 
     if args.last is not None and args.last < 0:
         raise UsageError("--last must be 0 or more")
@@ -389,7 +390,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     print("\n\n".join(format_text(r) for r in reports))
     for report in reports:
         for note in report["notes"]:
-            print(f"parallax: {report['suite']}: {note}", file=sys.stderr)
+            print(visible(f"parallax: {report['suite']}: {note}", one_line=True), file=sys.stderr)
     return 0
 
 
@@ -536,14 +537,6 @@ def _add_daemon_commands(add: Adder, config_help: str) -> None:
     p.set_defaults(func=cmd_health)
 
 
-# A control character from a file or an argument (a key with a newline, a NUL) is shown as an
-# escape, so an error stays one line a log reader can trust.
-_VISIBLE = {
-    **{code: f"\\x{code:02x}" for code in (*range(32), 127)},
-    **{ord("\n"): "\\n", ord("\t"): "\\t", ord("\r"): "\\r"},
-}
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -554,8 +547,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except ParallaxError as exc:
         from runner.logs import scrub_text
+        from runner.text import visible
 
-        print(f"parallax: {scrub_text(str(exc)).translate(_VISIBLE)}", file=sys.stderr)
+        # a control character or a bidi control from a file or an argument (a key with a
+        # newline, a NUL) is shown as an escape, so an error stays one line a reader can trust
+        print(f"parallax: {visible(scrub_text(str(exc)), one_line=True)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         from runner.invocation import command

@@ -24,6 +24,7 @@ from runner.errors import DataError
 from runner.gate import GATE_CLASSES
 from runner.ledger import read_json_object
 from runner.model import SIDES, STRATA
+from runner.text import visible
 
 SUMMARY_VERSION = 1
 NOT_A_NIGHT = frozenset({"replay"})  # modes that regrade old replies instead of calling
@@ -416,4 +417,5 @@ def format_text(report: Mapping[str, Any]) -> str:
         )
     else:
         lines.append("  served-model changes: none")
-    return "\n".join(lines)
+    # case ids and served models are untrusted: hidden characters shown, a newline escaped
+    return "\n".join(visible(line, one_line=True) for line in lines)

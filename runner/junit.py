@@ -6,8 +6,10 @@ not be scored is an error (infrastructure), whatever its gate class: a `new_case
 `fixture_move` cases are skipped (a test edit, not a result). A stratum alert needs review too,
 so a stratified suite adds one `strata` testcase per side that fails when that side has alerts.
 
-The XML is built with ElementTree, which escapes text and attributes; characters XML 1.0 cannot
-carry at all (most control characters) are replaced first, since a model can return them.
+The XML is built with ElementTree, which escapes text and attributes. Untrusted text goes through
+`text.visible` first (a bidi control or a control character shows as its escape, so a case id
+cannot disguise itself on a CI page); the few characters XML 1.0 cannot carry that are left
+(U+FFFE, U+FFFF) are replaced.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from runner.gate import (
 from runner.ledger import write_atomic
 from runner.model import SIDES
 from runner.report import RunReport, build_report
+from runner.text import visible
 
 FAILURE = frozenset({DISAGREEMENT_CHANGED, ALIAS_SWAP})
 ERROR = frozenset({TRANSPORT_MISS, SCHEMA_MISS})
@@ -40,8 +43,8 @@ _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def xml_safe(value: Any) -> str:
-    """Text XML 1.0 can carry: characters it forbids become U+FFFD."""
-    return _NOT_XML.sub("\ufffd", "" if value is None else str(value))
+    """Text XML 1.0 can carry, hidden characters shown: what it still forbids becomes U+FFFD."""
+    return _NOT_XML.sub("\ufffd", visible(value))
 
 
 def _as_mapping(value: Any) -> Mapping[str, Any]:

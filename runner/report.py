@@ -4,9 +4,11 @@ Both are rendered from the run directory alone (summary.json, disagreement.json,
 raw.jsonl) plus the suite's earlier run directories for the trend, so `parallax report RUN_DIR`
 works on a copied CI artifact. The HTML needs no network: inline CSS, inline SVG, no script.
 
-Everything a model or an endpoint returned is untrusted text. In HTML it goes through
-`html.escape` and nowhere else; in Markdown `md_text` escapes the characters that could open
-markup, break a table or a code span, and caps long lines.
+Everything a model or an endpoint returned, and every case id, is untrusted text. It goes
+through `text.visible` first, so a bidi control or a NUL shows as its escape; then in HTML
+through `html.escape` and nowhere else; in Markdown `md_text` escapes the characters that could
+open markup or break a table and caps a cell between escapes, and `md_code` puts text in a code
+span as it is, fenced by more backticks than it holds.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import html
+import re
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,11 +39,13 @@ from runner.history import (
 )
 from runner.ledger import read_json_map, read_json_object, read_jsonl, write_atomic
 from runner.model import ROW_ERRORS, SIDES, STRATA, Exchange, Response
+from runner.text import visible
 
 TREND_RUNS = 14
 REPLY_CAP = 6000  # characters of a reply kept for the HTML report
-MD_REPLY_CAP = 160  # characters of a reply in a Markdown table cell
-MD_LINE_CAP = 400  # no Markdown line longer than this
+MD_REPLY_CAP = 160  # characters of a reply (or a detail) in a Markdown table cell
+MD_ID_CAP = 80  # characters of a case id, a model or a misses list in a Markdown line
+MD_LINE_CAP = 800  # no Markdown line longer than this: a review row's cells add up to less
 MD_TOP_CASES = 10
 HTML_TOP_CASES = 200  # cases shown in detail per section of report.html; all are in its table
 REVIEW_ORDER = (DISAGREEMENT_CHANGED, ALIAS_SWAP)
@@ -277,8 +282,8 @@ def build_report(
 
 
 def e(value: Any) -> str:
-    """Escape anything for HTML text or a quoted attribute."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Escape anything for HTML text or a quoted attribute, hidden characters shown."""
+    return html.escape(visible(value), quote=True)
 
 
 # no script, no fetch: even a missed escape could not run or phone home
@@ -791,17 +796,71 @@ _MD_SPECIAL = str.maketrans(
 )
 
 
+def _folded(value: Any) -> str:
+    """One line: runs of whitespace (newlines included) become one space."""
+    return " ".join(("" if value is None else str(value)).split())
+
+
+def _capped(units: Iterable[str], cap: int) -> str:
+    """The units joined, at most `cap` characters: cut between units, with "…" if cut."""
+    kept: list[str] = []
+    size = 0
+    for unit in units:
+        kept.append(unit)
+        size += len(unit)
+        if size > cap:
+            while size > cap - 1:
+                size -= len(kept.pop())
+            return "".join(kept) + "…"
+    return "".join(kept)
+
+
 def md_text(value: Any, cap: int = MD_REPLY_CAP) -> str:
-    """Untrusted text as one safe Markdown table cell: no markup, no newline, capped."""
-    text = " ".join(("" if value is None else str(value)).split())
-    if len(text) > cap:
-        text = text[: cap - 1] + "…"
-    return html.escape(text, quote=False).translate(_MD_SPECIAL)
+    """Untrusted text as one safe Markdown table cell: no markup, no newline, hidden
+    characters shown, at most `cap` characters.
+
+    Each character is escaped on its own (an entity, a backslash escape, a `visible` escape)
+    and the cell is cut between those, so a cap never leaves half of `&lt;` or a lone `\\`.
+    """
+    units = (
+        html.escape(visible(char), quote=False).translate(_MD_SPECIAL) for char in _folded(value)
+    )
+    return _capped(units, cap)
+
+
+def md_code(value: Any, cap: int = MD_ID_CAP) -> str:
+    """Untrusted text as a Markdown code span, shown as it is, the span at most `cap` + 4.
+
+    Inside a code span GitHub shows entities and backslashes literally, so nothing is escaped
+    but what `visible` shows; a backtick in the text cannot end the span, as the fence is one
+    backtick longer than the longest run in it (padded with a space where the text starts or
+    ends with one, as CommonMark asks).
+    """
+    text = _capped((visible(char) for char in _folded(value)), cap)
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if not text or text[0] == "`" or text[-1] == "`" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _md_list(items: Sequence[str], budget: int, total: int | None = None) -> str:
+    """Items joined by ", " within `budget` characters, then "and N more" for the rest
+    (`total` counts items not passed in too)."""
+    count = len(items) if total is None else total
+    shown: list[str] = []
+    for item in items:
+        rest = count - len(shown) - 1
+        more = f" and {rest} more" if rest else ""
+        if shown and len(", ".join([*shown, item])) + len(more) > budget:
+            break
+        shown.append(item)
+    rest = count - len(shown)
+    return ", ".join(shown) + (f" and {rest} more" if rest else "")
 
 
 def _md_misses(misses: Any) -> str:
     items = [m for m in misses if isinstance(m, str)] if isinstance(misses, list) else []
-    return ", ".join(md_text(m, 80) for m in items) or "—"
+    return _md_list([md_text(m, 40) for m in items], MD_ID_CAP) or "—"
 
 
 def _md_reply(rep: RunReport, case_id: str, side: str, view: Mapping[str, Any]) -> str:
@@ -820,7 +879,7 @@ def render_markdown(rep: RunReport) -> str:
         f"### {icon.get(verdict, '')} parallax · {md_text(rep.suite, 80)}: "
         f"**{md_text(verdict.upper(), 40)}** (exit {md_text(s.get('exit_code'), 4)})",
         "",
-        f"run `{md_text(s.get('run_id') or rep.run_dir.name, 80)}` · {md_text(s.get('cases'))} "
+        f"run {md_code(s.get('run_id') or rep.run_dir.name)} · {md_text(s.get('cases'))} "
         f"cases · {md_text(s.get('admitted'))} admitted · {md_text(s.get('unadmitted'))} "
         "unadmitted",
         "",
@@ -843,7 +902,12 @@ def render_markdown(rep: RunReport) -> str:
             "|---|---|---|---|---|",
         ]
         for case_id, case in review[:MD_TOP_CASES]:
-            cells = [md_text(case_id, 80), md_text(case.get("gate")), md_text(case.get("detail"))]
+            # at most 80 + 40 + 160 + 2 x (160 + 12 + 80) characters, under MD_LINE_CAP
+            cells = [
+                md_text(case_id, MD_ID_CAP),
+                md_text(case.get("gate"), 40),
+                md_text(case.get("detail")),
+            ]
             for side in SIDES:
                 view = mapping_of(case.get(side))
                 cells.append(
@@ -860,31 +924,30 @@ def render_markdown(rep: RunReport) -> str:
         lines.append("**Unscored (transport and schema misses)**")
         lines.append("")
         for stamp_, rows in groups.items():
-            ids = ", ".join(f"`{md_text(k, 60)}`" for k, _ in rows[:MD_TOP_CASES])
             total = rep.totals.get(stamp_, len(rows))
-            more = f" and {total - MD_TOP_CASES} more" if total > MD_TOP_CASES else ""
-            lines.append(f"- {md_text(stamp_, 80)} — {total} case(s): {ids}{more}")
+            head = f"- {md_text(stamp_, MD_ID_CAP)} — {total} case(s): "
+            ids = [md_code(k, 60) for k, _ in rows[:MD_TOP_CASES]]
+            lines.append(head + _md_list(ids, MD_LINE_CAP - len(head), total))
         lines.append("")
     alerts = mapping_of(s.get("stratum_alerts"))
     for side in SIDES:
         if side_alerts := strings_of(alerts.get(side)):
-            joined = ", ".join(md_text(a, 40) for a in side_alerts)
+            joined = _md_list([md_text(a, 40) for a in side_alerts], MD_LINE_CAP - 40)
             lines.append(f"- strata alert ({side}): {joined}")
     served = mapping_of(s.get("served_models"))
-    lines.append(
-        "- served: "
-        + "; ".join(
-            f"{side} {', '.join(md_text(m, 80) for m in strings_of(served.get(side))) or '—'}"
-            for side in SIDES
-        )
-    )
+    models = {
+        side: _md_list([md_text(m, MD_ID_CAP) for m in strings_of(served.get(side))], 380)
+        for side in SIDES
+    }
+    lines.append("- served: " + "; ".join(f"{side} {models[side] or '—'}" for side in SIDES))
     lines.extend(f"- {md_text(line, 200)}" for line in signal_lines(s))
     if rep.ceiling:
-        ids = ", ".join(f"`{md_text(c, 60)}`" for c in rep.ceiling[:MD_TOP_CASES])
-        lines.append(f"- ceiling candidates ({len(rep.ceiling)}): {ids}")
+        head = f"- ceiling candidates ({len(rep.ceiling)}): "
+        ids = [md_code(c, 60) for c in rep.ceiling[:MD_TOP_CASES]]
+        lines.append(head + _md_list(ids, MD_LINE_CAP - len(head), len(rep.ceiling)))
     lines.append("")
     lines.append("Full report: `report.html` in the run directory.")
-    return "\n".join(line[:MD_LINE_CAP] for line in lines) + "\n"
+    return "\n".join(lines) + "\n"  # each line built within MD_LINE_CAP
 
 
 # ---------------------------------------------------------------- files and the run hook

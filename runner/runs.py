@@ -55,6 +55,7 @@ from runner.report import after_run
 from runner.snapshot import load_snapshot, snapshot_path
 from runner.stamps import stamp
 from runner.stats import describe, paired_test
+from runner.text import visible
 
 MANIFEST_VERSION = 1
 SUMMARY_VERSION = 1
@@ -670,7 +671,8 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
             f"report, then `{command('promote', run_dir)}`"
         )
     lines.append(f"  run dir: {shown_path(run_dir)}")
-    print("\n".join(lines), file=sys.stderr)
+    # a case id or a suite name is untrusted: a bidi control, a NUL or a newline in it is shown
+    print("\n".join(visible(line, one_line=True) for line in lines), file=sys.stderr)
 
 
 def unscored_keys(run_dir: Path) -> set[tuple[str, str, int]]:

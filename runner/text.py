@@ -1,4 +1,5 @@
-"""Text held for a whole run: lone surrogates refused or scrubbed, repeated strings shared.
+"""Text held for a whole run and shown to people: lone surrogates refused or scrubbed, repeated
+strings shared, and what could disguise text shown as escapes (`visible`).
 
 Lone UTF-16 surrogates: `"\\ud800"` is a valid JSON escape but not text.
 
@@ -15,6 +16,13 @@ import sys
 from typing import Any, overload
 
 _ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+# Unicode's Bidi_Control characters: embeddings and overrides (U+202A-U+202E), isolates
+# (U+2066-U+2069), the marks LRM, RLM (U+200E, U+200F) and ALM (U+061C)
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_C0_C1 = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"  # all but tab, newline, carriage return
+_HIDDEN = re.compile(f"[{_BIDI}{_C0_C1}]|\r(?!\n)")
+_HIDDEN_ONE_LINE = re.compile(f"[{_BIDI}{_C0_C1}\t\n\r]")
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -69,6 +77,32 @@ def holds_surrogate(value: Any) -> bool:
         elif isinstance(item, list):
             stack.extend(item)
     return False
+
+
+def visible(value: Any, *, one_line: bool = False) -> str:
+    """Untrusted text as a reader can trust it: what could disguise it is shown as an escape.
+
+    A bidi control reorders what follows it (`invoice\\u202egpj.exe` displays as
+    `invoiceexe.jpg`; a reply can render reversed), and a NUL or another C0/C1 control is
+    invisible, rewrites a terminal line or breaks the file it lands in. Each is replaced by
+    its escape: `\\u202e` for a bidi control, `\\x00` for a control character, `\\r` for a
+    carriage return not followed by a newline. Tab, newline and CRLF stay as they are, unless
+    `one_line`: then they are `\\t`, `\\n`, `\\r` too, so a value can never start a line of
+    its own (a summary line, an error message). Everything else, backslashes included, is
+    left alone. The one function every human-facing output uses (report.html, report.md,
+    JUnit, the CLI's stderr and `history`), so a template can use it as a filter.
+    """
+    text = "" if value is None else str(value)
+    pattern = _HIDDEN_ONE_LINE if one_line else _HIDDEN
+    return pattern.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 @overload

@@ -957,6 +957,53 @@ def test_the_printed_summary_says_what_the_exit_code_stands_on(
     assert any("2 new case(s)" in line and "parallax promote runs/s/r1" in line for line in lines)
 
 
+def test_the_printed_summary_shows_hidden_characters_as_escapes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A case id with a right-to-left override, a NUL or a newline cannot disguise itself or
+    forge a line of the summary: each shows as its escape, on the line that names it."""
+    from runner.runs import print_summary
+
+    summary = {
+        "suite": "s\u202e",
+        "verdict": "review",
+        "exit_code": 1,
+        "cases": 3,
+        "admitted": 3,
+        "unadmitted": 0,
+        "gate_counts": {"disagreement_changed": 3},
+        "review": ["invoice\u202egpj.exe", "nul\x00id", "two\n  run dir: /etc"],
+    }
+    print_summary(summary, Path("runs/s/r1"))
+    err = capsys.readouterr().err
+    assert "\u202e" not in err and "\x00" not in err
+    lines = err.splitlines()
+    assert lines[0] == "parallax · s\\u202e: REVIEW (exit 1)"
+    assert "  review: invoice\\u202egpj.exe, nul\\x00id, two\\n  run dir: /etc" in lines
+    assert [line for line in lines if line.startswith("  run dir:")] == ["  run dir: runs/s/r1"]
+
+
+def test_history_text_shows_hidden_characters_as_escapes(tmp_path: Path) -> None:
+    """`history` prints served models (what an endpoint says) and case ids: a bidi control
+    or a control character in one shows as its escape."""
+    from runner.history import format_text
+
+    report = {
+        "suite": "s",
+        "suite_dir": "runs/s",
+        "runs": [],
+        "ceiling_candidates": [{"case_id": "invoice\u202egpj.exe\nforged", "quiet_runs": 3}],
+        "retire_after": 2,
+        "nights": 3,
+        "model_changes": [
+            {"at": "2026-11-30T02:00:00", "side": "candidate", "from": ["a"], "to": ["b\x1b[2J"]}
+        ],
+    }
+    text = format_text(report)
+    assert "    invoice\\u202egpj.exe\\nforged  (3 runs)" in text.splitlines()
+    assert "candidate: a -> b\\x1b[2J" in text
+
+
 def test_a_replay_prints_its_run_dir_as_the_user_can_type_it(tmp_path: Path) -> None:
     """A replay's run dir comes from the absolute config path its parent recorded; printed,
     it is relative to where the user stands, as `run` prints it."""

@@ -110,10 +110,29 @@ def test_hostile_reply_is_text_in_the_failure(hostile: Path) -> None:
 
 
 def test_control_characters_cannot_break_the_xml() -> None:
-    """Characters XML 1.0 forbids are replaced, so the document always parses."""
-    expected = "a\ufffdb\ufffdc\td"
-    actual = xml_safe("a\x00b\x1bc\td")
+    """Control characters are shown as escapes and the few XML 1.0 forbids that are not
+    controls (U+FFFE, U+FFFF) are replaced, so the document always parses."""
+    expected = "a\\x00b\\x1bc\td\ufffd"
+    actual = xml_safe("a\x00b\x1bc\td\ufffe")
     assert expected == actual
+
+
+def test_a_bidi_control_in_a_case_id_or_reply_is_shown_as_its_escape(tmp_path: Path) -> None:
+    """A CI page shows the case `invoice\\u202egpj.exe`, not one that reads `invoiceexe.jpg`,
+    and the reply's override and NUL as escapes."""
+    case_id = "invoice\u202egpj.exe"
+    project = Project(
+        tmp_path, [{"id": case_id, "prompt": "p", "expect": {"must_include": ["ok"]}}]
+    )
+    project.promote(project.run()[0])
+    project.cassettes({}, {case_id: {"completion": "\u202ekcatta\x00", "model": "cand-1"}})
+    run_dir, _, _ = project.run()
+    xml = junit_xml([build_report(run_dir)]).decode("utf-8")
+    assert "\u202e" not in xml and "\x00" not in xml
+    [case] = [tc for tc in ET.fromstring(xml).iter("testcase") if tc.get("name") != "strata"]
+    assert case.get("name") == "invoice\\u202egpj.exe"
+    failure = case.find("failure")
+    assert failure is not None and "\\u202ekcatta\\x00" in (failure.text or "")
 
 
 def test_run_with_junit_flag_writes_a_parseable_file(tmp_path: Path) -> None:

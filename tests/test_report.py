@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from reportkit import (
     HOSTILE_IMG,
     HOSTILE_LONG,
@@ -365,3 +367,95 @@ def test_a_big_run_shows_the_first_cases_of_each_section_and_counts_them_all(
     xml = junit_xml([whole])
     assert xml.count(b"<testcase") == len(gates)
     assert xml.count(b"<failure") == 5 and xml.count(b"<error") == 3
+
+
+# --- text that could disguise itself ---------------------------------------------------------
+
+RLO_ID = "invoice\u202egpj.exe"  # displays as "invoiceexe.jpg"
+NUL_ID = "nul\x00id"
+TICK_ID = "t`ick<b>&amp;"
+DISGUISED_REPLY = "ok \u202eesrever\u202c and a NUL\x00 and \x1b[2J"
+# an escape or an entity per character, long enough to be cut in every cell and line
+ENTITIES = "<&>\\|" * 400
+_BIDI_OR_CONTROL = re.compile(
+    "[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\x00-\x08\x0b-\x1f\x7f-\x9f]"
+)
+
+
+@pytest.fixture(scope="module")
+def disguised(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second run whose case ids and replies hold bidi controls, NULs and markup."""
+    cases = [
+        {"id": case_id, "prompt": "p", "expect": {"must_include": ["ok"]}}
+        for case_id in (RLO_ID, NUL_ID, TICK_ID, "entities", ENTITIES[:200])
+    ]
+    project = Project(tmp_path_factory.mktemp("disguised"), cases)
+    first, _, _ = project.run()
+    project.promote(first)
+    project.cassettes(
+        {RLO_ID: {"completion": f"ok {DISGUISED_REPLY}", "model": "ref-1\u202e"}},
+        {
+            RLO_ID: {"completion": DISGUISED_REPLY, "model": "cand-1"},
+            NUL_ID: {"completion": f"{DISGUISED_REPLY} {ENTITIES}", "model": "cand-1"},
+            "entities": {"completion": ENTITIES, "model": "cand-1"},
+            TICK_ID: {"fault": "timeout"},
+            ENTITIES[:200]: {"fault": "timeout"},
+        },
+    )
+    second, _, _ = project.run()
+    return second
+
+
+def test_html_shows_bidi_controls_and_nuls_as_escapes(disguised: Path) -> None:
+    """No bidi control and no control character but tab and newline reaches report.html:
+    the case id reads `invoice\\u202egpj.exe`, the reply's override and NUL are escapes."""
+    page = (disguised / "report.html").read_text(encoding="utf-8")
+    assert _BIDI_OR_CONTROL.findall(page) == []
+    assert "invoice\\u202egpj.exe" in page
+    assert "nul\\x00id" in page
+    assert "ok \\u202eesrever\\u202c and a NUL\\x00 and \\x1b[2J" in page
+    assert "ref-1\\u202e" in page  # a served model is untrusted too
+
+
+def test_markdown_shows_bidi_controls_and_nuls_as_escapes(disguised: Path) -> None:
+    """The same in report.md, where a backslash is itself escaped: `\\\\u202e` shows `\\u202e`."""
+    text = (disguised / "report.md").read_text(encoding="utf-8")
+    assert _BIDI_OR_CONTROL.findall(text) == []
+    assert "invoice\\\\u202egpj.exe" in text
+    assert "esrever\\\\u202c and a NUL\\\\x00" in text
+
+
+def test_markdown_code_spans_hold_text_as_it_is_with_a_longer_fence(disguised: Path) -> None:
+    """Inside a code span GitHub shows entities and backslashes literally: an id there is not
+    HTML-escaped, and its backticks are fenced by a longer run."""
+    text = (disguised / "report.md").read_text(encoding="utf-8")
+    [line] = [line for line in text.splitlines() if line.startswith("- transport: timeout")]
+    assert line.endswith(", ``t`ick<b>&amp;``")
+    assert "&lt;" not in line and "&amp;&gt;" not in line
+    assert "- ceiling candidates (1): `invoice\\u202egpj.exe`" in text.splitlines()
+
+
+def _whole_escapes(line: str) -> bool:
+    """Every & opens a whole entity and every backslash escapes the character after it."""
+    return re.fullmatch(r"(?:[^&\\]|&(?:amp|lt|gt);|\\.)*", line) is not None
+
+
+def test_markdown_cells_and_lines_are_cut_between_escapes(disguised: Path) -> None:
+    """Replies and ids made of entities and escapes are capped without cutting one in half,
+    every review row keeps its five cells, and no line passes the cap."""
+    text = (disguised / "report.md").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= MD_LINE_CAP
+    table = [line for line in lines if line.startswith("| ")]
+    assert table and all(_whole_escapes(line) for line in table), table
+    rows = [line for line in table if "entities" in line or "nul" in line]
+    assert [len(re.findall(r"(?<!\\)\|", row)) for row in rows] == [6, 6]
+
+
+@given(st.text(alphabet="<&>\\|`*_ab\u202e\x00\n", max_size=300), st.integers(2, 200))
+def test_md_text_is_capped_between_escapes(text: str, cap: int) -> None:
+    """At most `cap` characters, and a cut never leaves half an entity or a lone backslash."""
+    cell = md_text(text, cap=cap)
+    assert len(cell) <= cap
+    assert _whole_escapes(cell.removesuffix("…")), cell
+    assert _BIDI_OR_CONTROL.findall(cell) == []
