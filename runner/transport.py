@@ -25,11 +25,18 @@ place a stamp is decided) never sees an aiohttp class. Most specific first::
 
 Never ConnectTimeout wholesale: a server that hangs up is `connection_lost`, not `timeout`.
 Cancellation (anyio's deadline, a cancelled task group) passes through untouched.
+
+A connect error's text is built here from the host, the port and the OS error
+(`cannot connect to 127.0.0.1:8080: Connection refused`): aiohttp's own names `ssl:default`
+for a plain http URL (and an SSLContext's address for https), which reads as a TLS problem and
+differs per process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import ssl
 from collections.abc import AsyncIterator
 from typing import Any
@@ -88,10 +95,33 @@ def map_aiohttp_exception(exc: BaseException, request: httpx.Request) -> BaseExc
     target = httpx_class_for(type(exc))
     if target is None:
         return exc
-    message = str(exc) or type(exc).__name__
+    if isinstance(exc, ae.ClientConnectorError):
+        message = _connect_message(exc)
+    else:
+        message = str(exc) or type(exc).__name__
     if issubclass(target, httpx.RequestError):
         return target(message, request=request)
     return target(message)  # httpx.InvalidURL carries no request
+
+
+def _connect_message(exc: ae.ClientConnectorError) -> str:
+    """`cannot connect to HOST:PORT: REASON`, in the words of whatever refused the connection.
+
+    An OS errno is said as the OS says it (`Connection refused`; asyncio's own text only
+    repeats the address), a resolver failure and a TLS failure as their library words them
+    (a certificate error carries errno 1, which the OS would call `Operation not permitted`).
+    """
+    host = f"[{exc.host}]" if ":" in exc.host else exc.host
+    cause: BaseException = getattr(exc, "certificate_error", None) or exc.os_error
+    if isinstance(cause, ssl.SSLError | ssl.CertificateError):
+        reason = str(cause)
+    elif isinstance(cause, socket.gaierror):
+        reason = cause.strerror or str(cause)
+    elif isinstance(cause, OSError) and isinstance(cause.errno, int) and cause.errno > 0:
+        reason = os.strerror(cause.errno)
+    else:
+        reason = str(cause) or type(cause).__name__
+    return f"cannot connect to {host}:{exc.port}: {reason}"
 
 
 class _Body(httpx.AsyncByteStream):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import random
+import socket
+import ssl
 from typing import Any
 
 import aiohttp
@@ -203,13 +205,61 @@ async def test_real_faults_raise_the_httpx_class(
 
 @pytest.mark.anyio
 async def test_refused_port_raises_connect_error(closed_port: int) -> None:
-    """Nothing listening is httpx.ConnectError, not a timeout."""
+    """Nothing listening is httpx.ConnectError, not a timeout; its text names the host, the
+    port and the OS's reason, and no `ssl:default` for an http URL (aiohttp's own text)."""
     transport = AiohttpTransport(limit=2)
     try:
-        with anyio.fail_after(5), pytest.raises(httpx.ConnectError):
+        with anyio.fail_after(5), pytest.raises(httpx.ConnectError) as info:
             await _send(transport, f"http://127.0.0.1:{closed_port}/v1/chat/completions")
     finally:
         await transport.aclose()
+    assert str(info.value) == f"cannot connect to 127.0.0.1:{closed_port}: Connection refused"
+
+
+def _key(host: str, port: int, *, tls: bool) -> Any:
+    from aiohttp.client_reqrep import ConnectionKey
+
+    return ConnectionKey(host, port, tls, True, None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (
+            client_exceptions.ClientConnectorDNSError(
+                _key("llm.example", 443, tls=True), socket.gaierror(-2, "Name or service not known")
+            ),
+            "cannot connect to llm.example:443: Name or service not known",
+        ),
+        (
+            client_exceptions.ClientConnectorCertificateError(
+                _key("llm.example", 443, tls=True),
+                ssl.SSLCertVerificationError(
+                    1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed"
+                ),
+            ),
+            "cannot connect to llm.example:443: [SSL: CERTIFICATE_VERIFY_FAILED] certificate "
+            "verify failed",
+        ),
+        (
+            client_exceptions.ClientConnectorError(
+                _key("::1", 8080, tls=False), OSError(113, "Connect call failed ('::1', 8080)")
+            ),
+            "cannot connect to [::1]:8080: No route to host",
+        ),
+        (
+            client_exceptions.ClientConnectorError(
+                _key("h", 80, tls=False), OSError("Multiple exceptions: a, b")
+            ),
+            "cannot connect to h:80: Multiple exceptions: a, b",
+        ),
+    ],
+)
+def test_a_connect_error_says_where_and_why(exc: Exception, expected: str) -> None:
+    """The message is `cannot connect to HOST:PORT: REASON`: the OS's words for an errno, the
+    resolver's for DNS, the TLS library's for a certificate (never errno 1's words)."""
+    request = httpx.Request("GET", "http://h/")
+    assert str(map_aiohttp_exception(exc, request)) == expected
 
 
 @pytest.mark.anyio
