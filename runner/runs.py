@@ -56,6 +56,7 @@ from runner.snapshot import load_snapshot, snapshot_path
 from runner.stamps import stamp
 from runner.stats import describe, paired_test
 from runner.text import visible
+from runner.unscored import next_steps, unscored_summary, why_lines
 
 MANIFEST_VERSION = 1
 SUMMARY_VERSION = 1
@@ -524,6 +525,7 @@ def finalize(
         "strata": strata,
         "stratum_alerts": stratum_alerts,
         "served_models": served,
+        "unscored": unscored_summary(results),
         "paired": tests,
         "significant_regression": regression,
         # both sides passed and agree: history counts these nights toward ceiling candidates
@@ -651,6 +653,7 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
         if ids := strings_of(summary.get(key)):
             more = f" (+{len(ids) - SHOWN} more)" if len(ids) > SHOWN else ""
             lines.append(f"  {key.replace('_', ' ')}: {', '.join(ids[:SHOWN])}{more}")
+    lines.extend(why_lines(summary))  # what kept the incomplete ones unscored, per side
     for side, alerts in mapping_of(summary.get("stratum_alerts")).items():
         if alerts := strings_of(alerts):
             lines.append(f"  strata alert ({side}): {', '.join(alerts)}")
@@ -665,11 +668,7 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
             f"  parent {summary.get('parent')} never finished: "
             "the calls it never made read `cancelled`"
         )
-    if counts.get("new_case"):  # a suite never promoted is never gated: say how it starts
-        lines.append(
-            f"  {counts['new_case']} new case(s) are not gated until accepted: review the "
-            f"report, then `{command('promote', run_dir)}`"
-        )
+    lines.extend(next_steps(summary, run_dir))
     lines.append(f"  run dir: {shown_path(run_dir)}")
     # a case id or a suite name is untrusted: a bidi control, a NUL or a newline in it is shown
     print("\n".join(visible(line, one_line=True) for line in lines), file=sys.stderr)
