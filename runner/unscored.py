@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.gate import NEW_CASE
 from runner.history import mapping_of
+from runner.invocation import command
 from runner.model import SIDES, Transport
 
 if TYPE_CHECKING:  # annotations only
@@ -89,20 +90,20 @@ def next_steps(summary: Mapping[str, Any], run_dir: Path) -> list[str]:
     if isinstance(unadmitted, int) and unadmitted:
         lines.append(
             f"  {unadmitted} case(s) could not be scored: once the cause above is fixed, "
-            f"`parallax run --retry-unscored {run_dir}` calls only those again"
+            f"`{command('run', '--retry-unscored', run_dir)}` calls only those again"
         )
     elif new:  # a suite never promoted is never gated: say how it starts
         lines.append(
             f"  {new} new case(s) are not gated until accepted: review the report, then "
-            f"`parallax promote {run_dir}`"
+            f"`{command('promote', run_dir)}`"
         )
     if not (isinstance(unadmitted, int) and unadmitted) or not new:
         return lines
     unscored_new = mapping_of(summary.get("unscored")).get("new_cases")
     if not isinstance(unscored_new, int):  # a summary written before this was counted
         lines.append(
-            f"  {new} new case(s) are not gated until accepted: `parallax promote` refuses "
-            f"this run; `parallax promote --allow-partial {run_dir}` accepts the scored ones"
+            f"  {new} new case(s) are not gated until accepted: promote refuses this run; "
+            f"`{command('promote', '--allow-partial', run_dir)}` accepts the scored ones"
         )
     elif unscored_new >= new:
         lines.append(
@@ -111,8 +112,8 @@ def next_steps(summary: Mapping[str, Any], run_dir: Path) -> list[str]:
         )
     else:
         lines.append(
-            f"  {new} new case(s) are not gated until accepted: `parallax promote` refuses "
-            f"this run; `parallax promote --allow-partial {run_dir}` accepts the "
+            f"  {new} new case(s) are not gated until accepted: promote refuses this run; "
+            f"`{command('promote', '--allow-partial', run_dir)}` accepts the "
             f"{new - unscored_new} scored one(s) and leaves the {unscored_new} unscored out"
         )
     return lines

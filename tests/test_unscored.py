@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +55,11 @@ def test_a_run_against_a_dead_port_says_why_and_suggests_no_promote(tmp_path: Pa
     assert "ssl:default" not in proc.stderr
     (run_dir,) = run_dirs(tmp_path / "runs" / "s")
     shown = run_dir.relative_to(tmp_path)
-    retry = f"`parallax run --retry-unscored {shown}` calls only those again"
+    retry = f" -m runner run --retry-unscored {shown}` calls only those again"
     assert any(line.startswith("  20 case(s) could not be scored") for line in lines)
     assert any(line.endswith(retry) for line in lines), proc.stderr
     assert "none was scored: there is nothing to promote" in proc.stderr
-    assert "parallax promote" not in proc.stderr
+    assert not re.findall(r"`[^`]*\bpromote\b[^`]*`", proc.stderr)  # no promote command
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["unscored"] == {
         "reference": {"cases": 0, "reasons": []},
@@ -90,7 +91,7 @@ def test_a_partly_scored_first_run_points_at_allow_partial() -> None:
     assert lines == [
         "  6 case(s) could not be scored: once the cause above is fixed, "
         "`parallax run --retry-unscored runs/s/r1` calls only those again",
-        "  10 new case(s) are not gated until accepted: `parallax promote` refuses this run; "
+        "  10 new case(s) are not gated until accepted: promote refuses this run; "
         "`parallax promote --allow-partial runs/s/r1` accepts the 4 scored one(s) and leaves "
         "the 6 unscored out",
     ]
