@@ -8,6 +8,7 @@ Relative paths are resolved against the config file's folder, so a run works fro
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -41,7 +42,14 @@ def valid_name(name: object) -> bool:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Every config table: unknown keys refused, and no float may be infinite or NaN.
+
+    TOML spells `inf` and `nan` as numbers (and `${VAR}` may read "inf" from the environment);
+    a timeout, rate or threshold that is not finite passes every bound below and only fails
+    mid-run, deep in a library, so every float field refuses them here, at load.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Timeouts(_Strict):
@@ -86,6 +94,21 @@ class EndpointConfig(_Strict):
     # the response header that names the model which served a call (a gateway's backend);
     # unset: known gateways' headers (LiteLLM's x-litellm-model-name), "": the body's `model`
     served_model_header: str | None = None
+
+    @field_validator("body_template")
+    @classmethod
+    def _finite_template(cls, template: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The one free-form table: its numbers are sent as JSON, which has no inf or NaN."""
+        stack: list[tuple[Any, str]] = [(template, "")]
+        while stack:
+            value, where = stack.pop()
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{where.lstrip('.')} must be a finite number, got {value}")
+            if isinstance(value, Mapping):
+                stack.extend((v, f"{where}.{k}") for k, v in value.items())
+            elif isinstance(value, list):
+                stack.extend((v, f"{where}[{i}]") for i, v in enumerate(value))
+        return template
 
     @model_validator(mode="after")
     def _check_kind(self) -> EndpointConfig:
@@ -280,6 +303,8 @@ def _first_error(path: Path, exc: ValidationError) -> ConfigError:
             )
     elif first["type"] == "missing":
         reason = "required key is missing"
+    elif first["type"] == "finite_number":
+        reason = f"must be a finite number, got {first['input']}"
     else:
         reason = str(first["msg"]).removeprefix("Value error, ")
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""

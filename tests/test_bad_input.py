@@ -267,6 +267,14 @@ BAD_CONFIGS: dict[str, tuple[str, tuple[str, ...]]] = {
         CONFIG.replace('candidate = "candidate"', 'candidate = "shadow"'),
         ("suites.bad.candidate", "shadow"),
     ),
+    "infinite-timeout": (
+        _with(extra_endpoint_line="timeout.connect = inf"),
+        ("endpoints.reference.timeout.connect", "finite", "inf"),
+    ),
+    "nan-threshold": (
+        _with(suite_line="alpha = nan"),
+        ("suites.bad.alpha", "finite", "nan"),
+    ),
 }
 
 

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import textwrap
+import typing
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
-from runner.config import Thresholds, check_files, load_config
+from runner.config import (
+    Config,
+    EndpointConfig,
+    RetryPolicy,
+    SuiteConfig,
+    Thresholds,
+    Timeouts,
+    _Strict,
+    check_files,
+    load_config,
+)
 from runner.errors import ConfigError
 
 MINIMAL = """\
@@ -411,3 +423,70 @@ def test_a_served_model_header_that_is_no_header_name_is_a_config_error(tmp_path
     )
     error = load_error(tmp_path, text)
     assert "endpoints.cand.served_model_header" in str(error)
+
+
+# --- numbers that are not finite ----------------------------------------------------------------
+
+# where each config table's keys are written in MINIMAL: (text before, text after a key line)
+_TABLES: dict[type[BaseModel], tuple[str, str]] = {
+    Config: ("", ""),
+    Thresholds: ("thresholds.", ""),
+    EndpointConfig: ("", "endpoints.cand."),
+    Timeouts: ("timeout.", "endpoints.cand."),
+    RetryPolicy: ("retry.", "endpoints.cand."),
+    SuiteConfig: ("", "suites.cities."),
+}
+
+
+def _float_keys() -> list[tuple[type[BaseModel], str]]:
+    """Every float field of every config table (a new table or field is found on its own)."""
+    found = []
+    for model in _Strict.__subclasses__():
+        for name, info in model.model_fields.items():
+            if info.annotation is float or float in typing.get_args(info.annotation):
+                found.append((model, name))
+    return found
+
+
+def test_every_float_field_lives_in_a_table_the_next_test_can_write() -> None:
+    """The test below covers every table that holds a float, so none is left out."""
+    assert {model for model, _ in _float_keys()} <= set(_TABLES)
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", '"${PARALLAX_TEST_NUMBER}"'])
+@pytest.mark.parametrize(
+    ("model", "name"), _float_keys(), ids=[f"{m.__name__}.{n}" for m, n in _float_keys()]
+)
+def test_a_float_that_is_not_finite_is_refused_at_load(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    model: type[BaseModel],
+    name: str,
+    value: str,
+) -> None:
+    """inf, -inf and NaN (written in TOML or read from an env var) pass every bound and crash
+    a run deep in a library: each float key refuses them at load, named by its dotted key."""
+    monkeypatch.setenv("PARALLAX_TEST_NUMBER", "inf")
+    prefix, table = _TABLES[model]
+    line = f"{prefix}{name} = {value}\n"
+    if table == "endpoints.cand.":
+        text = MINIMAL.replace('model = "cand-model"\n', f'model = "cand-model"\n{line}')
+    elif table == "suites.cities.":
+        text = MINIMAL + line
+    else:
+        text = line + MINIMAL
+    err = load_error(tmp_path, text)
+    expected = f"{table}{prefix}{name}"
+    assert expected == err.key
+    assert err.reason.startswith("must be a finite number, got ")
+
+
+def test_a_body_template_number_that_is_not_finite_is_refused(tmp_path: Path) -> None:
+    """The free-form body template is sent as JSON, which has no NaN: refused at load, with
+    where in the template it sits."""
+    text = MINIMAL.replace(
+        'model = "cand-model"\n', 'model = "cand-model"\nbody_template = {a = [1, {b = nan}]}\n'
+    )
+    err = load_error(tmp_path, text)
+    expected = ("endpoints.cand.body_template", "a[1].b must be a finite number, got nan")
+    assert expected == (err.key, err.reason)
