@@ -106,9 +106,12 @@ def _config_path(args: argparse.Namespace) -> Path:
 
 
 def _existing_file(value: str) -> Path:
+    """A file named on the command line: a regular file (a FIFO or /dev/zero is refused)."""
+    from runner.files import file_problem
+
     path = Path(value)
-    if not path.is_file():
-        raise UsageError(f"{value}: no such file")
+    if (problem := file_problem(path)) is not None:
+        raise UsageError(f"{value}: {problem}")
     return path
 
 

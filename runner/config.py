@@ -27,9 +27,11 @@ from pydantic import (
 )
 
 from runner.errors import ConfigError, reason_of
+from runner.files import Unreadable, file_problem, read_regular
 from runner.jsontext import MAX_DEPTH, long_integer_line
 
 ENDPOINT_KINDS = ("recorded", "openai-chat", "anthropic-messages", "http-json")
+MAX_CONFIG_BYTES = 1 << 20  # a config is a page of TOML; a bigger one is the wrong file
 MAX_HEARTBEAT_SECONDS = 3600.0  # a daemon silent for longer than an hour is not watched at all
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -316,11 +318,10 @@ def load_config(path: Path) -> LoadedConfig:
     import hashlib
 
     try:
-        raw_bytes = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(path, None, "no such config file") from None
-    except OSError as exc:
-        raise ConfigError(path, None, f"cannot read: {exc.strerror}") from None
+        raw_bytes = read_regular(path, limit=MAX_CONFIG_BYTES)
+    except Unreadable as exc:
+        reason = "no such config file" if exc.reason == "no such file" else exc.reason
+        raise ConfigError(path, None, reason) from None
     try:
         text = raw_bytes.decode("utf-8-sig")  # an editor's BOM is no error
         data = tomllib.loads(text)
@@ -360,14 +361,14 @@ def check_keys(loaded: LoadedConfig, suites: list[str]) -> None:
 
 
 def check_files(loaded: LoadedConfig) -> None:
-    """Every file the config names must exist; found by `validate` and before any run."""
-    for suite_name, suite in loaded.config.suites.items():
-        if not loaded.resolve(suite.fixtures).is_file():
-            raise ConfigError(
-                loaded.path, f"suites.{suite_name}.fixtures", f"no such file: {suite.fixtures}"
-            )
-    for name, endpoint in loaded.config.endpoints.items():
-        if endpoint.cassette is not None and not loaded.resolve(endpoint.cassette).is_file():
-            raise ConfigError(
-                loaded.path, f"endpoints.{name}.cassette", f"no such file: {endpoint.cassette}"
-            )
+    """Every file the config names must be a regular file; found by `validate` and before any
+    run (a FIFO or a device named as fixtures would block or never end)."""
+    named = [(f"suites.{name}.fixtures", s.fixtures) for name, s in loaded.config.suites.items()]
+    named += [
+        (f"endpoints.{name}.cassette", e.cassette)
+        for name, e in loaded.config.endpoints.items()
+        if e.cassette is not None
+    ]
+    for key, file in named:
+        if (problem := file_problem(loaded.resolve(file))) is not None:
+            raise ConfigError(loaded.path, key, f"{problem}: {file}")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, overload
 
 from runner.errors import DataError, FixtureError, ParallaxError, reason_of
+from runner.files import Unreadable, read_regular
 from runner.jsontext import MAX_DEPTH, copy_json, loads, long_integer_line, too_deep
 from runner.model import STRATA, Case
 from runner.text import holds_surrogate, may_hold_surrogates, shared
@@ -375,13 +376,9 @@ def _duplicate(where: str, case_id: str, line: int, first: int) -> FixtureError:
 
 def _read_file(where: str, path: Path) -> bytes:
     try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise DataError(where, "no such file") from None
-    except IsADirectoryError:
-        raise DataError(where, "is a directory, not a fixture file") from None
-    except OSError as exc:
-        raise DataError(where, f"cannot read: {exc.strerror or exc}") from None
+        return read_regular(path)
+    except Unreadable as exc:
+        raise DataError(where, exc.reason) from None
 
 
 def _byte_offsets(text: str, shift: int) -> Callable[[int], int]:

@@ -25,6 +25,7 @@ from runner import __version__, logs
 from runner.ceiling import detect, strata_rates
 from runner.config import LoadedConfig, Thresholds, load_config
 from runner.errors import ConfigError, DataError, UsageError
+from runner.files import file_problem
 from runner.fixtures import CaseRef, CaseRefs, FixtureFile
 from runner.gate import (
     FLAKY,
@@ -90,8 +91,8 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
     """
     cfg = loaded.config.suites[name]
     fixtures_path = loaded.resolve(cfg.fixtures)
-    if not fixtures_path.is_file():
-        raise ConfigError(loaded.path, f"suites.{name}.fixtures", f"no such file: {cfg.fixtures}")
+    if (problem := file_problem(fixtures_path)) is not None:
+        raise ConfigError(loaded.path, f"suites.{name}.fixtures", f"{problem}: {cfg.fixtures}")
     graders = load_graders(
         cfg.graders, loaded.base_dir, config_path=str(loaded.path), key=f"suites.{name}.graders"
     )

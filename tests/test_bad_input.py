@@ -312,6 +312,58 @@ def test_missing_config_file_exits_78(tmp_path: Path) -> None:
     assert "absent.toml" in message
 
 
+def _not_a_file(tmp_path: Path, kind: str) -> Path:
+    """A path that names no regular file: a FIFO nobody writes to, a directory or a device."""
+    if kind == "device":
+        return Path("/dev/zero")
+    path = tmp_path / f"{kind}.toml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("command", ["validate", "run", "serve", "health", "history"])
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_a_config_that_is_no_regular_file_exits_78(tmp_path: Path, kind: str, command: str) -> None:
+    """--config naming a FIFO, a directory or /dev/zero is refused before it is read (a FIFO
+    would block the command, /dev/zero fill memory): one line naming it, exit 78."""
+    path = _not_a_file(tmp_path, kind)
+    message = one_line_error(parallax(command, "--config", path, cwd=tmp_path), 78)
+    assert f"{path}: " in message and ("not a regular file" in message or "directory" in message)
+
+
+def test_a_config_larger_than_a_mebibyte_exits_78(tmp_path: Path) -> None:
+    """A config is a page of TOML: a file past 1 MiB (here valid TOML, all comments) is the
+    wrong file, refused without being parsed, exit 78."""
+    config = project(tmp_path, config=CONFIG + "#" * (1 << 20), fixture=GOOD_ROW.encode())
+    message = one_line_error(parallax("validate", "--config", config, cwd=tmp_path), 78)
+    assert message.endswith("parallax.toml: larger than 1 MiB"), message
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_fixtures_that_are_no_regular_file_exit_78(tmp_path: Path, kind: str, command: str) -> None:
+    """A suite's fixtures naming a FIFO, a directory or a device is a config error naming the
+    key and what the path is, as for a missing file (exit 78)."""
+    path = _not_a_file(tmp_path, kind)
+    config = project(tmp_path, config=CONFIG.replace('"cases.jsonl"', f'"{path}"'))
+    message = one_line_error(parallax(command, "--config", config, cwd=tmp_path), 78)
+    assert "suites.bad.fixtures: " in message and str(path) in message, message
+
+
+@pytest.mark.parametrize("command", ["pin", "grade"])
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_a_fixture_file_argument_that_is_no_regular_file_exits_64(
+    tmp_path: Path, kind: str, command: str
+) -> None:
+    """pin and grade refuse a FIFO, a directory or a device as their FILE, saying which: 64."""
+    path = _not_a_file(tmp_path, kind)
+    message = one_line_error(parallax(command, path, cwd=tmp_path), 64)
+    assert f"{path}: " in message and ("not a regular file" in message or "directory" in message)
+
+
 @pytest.mark.parametrize("command", ["run", "validate", "history"])
 def test_default_config_missing_exits_78(tmp_path: Path, command: str) -> None:
     """Without --config or $PARALLAX_CONFIG, a missing ./parallax.toml is named, with where a

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import random
 import tempfile
 from collections.abc import Callable
@@ -299,6 +300,16 @@ def test_missing_file_is_a_data_error(tmp_path: Path) -> None:
     with pytest.raises(DataError) as info:
         load_cases(path)
     assert f"{path}: no such file" == str(info.value)
+
+
+def test_a_fifo_named_as_fixtures_is_refused_without_blocking(tmp_path: Path) -> None:
+    """The reader asks the opened file what it is: a FIFO nobody writes to (swapped in after
+    any check of the path) is a DataError at once, never a read that waits for a writer."""
+    path = tmp_path / "cases.jsonl"
+    os.mkfifo(path)
+    with pytest.raises(DataError) as info:
+        load_cases(path)
+    assert f"{path}: not a regular file (a device, FIFO or socket)" == str(info.value)
 
 
 def test_schema_refs_inside_the_schema_resolve(tmp_path: Path) -> None:
