@@ -43,7 +43,9 @@ _COMMAND_EXIT_CODES = {
     + _ERRORS
     + _INTERRUPTED,
     "replay": _VERDICT + _ERRORS + _REPLAY_INTERRUPTED,
-    "report": "  0-3 the run's own exit code (see `parallax run --help`)\n" + _ERRORS,
+    "report": "  0-3 the run's own exit code (see `parallax run --help`)\n"
+    + _ERRORS
+    + "  (64 also: the run dir is not writable; 65: a report's name is taken by a directory)\n",
     "promote": "  0   snapshot written\n  2   unscored cases and no --allow-partial\n" + _ERRORS,
     "pin": "  0   every row printed\n" + _ERRORS,
     "validate": "  0   nothing wrong\n" + _ERRORS,

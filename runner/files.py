@@ -1,17 +1,24 @@
-"""Reading a file a user named (the config, a fixture file): a regular file only, bounded.
+"""Files a user names: inputs read only when they are regular files, outputs checked first.
 
 A path on a command line or in a config can name anything: `/dev/zero` read whole never ends
 (it fills memory into a MemoryError), a FIFO blocks until someone writes to it, a directory
 cannot be read at all. Every reader of a named input goes through `read_regular`, which opens
 without waiting on a FIFO, asks the open file (not the path, which may be swapped between a
 check and the read) what it is, and reads no more than its bound.
+
+A command that writes into an existing run directory (`run --resume`, `report`) asks
+`check_writable` first, so a read-only directory or a file name taken by a directory is one
+line before any work, not a traceback half-way.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
+
+from runner.errors import DataError, UsageError
 
 
 class Unreadable(Exception):
@@ -71,3 +78,15 @@ def read_regular(path: Path, *, limit: int | None = None) -> bytes:
     if limit is not None and len(data) > limit:  # grew since fstat: still bounded
         raise Unreadable(f"larger than {_size(limit)}")
     return data
+
+
+def check_writable(directory: Path, names: Iterable[str], *, action: str) -> None:
+    """Refuse `action` unless `directory` and each of `names` in it that exists can be written:
+    UsageError (64) for a permission, DataError (65) for a name that is not a regular file."""
+    for path in (directory, *(directory / name for name in names)):
+        if not path.exists():
+            continue
+        if path != directory and (problem := file_problem(path)) is not None:
+            raise DataError(path, f"{problem}; cannot {action}")
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"{path}: not writable; cannot {action}")

@@ -26,6 +26,7 @@ from typing import Any
 from runner import __version__
 from runner.adapters import parse
 from runner.errors import DataError, UsageError
+from runner.files import check_writable
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, GATE_CLASSES, SCHEMA_MISS, TRANSPORT_MISS
 from runner.history import (
     History,
@@ -42,6 +43,7 @@ from runner.model import ROW_ERRORS, SIDES, STRATA, Exchange, Response
 from runner.text import visible
 
 TREND_RUNS = 14
+REPORT_FILES = ("report.html", "report.md")  # written into the run directory
 REPLY_CAP = 6000  # characters of a reply kept for the HTML report
 MD_REPLY_CAP = 160  # characters of a reply (or a detail) in a Markdown table cell
 MD_ID_CAP = 80  # characters of a case id, a model or a misses list in a Markdown line
@@ -955,6 +957,7 @@ def render_markdown(rep: RunReport) -> str:
 
 def write_reports(run_dir: Path, *, retire_after: int | None = None) -> RunReport:
     """Render report.html and report.md into the run directory; return what was rendered."""
+    check_writable(run_dir, REPORT_FILES, action="write its reports here")
     rep = build_report(run_dir, retire_after=retire_after)
     _write_text(run_dir / "report.html", html_parts(rep))
     _write_text(run_dir / "report.md", [render_markdown(rep)])
@@ -962,7 +965,10 @@ def write_reports(run_dir: Path, *, retire_after: int | None = None) -> RunRepor
 
 
 def _write_text(path: Path, parts: Iterable[str]) -> None:
-    write_atomic(path, (part.encode("utf-8") for part in parts))
+    try:
+        write_atomic(path, (part.encode("utf-8") for part in parts))
+    except OSError as exc:  # checked writable just before: a full disk, a name taken since
+        raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
 def after_run(run_dir: Path, *, retire_after: int, log: Any) -> None:

@@ -25,7 +25,7 @@ from runner import __version__, logs
 from runner.ceiling import detect, strata_rates
 from runner.config import LoadedConfig, Thresholds, load_config
 from runner.errors import ConfigError, DataError, UsageError
-from runner.files import file_problem
+from runner.files import check_writable, file_problem
 from runner.fixtures import CaseRef, CaseRefs, FixtureFile
 from runner.gate import (
     FLAKY,
@@ -52,7 +52,7 @@ from runner.lock import holds_suite_lock
 from runner.model import NOISE, SIDES, STRATA, Case, Endpoint, Exchange
 from runner.progress import ProgressBar, start_progress
 from runner.regrade import heal, read_exchanges, read_outcomes
-from runner.report import after_run
+from runner.report import REPORT_FILES, after_run
 from runner.snapshot import load_snapshot, snapshot_path
 from runner.stamps import stamp
 from runner.stats import describe, paired_test
@@ -62,6 +62,7 @@ from runner.unscored import next_steps, unscored_summary, why_lines
 MANIFEST_VERSION = 1
 SUMMARY_VERSION = 1
 DISAGREEMENT_VERSION = 1
+_RESUMED_FILES = ("manifest.json", "raw.jsonl", "outcomes.jsonl")
 
 
 @dataclass(frozen=True)
@@ -189,15 +190,6 @@ def new_run_dir(runs_dir: Path, suite: str) -> Path:
     if not os.access(run_dir, os.W_OK):
         raise UsageError(f"{run_dir}: run directory is not writable")
     return run_dir
-
-
-def _check_writable(run_dir: Path) -> None:
-    """Resume appends to the ledgers in place: refuse before any call if it cannot."""
-    for path in (run_dir, *(run_dir / n for n in ("manifest.json", "raw.jsonl", "outcomes.jsonl"))):
-        if path.exists() and not os.access(path, os.W_OK):
-            raise UsageError(f"{path}: not writable; cannot resume this run here")
-        if path != run_dir and path.exists() and not path.is_file():
-            raise DataError(path, "not a file; cannot resume this run")
 
 
 @functools.cache
@@ -809,7 +801,7 @@ async def _run_prepared(
         if recorded is not None:
             # A finished run's verdict is a record: resuming it (after a crash in its reports)
             # writes what is missing and never regrades it against today's snapshot.
-            if not all((run_dir / n).is_file() for n in ("report.md", "report.html")):
+            if not all((run_dir / n).is_file() for n in REPORT_FILES):
                 after_run(
                     run_dir, retire_after=suite.thresholds.retire_after, log=logs.get_logger()
                 )
@@ -817,7 +809,8 @@ async def _run_prepared(
         if (why := resume_problem(loaded, name, manifest)) is not None:
             anew = "" if manifest.get("mode") == "replay" else "; start a new run instead"
             raise UsageError(f"{run_dir}: cannot resume: {why}{anew}")
-        _check_writable(run_dir)
+        # resume appends to the ledgers in place: refuse before any call if it cannot
+        check_writable(run_dir, _RESUMED_FILES, action="resume this run here")
         done = heal(run_dir, suite, folds)
     else:
         run_dir = new_run_dir(loaded.runs_dir, name)

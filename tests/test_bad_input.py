@@ -577,7 +577,7 @@ def _rewrite_first_row(path: Path, key: str, value: Any) -> None:
         ("resume", "outcomes.jsonl", "sample", "INFINITY", "outcomes.jsonl:1: not an outcome"),
         ("resume", "outcomes.jsonl", "response_model", [1], "outcomes.jsonl:1: not an outcome"),
         ("resume", "outcomes.jsonl", "stratum", {"a": 1}, "outcomes.jsonl:1: not an outcome"),
-        ("resume", "raw.jsonl", None, None, "raw.jsonl: not a file"),
+        ("resume", "raw.jsonl", None, None, "raw.jsonl: a directory, not a file"),
     ],
     ids=[
         *("raw-body-number", "raw-alias-list", "raw-1e400", "raw-message-list"),
@@ -652,6 +652,22 @@ def test_a_manifest_config_path_with_a_nul_is_one_line(tmp_path: Path) -> None:
         assert "manifest.json" in message, (command, message)
     # report renders a run whose config is out of reach (a copied CI artifact) as it is
     assert parallax("report", run_dir, cwd=root).returncode == 1
+
+
+@pytest.mark.parametrize("name", ["report.html", "report.md"])
+def test_report_where_a_report_name_is_a_directory_is_one_line(tmp_path: Path, name: str) -> None:
+    """`report` into a run dir whose report.html or report.md is a directory says so in one
+    line (exit 65, as `--resume` does for its ledgers) before it renders either report."""
+    root = demo(tmp_path)
+    run_dir = _demo_run(root, "cities")
+    for report in ("report.html", "report.md"):
+        (run_dir / report).unlink()
+    (run_dir / name).mkdir()
+    message = one_line_error(parallax("report", run_dir, cwd=root), 65)
+    expected = f"parallax: {run_dir / name}: a directory, not a file; cannot write its reports here"
+    assert expected == message
+    assert not [p for p in run_dir.iterdir() if p.name.startswith(".report")], "no temp file left"
+    assert not (run_dir / "report.md").is_file() and not (run_dir / "report.html").is_file()
 
 
 def test_unreadable_manifest_exits_65(tmp_path: Path) -> None:

@@ -248,3 +248,24 @@ def test_run_and_resume_refuse_an_unwritable_runs_dir_as_a_user_before_any_call(
     assert "Traceback" not in fresh.stderr + no_dir.stderr + resumed.stderr
     assert fault_server.received() == []
     record("integrity", unwritable_refusals=3)
+
+
+@pytest.mark.slow
+def test_report_into_a_run_dir_the_user_cannot_write_is_one_line(shared_dir: Path) -> None:
+    """As uid 65534, `report` of a run it may read but not write (a colleague's, a mounted
+    artifact) exits 64 with one line naming the run dir, as `--resume` does, and writes
+    nothing."""
+    probe = as_nobody(["--version"], shared_dir)
+    if probe.returncode != 0:
+        pytest.skip(f"parallax cannot start as uid {NOBODY}: {probe.stderr.strip()[-200:]}")
+    run_dir, _, _ = run_suite(load_config(offline(shared_dir)), "s")
+    for path in (shared_dir, *shared_dir.rglob("*")):  # readable by all, writable by root
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    before = tree(run_dir)
+
+    proc = as_nobody(["report", str(run_dir)], shared_dir)
+
+    assert (proc.returncode, proc.stdout) == (64, ""), proc.stderr
+    expected = [f"parallax: {run_dir}: not writable; cannot write its reports here"]
+    assert expected == proc.stderr.splitlines()
+    assert before == tree(run_dir)
