@@ -627,7 +627,10 @@ class HttpEndpoint:
         response = None
         if status is not None and headers is not None:
             text, encoding = _body_text(logs.scrub_bytes(bytes(buf)))  # an echoed key too
-            kept = {k: logs.scrub_text(v) for k, v in _kept_headers(headers, self._kept).items()}
+            kept = {
+                logs.scrub_name(k): logs.scrub_text(v)
+                for k, v in _kept_headers(headers, self._kept).items()
+            }
             response = Response(status, kept, text, encoding, truncated)
         attempt = Attempt(
             n=n,

@@ -74,6 +74,7 @@ _SECRET_FIELDS = frozenset(
 )
 _BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]+", re.I)
 _known_secrets: set[str] = set()
+_known_folded: set[str] = set()  # the keys lower-cased, for text HTTP lower-cases
 
 
 def register_secret(value: str | None) -> None:
@@ -82,6 +83,7 @@ def register_secret(value: str | None) -> None:
     if value and len(value) >= 4:
         _known_secrets.add(value)
         _known_secrets.update(_base64_cores(value))
+        _known_folded.add(value.lower())
 
 
 def _base64_cores(secret: str) -> set[str]:
@@ -107,6 +109,17 @@ def scrub_text(text: str) -> str:
     for secret in _known_secrets:
         text = text.replace(secret, "***")
     return _BEARER.sub(r"\1***", text)
+
+
+def scrub_name(name: str) -> str:
+    """A response header's name, lower-cased as HTTP has it, with any secret masked in any
+    case: an upstream that names a header after the key (`x-ratelimit-<key>`) gets it
+    lower-cased, which the value's exact match would miss."""
+    name = name.lower()
+    for secret in _known_folded:
+        if secret in name:
+            name = name.replace(secret, "***")
+    return name
 
 
 def scrub_bytes(data: bytes) -> bytes:

@@ -72,7 +72,8 @@ def llmock(llmock_pool: LlmockPool) -> LlmockServer:
 
 # --- session-wide: the secrets check and the reliability figures (tests/relkit.py) ----------
 #
-# Test secrets are recognisable (relkit.SECRET_PREFIX, and the older sk-test-/sk-live- keys).
+# Test secrets are recognisable (relkit.SECRET_PREFIX, and the older sk-test-/sk-live- keys,
+# in any case: relkit.SECRET).
 # At the end of the session every file under this session's pytest temp dirs (except *.toml:
 # configs are test *inputs*, some deliberately holding a key parallax must refuse), every
 # captured stdout/stderr/log section and every ParallaxError message raised in-process is
@@ -81,14 +82,13 @@ def llmock(llmock_pool: LlmockPool) -> LlmockServer:
 
 import json  # noqa: E402 - appended section, kept apart from the fixtures above
 import os  # noqa: E402
-import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import relkit  # noqa: E402
 
 from runner.errors import ParallaxError  # noqa: E402
 
-_SECRET = re.compile(rb"sk-(?:paralleak|test|live)-[A-Za-z0-9-]{4,}")
+_SECRET = relkit.SECRET
 _session: dict[str, object] = {"basetemp": None, "leaks": [], "outputs": 0, "messages": []}
 
 

@@ -48,7 +48,8 @@ Hostile replies (tests/test_hostile.py) and the soak's random mix (tests/test_so
     wrongtypes             200 JSON with numbers and lists where strings and objects belong
     endless                200 chunked reply that streams spaces as fast as it can, forever
     chaos:<seed>           each request draws one mode at random from CHAOS_MODES
-    reflect[:<code>]       <code> (401) whose body and X-Request-Id echo the request's auth headers
+    reflect[:<code>]       <code> (401) whose body and X-Request-Id echo the request's auth headers,
+                           and whose header `X-RateLimit-<key>` carries the key in its name
     bomb[:<MB>]            200 whose `gzip, gzip` body of a few hundred KB inflates to <MB> (256) MB
 
 Per-case faults: `server.prompt_modes[prompt] = "<mode>"` overrides the path's mode for
@@ -595,6 +596,10 @@ class FaultServer:
     def _reflect(self, conn: socket.socket, req: Received, arg: str) -> bool:
         echoed = f"{req.headers.get('authorization', '')} {req.headers.get('x-api-key', '')}"
         extra = {"X-Request-Id": echoed}
+        bearer = req.headers.get("authorization", "").removeprefix("Bearer ")
+        key = req.headers.get("x-api-key") or bearer
+        if key:  # a header name that embeds the key, as a careless gateway's rate limits do
+            extra[f"X-RateLimit-{key}"] = "1"
         return self._error(conn, int(arg or "401"), f"rejected credentials: {echoed}", extra)
 
     def _bomb(self, conn: socket.socket, req: Received, arg: str) -> bool:

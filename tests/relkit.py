@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -21,6 +22,9 @@ from typing import Any
 PARALLAX = [sys.executable, "-m", "runner"]
 # Every test secret starts with this, so the session-wide check (conftest.py) can find a leak.
 SECRET_PREFIX = "sk-paralleak-"
+# what the session-wide scan (conftest.py) looks for: this prefix and the older test keys, in
+# any case, since an upstream may lower-case a key (a header name does)
+SECRET = re.compile(rb"sk-(?:paralleak|test|live)-[A-Za-z0-9-]{4,}", re.IGNORECASE)
 
 FIGURES: dict[str, Counter[str]] = {}
 

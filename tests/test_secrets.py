@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
@@ -19,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from relkit import (
     PARALLAX,
+    SECRET,
     SECRET_PREFIX,
     endpoint_toml,
     record,
@@ -75,6 +77,48 @@ def test_a_key_echoed_back_by_the_server_never_reaches_a_file_or_a_log(
     assert not leaks
     assert KEY not in done.stdout + done.stderr + report.stdout + report.stderr
     record("secrets", files_checked=len(files), leaks=0)
+
+
+@pytest.mark.slow
+def test_a_key_put_into_a_header_name_is_masked_whatever_its_case(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """An upstream that names a rate-limit header after the key (`X-RateLimit-<key>`) gets
+    the name stored masked: HTTP lower-cases names, so the key is matched in any case."""
+    key = f"{SECRET_PREFIX}Header-9QzXk"  # upper-case letters: lower-cased in the name
+    write_cases(tmp_path, 2)
+    endpoints = "".join(
+        endpoint_toml(side, fault_server.url("reflect:200", side), key_env="PARALLEAK_KEY")
+        for side in ("ref", "cand")
+    )
+    config = write_config(tmp_path, endpoints, suite_toml("s"))
+    done = subprocess.run(
+        [*PARALLAX, "run", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PARALLEAK_KEY": key},
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 2, done.stderr
+    run_dir = next((tmp_path / "runs" / "s").glob("2*"))
+    rows = [json.loads(line) for line in (run_dir / "raw.jsonl").read_text().splitlines()]
+    names = {name for row in rows for name in row["response"]["headers"]}
+    assert "x-ratelimit-***" in names, names
+    files = [p for p in (tmp_path / "runs").rglob("*") if p.is_file()]
+    assert not [p for p in files if key.lower().encode() in p.read_bytes().lower()]
+    assert key.lower() not in (done.stdout + done.stderr).lower()
+    assert SECRET.search(key.lower().encode()), "the session-wide scan catches it lower-cased"
+    record("secrets", header_name_files_checked=len(files))
+
+
+@pytest.mark.parametrize("spelling", [str.lower, str.upper, str.swapcase])
+def test_the_session_scan_finds_a_test_key_in_any_case(spelling: Callable[[str], str]) -> None:
+    """The end-of-session scan (conftest.py) matches a test key however its case was changed:
+    an upstream or a header name may lower-case it."""
+    assert SECRET.search(spelling(KEY).encode()) is not None
 
 
 def _json_string(text: str, escaped: list[bool]) -> str:
