@@ -14,7 +14,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -36,6 +36,16 @@ MAX_HEARTBEAT_SECONDS = 3600.0  # a daemon silent for longer than an hour is not
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]*\Z")  # "" too: the body's model only
+
+
+# A string that must say something: a path, a name, a URL, a model. An empty one (often a
+# `${VAR}` set to "") is refused at its own key, not later as a rule about its table.
+Text = Annotated[str, Field(min_length=1)]
+
+
+def _article(kind: str) -> str:
+    """`an openai-chat`, `an http-json`, `a recorded`: every message names a kind this way."""
+    return f"an {kind}" if kind.startswith(("a", "e", "i", "o", "u", "http")) else f"a {kind}"
 
 
 def valid_name(name: object) -> bool:
@@ -77,10 +87,10 @@ class EndpointConfig(_Strict):
     """One endpoint: a live HTTP API or a recorded cassette, behind the same interface."""
 
     kind: Literal["recorded", "openai-chat", "anthropic-messages", "http-json"]
-    base_url: str | None = None
-    model: str | None = None
-    api_key_env: str | None = None
-    cassette: str | None = None
+    base_url: Text | None = None
+    model: Text | None = None
+    api_key_env: Text | None = None
+    cassette: Text | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     temperature: float = Field(0.0, ge=0)
     max_tokens: int = Field(512, ge=1)
@@ -91,8 +101,8 @@ class EndpointConfig(_Strict):
     max_response_bytes: int = Field(4_000_000, ge=1024)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     body_template: dict[str, Any] | None = None
-    answer_pointer: str = "/answer"
-    anthropic_version: str = "2023-06-01"
+    answer_pointer: str = "/answer"  # "" is the whole body
+    anthropic_version: Text = "2023-06-01"
     # the response header that names the model which served a call (a gateway's backend);
     # unset: known gateways' headers (LiteLLM's x-litellm-model-name), "": the body's `model`
     served_model_header: str | None = None
@@ -117,7 +127,7 @@ class EndpointConfig(_Strict):
         if self.kind == "recorded":
             return self
         if not self.base_url:
-            raise ValueError(f"a {self.kind} endpoint needs base_url")
+            raise ValueError(f"{_article(self.kind)} endpoint needs base_url")
         parts = urlsplit(self.base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"base_url must be an http(s) URL, got {self.base_url!r}")
@@ -131,7 +141,7 @@ class EndpointConfig(_Strict):
         if self.kind == "http-json" and self.body_template is None:
             raise ValueError("an http-json endpoint needs body_template")
         if self.kind != "http-json" and not self.model:
-            raise ValueError(f"a {self.kind} endpoint needs model")
+            raise ValueError(f"{_article(self.kind)} endpoint needs model")
         if not self.answer_pointer.startswith("/") and self.answer_pointer != "":
             raise ValueError("answer_pointer must be a JSON pointer such as /answer")
         return self
@@ -159,13 +169,13 @@ class Thresholds(_Strict):
 class SuiteConfig(_Strict):
     """A suite: one fixture file graded on a reference and a candidate endpoint."""
 
-    fixtures: str
-    reference: str
-    candidate: str
-    graders: str | None = None
+    fixtures: Text
+    reference: Text
+    candidate: Text
+    graders: Text | None = None
     samples: int = Field(1, ge=1, le=100)
-    schedule: str | None = None  # five-field cron (six: seconds first), for `parallax serve`
-    timezone: str = "UTC"
+    schedule: Text | None = None  # five-field cron (six: seconds first), for `parallax serve`
+    timezone: Text = "UTC"
     thresholds: Thresholds | None = None  # overrides the top-level [thresholds]
     noise_check: bool = False  # call the reference a second time: its disagreement with itself
     fail_on: list[Literal["significant_regression"]] = Field(default_factory=list)
@@ -175,8 +185,8 @@ class SuiteConfig(_Strict):
 class Config(_Strict):
     """The whole file, after interpolation, with paths still as written."""
 
-    runs_dir: str = "runs"
-    snapshots_dir: str = "snapshots"
+    runs_dir: Text = "runs"
+    snapshots_dir: Text = "snapshots"
     # `parallax serve`: how long a run in flight may finish after SIGTERM before it is cancelled
     # (left resumable), how late a fire time may still run, how often the heartbeat is written
     serve_grace_seconds: float = Field(300.0, ge=0)
@@ -243,7 +253,8 @@ class LoadedConfig:
         value = os.environ.get(env)
         key = f"endpoints.{endpoint}.api_key_env"
         if not value:
-            raise ConfigError(self.path, key, f"environment variable {env} is not set")
+            state = "is not set" if value is None else "is empty"
+            raise ConfigError(self.path, key, f"environment variable {env} {state}")
         # a key file read with its newline (a mounted secret) fails as a header only mid-run;
         # the value itself is never part of the message
         if value != value.strip() or not (value.isascii() and value.isprintable()):
@@ -269,13 +280,17 @@ def _refuse_too_deep(data: Mapping[str, Any], path: Path) -> None:
             stack.extend((v, key, depth + 1) for v in value)
 
 
-def _interpolate(value: Any, path: Path, key: str) -> Any:
+def _interpolate(value: Any, path: Path, key: str, empties: dict[str, str]) -> Any:
+    """`value` with every `${VAR}` read; `empties` gets each key whose variable was set to ""
+    (without a default), so an error there can name the variable."""
     if isinstance(value, str):
 
         def repl(match: re.Match[str]) -> str:
             name, default = match.group(1), match.group(2)
             found = os.environ.get(name)
             if found is not None and (found or default is None):
+                if not found:
+                    empties.setdefault(key, name)
                 return found
             if default is not None:  # POSIX `:-`: unset or empty takes the default
                 return default
@@ -286,16 +301,21 @@ def _interpolate(value: Any, path: Path, key: str) -> Any:
             raise ConfigError(path, key, "contains a NUL character")
         return text
     if isinstance(value, Mapping):
-        return {k: _interpolate(v, path, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+        return {
+            k: _interpolate(v, path, f"{key}.{k}" if key else str(k), empties)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
-        return [_interpolate(v, path, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [_interpolate(v, path, f"{key}[{i}]", empties) for i, v in enumerate(value)]
     return value
 
 
-def _first_error(path: Path, exc: ValidationError) -> ConfigError:
+def _first_error(path: Path, exc: ValidationError, empties: Mapping[str, str]) -> ConfigError:
     errors = exc.errors()
     first = errors[0]
     key = ".".join(str(p) for p in first["loc"])
+    if first["type"] == "string_too_short" and key in empties:
+        return ConfigError(path, key, f"${{{empties[key]}}} is empty")
     if first["type"] == "extra_forbidden":
         leaf = str(first["loc"][-1]) if first["loc"] else key
         reason = "unknown key"
@@ -307,8 +327,15 @@ def _first_error(path: Path, exc: ValidationError) -> ConfigError:
         reason = "required key is missing"
     elif first["type"] == "finite_number":
         reason = f"must be a finite number, got {first['input']}"
+    elif first["type"] == "string_too_short":
+        reason = "must not be empty"
     else:
         reason = str(first["msg"]).removeprefix("Value error, ")
+        # a rule about a table whose value came out of an empty variable: say which one
+        inside = [k for k in empties if k.startswith(f"{key}.")] if key else list(empties)
+        if inside:
+            where = inside[0].removeprefix(f"{key}.") if key else inside[0]
+            reason += f" ({where}: ${{{empties[inside[0]]}}} is empty)"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return ConfigError(path, key or None, reason + more)
 
@@ -336,11 +363,12 @@ def load_config(path: Path) -> LoadedConfig:
         at = f" (line {line})" if line is not None else ""
         raise ConfigError(path, None, f"invalid TOML: {reason_of(exc)}{at}") from None
     _refuse_too_deep(data, path)
-    data = _interpolate(data, path, "")
+    empties: dict[str, str] = {}
+    data = _interpolate(data, path, "", empties)
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        raise _first_error(path, exc) from None
+        raise _first_error(path, exc, empties) from None
     for suite_name, suite in config.suites.items():
         for side in ("reference", "candidate"):
             endpoint = getattr(suite, side)

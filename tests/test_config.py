@@ -242,13 +242,13 @@ def test_a_suite_naming_a_missing_endpoint_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "reason"),
     [
-        ('base_url = "https://api.example.com/v1"\n', "", "a openai-chat endpoint needs base_url"),
+        ('base_url = "https://api.example.com/v1"\n', "", "an openai-chat endpoint needs base_url"),
         (
             '"https://api.example.com/v1"',
             '"ftp://api.example.com"',
             "base_url must be an http(s) URL, got 'ftp://api.example.com'",
         ),
-        ('model = "cand-model"\n', "", "a openai-chat endpoint needs model"),
+        ('model = "cand-model"\n', "", "an openai-chat endpoint needs model"),
     ],
 )
 def test_a_live_endpoint_needs_a_url_and_a_model(
@@ -350,11 +350,12 @@ def test_an_endpoint_without_api_key_env_has_no_key(tmp_path: Path) -> None:
     assert load_config(write(tmp_path, MINIMAL)).api_key("ref") is None
 
 
-@pytest.mark.parametrize("value", [None, ""])
+@pytest.mark.parametrize(("value", "state"), [(None, "is not set"), ("", "is empty")])
 def test_an_unset_or_empty_key_var_is_a_config_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str | None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str | None, state: str
 ) -> None:
-    """A named but unset (or empty) key variable is reported at api_key_env."""
+    """A named but unset key variable is reported at api_key_env as "not set"; one that is
+    set but holds nothing as "empty" (the fix is the secret's content, not the environment)."""
     if value is None:
         monkeypatch.delenv("PARALLAX_TEST_KEY", raising=False)
     else:
@@ -362,10 +363,7 @@ def test_an_unset_or_empty_key_var_is_a_config_error(
     loaded = load_config(write(tmp_path, MINIMAL))
     with pytest.raises(ConfigError) as info:
         loaded.api_key("cand")
-    expected = (
-        "endpoints.cand.api_key_env",
-        "environment variable PARALLAX_TEST_KEY is not set",
-    )
+    expected = ("endpoints.cand.api_key_env", f"environment variable PARALLAX_TEST_KEY {state}")
     assert expected == (info.value.key, info.value.reason)
 
 
@@ -489,4 +487,53 @@ def test_a_body_template_number_that_is_not_finite_is_refused(tmp_path: Path) ->
     )
     err = load_error(tmp_path, text)
     expected = ("endpoints.cand.body_template", "a[1].b must be a finite number, got nan")
+    assert expected == (err.key, err.reason)
+
+
+# --- empty values -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "key"),
+    [
+        ('model = "cand-model"', "endpoints.cand.model"),
+        ('base_url = "https://api.example.com/v1"', "endpoints.cand.base_url"),
+        ('fixtures = "cities.jsonl"', "suites.cities.fixtures"),
+        ('candidate = "cand"', "suites.cities.candidate"),
+        ('cassette = "ref.jsonl"', "endpoints.ref.cassette"),
+    ],
+)
+def test_a_variable_that_is_set_but_empty_is_named_where_it_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old: str, key: str
+) -> None:
+    """`model = "${CAND_MODEL}"` with CAND_MODEL="" names the key and the variable and says
+    it is empty, instead of a rule about the table that names neither."""
+    monkeypatch.setenv("PARALLAX_TEST_EMPTY", "")
+    name = old.split(" = ", maxsplit=1)[0]
+    path = write(tmp_path, MINIMAL.replace(old, f'{name} = "${{PARALLAX_TEST_EMPTY}}"'))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    expected = f"{path}: {key}: ${{PARALLAX_TEST_EMPTY}} is empty"
+    assert expected == str(info.value)
+
+
+def test_an_empty_string_where_a_value_is_needed_is_named(tmp_path: Path) -> None:
+    """`model = ""` written in the file is refused at its key, not as a missing model."""
+    err = load_error(tmp_path, MINIMAL.replace('model = "cand-model"', 'model = ""'))
+    expected = ("endpoints.cand.model", "must not be empty")
+    assert expected == (err.key, err.reason)
+
+
+def test_an_empty_variable_inside_a_longer_value_is_named_beside_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`base_url = "${URL}/v1"` with URL="" fails as a URL; the message says which variable
+    came out empty, so the fix is plain."""
+    monkeypatch.setenv("PARALLAX_TEST_EMPTY", "")
+    text = MINIMAL.replace('"https://api.example.com/v1"', '"${PARALLAX_TEST_EMPTY}/v1"')
+    err = load_error(tmp_path, text)
+    expected = (
+        "endpoints.cand",
+        "base_url must be an http(s) URL, got '/v1' (base_url: ${PARALLAX_TEST_EMPTY} is empty)",
+    )
     assert expected == (err.key, err.reason)
