@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ HTTP_JSON = "http-json"
 # Gateways that name the backend they routed to in a response header while the body's
 # `model` is the alias asked for (LiteLLM); read when an endpoint names no header itself.
 GATEWAY_MODEL_HEADERS: tuple[str, ...] = ("x-litellm-model-name",)
+ANSWER_NOT_JSON = "answer_not_json"  # the schema detail of a JSON case answered otherwise
 
 
 def request_url(cfg: EndpointConfig) -> str:
@@ -110,13 +112,20 @@ def _pointer(doc: Any, pointer: str) -> tuple[bool, Any]:
     return True, node
 
 
+_LANGUAGE_TAG = re.compile(r"[ \t]*[A-Za-z0-9_.+-]*[ \t]*")  # the `json` of ```json
+
+
 def _strip_fence(text: str) -> str:
-    """Models often wrap JSON in a ``` fence; a fenced object is still a JSON answer."""
+    """Models often wrap JSON in a ``` fence: the body of one fence that is the whole content
+    (an optional language tag on its first line) is the answer; anything else stays as is."""
     stripped = text.strip()
     if stripped.startswith("```") and stripped.endswith("```") and len(stripped) >= 6:
         inner = stripped[3:-3]
         newline = inner.find("\n")
-        return inner[newline + 1 :] if newline >= 0 else inner
+        if newline < 0:
+            return inner
+        if _LANGUAGE_TAG.fullmatch(inner, 0, newline):
+            return inner[newline + 1 :]
     return stripped
 
 
@@ -130,10 +139,21 @@ def _loads(text: str) -> tuple[bool, Any]:
     return True, scrub(doc) if may_hold_surrogates(text) else doc
 
 
-def json_answer(text: str) -> dict[str, Any] | list[Any] | None:
-    """The JSON object or array a reply's text holds (fenced or not), or None."""
+def read_answer(text: str, *, expects_json: bool) -> tuple[Any, str | None]:
+    """What a reply's text answers a case, as `(answer, None)`, or `(None, "answer_not_json")`.
+
+    The one rule, for a run's adapters and for `parallax grade` alike: a case that expects
+    JSON gets a JSON answer when the whole content, surrounding whitespace aside, is a JSON
+    object or array, as it is or as the body of one ``` fence (optionally tagged, ```json).
+    Prose before or after, even around a valid fenced block, is no JSON answer: the product
+    that parses the reply would fail on it too. A text case has no answer to read.
+    """
+    if not expects_json:
+        return None, None
     ok, answer = _loads(_strip_fence(text))
-    return answer if ok and isinstance(answer, dict | list) else None
+    if ok and isinstance(answer, dict | list):
+        return answer, None
+    return None, ANSWER_NOT_JSON
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -227,8 +247,8 @@ def parse(
             return "answer_not_text"
     else:
         return f"unknown_adapter:{adapter}"
-    if expects_json and answer is None:
-        answer = json_answer(text)
-        if answer is None:
-            return "answer_not_json"
+    if answer is None:
+        answer, problem = read_answer(text, expects_json=expects_json)
+        if problem is not None:
+            return problem
     return Reply(text=text, answer=answer, facts=_facts_of(doc))

@@ -51,7 +51,9 @@ _COMMAND_EXIT_CODES = {
     "validate": "  0   nothing wrong\n" + _ERRORS,
     "diff": "  0   clean\n  1   a silent regression\n  2   transport or schema misses\n"
     "  3   both 1 and 2\n" + _ERRORS,
-    "grade": "  0   no stratum alert\n  1   a stratum alert\n" + _ERRORS,
+    "grade": "  0   no stratum alert\n  1   a stratum alert\n"
+    "  2   a case could not be scored (a JSON case answered otherwise: answer_not_json)\n"
+    "  3   both 1 and 2\n" + _ERRORS,
     "serve": "  0   stopped by SIGTERM, SIGINT or SIGHUP\n  70  the scheduler itself crashed\n"
     + _ERRORS,
     "health": "  0   the daemon runs with a fresh heartbeat; without --config, also when no\n"
@@ -243,7 +245,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_grade(args: argparse.Namespace) -> int:
     import functools
 
-    from runner.adapters import json_answer
+    from runner.adapters import read_answer
     from runner.ceiling import detect, strata_rates
     from runner.config import Thresholds
     from runner.fixtures import load_cases
@@ -263,33 +265,40 @@ def cmd_grade(args: argparse.Namespace) -> int:
     stratified = any(c.stratum for c in cases)
     for case in cases:
         text = case.completion or ""
-        answer = json_answer(text) if case.expects_json else None
-        result = grade(case, Reply(text=text, answer=answer), graders)
-        passed = not result.misses
         stratum = case.stratum or "medium"
-        results.append((stratum, passed))
-        if not passed:
+        # the answer is read as a run reads it: a JSON case answered otherwise is unscored
+        # (a schema miss, kept out of the rates), never graded as a wrong answer
+        answer, problem = read_answer(text, expects_json=case.expects_json)
+        misses = [problem] if problem else list(grade(case, Reply(text, answer), graders).misses)
+        results.append((stratum, None if problem else not misses))
+        if misses:
             failures.append(
                 {
                     "case_id": case.id,
                     "stratum": stratum,
                     "passed": False,
-                    "reasons": list(result.misses),
+                    "scored": problem is None,
+                    "reasons": misses,
                 }
             )
     rates = strata_rates(results)
     alerts = detect(rates, thresholds) if stratified else []
+    unscored = sum(1 for _, passed in results if passed is None)
     report: dict[str, Any] = {
         "n": len(cases),
-        "rates": {k: {"n": v["n"], "pass_rate": v["pass_rate"]} for k, v in rates.items()},
+        "rates": {
+            k: {"n": v["n"], "pass_rate": v["pass_rate"], "unscored": v["unadmitted"]}
+            for k, v in rates.items()
+        },
         "alerts": alerts,
-        "ok": not alerts,
+        "ok": not alerts and not unscored,
+        "unscored": unscored,
         "failures": failures,
     }
     if not stratified:
         report["note"] = "unstratified: no case names a stratum, ceiling detector skipped"
     print(json.dumps(report, indent=2))
-    return 0 if not alerts else 1
+    return (1 if alerts else 0) | (2 if unscored else 0)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -837,8 +837,70 @@ def test_grade_reads_a_recorded_json_answer_as_a_run_does(tmp_path: Path) -> Non
     no_traceback(proc)
     report = json.loads(proc.stdout)
     assert [(f["case_id"], f["reasons"]) for f in report["failures"]] == [
-        ("deep", ["field_missing:a"])
+        ("deep", ["answer_not_json"])
     ]
+    assert (proc.returncode, report["unscored"]) == (2, 1)
+
+
+PARIS = '{"city": "Paris"}'
+# a recorded reply to a case expecting {"city": "Paris"} -> (scored, misses), as both read it
+ANSWERS: dict[str, tuple[str, bool, list[str]]] = {
+    "bare": (PARIS, True, []),
+    "bare-with-whitespace": (f"\n  {PARIS}  \n", True, []),
+    "fenced": (f"```json\n{PARIS}\n```", True, []),
+    "fenced-untagged": (f"```\n{PARIS}\n```", True, []),
+    "fenced-upper-tag-and-space": (f" \n```JSON \n{PARIS}\n```\n", True, []),
+    "fence-on-one-line": (f"```{PARIS}```", True, []),
+    "array": (f"[{PARIS}]", True, ["field_missing:city"]),
+    "wrong-value": ('{"city": "Lyon"}', True, ["field_mismatch:city"]),
+    "prose-then-fence": (f"Here it is:\n```json\n{PARIS}\n```", False, ["answer_not_json"]),
+    "fence-then-prose": (f"```json\n{PARIS}\n```\nHope this helps!", False, ["answer_not_json"]),
+    "two-fences": (f"```json\n{PARIS}\n```\n```json\n{PARIS}\n```", False, ["answer_not_json"]),
+    "prose-as-fence-tag": (f"```Here is the JSON:\n{PARIS}\n```", False, ["answer_not_json"]),
+    "json-then-prose": (f"{PARIS} as asked", False, ["answer_not_json"]),
+    "scalar": ('"Paris"', False, ["answer_not_json"]),
+    "empty": ("", False, ["answer_not_json"]),
+    "too-deep": ("[" * 200 + "]" * 200, False, ["answer_not_json"]),
+}
+
+
+def test_grade_and_run_read_every_answer_alike(tmp_path: Path) -> None:
+    """One rule for what a JSON answer is: for each recorded reply in the table, `grade` and a
+    run over the same cases agree on whether it is scored and on its misses (a run stamps an
+    unscored one schema `fail` with `answer_not_json`; `grade` lists it unscored, exit 2)."""
+    rows = [
+        {
+            "id": name,
+            "prompt": "Which city? Answer as JSON.",
+            "completion": reply,
+            "expect": {"json_fields": {"city": "Paris"}},
+        }
+        for name, (reply, _, _) in ANSWERS.items()
+    ]
+    (tmp_path / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "parallax.toml").write_text(
+        '[endpoints.rec]\nkind = "recorded"\n'
+        '[suites.s]\nfixtures = "cases.jsonl"\nreference = "rec"\ncandidate = "rec"\n'
+    )
+    graded = parallax("grade", "cases.jsonl", cwd=tmp_path)
+    ran = parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    no_traceback(graded)
+    no_traceback(ran)
+
+    failures = {f["case_id"]: f for f in json.loads(graded.stdout)["failures"]}
+    by_grade = {name: (True, []) for name in ANSWERS}
+    by_grade.update((n, (f.get("scored", True), f["reasons"])) for n, f in failures.items())
+    (run_dir,) = (tmp_path / "runs" / "s").glob("2*")
+    outcomes = [json.loads(line) for line in (run_dir / "outcomes.jsonl").read_text().splitlines()]
+    by_run = {
+        o["case_id"]: (o["schema"] == "ok", o["misses"] if o["schema"] == "ok" else [o["detail"]])
+        for o in outcomes
+        if o["side"] == "candidate"
+    }
+    expected = {name: (scored, misses) for name, (_, scored, misses) in ANSWERS.items()}
+    assert expected == by_run
+    assert expected == by_grade
+    assert graded.returncode == 2, graded.stderr
 
 
 def test_diff_seed_004_ledgers(tmp_path: Path) -> None:

@@ -15,14 +15,13 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from runner.adapters import json_answer
+from runner.adapters import read_answer
 from runner.jsontext import loads, too_deep
 from runner.model import record
 from runner.text import may_hold_surrogates, scrub
 
 # schema-fail details
 MISSING_CONTENT = "missing_content"
-ANSWER_NOT_JSON = "answer_not_json"
 TOOL_ARGS_NOT_JSON = "tool_args_not_json"
 TOOL_CALL_MALFORMED = "tool_call_malformed"  # a call without a name, or not an object
 # stream details: truncated is stamped connection_lost, malformed a schema fail
@@ -127,11 +126,9 @@ def graded(message: Message, *, expects_json: bool) -> Graded | str:
     if message.content is None and not calls:
         return MISSING_CONTENT
     text = message.content or ""
-    answer = None
-    if expects_json:
-        answer = json_answer(text)
-        if answer is None:
-            return ANSWER_NOT_JSON
+    answer, problem = read_answer(text, expects_json=expects_json)  # the rule run and grade use
+    if problem is not None:
+        return problem
     return Graded(
         text=text, answer=answer, tool_calls=tuple(calls), finish_reason=message.finish_reason
     )
