@@ -45,8 +45,11 @@ _COMMAND_EXIT_CODES = {
     "replay": _VERDICT + _ERRORS + _REPLAY_INTERRUPTED,
     "report": "  0-3 the run's own exit code (see `parallax run --help`)\n"
     + _ERRORS
-    + "  (64 also: the run dir is not writable; 65: a report's name is taken by a directory)\n",
-    "promote": "  0   snapshot written\n  2   unscored cases and no --allow-partial\n" + _ERRORS,
+    + "  64  also: the run dir is not writable    65  also: a report's name is a directory\n",
+    "promote": "  0   snapshot written\n  2   unscored cases and no --allow-partial\n"
+    + _ERRORS
+    + "  64  also: refused, the run would roll the snapshot back (its calls are older than\n"
+    "      the snapshot's run's, or it ran on fixtures that are not today's) and no --force\n",
     "pin": "  0   every row printed\n" + _ERRORS,
     "validate": "  0   nothing wrong\n" + _ERRORS,
     "diff": "  0   clean\n  1   a silent regression\n  2   transport or schema misses\n"
@@ -215,13 +218,26 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
+    from runner.fixtures import FixtureFile
     from runner.runs import config_for_run, read_manifest
     from runner.snapshot import promote
 
     run_dir = Path(args.run_dir)
     loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
     (suite,) = loaded.suite_names(read_manifest(run_dir)["suite"])  # a suite of this config
-    changes = promote(run_dir, loaded.snapshots_dir, suite=suite, allow_partial=args.allow_partial)
+    fixtures = FixtureFile(loaded.resolve(loaded.config.suites[suite].fixtures))
+    try:  # today's pins: a run of other fixtures would roll the snapshot back
+        today = {ref.id: ref.fixture_sha for ref in fixtures.validate()}
+    finally:
+        fixtures.close()
+    changes = promote(
+        run_dir,
+        loaded.snapshots_dir,
+        suite=suite,
+        allow_partial=args.allow_partial,
+        today=today,
+        force=args.force,
+    )
     print(json.dumps(changes, sort_keys=True))
     return 0
 
@@ -472,6 +488,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-partial",
         action="store_true",
         help="promote despite unscored cases; they keep their previous entries",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="promote a run that would roll the snapshot back: one whose calls are older than "
+        "the snapshot's run's, or whose cases were run on fixtures that are not today's",
     )
     p.set_defaults(func=cmd_promote)
 

@@ -2,7 +2,10 @@
 
 Only `promote` writes here, atomically and under a lock, so two promotes at once cannot
 interleave and a reader never sees half a file. A broken snapshot is reported, never
-silently replaced.
+silently replaced, and never silently rolled back: a snapshot records the run it came from
+and when that run's calls were made, and `promote` refuses (unless forced) a run whose calls
+are older, or whose cases were run on fixtures that are not today's (the next run would read
+every one of them as `fixture_move`).
 """
 
 from __future__ import annotations
@@ -15,13 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from runner.config import valid_name
-from runner.errors import DataError, ParallaxError, reason_of
+from runner.errors import DataError, ParallaxError, UsageError, reason_of
 from runner.invocation import command
 from runner.jsontext import loads
 from runner.ledger import read_json_object, write_json
 from runner.text import holds_surrogate, may_hold_surrogates
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2  # 2 added `promoted_calls_at`
+READ_VERSIONS = (1, 2)  # a version 1 snapshot is read as it is; its calls' time is its run's name
+FROM_PARENT = ("replay", "retry")  # modes whose verdicts stand on (mostly) their parent's calls
+SHOWN = 5  # cases a refusal names before it counts the rest
 
 
 class IncompleteError(ParallaxError):
@@ -30,16 +36,27 @@ class IncompleteError(ParallaxError):
     exit_code = 2
 
 
+class RollbackRefused(UsageError):
+    """Promote refused: the run would roll the snapshot back; `--force` promotes it anyway."""
+
+
 def snapshot_path(snapshots_dir: Path, suite: str) -> Path:
     return snapshots_dir / f"{suite}.json"
 
 
 def load_snapshot(path: Path) -> dict[str, Any]:
     """The accepted cases by id; a missing file is an empty snapshot (every case is new)."""
+    doc = _read_snapshot(path)
+    cases: dict[str, Any] = doc["cases"] if doc is not None else {}
+    return cases
+
+
+def _read_snapshot(path: Path) -> dict[str, Any] | None:
+    """The whole snapshot document, checked; None when there is none yet."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return {}
+        return None
     except UnicodeDecodeError as exc:
         raise DataError(path, f"not UTF-8 at byte {exc.start}") from None
     except OSError as exc:  # a directory, a symlink loop, snapshots_dir naming a file
@@ -53,13 +70,13 @@ def load_snapshot(path: Path) -> dict[str, Any]:
         raise DataError(path, "not a parallax snapshot (no 'cases' object)")
     if may_hold_surrogates(text) and holds_surrogate(doc):
         raise DataError(path, "lone surrogate escape (\\ud800-\\udfff) is not text")
-    if doc.get("version") != SNAPSHOT_VERSION:
-        raise DataError(path, f"unsupported snapshot version {doc.get('version')!r}")
+    version = doc.get("version")
+    if type(version) is not int or version not in READ_VERSIONS:
+        raise DataError(path, f"unsupported snapshot version {version!r}")
     for case_id, entry in doc["cases"].items():
         if (problem := entry_problem(entry)) is not None:
             raise DataError(path, f"case {case_id!r}: {problem}")
-    cases: dict[str, Any] = doc["cases"]
-    return cases
+    return doc
 
 
 _LISTS = (
@@ -136,12 +153,21 @@ def _locked(directory: Path) -> Iterator[None]:
 
 
 def promote(
-    run_dir: Path, snapshots_dir: Path, *, suite: str, allow_partial: bool = False
+    run_dir: Path,
+    snapshots_dir: Path,
+    *,
+    suite: str,
+    allow_partial: bool = False,
+    today: Mapping[str, str] | None = None,
+    force: bool = False,
 ) -> dict[str, list[str]]:
     """Accept a run's disagreement map as `suite`'s snapshot; returns what changed.
 
     `suite` is the run's, from its manifest and the config: the map must say the same, so a
     map edited to name another suite can never overwrite that suite's accepted snapshot.
+    `today` maps each case of today's fixture file to its fixture_sha (None: not checked, for
+    a map built by hand). Unless `force`, a run that would roll the snapshot back is refused
+    (RollbackRefused, exit 64), naming what would roll back; nothing is written.
     """
     disagreement_file = run_dir / "disagreement.json"
     doc = read_json_object(disagreement_file, missing="no such file (did the run finish?)")
@@ -167,10 +193,12 @@ def promote(
             f"rerun them (`{command('run', '--retry-unscored', run_dir)}`) "
             "or pass --allow-partial"
         )
+    calls = calls_at(run_dir)
     path = snapshot_path(snapshots_dir, suite)
     try:
         with _locked(snapshots_dir):
-            old = load_snapshot(path)
+            old_doc = _read_snapshot(path) or {"cases": {}}
+            old: dict[str, Any] = old_doc["cases"]
             new = {
                 cid: accepted[cid] if cid in accepted else old[cid]
                 for cid in sorted(cases)
@@ -184,6 +212,15 @@ def promote(
                 # unscored and never accepted: still `new_case` on the next run
                 "left_out_unscored": sorted(c for c in unscored if c not in old),
             }
+            stale, stale_reason = _stale_fixtures(run_dir, accepted, today)
+            older, older_reason = _older_calls(old_doc, new, changes, calls)
+            reasons = [r for r in (stale_reason, older_reason) if r is not None]
+            if reasons and not force:
+                raise RollbackRefused(
+                    f"{run_dir}: refused: {'; '.join(reasons)}; to promote it anyway: "
+                    f"`{command('promote', '--force', run_dir)}`"
+                )
+            changes["rolled_back"] = sorted({*stale, *older})
             write_json(
                 path,
                 {
@@ -191,9 +228,122 @@ def promote(
                     "suite": suite,
                     "promoted_from": doc.get("run_id") or run_dir.name,
                     "promoted_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "promoted_calls_at": calls.isoformat() if calls is not None else None,
                     "cases": new,
                 },
             )
     except OSError as exc:  # the old snapshot stays whole: the write is atomic
         raise DataError(path, f"cannot write the snapshot: {exc.strerror or exc}") from None
     return changes
+
+
+def _stale_fixtures(
+    run_dir: Path, accepted: Mapping[str, Mapping[str, Any]], today: Mapping[str, str] | None
+) -> tuple[list[str], str | None]:
+    """The accepted cases whose fixture_sha is not today's, and why that refuses the run."""
+    if today is None:
+        return [], None
+    stale = {
+        c: today.get(c) for c, entry in accepted.items() if today.get(c) != entry["fixture_sha"]
+    }
+    if not stale:
+        return [], None
+    shown = [
+        f"{cid} {accepted[cid]['fixture_sha']} (run) -> {now} (today)"
+        if now is not None
+        else f"{cid} (no longer in the fixtures)"
+        for cid, now in sorted(stale.items())
+    ]
+    return sorted(stale), (
+        f"{len(stale)} case(s) were run on fixtures that are not today's, and would read as "
+        f"fixture_move on the next run ({_listed(shown)}); to regrade it with today's: "
+        f"`{command('replay', run_dir)}`"
+    )
+
+
+def _older_calls(
+    old_doc: Mapping[str, Any],
+    new: Mapping[str, Any],
+    changes: Mapping[str, list[str]],
+    calls: datetime | None,
+) -> tuple[list[str], str | None]:
+    """The cases a run whose calls are older than the snapshot's would roll back, and why
+    that refuses it."""
+    before = snapshot_calls_at(old_doc)
+    if calls is None or before is None or calls >= before:
+        return [], None
+    moved = sorted({*changes["changed"], *changes["removed"], *changes["added"]})
+    shown = [_change(cid, old_doc["cases"].get(cid), new.get(cid)) for cid in moved]
+    return moved, (
+        f"its calls ({calls.isoformat()}) are older than those of the snapshot's run "
+        f"({old_doc.get('promoted_from')}, {before.isoformat()}): it would roll back "
+        f"{len(moved)} case(s) ({_listed(shown) or 'none, only the snapshot itself'})"
+    )
+
+
+def _change(case_id: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> str:
+    if new is None:
+        return f"{case_id} removed"
+    if old is None:
+        return f"{case_id} added back"
+    if old.get("fixture_sha") != new.get("fixture_sha"):
+        return f"{case_id} {old.get('fixture_sha')} (snapshot) -> {new.get('fixture_sha')} (run)"
+    return case_id
+
+
+def _listed(items: list[str]) -> str:
+    more = f", and {len(items) - SHOWN} more" if len(items) > SHOWN else ""
+    return ", ".join(items[:SHOWN]) + more
+
+
+def calls_at(run_dir: Path) -> datetime | None:
+    """When the calls a run's verdicts stand on were made, or None when that cannot be told.
+
+    A run's own start. A replay regrades, and a retry mostly copies, the run it came from, so
+    theirs is that run's: followed through the suite's runs directory while it is there, else
+    read from the parent's name, which begins with its start (`20261201T030000Z-...`).
+    """
+    current = run_dir
+    for _ in range(100):  # a hand-edited manifest may name itself as its parent
+        try:
+            manifest = read_json_object(current / "manifest.json")
+        except DataError:  # not here (a map built by hand, a parent deleted), or unreadable
+            return _stamp_of(current.name)
+        parent = manifest.get("parent")
+        if manifest.get("mode") in FROM_PARENT and isinstance(parent, str) and valid_name(parent):
+            current = current.parent / parent
+            continue
+        started = _aware(manifest.get("started_at"))
+        return started if started is not None else _stamp_of(current.name)
+    return None
+
+
+def snapshot_calls_at(doc: Mapping[str, Any]) -> datetime | None:
+    """When the calls of the run a snapshot was promoted from were made; a version 1 snapshot
+    knows only that run's name, which begins with its start."""
+    found = _aware(doc.get("promoted_calls_at"))
+    if found is not None:
+        return found
+    named = doc.get("promoted_from")
+    return _stamp_of(named) if doc.get("version") == 1 and isinstance(named, str) else None
+
+
+def _aware(value: Any) -> datetime | None:
+    """An ISO-8601 time with its zone, or None (hand-edited, naive or not a time at all)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
+def _stamp_of(name: str) -> datetime | None:
+    """The start a run directory's name begins with, or None for any other name."""
+    from runner.runs import RUN_STAMP  # runs imports this module: read at call time
+
+    try:
+        return datetime.strptime(name.partition("-")[0], RUN_STAMP).replace(tzinfo=UTC)
+    except ValueError:
+        return None

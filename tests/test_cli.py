@@ -610,6 +610,57 @@ def test_rerun_after_partial_promote(tmp_path: Path) -> None:
     assert set(result.values()) == {"unchanged"}
 
 
+def test_promote_refuses_an_older_run_naming_what_would_roll_back(tmp_path: Path) -> None:
+    """Promoting last night's run over the snapshot of tonight's is one line naming the cases
+    it would roll back, exit 64, and the snapshot keeps its bytes; --force promotes it."""
+    root = make_demo(tmp_path)
+    for _ in range(2):
+        parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    older, newer = run_dirs(root, "cities")
+    manifest = load(older / "manifest.json")  # it ran the night before
+    started = datetime.fromisoformat(manifest["started_at"]) - timedelta(days=1)
+    manifest["started_at"] = started.isoformat()
+    (older / "manifest.json").write_text(json.dumps(manifest))
+    assert parallax("promote", newer, cwd=root).returncode == 0
+    before = snapshot_bytes(root)
+
+    refused = parallax("promote", older, cwd=root)
+
+    assert (refused.returncode, refused.stdout) == (64, ""), refused.stderr
+    (line,) = refused.stderr.splitlines()
+    assert f"{older}: refused: its calls ({started.isoformat()}) are older" in line, line
+    assert newer.name in line and "--force" in line
+    assert snapshot_bytes(root) == before
+    forced = parallax("promote", "--force", older, cwd=root)
+    assert forced.returncode == 0, forced.stderr
+    assert load(root / "snapshots" / "cities.json")["promoted_from"] == older.name
+
+
+def test_promote_refuses_a_run_of_fixtures_edited_since(tmp_path: Path) -> None:
+    """A run made before a case was edited would accept the old fixture_sha, and the next run
+    would read the case as fixture_move: promote names the case, the run's sha and today's,
+    and exits 64; --force promotes it and lists the case as rolled back."""
+    root = make_demo(tmp_path)
+    parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
+    run_dir = only_run_dir(root, "cities")
+    shas = {k: v["fixture_sha"] for k, v in load(run_dir / "disagreement.json")["cases"].items()}
+    cases = root / "fixtures" / "cities.jsonl"
+    cases.write_text(cases.read_text().replace("capital of France", "capital city of France"))
+    today = json.loads(parallax("pin", cases, cwd=root).stdout.splitlines()[0])["fixture_sha"]
+    before = snapshot_bytes(root)
+
+    refused = parallax("promote", run_dir, cwd=root)
+
+    assert refused.returncode == 64, refused.stderr
+    (line,) = refused.stderr.splitlines()
+    assert "1 case(s) were run on fixtures that are not today's" in line, line
+    assert f"city-07 {shas['city-07']} (run) -> {today} (today)" in line, line
+    assert snapshot_bytes(root) == before
+    forced = parallax("promote", "--force", run_dir, cwd=root)
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["rolled_back"] == ["city-07"]
+
+
 # --- replay -------------------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ from relkit import PARALLAX, endpoint_toml, record, suite_toml, write_cases, wri
 from runner.cli import main
 from runner.config import load_config
 from runner.runs import run_suite
-from runner.snapshot import load_snapshot
+from runner.snapshot import SNAPSHOT_VERSION, load_snapshot
 
 NOBODY = 65534
 
@@ -84,8 +84,8 @@ def test_concurrent_promotes_never_corrupt_the_snapshot(tmp_path: Path) -> None:
     run_b, _, _ = run_suite(load_config(config), "s")
     snapshot = tmp_path / "snapshots" / "s.json"
     expected = []
-    for run in (run_a, run_b):
-        assert main(["promote", str(run)]) == 0
+    for run in (run_a, run_b):  # run_a is the older: --force, this is about atomic writes
+        assert main(["promote", "--force", str(run)]) == 0
         expected.append(load_snapshot(snapshot))
     assert expected[0] != expected[1]
 
@@ -110,7 +110,7 @@ def test_concurrent_promotes_never_corrupt_the_snapshot(tmp_path: Path) -> None:
         for _ in range(rounds):
             procs = [
                 subprocess.Popen(
-                    [*PARALLAX, "promote", str(run)],
+                    [*PARALLAX, "promote", "--force", str(run)],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.PIPE,
                 )
@@ -134,7 +134,9 @@ BROKEN = {
     "truncated": lambda good: good[: len(good) // 2],
     "empty": lambda good: b"",
     "not_utf8": lambda good: b"\xff\xfe" + good,
-    "wrong_version": lambda good: good.replace(b'"version": 1', b'"version": 99'),
+    "wrong_version": lambda good: good.replace(
+        b'"version": %d' % SNAPSHOT_VERSION, b'"version": 99'
+    ),
     "cases_a_list": lambda good: json.dumps({"version": 1, "cases": []}).encode(),
     "entry_without_sha": lambda good: json.dumps(
         {"version": 1, "cases": {"c0": {"disagreement": []}}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from runner.errors import DataError
 from runner.snapshot import (
     SNAPSHOT_VERSION,
     IncompleteError,
+    RollbackRefused,
     entry_for,
     load_snapshot,
     promote,
@@ -101,7 +103,8 @@ def test_a_valid_snapshot_loads_its_cases(tmp_path: Path) -> None:
         (b"[]", "not a parallax snapshot (no 'cases' object)"),
         (b'{"version": 1, "cases": []}', "not a parallax snapshot (no 'cases' object)"),
         (b'{"cases": {}}', "unsupported snapshot version None"),
-        (b'{"version": 2, "cases": {}}', "unsupported snapshot version 2"),
+        (b'{"version": 3, "cases": {}}', "unsupported snapshot version 3"),
+        (b'{"version": true, "cases": {}}', "unsupported snapshot version True"),
         (b'{"version": 1, "cases": {"c1": []}}', "case 'c1': entry needs a fixture_sha"),
         (
             b'{"version": 1, "cases": {"c1": {"fixture_sha": 3}}}',
@@ -165,6 +168,7 @@ def test_promote_writes_every_admitted_case_and_reports_additions(tmp_path: Path
         "changed": [],
         "kept_unscored": [],
         "left_out_unscored": [],
+        "rolled_back": [],
     }
     assert expected == changes
     doc = json.loads((snapshots / "s.json").read_text(encoding="utf-8"))
@@ -198,6 +202,7 @@ def test_promote_reports_changed_and_removed_cases(tmp_path: Path) -> None:
         "changed": ["c2"],
         "kept_unscored": [],
         "left_out_unscored": [],
+        "rolled_back": [],
     }
     assert expected == changes
     expected = ["c1", "c2", "c4"]
@@ -236,6 +241,7 @@ def test_promote_allow_partial_keeps_old_entries_for_unscoreable_cases(tmp_path:
         "changed": ["c2"],
         "kept_unscored": ["c1"],
         "left_out_unscored": ["c3"],
+        "rolled_back": [],
     }
     assert expected == changes
     snapshot = load_snapshot(snapshots / "s.json")
@@ -348,3 +354,134 @@ def test_promote_refuses_a_verdict_the_gate_could_not_read(
         promote(run, tmp_path / "snapshots", suite="s")
     assert str(info.value) == f"{run / 'disagreement.json'}: case 'c2': {reason}"
     assert not (tmp_path / "snapshots" / "s.json").exists()
+
+
+# --- promote never rolls the snapshot back ------------------------------------------------------
+
+NIGHT_1, NIGHT_2 = "20261130T030000Z-aaaaaa", "20261201T030000Z-bbbbbb"
+OLD_SHA, NEW_SHA = "0" * 16, "1" * 16
+
+
+def night(tmp_path: Path, name: str, cases: dict[str, Any], **manifest: Any) -> Path:
+    """A run dir named as parallax names them, with a manifest saying when it started."""
+    path = run_dir(tmp_path, cases, name=name)
+    started = f"{name[:4]}-{name[4:6]}-{name[6:8]}T{name[9:11]}:{name[11:13]}:00+00:00"
+    manifest = {"run_id": name, "mode": "run", "parent": None, "started_at": started, **manifest}
+    (path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    return path
+
+
+def test_a_snapshot_records_the_run_and_when_its_calls_were_made(tmp_path: Path) -> None:
+    """The snapshot names the run it came from and when that run's calls were made, so a
+    later promote can tell an older run from a newer one."""
+    snapshots = tmp_path / "snapshots"
+    promote(night(tmp_path, NIGHT_2, {"c1": verdict()}), snapshots, suite="s")
+    doc = json.loads((snapshots / "s.json").read_text(encoding="utf-8"))
+    expected = (2, NIGHT_2, "2026-12-01T03:00:00+00:00")
+    assert expected == (doc["version"], doc["promoted_from"], doc["promoted_calls_at"])
+
+
+def test_promote_refuses_a_run_older_than_the_snapshots_and_says_what_would_roll_back(
+    tmp_path: Path,
+) -> None:
+    """Promoting last night's run over tonight's is refused (exit 64) naming the cases it
+    would roll back, with their fixture_sha from the snapshot's to the run's, and how many;
+    the snapshot keeps its bytes."""
+    snapshots = tmp_path / "snapshots"
+    tonight = {"c1": verdict(sha=NEW_SHA), "c2": verdict(), "c3": verdict()}
+    promote(night(tmp_path, NIGHT_2, tonight), snapshots, suite="s")
+    before = (snapshots / "s.json").read_bytes()
+    older = {"c1": verdict(sha=OLD_SHA), "c2": verdict([], ["x"]), "c3": verdict()}
+    with pytest.raises(RollbackRefused) as info:
+        promote(night(tmp_path, NIGHT_1, older), snapshots, suite="s")
+    expected = (
+        f"{tmp_path / 'runs' / NIGHT_1}: refused: its calls (2026-11-30T03:00:00+00:00) are older "
+        f"than those of the snapshot's run ({NIGHT_2}, 2026-12-01T03:00:00+00:00): it would roll "
+        f"back 2 case(s) (c1 {NEW_SHA} (snapshot) -> {OLD_SHA} (run), c2); to promote it "
+        f"anyway: `parallax promote --force {tmp_path / 'runs' / NIGHT_1}`"
+    )
+    assert (expected, 64) == (str(info.value), info.value.exit_code)
+    assert before == (snapshots / "s.json").read_bytes()
+
+
+def test_force_promotes_an_older_run_and_reports_what_rolled_back(tmp_path: Path) -> None:
+    """--force writes the older run's map and lists the cases it rolled back."""
+    snapshots = tmp_path / "snapshots"
+    promote(night(tmp_path, NIGHT_2, {"c1": verdict(), "c2": verdict()}), snapshots, suite="s")
+    older = night(tmp_path, NIGHT_1, {"c1": verdict(["x"]), "c2": verdict()})
+    changes = promote(older, snapshots, suite="s", force=True)
+    expected = (["c1"], ["c1"])
+    assert expected == (changes["changed"], changes["rolled_back"])
+    expected_from = NIGHT_1
+    assert expected_from == json.loads((snapshots / "s.json").read_text())["promoted_from"]
+
+
+def test_a_newer_run_and_the_same_run_again_are_promoted(tmp_path: Path) -> None:
+    """Only an older run is refused: a newer one, or the snapshot's own run again (to accept
+    its unscored cases later, say), is promoted as before."""
+    snapshots = tmp_path / "snapshots"
+    first = night(tmp_path, NIGHT_1, {"c1": verdict()})
+    promote(first, snapshots, suite="s")
+    promote(first, snapshots, suite="s")
+    changes = promote(night(tmp_path, NIGHT_2, {"c1": verdict(["x"])}), snapshots, suite="s")
+    expected = (["c1"], [])
+    assert expected == (changes["changed"], changes["rolled_back"])
+
+
+def test_a_replay_of_an_older_run_counts_as_that_run(tmp_path: Path) -> None:
+    """A replay made today regrades an older night's replies: it is as old as that night, so
+    promoting it over a newer snapshot is refused too."""
+    snapshots = tmp_path / "snapshots"
+    night(tmp_path, NIGHT_1, {"c1": verdict()})
+    promote(night(tmp_path, NIGHT_2, {"c1": verdict()}), snapshots, suite="s")
+    replay = night(
+        tmp_path, "20261201T120000Z-cccccc", {"c1": verdict(["x"])}, mode="replay", parent=NIGHT_1
+    )
+    with pytest.raises(RollbackRefused) as info:
+        promote(replay, snapshots, suite="s")
+    assert "its calls (2026-11-30T03:00:00+00:00) are older" in str(info.value)
+
+
+def test_a_version_1_snapshot_is_read_and_dated_by_its_runs_name(tmp_path: Path) -> None:
+    """A snapshot written before it recorded its calls' time still loads; the run it names
+    (a run dir's name begins with its start) dates it, and a name that is no run dir's
+    (a hand-made baseline) leaves only the fixture check."""
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir()
+    entry = {"fixture_sha": SHA, "disagreement": []}
+    for promoted_from, refused in ((NIGHT_2, True), ("demo-baseline", False)):
+        doc = {"version": 1, "suite": "s", "promoted_from": promoted_from, "cases": {"c1": entry}}
+        (snapshots / "s.json").write_text(json.dumps(doc), encoding="utf-8")
+        assert {"c1": entry} == load_snapshot(snapshots / "s.json")
+        older = tmp_path / "runs" / NIGHT_1
+        shutil.rmtree(older, ignore_errors=True)
+        older = night(tmp_path, NIGHT_1, {"c1": verdict(["x"])})
+        if refused:
+            with pytest.raises(RollbackRefused):
+                promote(older, snapshots, suite="s")
+        else:
+            promote(older, snapshots, suite="s")
+
+
+def test_promote_refuses_a_run_of_fixtures_that_are_not_todays(tmp_path: Path) -> None:
+    """A run whose cases carry fixture_shas other than today's would make the next run read
+    them as fixture_move: refused (64) naming each case, the run's sha -> today's, and how
+    many; a case no longer in the fixtures is named too. Nothing is written."""
+    snapshots = tmp_path / "snapshots"
+    cases = {"c1": verdict(sha=OLD_SHA), "c2": verdict(), "c3": verdict()}
+    today = {"c1": NEW_SHA, "c2": SHA}
+    with pytest.raises(RollbackRefused) as info:
+        promote(night(tmp_path, NIGHT_2, cases), snapshots, suite="s", today=today)
+    expected = (
+        f"{tmp_path / 'runs' / NIGHT_2}: refused: 2 case(s) were run on fixtures that are not "
+        f"today's, and would read as fixture_move on the next run (c1 {OLD_SHA} (run) -> "
+        f"{NEW_SHA} (today), c3 (no longer in the fixtures)); to regrade it with today's: "
+        f"`parallax replay {tmp_path / 'runs' / NIGHT_2}`; to promote it anyway: "
+        f"`parallax promote --force {tmp_path / 'runs' / NIGHT_2}`"
+    )
+    assert (expected, 64) == (str(info.value), info.value.exit_code)
+    assert not (snapshots / "s.json").exists()
+    forced = night(tmp_path, NIGHT_1, cases)
+    changes = promote(forced, snapshots, suite="s", today=today, force=True)
+    expected_rolled = ["c1", "c3"]
+    assert expected_rolled == changes["rolled_back"]
