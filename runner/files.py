@@ -50,8 +50,8 @@ def file_problem(path: Path) -> str | None:
         return _kind_problem(path.stat().st_mode)
     except FileNotFoundError:
         return _NO_FILE
-    except OSError as exc:  # a symlink loop, a name too long, a parent that is a file
-        return f"cannot read: {exc.strerror or exc}"
+    except (OSError, ValueError) as exc:  # a symlink loop, a parent that is a file, a NUL
+        return f"cannot read: {getattr(exc, 'strerror', None) or exc}"
 
 
 def read_regular(path: Path, *, limit: int | None = None) -> bytes:
@@ -60,8 +60,8 @@ def read_regular(path: Path, *, limit: int | None = None) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without a writer
     except FileNotFoundError:
         raise Unreadable(_NO_FILE) from None
-    except OSError as exc:
-        raise Unreadable(f"cannot read: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        raise Unreadable(f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         info = os.fstat(fd)
         if (problem := _kind_problem(info.st_mode)) is not None:

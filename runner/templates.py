@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from runner.errors import ConfigError, FixtureError
+from runner.files import Unreadable, read_regular
 
 if TYPE_CHECKING:  # jinja2 is imported when a template is compiled: `--help` does not pay
     import jinja2
@@ -172,12 +173,12 @@ def load_template(
         if inline is None:
             return None
         return PromptTemplate.compile(inline, config_path=config_path, key=key)
-    try:
-        data = (base_dir / file).read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(config_path, file_key, f"no such file: {file}") from None
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
-        reason = getattr(exc, "strerror", None) or str(exc)
+    try:  # a regular file only: a FIFO would block, /dev/zero fill memory
+        data = read_regular(base_dir / file)
+    except Unreadable as exc:
+        if exc.reason == "no such file":
+            raise ConfigError(config_path, file_key, f"no such file: {file}") from None
+        reason = exc.reason.removeprefix("cannot read: ")
         raise ConfigError(config_path, file_key, f"cannot read {file}: {reason}") from None
     try:
         text = data.decode("utf-8")

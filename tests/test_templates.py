@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -427,3 +428,18 @@ def test_request_sha_moves_with_any_template_byte(field: str, at: int, char: str
 def test_request_sha_moves_with_every_input(name: str, value: Any) -> None:
     """Every input that shapes the body is in the digest; an absent template is not an empty one."""
     assert request_sha(**{**BASE, name: value}) != request_sha(**BASE)
+
+
+def test_a_template_file_that_is_no_regular_file_is_refused_without_reading(
+    tmp_path: Path,
+) -> None:
+    """A FIFO nobody writes to (or /dev/zero) named as a template file is refused at once,
+    as the config and fixture readers refuse it, never read until it blocks or fills memory."""
+    os.mkfifo(tmp_path / "fifo.j2")
+    for file in ("fifo.j2", "/dev/zero"):
+        with pytest.raises(ConfigError) as caught:
+            load_template("p.toml", tmp_path, KEY, inline=None, file=file)
+        expected = (
+            f"p.toml: {KEY}_file: cannot read {file}: not a regular file (a device, FIFO or socket)"
+        )
+        assert expected == str(caught.value)
