@@ -19,6 +19,7 @@ Modes (`<name>[:<arg>[:<arg>]]`):
     ok                     200 chat completion (content scripted, see below)
     slow:<s>               sleep s seconds, then as ok
     hang                   read the request, never answer (read timeout)
+    gate:<name>            hold the reply until the test opens `server.gate(name)`, then as ok
     drip                   200 headers, then one byte every 0.2 s forever (per-call deadline)
     reset[:<code>]         <code> (200) headers + half the body, then SO_LINGER(1,0) close: an RST
     short[:<code>]         <code> (200), Content-Length larger than the bytes written, then a FIN
@@ -199,6 +200,7 @@ class FaultServer:
         self._inflight = 0
         self._serial = 0
         self._chaos: dict[str, random.Random] = {}
+        self._gates: dict[str, threading.Event] = {}
         self.chaos_drawn: dict[str, int] = {}  # mode -> how often chaos picked it
         self.port = 0
 
@@ -249,6 +251,11 @@ class FaultServer:
         """Base URL selecting `mode`; tags become extra path segments (separate counters)."""
         path = "/".join(("fault", mode, *tags))
         return f"{self.origin}/{path}{suffix}"
+
+    def gate(self, name: str) -> threading.Event:
+        """The gate `gate:<name>` replies wait for: `.set()` lets them (and later ones) through."""
+        with self._lock:
+            return self._gates.setdefault(name, threading.Event())
 
     def received(self, mode: str | None = None) -> list[Received]:
         with self._lock:
@@ -355,6 +362,10 @@ class FaultServer:
         if name == "hang":
             self._hang(conn)
             return False
+        if name == "gate":
+            if not self._hang(conn, until=self.gate(arg)):
+                return False
+            return self._ok(conn, req)
         if name == "drip":
             self._send_head(conn, 200, {"Content-Type": "application/json"}, 10**9)
             while not self._stop.wait(DRIP_INTERVAL):
@@ -424,12 +435,16 @@ class FaultServer:
             return self._ok(conn, req)
         return self._error(conn, 404, f"unknown fault mode {name!r}")
 
-    def _hang(self, conn: socket.socket) -> None:
-        """Say nothing until the client gives up (EOF/RST) or the server stops."""
+    def _hang(self, conn: socket.socket, until: threading.Event | None = None) -> bool:
+        """Say nothing until the client gives up (EOF/RST) or the server stops (False), or
+        until `until` is set (True)."""
         while not self._stop.wait(0.05):
+            if until is not None and until.is_set():
+                return True
             readable, _, _ = select.select([conn], [], [], 0)
             if readable and not conn.recv(1, socket.MSG_PEEK):
-                return
+                return False
+        return False
 
     # bodies ----------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,14 @@ class Lines:
         while (line := self._queue.get(timeout=max(0.01, deadline - time.monotonic()))) is not None:
             self.seen.append(line)
         return [json.loads(line) for line in self.seen]
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Poll `condition` until it holds; fail after `timeout` seconds (a bound, not a pace)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
 
 
 def record(section: str, **figures: int) -> None:
