@@ -2,7 +2,9 @@
 
 Heavy modules are imported inside each command so `parallax --help` starts fast. Every
 ParallaxError becomes one line on stderr and its exit code; argparse's usage errors exit 64
-(not argparse's 2, which means "incomplete" here).
+(not argparse's 2, which means "incomplete" here). For the commands whose stdout is the log
+stream (`run`, `replay`, `serve`) the same failure is also one `run.failed` line there, so a
+nightly job that never started is seen by whatever alerts on its logs.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from runner import __version__
 from runner.errors import ConfigError, DataError, ParallaxError, UsageError
+
+if TYPE_CHECKING:
+    from runner.shutdown import Shutdown
 
 DEFAULT_CONFIG = "parallax.toml"
 Adder = Callable[[str, str], "argparse.ArgumentParser"]
@@ -29,41 +34,51 @@ _VERDICT = """  0   clean
   3   both 1 and 2
 """
 _ERRORS = "  64  usage error    65  bad fixture or data file    78  bad config\n"
-_INTERRUPTED = "  130 interrupted (resume with --resume)\n"
-_REPLAY_INTERRUPTED = "  130 interrupted (its new run dir is left unfinished: replay again)\n"
+_LOGGED = _ERRORS + "      each of them also one run.failed line on stdout\n"
+_CLOSED_PIPE = "  141 stdout closed by its reader (`| head`): stopped quietly\n"
+_DATA = _ERRORS + _CLOSED_PIPE
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, what a shell reports of a tool whose reader went away
 
 # Every command shares one contract; each --help lists only the codes that command returns.
 EXIT_CODES = (
     f"exit codes:\n{_VERDICT}{_ERRORS}"
-    "  70  serve: the scheduler itself crashed    130  interrupted (resume with --resume)\n"
+    "  70  serve: the scheduler itself crashed    74  serve: its stdout was closed\n"
+    "  130 / 143  run: stopped by SIGINT / SIGTERM (resume with --resume)\n"
+    "  141  a command's data on stdout found no reader (`| head`)\n"
 )
 _COMMAND_EXIT_CODES = {
     "run": _VERDICT
     + "      (with --exit-zero-on-review, 1 exits 0 and 3 exits 2)\n"
-    + _ERRORS
-    + _INTERRUPTED,
-    "replay": _VERDICT + _ERRORS + _REPLAY_INTERRUPTED,
+    + _LOGGED
+    + "  130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM: calls in flight got run_grace_seconds,\n"
+    "      the run dir is left to finish with --resume (run.interrupted)\n",
+    "replay": _VERDICT
+    + _LOGGED
+    + "  130 interrupted (its new run dir is left unfinished: replay again)\n",
     "report": "  0-3 the run's own exit code (see `parallax run --help`)\n"
     + _ERRORS
-    + "  64  also: the run dir is not writable    65  also: a report's name is a directory\n",
+    + "  64  also: the run dir is not writable    65  also: a report's name is a directory\n"
+    + _CLOSED_PIPE,
     "promote": "  0   snapshot written\n  2   unscored cases and no --allow-partial\n"
     + _ERRORS
     + "  64  also: refused, the run would roll the snapshot back (its calls are older than\n"
-    "      the snapshot's run's, or it ran on fixtures that are not today's) and no --force\n",
-    "pin": "  0   every row printed\n" + _ERRORS,
-    "validate": "  0   nothing wrong\n" + _ERRORS,
+    "      the snapshot's run's, or it ran on fixtures that are not today's) and no --force\n"
+    + _CLOSED_PIPE,
+    "pin": "  0   every row printed\n" + _DATA,
+    "validate": "  0   nothing wrong\n" + _DATA,
     "diff": "  0   clean\n  1   a silent regression\n  2   transport or schema misses\n"
-    "  3   both 1 and 2\n" + _ERRORS,
+    "  3   both 1 and 2\n" + _DATA,
     "grade": "  0   no stratum alert\n  1   a stratum alert\n"
     "  2   a case could not be scored (a JSON case answered otherwise: answer_not_json)\n"
-    "  3   both 1 and 2\n" + _ERRORS,
+    "  3   both 1 and 2\n" + _DATA,
     "serve": "  0   stopped by SIGTERM, SIGINT or SIGHUP\n  70  the scheduler itself crashed\n"
-    + _ERRORS,
+    "  74  stdout closed by its reader: stopped as on SIGTERM (restart it)\n" + _LOGGED,
     "health": "  0   the daemon runs with a fresh heartbeat; without --config, also when no\n"
     "      daemon was ever started on this host (a one-shot container: nothing to check)\n"
-    "  1   it does not\n" + _ERRORS,
-    "history": "  0   printed\n" + _ERRORS,
+    "  1   it does not\n" + _DATA,
+    "history": "  0   printed\n" + _DATA,
 }
+_LOG_STREAM = ("run", "replay", "serve")  # commands whose stdout is their log lines
 
 
 # `grade`'s ceiling-detector defaults, named in its --help without importing the config models
@@ -93,11 +108,14 @@ def _seconds(value: str) -> float:
     return seconds
 
 
+class _Refused(UsageError):
+    """The command line itself was refused; the message is the whole line, naming --help."""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """One line, as for every other bad input, and exit 64 (argparse's 2 means incomplete)."""
-        print(f"{self.prog}: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
-        raise SystemExit(UsageError.exit_code)
+        raise _Refused(f"{self.prog}: error: {message} (see `{self.prog} --help`)")
 
 
 def _config_path(args: argparse.Namespace) -> Path:
@@ -129,39 +147,61 @@ def _ledger(value: str) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from runner import logs
-    from runner.config import check_files, check_keys, load_config
-    from runner.lock import SuiteLocked, is_locked, lock_path
-    from runner.runs import (
-        config_for_run,
-        prepare_suite,
-        print_summary,
-        read_manifest,
-        run_suite,
-        unscored_keys,
-    )
+    """Stop signals are handled from here on: one that arrives while fixtures are validated
+    still ends the command as `Interrupted`, as PID 1 of a container too."""
+    from runner.shutdown import RUN_SIGNALS, Interrupted, Shutdown
 
-    logs.configure()
+    with Shutdown().handling(RUN_SIGNALS) as shutdown:
+        from runner import logs
+
+        logs.configure()
+        try:
+            return _run(args, shutdown)
+        except Interrupted as stop:
+            return stop.report()
+
+
+def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
+    """`run --resume` and `run --retry-unscored`: one suite, the one the run dir is of."""
+    from runner.config import check_files, check_keys
+    from runner.runs import config_for_run, print_summary, read_manifest, run_suite, unscored_keys
+    from runner.shutdown import Interrupted
+
     if args.resume and args.retry_unscored:
         raise UsageError("use either --resume or --retry-unscored, not both")
+    run_dir = Path(args.resume or args.retry_unscored)
+    loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
+    manifest = read_manifest(run_dir)
+    (suite,) = loaded.suite_names(manifest["suite"])
+    if args.retry_unscored and manifest.get("finished_at") and not unscored_keys(run_dir):
+        raise UsageError(f"{run_dir}: every row was scored; nothing to retry")
+    if args.suite and args.suite != suite:
+        raise UsageError(f"{run_dir}: is a run of suite {suite!r}, not {args.suite!r}")
+    check_files(loaded)
+    check_keys(loaded, [suite])
+    if shutdown.signal is not None:
+        raise Interrupted(shutdown.signal, run_dir if args.resume else None)
+    if args.resume:
+        out_dir, code, summary = run_suite(
+            loaded, suite, resume_dir=run_dir, mode="resume", shutdown=shutdown
+        )
+    else:
+        out_dir, code, summary = run_suite(
+            loaded, suite, parent_dir=run_dir, mode="retry", shutdown=shutdown
+        )
+    print_summary(summary, out_dir)
+    _junit(args, [out_dir])
+    return _process_code(args, code)
+
+
+def _run(args: argparse.Namespace, shutdown: Shutdown) -> int:
+    from runner.config import check_files, check_keys, load_config
+    from runner.lock import SuiteLocked, is_locked, lock_path
+    from runner.runs import prepare_suite, print_summary, run_suite
+    from runner.shutdown import Interrupted
+
     if args.resume or args.retry_unscored:
-        run_dir = Path(args.resume or args.retry_unscored)
-        loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
-        manifest = read_manifest(run_dir)
-        (suite,) = loaded.suite_names(manifest["suite"])
-        if args.retry_unscored and manifest.get("finished_at") and not unscored_keys(run_dir):
-            raise UsageError(f"{run_dir}: every row was scored; nothing to retry")
-        if args.suite and args.suite != suite:
-            raise UsageError(f"{run_dir}: is a run of suite {suite!r}, not {args.suite!r}")
-        check_files(loaded)
-        check_keys(loaded, [suite])
-        if args.resume:
-            out_dir, code, summary = run_suite(loaded, suite, resume_dir=run_dir, mode="resume")
-        else:
-            out_dir, code, summary = run_suite(loaded, suite, parent_dir=run_dir, mode="retry")
-        print_summary(summary, out_dir)
-        _junit(args, [out_dir])
-        return _process_code(args, code)
+        return _run_again(args, shutdown)
     loaded = load_config(_config_path(args))
     check_files(loaded)
     names = loaded.suite_names(args.suite)
@@ -179,8 +219,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     out_dirs = []
     refused: SuiteLocked | None = None
     for name in names:
+        if shutdown.signal is not None:  # the suites not started yet are not started
+            raise Interrupted(shutdown.signal, None)
         try:
-            out_dir, code, summary = run_suite(loaded, name, suite=checked.get(name))
+            out_dir, code, summary = run_suite(
+                loaded, name, suite=checked.get(name), shutdown=shutdown
+            )
         except SuiteLocked as exc:  # taken since the check: the other suites' verdicts stand
             refused = refused or exc
             continue
@@ -322,7 +366,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from runner.config import check_files, load_config
     from runner.scheduler import serve
 
-    logs.configure()
+    logs.configure(after_stdout=logs.AfterStdout.STDERR)  # its last lines say why it stopped
     loaded = load_config(_config_path(args))
     check_files(loaded)
     return serve(loaded, run_now=args.run_now)
@@ -388,9 +432,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise
         # a copied CI artifact: its config is elsewhere; render without ceiling candidates
     rep = write_reports(run_dir, retire_after=retire_after)
+    _junit(args, [run_dir])  # every file first: a reader gone from stdout cannot stop one
     print(run_dir / "report.html")
     print(run_dir / "report.md")
-    _junit(args, [run_dir])
     code = verdict_code_of(rep.summary)
     if code is None:
         found = rep.summary.get("exit_code")
@@ -573,26 +617,60 @@ def _add_daemon_commands(add: Adder, config_help: str) -> None:
     p.set_defaults(func=cmd_health)
 
 
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The command a command line names: its first word that is not an option."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def _failed(exc: ParallaxError, command: str | None) -> int:
+    """One line on stderr and the error's code; for a command whose stdout is its log stream,
+    one `run.failed` line there too (scrubbed as every log line is)."""
+    from runner import logs
+    from runner.text import visible
+
+    message = logs.scrub_text(str(exc))
+    if command in _LOG_STREAM:
+        if not logs.configured():  # the command line was refused before the command ran
+            logs.configure()
+        logs.get_logger().error(
+            logs.RUN_FAILED,
+            command=command,
+            exit_code=exc.exit_code,
+            error=next(c.__name__ for c in type(exc).__mro__ if not c.__name__.startswith("_")),
+            message=message,
+        )
+    line = message if isinstance(exc, _Refused) else f"parallax: {message}"
+    # a control character or a bidi control from a file or an argument (a key with a newline,
+    # a NUL) is shown as an escape, so an error stays one line a reader can trust
+    logs.say(visible(line, one_line=True))
+    return exc.exit_code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return UsageError.exit_code
     try:
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            return UsageError.exit_code
         code: int = args.func(args)
+        sys.stdout.flush()  # here, not at exit: a reader gone away is caught below
     except ParallaxError as exc:
-        from runner.logs import scrub_text
-        from runner.text import visible
-
-        # a control character or a bidi control from a file or an argument (a key with a
-        # newline, a NUL) is shown as an escape, so an error stays one line a reader can trust
-        print(f"parallax: {visible(scrub_text(str(exc)), one_line=True)}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        from runner.invocation import command
-
-        again = command("run", "--resume", "RUN_DIR")
-        print(f"parallax: interrupted; resume with `{again}`", file=sys.stderr)
+        return _failed(exc, _command_in(argv))
+    except KeyboardInterrupt:  # only before `run` handles SIGINT itself, and in the others
+        replay = _command_in(argv) == "replay"
+        print(
+            "parallax: interrupted"
+            + ("; its new run dir is left unfinished: replay again" if replay else ""),
+            file=sys.stderr,
+        )
         return 130
+    except BrokenPipeError:
+        # A command's data on stdout (pin, history, diff, ...) found no reader (`| head`): it
+        # stops there, quietly. Log lines never raise this (runner.logs).
+        from runner.logs import drop_stream
+
+        drop_stream(sys.stdout)
+        return EXIT_CLOSED_PIPE
     return code

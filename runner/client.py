@@ -49,6 +49,7 @@ from runner.config import EndpointConfig, RetryPolicy
 from runner.errors import ConfigError
 from runner.jsontext import dumps
 from runner.model import Attempt, Case, Exchange, Response, Transport
+from runner.shutdown import NotStarted, may_start
 
 __all__ = [
     "CONFIG_ERRORS",
@@ -594,6 +595,8 @@ class HttpEndpoint:
         except anyio.WouldBlock:
             await self._limiter.acquire()
         try:
+            if n == 1 and not may_start():  # a stop came while it waited its turn: not sent
+                raise NotStarted
             begun = anyio.current_time()
             t0 = time.monotonic()
             try:

@@ -187,6 +187,9 @@ class Config(_Strict):
 
     runs_dir: Text = "runs"
     snapshots_dir: Text = "snapshots"
+    # `parallax run`: how long its calls in flight may finish after SIGTERM or SIGINT before
+    # they are cancelled; under `docker stop`'s 10 s and a pod's 30 s, so the run still says so
+    run_grace_seconds: float = Field(5.0, ge=0)
     # `parallax serve`: how long a run in flight may finish after SIGTERM before it is cancelled
     # (left resumable), how late a fire time may still run, how often the heartbeat is written
     serve_grace_seconds: float = Field(300.0, ge=0)

@@ -15,6 +15,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from runner.errors import ParallaxError
 from runner.model import Case, Endpoint, Exchange
+from runner.shutdown import NotStarted
 
 Sink = Callable[[Sequence[Exchange]], None]
 
@@ -44,7 +45,10 @@ async def _produce(
 
     async def worker() -> None:
         for case, sample in items:  # next() never awaits, so workers cannot interleave in it
-            exchange = await endpoint.call(case, side, sample)
+            try:
+                exchange = await endpoint.call(case, side, sample)
+            except NotStarted:  # the run is stopping: this worker's work is done
+                return
             try:  # the fast path skips a checkpoint per call; a full buffer still waits
                 send.send_nowait(exchange)
             except anyio.WouldBlock:

@@ -3,16 +3,26 @@
 Every line is one JSON object on stdout with `timestamp` (UTC ISO-8601), `level`, `event`,
 and the bound `run_id` / `suite`. A scrubbing processor removes secrets before rendering, so
 neither an API key nor an Authorization header can reach a log line by accident.
+
+A stdout whose reader went away (`parallax run | head -n 1`) is no error here: a run's work and
+verdict never depend on whether anyone reads its log lines. The first line that finds no reader
+points the stream at /dev/null, so nothing later (the interpreter's last flush included) trips
+on it; the lines after go to stderr where the command asks for it (`serve`), else nowhere, and
+the command is told (`on_stdout_closed`).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import enum
 import functools
+import os
 import re
 import sys
-from collections.abc import MutableMapping
-from typing import Any
+from collections.abc import Callable, Iterator, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, TextIO
 
 # structlog imports rich, when it is installed, for a traceback renderer parallax never uses
 # (no log line carries exc_info): 0.05-0.1 s of every command's start. Hidden for that one
@@ -30,6 +40,9 @@ finally:
 RUN_STARTED = "run.started"
 RUN_FINISHED = "run.finished"
 RUN_RESUMED = "run.resumed"
+RUN_STOPPING = "run.stopping"  # a stop signal came: no new call, calls in flight get the grace
+RUN_INTERRUPTED = "run.interrupted"  # a stop signal: ledgers flushed, the run dir left to resume
+RUN_FAILED = "run.failed"  # run, replay or serve refused to start or ended on a ParallaxError
 REPORT_FAILED = "report.failed"  # report.html/report.md could not be written
 # alerts (the paging contract)
 ALERT_DISAGREEMENT_CHANGED = "alert.disagreement_changed"
@@ -210,7 +223,87 @@ def _scrub_processor(
     }
 
 
-def configure(*, json: bool | None = None) -> None:
+class AfterStdout(enum.Enum):
+    """Where log lines go once stdout's reader went away."""
+
+    DROP = "drop"  # nowhere: a run's record is its run dir
+    STDERR = "stderr"  # the daemon's last lines say why it stopped
+
+
+@dataclass
+class _Sink:
+    """Where rendered lines go: `stream` (stdout at first), then what `after` says."""
+
+    stream: TextIO | None
+    stdout: TextIO | None
+    after: AfterStdout = AfterStdout.DROP
+    listeners: list[Callable[[], None]] = field(default_factory=list)
+
+
+_sink = _Sink(sys.stdout, sys.stdout)
+
+
+def _emit(message: str) -> None:
+    """One line to the sink's stream; a reader gone away moves the sink on, never raises."""
+    while (stream := _sink.stream) is not None:
+        try:
+            print(message, file=stream, flush=True)
+        except BrokenPipeError:
+            drop_stream(stream)
+        else:
+            return
+        if stream is not _sink.stdout:
+            _sink.stream = None  # stderr went too
+            return
+        _sink.stream = sys.stderr if _sink.after is AfterStdout.STDERR else None
+        for listener in list(_sink.listeners):
+            listener()
+
+
+class _LineLogger:
+    """structlog's logger: each rendered event as one line, through `_emit`."""
+
+    def msg(self, message: str) -> None:
+        _emit(message)
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
+def drop_stream(stream: TextIO) -> None:
+    """Point a stream whose reader went away at /dev/null, as the Python docs' SIGPIPE note
+    advises: what it still buffers, and the interpreter's flush at exit, then go nowhere
+    instead of raising BrokenPipeError again (a traceback, and exit 120)."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # not a file (a test's capture): nothing to flush at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def say(text: str) -> None:
+    """A human line on stderr (a summary, an error); a reader gone away drops it quietly."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except BrokenPipeError:
+        drop_stream(sys.stderr)
+
+
+@contextlib.contextmanager
+def on_stdout_closed(listener: Callable[[], None]) -> Iterator[None]:
+    """Call `listener` (once, inside the log call that found no reader) while the block runs."""
+    _sink.listeners.append(listener)
+    try:
+        yield
+    finally:
+        _sink.listeners.remove(listener)
+
+
+def configure(*, json: bool | None = None, after_stdout: AfterStdout = AfterStdout.DROP) -> None:
     """JSON lines when stdout is not a TTY (containers, CI); a readable console otherwise."""
     if json is None:
         json = not sys.stdout.isatty()
@@ -219,6 +312,8 @@ def configure(*, json: bool | None = None) -> None:
         if json
         else structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())
     )
+    _sink.stream = _sink.stdout = sys.stdout
+    _sink.after = after_stdout
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -227,9 +322,13 @@ def configure(*, json: bool | None = None) -> None:
             _scrub_processor,
             renderer,
         ],
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stdout),
+        logger_factory=lambda *_args: _LineLogger(),
         cache_logger_on_first_use=False,
     )
+
+
+def configured() -> bool:
+    return structlog.is_configured()
 
 
 def get_logger() -> Any:

@@ -309,7 +309,8 @@ class Endpoint(Protocol):
     """Anything that turns a case into an Exchange: a live HTTP client or a recorded cassette.
 
     `call` never raises for transport trouble; it stamps it. Only cancellation propagates
-    (after the attempt is recorded by the caller's scope).
+    (after the attempt is recorded by the caller's scope), and `runner.shutdown.NotStarted`
+    for a call a stopping run kept from going out.
     """
 
     name: str

@@ -13,7 +13,6 @@ import os
 import platform
 import secrets
 import shutil
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -53,6 +52,7 @@ from runner.model import NOISE, SIDES, STRATA, Case, Endpoint, Exchange
 from runner.progress import ProgressBar, start_progress
 from runner.regrade import heal, read_exchanges, read_outcomes
 from runner.report import REPORT_FILES, after_run
+from runner.shutdown import Interrupted, Shutdown
 from runner.snapshot import load_snapshot, snapshot_path
 from runner.stamps import stamp
 from runner.stats import describe, paired_test
@@ -341,32 +341,54 @@ async def call_all(
     folds: Folds,
     *,
     endpoints: Mapping[str, Endpoint],
+    shutdown: Shutdown | None = None,
 ) -> None:
-    """Call every (case, side, sample) not yet in raw.jsonl."""
+    """Call every (case, side, sample) not yet in raw.jsonl.
+
+    After a stop signal no new call starts, and the calls in flight get `run_grace_seconds`
+    to finish before they are cancelled (re-called on resume); `Interrupted` then says so.
+    """
     from runner.engine import execute
 
     cfg = loaded.config.suites[suite.name]
     in_flight = {side: loaded.endpoint(getattr(cfg, side)).concurrency * 2 for side in SIDES}
     if suite.noise_check:
         in_flight[NOISE] = in_flight["reference"]
+    stopped = shutdown or Shutdown()  # a run `serve` drives is stopped by cancelling it
+    handed_out, cut = 0, False
 
     def work(side: str) -> Iterator[tuple[Case, int]]:
+        nonlocal handed_out, cut
         for ref in suite.refs:
             for sample in range(suite.samples):
                 if (ref.id, side, sample) not in done:
+                    if stopped.requested:
+                        cut = True
+                        return
+                    handed_out += 1
                     yield suite.fixtures.load(ref), sample
+
+    grace = loaded.config.run_grace_seconds
+
+    def stopping() -> None:  # from the loop, outside the run's bound context
+        log = logs.get_logger().bind(run_id=run_dir.name, suite=suite.name)
+        log.warning(logs.RUN_STOPPING, signal=stopped.reason, grace_seconds=grace)
 
     ledgers = Ledgers(run_dir, suite, folds)
     ledgers.progress = start_progress(suite.name, suite.refs.ids, suite.samples, done)
     try:
-        await execute(
-            {side: work(side) for side in endpoints},
-            dict(endpoints),
-            ledgers.write,
-            in_flight=in_flight,
-        )
+        with stopped.guarded(grace, on_stop=stopping):
+            await execute(
+                {side: work(side) for side in endpoints},
+                dict(endpoints),
+                ledgers.write,
+                in_flight=in_flight,
+            )
     finally:
         ledgers.close()
+    if cut or ledgers.written < handed_out:  # refused, not sent, or cancelled in flight
+        assert stopped.signal is not None  # only a signal stops a run from inside
+        raise Interrupted(stopped.signal, run_dir)
 
 
 def verdicts(
@@ -664,7 +686,7 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
     lines.extend(next_steps(summary, run_dir))
     lines.append(f"  run dir: {shown_path(run_dir)}")
     # a case id or a suite name is untrusted: a bidi control, a NUL or a newline in it is shown
-    print("\n".join(visible(line, one_line=True) for line in lines), file=sys.stderr)
+    logs.say("\n".join(visible(line, one_line=True) for line in lines))
 
 
 def unscored_keys(run_dir: Path) -> set[tuple[str, str, int]]:
@@ -696,6 +718,7 @@ def run_suite(
     parent_dir: Path | None = None,
     mode: str = "run",
     suite: Suite | None = None,
+    shutdown: Shutdown | None = None,
 ) -> tuple[Path, int, dict[str, Any]]:
     """Blocking wrapper of `run_suite_async` for the one-shot commands."""
     import gc
@@ -717,6 +740,7 @@ def run_suite(
                 parent_dir=parent_dir,
                 mode=mode,
                 suite=suite,
+                shutdown=shutdown,
             )
         )
     finally:
@@ -732,13 +756,15 @@ async def run_suite_async(
     parent_dir: Path | None = None,
     mode: str = "run",
     suite: Suite | None = None,
+    shutdown: Shutdown | None = None,
 ) -> tuple[Path, int, dict[str, Any]]:
     """One run of one suite; returns the run dir, exit code and summary.
 
     mode "run" calls everything; "resume" finishes `resume_dir` in place; "retry" starts a new
     run from `parent_dir`'s scored rows and re-calls the rest; "replay" regrades `parent_dir`'s
     raw.jsonl with today's fixtures and graders and calls nothing. `suite` is the suite as
-    `prepare_suite` already loaded it, if the caller has it.
+    `prepare_suite` already loaded it, if the caller has it; `shutdown` is the one-shot
+    command's stop (see `call_all`).
     """
 
     if suite is None:
@@ -747,7 +773,13 @@ async def run_suite_async(
         endpoints = build_endpoints(loaded, suite) if mode != "replay" else {}
         try:
             return await _run_prepared(
-                loaded, suite, endpoints, resume_dir=resume_dir, parent_dir=parent_dir, mode=mode
+                loaded,
+                suite,
+                endpoints,
+                resume_dir=resume_dir,
+                parent_dir=parent_dir,
+                mode=mode,
+                shutdown=shutdown,
             )
         finally:
             await close_endpoints(endpoints)
@@ -784,6 +816,7 @@ async def _run_prepared(
     resume_dir: Path | None,
     parent_dir: Path | None,
     mode: str,
+    shutdown: Shutdown | None,
 ) -> tuple[Path, int, dict[str, Any]]:
     import structlog
 
@@ -837,7 +870,9 @@ async def _run_prepared(
             run_dir=str(run_dir),
         )
         if mode != "replay":
-            await call_all(loaded, suite, run_dir, done, folds, endpoints=endpoints)
+            await call_all(
+                loaded, suite, run_dir, done, folds, endpoints=endpoints, shutdown=shutdown
+            )
         exit_code, summary = finalize(loaded, suite, run_dir, folds, log)
         del folds, done  # a run's largest structures: the reports read disagreement.json back
         after_run(run_dir, retire_after=suite.thresholds.retire_after, log=log)

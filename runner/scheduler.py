@@ -7,7 +7,6 @@ waits and runs is ours, one anyio task group with named children, so a run in fl
 a cancel scope we own:
 
     serve
-    ├── signals        SIGTERM/SIGINT/SIGHUP: stop scheduling; a second cuts the grace short
     ├── heartbeat      rewrites runs/.parallax-serve.json; `parallax health` reads it
     │                  (runner.health: found by the pointer written at start)
     └── suite:<name>   wait for the next fire time, run, repeat (one task per scheduled suite)
@@ -21,25 +20,27 @@ Scheduling follows APScheduler's own vocabulary:
   (`scheduler.job_skipped`, reason "running"), and so is a fire while another process holds
   the suite lock (reason "locked"; see `runner.lock`).
 
-On SIGTERM, SIGINT or SIGHUP no new run starts; a run in flight may finish within
-`serve_grace_seconds`, else it is cancelled, which leaves its run dir resumable (its manifest
-keeps `finished_at: null`). The daemon then logs exactly one of `scheduler.stopped` (exit 0)
-or `scheduler.crashed` (exit 70). On the next start it resumes the latest interrupted run of
-each suite, or logs `scheduler.resume_skipped` with the reason it cannot. Fire times that
-passed while no daemon ran (a restart, a redeploy) are made up as late ones: the heartbeat
-the last daemon left names the last fire it dealt with for each suite.
+On SIGTERM, SIGINT or SIGHUP (`runner.shutdown`, the same stop as `run`'s) no new run starts; a
+run in flight may finish within `serve_grace_seconds`, else it is cancelled, which leaves its
+run dir resumable (its manifest keeps `finished_at: null`). A stdout whose reader went away
+stops the daemon the same way: the log stream people alert on is gone, so it says why on
+stderr and exits 74 for its supervisor to restart it. The daemon then logs exactly one of
+`scheduler.stopped` (exit 0, or 74) or `scheduler.crashed` (exit 70). On the next start it
+resumes the latest interrupted run of each suite, or logs `scheduler.resume_skipped` with the
+reason it cannot. Fire times that passed while no daemon ran (a restart, a redeploy) are made
+up as late ones: the heartbeat the last daemon left names the last fire it dealt with for each
+suite.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import socket
 import time
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -54,10 +55,13 @@ from runner.errors import ConfigError, ParallaxError, UsageError
 from runner.health import heartbeat_path, write_pointer
 from runner.jsontext import loads
 from runner.lock import SuiteLocked, daemon_lock, is_locked
+from runner.shutdown import RUN_SIGNALS, Shutdown
 
 HEARTBEAT_VERSION = 1
 EXIT_CRASHED = 70  # sysexits EX_SOFTWARE: the scheduler itself failed (a run's failure is not)
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # each a clean stop, exit 0
+EXIT_STDOUT_CLOSED = 74  # sysexits EX_IOERR: stopped because no one reads its log lines any more
+STOP_SIGNALS = (*RUN_SIGNALS, signal.SIGHUP)  # each a clean stop, exit 0
+STDOUT_CLOSED = "stdout_closed"  # the stop reason when stdout's reader went away
 UNWIND_SECONDS = 10.0  # bounded, shielded wait for cancelled runs to close their ledgers
 MAX_COALESCE = 1_000  # fire times counted one by one; past it the latest is found directly
 SHIFT_WINDOW = timedelta(hours=26)  # longer than any offset change (Samoa skipped a day)
@@ -479,10 +483,8 @@ class Daemon:
             raise ConfigError(
                 loaded.path, "suites", "no suite has a schedule; `parallax serve` needs one"
             )
-        self._stopping = False
-        self._stop_reason = ""
+        self._shutdown = Shutdown(on_stop=self._stop)
         self._stop_event: anyio.Event | None = None
-        self._grace_scope: anyio.CancelScope | None = None
         self._waits: set[anyio.CancelScope] = set()
         self._wake: anyio.Event | None = None
         self._started_at = datetime.now(UTC)
@@ -493,12 +495,16 @@ class Daemon:
 
     def request_stop(self, reason: str = "requested") -> None:
         """Stop scheduling; a run in flight gets the grace period. A second call hurries."""
-        if self._stopping:
-            if self._grace_scope is not None:
-                self._grace_scope.cancel()
-            return
-        self._stopping = True
-        self._stop_reason = reason
+        if self._shutdown.reason is not None:
+            self._shutdown.hurry()
+        self._shutdown.request(reason)
+
+    @property
+    def _stopping(self) -> bool:
+        return self._shutdown.requested
+
+    def _stop(self, reason: str) -> None:
+        """What a stop does, once: no new wait or run, and the host task starts draining."""
         running = [s.name for s in self._suites if s.scope is not None]
         self._log.info(
             logs.SCHEDULER_STOPPING, reason=reason, running=running, grace_seconds=self.grace
@@ -518,15 +524,19 @@ class Daemon:
     async def run(self) -> int:
         # Signals are received from the first moment: one that arrives during start-up still
         # ends in scheduler.stopped, not in the default action's silent exit (143, 129).
-        signals = (
-            anyio.open_signal_receiver(*STOP_SIGNALS)
-            if self._handle_signals
-            else contextlib.nullcontext(None)
-        )
-        with daemon_lock(self.loaded.runs_dir), signals as received:
-            return await self._run(received)
+        signals = STOP_SIGNALS if self._handle_signals else ()
+        with (
+            daemon_lock(self.loaded.runs_dir),
+            self._shutdown.handling(signals),
+            logs.on_stdout_closed(self._stdout_closed),
+        ):
+            return await self._run()
 
-    async def _run(self, received: AsyncIterator[int] | None) -> int:
+    def _stdout_closed(self) -> None:
+        """A log line found no reader: stop as on SIGTERM (from the loop, not inside the write)."""
+        self._shutdown.request_soon(STDOUT_CLOSED)
+
+    async def _run(self) -> int:
         self._stop_event = anyio.Event()
         self._wake = anyio.Event()
         if self._stopping:
@@ -574,8 +584,6 @@ class Daemon:
                 )
         try:
             async with anyio.create_task_group() as group:
-                if received is not None:
-                    group.start_soon(self._signals, received, name="signals")
                 group.start_soon(self._heartbeat_loop, name="heartbeat")
                 for entry in self._suites:
                     group.start_soon(self._suite_loop, entry, name=f"suite:{entry.name}")
@@ -595,10 +603,10 @@ class Daemon:
         self._safe_heartbeat("stopped")
         self._log.info(
             logs.SCHEDULER_STOPPED,
-            reason=self._stop_reason,
+            reason=self._shutdown.reason,
             runs={s.name: s.runs for s in self._suites},
         )
-        return 0
+        return EXIT_STDOUT_CLOSED if self._shutdown.reason == STDOUT_CLOSED else 0
 
     def _covered(self, entry: _Suite, point: datetime, *, still_due: bool) -> tuple[datetime, bool]:
         """The resume point, moved past the fires the suite's latest run started after.
@@ -623,25 +631,21 @@ class Daemon:
         entry.covered_by = run_dir
         return covered, False
 
-    async def _signals(self, received: AsyncIterator[int]) -> None:
-        async for signum in received:
-            self.request_stop(signal.Signals(signum).name)
-
     async def _drain(self) -> None:
-        """Let runs in flight finish within the grace, then cancel them and wait, bounded."""
+        """Wait for the runs in flight: each ends by itself or when its grace does (its scope is
+        guarded by the shutdown). A daemon crashing meanwhile cancels them at once and waits
+        for them to unwind, bounded."""
         running = [s for s in self._suites if s.scope is not None]
-        if not running:
-            return
-        with anyio.move_on_after(self.grace) as grace:
-            self._grace_scope = grace
+        try:
             for entry in running:
                 await entry.done.wait()
-        for entry in running:
-            if entry.scope is not None:
-                entry.scope.cancel()
-        with anyio.move_on_after(UNWIND_SECONDS, shield=True):
+        finally:
             for entry in running:
-                await entry.done.wait()
+                if entry.scope is not None:
+                    entry.scope.cancel()
+            with anyio.move_on_after(UNWIND_SECONDS, shield=True):
+                for entry in running:
+                    await entry.done.wait()
 
     async def _heartbeat_loop(self) -> None:
         assert self._wake is not None
@@ -815,10 +819,9 @@ class Daemon:
         )
         t0 = time.monotonic()
         entry.done = anyio.Event()
-        entry.scope = anyio.CancelScope()
-        self._poke()
         try:
-            with entry.scope:
+            with self._shutdown.guarded(self.grace) as entry.scope:
+                self._poke()
                 await self._run_one(entry, mode, resume_dir, t0, handles)
             if entry.scope.cancelled_caught:
                 self._log_cancelled(entry, t0)

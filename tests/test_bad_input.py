@@ -169,7 +169,10 @@ def test_bad_fixture_through_config_exits_65(tmp_path: Path, kind: str, command:
     for word in words:
         assert word in message.lower(), message
     assert no_run_dirs(tmp_path), "a bad fixture must be caught before a run starts"
-    assert proc.stdout == ""
+    logged = [json.loads(line) for line in proc.stdout.splitlines()]  # run's log stream only
+    assert [(e["event"], e["exit_code"]) for e in logged] == (
+        [("run.failed", 65)] if command == "run" else []
+    )
 
 
 @pytest.mark.parametrize("command", ["validate", "run"])

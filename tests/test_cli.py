@@ -243,10 +243,12 @@ def test_each_help_lists_the_exit_codes_its_command_returns() -> None:
     ],
 )
 def test_usage_errors_exit_64(tmp_path: Path, args: list[str]) -> None:
-    """Usage errors exit 64 (not argparse's 2, which means incomplete here), no traceback."""
+    """Usage errors exit 64 (not argparse's 2, which means incomplete here), no traceback;
+    stdout stays empty but for `run`'s one run.failed log line."""
     proc = parallax(*args, cwd=tmp_path)
     assert proc.returncode == 64, (proc.stdout, proc.stderr)
-    assert proc.stdout == ""
+    logged = [json.loads(line)["event"] for line in proc.stdout.splitlines()]
+    assert logged == (["run.failed"] if args[:1] == ["run"] else [])
     assert proc.stderr.strip()
     no_traceback(proc)
     if args:  # a mistake is one line pointing at --help; no command at all prints the help
