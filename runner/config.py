@@ -4,15 +4,21 @@ Every error names the config file and the dotted key, so a broken nightly job sa
 fix in one line. `${VAR}` (or `${VAR:-default}`) in any string is read from the environment;
 API keys are never written in the file, only the name of the variable that holds them.
 Relative paths are resolved against the config file's folder, so a run works from any cwd.
+
+An endpoint's prompt templates are compiled here, once, when the config loads, and pinned with
+its other request settings by a `request_sha` (`LoadedConfig.shape`): a template that cannot
+compile fails `validate` and every command at load, never mid-run.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import os
 import re
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -29,6 +35,7 @@ from pydantic import (
 from runner.errors import ConfigError, reason_of
 from runner.files import Unreadable, file_problem, read_regular
 from runner.jsontext import MAX_DEPTH, long_integer_line
+from runner.templates import PromptTemplate, load_template, request_sha
 
 ENDPOINT_KINDS = ("recorded", "openai-chat", "anthropic-messages", "http-json")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a page of TOML; a bigger one is the wrong file
@@ -36,6 +43,25 @@ MAX_HEARTBEAT_SECONDS = 3600.0  # a daemon silent for longer than an hour is not
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]*\Z")  # "" too: the body's model only
+# The body keys a chat protocol sets itself, and from what: a `params` entry would send a
+# second value for one of them (which wins would depend on the protocol's code) or contradict
+# the request_sha that pins the endpoint key it duplicates.
+PROTOCOL_KEYS: dict[str, str] = {
+    "model": "the endpoint's model",
+    "messages": "the case and the endpoint's templates",
+    "system": "the case and the endpoint's system template",
+    "temperature": "the endpoint's temperature",
+    "max_tokens": "the endpoint's max_tokens",
+    "stream": "the endpoint's stream",
+    "stream_options": "the endpoint's stream",
+    "tools": "the case's tools",
+    "tool_choice": "the case's tool_choice",
+    "response_format": "the case's response_format",
+    "output_format": "the case's response_format",
+}
+# The endpoint keys that shape a chat request besides the case; an http-json endpoint's body
+# is its body_template, so none of them applies there.
+SHAPE_KEYS = ("system", "system_file", "user_template", "user_template_file", "params", "stream")
 
 
 # A string that must say something: a path, a name, a URL, a model. An empty one (often a
@@ -106,6 +132,16 @@ class EndpointConfig(_Strict):
     # the response header that names the model which served a call (a gateway's backend);
     # unset: known gateways' headers (LiteLLM's x-litellm-model-name), "": the body's `model`
     served_model_header: str | None = None
+    # What a chat request is shaped from besides the case (`LoadedConfig.shape`): Jinja2
+    # templates for the system prompt and the user turn, inline or in a file; extra body keys
+    # sent as given; SSE streaming. A recorded endpoint stands in for a live one: its keys say
+    # what its cassette answers, so validate renders them and request_sha pins them.
+    system: Text | None = None
+    system_file: Text | None = None
+    user_template: Text | None = None
+    user_template_file: Text | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    stream: bool = False
 
     @field_validator("body_template")
     @classmethod
@@ -155,6 +191,60 @@ class EndpointConfig(_Strict):
         if not _HEADER_NAME.match(name):
             raise ValueError(f"{name!r} is no header name (letters, digits, '-', no spaces)")
         return name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestShape:
+    """How one endpoint shapes its requests beyond the case: its templates, compiled once at
+    load, its extra body keys and stream flag, and `request_sha`, the digest that pins them
+    with its protocol, model alias, temperature and max_tokens (`templates.request_sha`).
+
+    `system_prompt` and `user_prompt` are the one rule for what a case is sent: a protocol asks
+    them instead of reading the case's `system` and `prompt` itself.
+    """
+
+    system: PromptTemplate | None
+    user_template: PromptTemplate | None
+    params: Mapping[str, Any]
+    stream: bool
+    request_sha: str
+
+    def system_prompt(
+        self,
+        *,
+        case_id: str,
+        prompt: str | None,
+        system: str | None,
+        vars: Mapping[str, str] | None,
+        path: str,
+        line: int | None,
+    ) -> str | None:
+        """The system prompt sent for a case: the endpoint's system template rendered over it,
+        else the case's own `system` (None: no system prompt). For a `messages` case it is the
+        leading system turn, replaced or added, when the endpoint sets a template."""
+        if self.system is None:
+            return system
+        return self.system.render(
+            case_id=case_id, prompt=prompt, system=system, vars=vars, path=path, line=line
+        )
+
+    def user_prompt(
+        self,
+        *,
+        case_id: str,
+        prompt: str | None,
+        system: str | None,
+        vars: Mapping[str, str] | None,
+        path: str,
+        line: int | None,
+    ) -> str | None:
+        """The user turn sent for a prompt case: the endpoint's user template rendered over it,
+        else the prompt. A `messages` case (prompt None) is sent as written: None."""
+        if self.user_template is None or prompt is None:
+            return prompt
+        return self.user_template.render(
+            case_id=case_id, prompt=prompt, system=system, vars=vars, path=path, line=line
+        )
 
 
 class Thresholds(_Strict):
@@ -214,11 +304,14 @@ class Config(_Strict):
 class LoadedConfig:
     """A validated config plus where it came from, with paths resolved."""
 
-    def __init__(self, path: Path, config: Config, digest: str) -> None:
+    def __init__(
+        self, path: Path, config: Config, digest: str, shapes: Mapping[str, RequestShape]
+    ) -> None:
         self.path = path
         self.config = config
         self.digest = digest
         self.base_dir = path.parent
+        self._shapes = dict(shapes)
 
     def resolve(self, relative: str) -> Path:
         candidate = Path(relative)
@@ -239,6 +332,10 @@ class LoadedConfig:
 
     def endpoint(self, name: str) -> EndpointConfig:
         return self.config.endpoints[name]
+
+    def shape(self, name: str) -> RequestShape:
+        """An endpoint's templates (compiled when the config loaded), params and request_sha."""
+        return self._shapes[name]
 
     def suite_names(self, only: str | None = None) -> list[str]:
         if only is None:
@@ -380,7 +477,66 @@ def load_config(path: Path) -> LoadedConfig:
                     path, f"suites.{suite_name}.{side}", f"no endpoint named {endpoint!r}"
                 )
     digest = hashlib.sha256(raw_bytes).hexdigest()[:16]
-    return LoadedConfig(path, config, digest)
+    shapes = {name: _shape(path, name, ep) for name, ep in config.endpoints.items()}
+    return LoadedConfig(path, config, digest, shapes)
+
+
+def _shape(path: Path, name: str, ep: EndpointConfig) -> RequestShape:
+    """One endpoint's RequestShape: its templates compiled (a template file read relative to
+    the config's folder), its params checked, each refusal named by its dotted key."""
+    key = f"endpoints.{name}"
+    if ep.kind == "http-json":
+        for field in SHAPE_KEYS:
+            if field in ep.model_fields_set:
+                raise ConfigError(
+                    path,
+                    f"{key}.{field}",
+                    "does not apply to an http-json endpoint: its body_template is its body "
+                    "({{prompt}} and {{system}} are filled in there)",
+                )
+    _check_params(path, f"{key}.params", ep.params)
+    base_dir = path.parent
+    system = load_template(path, base_dir, f"{key}.system", inline=ep.system, file=ep.system_file)
+    user = load_template(
+        path, base_dir, f"{key}.user_template", inline=ep.user_template, file=ep.user_template_file
+    )
+    sha = request_sha(
+        protocol=ep.kind,
+        model_alias=ep.model,
+        system=system.source if system is not None else None,
+        user_template=user.source if user is not None else None,
+        params=ep.params,
+        stream=ep.stream,
+        temperature=ep.temperature,
+        max_tokens=ep.max_tokens,
+        body_template=ep.body_template,
+    )
+    return RequestShape(
+        system=system, user_template=user, params=ep.params, stream=ep.stream, request_sha=sha
+    )
+
+
+def _check_params(path: Path, key: str, params: Mapping[str, Any]) -> None:
+    """`params` are sent as JSON, as given: no body key the protocol sets itself, and only
+    values JSON can carry (a TOML date or time is none; nor is an infinite or NaN number)."""
+    for name in params:
+        if (source := PROTOCOL_KEYS.get(name)) is not None:
+            raise ConfigError(
+                path, f"{key}.{name}", f"is set by parallax from {source}, not by params"
+            )
+    stack: list[tuple[Any, str]] = [(v, f"{key}.{k}") for k, v in reversed(list(params.items()))]
+    while stack:  # depth first in the file's order: the first bad value is the one named
+        value, where = stack.pop()
+        if isinstance(value, dt.date | dt.time):  # datetime is a date
+            raise ConfigError(
+                path, where, "a TOML date or time is no JSON value: write it as a string"
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(path, where, f"must be a finite number, got {value}")
+        if isinstance(value, Mapping):
+            stack.extend((v, f"{where}.{k}") for k, v in reversed(list(value.items())))
+        elif isinstance(value, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(value))))
 
 
 def check_keys(loaded: LoadedConfig, suites: list[str]) -> None:

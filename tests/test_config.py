@@ -10,6 +10,8 @@ import pytest
 from pydantic import BaseModel
 
 from runner.config import (
+    PROTOCOL_KEYS,
+    SHAPE_KEYS,
     Config,
     EndpointConfig,
     RetryPolicy,
@@ -537,3 +539,222 @@ def test_an_empty_variable_inside_a_longer_value_is_named_beside_the_error(
         "base_url must be an http(s) URL, got '/v1' (base_url: ${PARALLAX_TEST_EMPTY} is empty)",
     )
     assert expected == (err.key, err.reason)
+
+
+# --- what a request is shaped from: templates, params, stream, request_sha ----------------------
+
+
+def _cand(tmp_path: Path, lines: str, base: str = MINIMAL) -> Path:
+    """MINIMAL with `lines` added to the openai-chat endpoint `cand`."""
+    return write(tmp_path, base.replace('model = "cand-model"\n', f'model = "cand-model"\n{lines}'))
+
+
+def test_an_endpoint_shapes_nothing_by_default(tmp_path: Path) -> None:
+    """No template, no params, no stream: the case's own system prompt and prompt are sent."""
+    shape = load_config(write(tmp_path, MINIMAL)).shape("cand")
+    assert (shape.system, shape.user_template, dict(shape.params), shape.stream) == (
+        None,
+        None,
+        {},
+        False,
+    )
+    sent = {"case_id": "c1", "vars": {}, "path": "f.jsonl", "line": 3}
+    assert shape.system_prompt(prompt="Q?", system="Be brief.", **sent) == "Be brief."
+    assert shape.user_prompt(prompt="Q?", system="Be brief.", **sent) == "Q?"
+
+
+def test_templates_inline_and_in_files_are_compiled_at_load(tmp_path: Path) -> None:
+    """`system` inline and `user_template_file` (relative to the config's folder) are compiled
+    when the config loads; the rendered text is what a case is sent."""
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "user.j2").write_text("{{ prompt }} ({{ vars.tone }})\n")
+    path = _cand(
+        tmp_path,
+        'system = "v2: {{ system or \'Answer.\' }}"\nuser_template_file = "prompts/user.j2"\n',
+    )
+    shape = load_config(path).shape("cand")
+    assert shape.user_template is not None and shape.user_template.origin == "prompts/user.j2"
+    sent = {"case_id": "c1", "vars": {"tone": "dry"}, "path": "f.jsonl", "line": 3}
+    assert shape.system_prompt(prompt="Q?", system=None, **sent) == "v2: Answer."
+    assert shape.user_prompt(prompt="Q?", system=None, **sent) == "Q? (dry)\n"
+
+
+def test_a_messages_case_gets_the_system_template_but_no_user_template(tmp_path: Path) -> None:
+    """A conversation (prompt None) is sent as written: the user template does not apply, the
+    system template still gives its system turn."""
+    shape = load_config(_cand(tmp_path, 'system = "S"\nuser_template = "U {{ prompt }}"\n'))
+    sent = {"case_id": "c1", "vars": {}, "path": "f.jsonl", "line": 3}
+    assert shape.shape("cand").user_prompt(prompt=None, system=None, **sent) is None
+    assert shape.shape("cand").system_prompt(prompt=None, system=None, **sent) == "S"
+
+
+def test_an_undefined_name_is_the_cases_error_when_rendered(tmp_path: Path) -> None:
+    """A template compiles with any name; rendering a case without it names the case, the
+    fixture file:line, the name and the template's key (exit 65)."""
+    from runner.errors import FixtureError
+
+    shape = load_config(_cand(tmp_path, 'user_template = "{{ vars.customer }}"\n')).shape("cand")
+    with pytest.raises(FixtureError) as info:
+        shape.user_prompt(case_id="c1", prompt="Q", system=None, vars={}, path="f.jsonl", line=4)
+    expected = (
+        "f.jsonl:4: case 'c1': undefined name 'vars.customer' (in endpoints.cand.user_template)"
+    )
+    assert (expected, 65) == (str(info.value), info.value.exit_code)
+
+
+@pytest.mark.parametrize(
+    ("lines", "key", "reason"),
+    [
+        ('system = "{% if %}"\n', "endpoints.cand.system", "template line 1: "),
+        ('user_template = "{{ x | nope }}"\n', "endpoints.cand.user_template", "template line 1"),
+        ('system = ""\n', "endpoints.cand.system", "must not be empty"),
+        ('system_file = "nope.j2"\n', "endpoints.cand.system_file", "no such file: nope.j2"),
+        (
+            'system = "a"\nsystem_file = "s.j2"\n',
+            "endpoints.cand.system_file",
+            "set endpoints.cand.system or endpoints.cand.system_file, not both",
+        ),
+        (
+            'user_template = "a"\nuser_template_file = "s.j2"\n',
+            "endpoints.cand.user_template_file",
+            "not both",
+        ),
+        ('stream = "sometimes"\n', "endpoints.cand.stream", "valid boolean"),
+        ("params = 3\n", "endpoints.cand.params", "valid dictionary"),
+    ],
+)
+def test_a_template_or_shape_key_that_cannot_work_names_its_key(
+    tmp_path: Path, lines: str, key: str, reason: str
+) -> None:
+    """A template that does not compile, is empty, names no file or is set twice, and a stream
+    or params of the wrong type, each fail at load naming the key (exit 78)."""
+    (tmp_path / "s.j2").write_text("x")
+    err = load_error(tmp_path, textwrap.dedent(_cand(tmp_path, lines).read_text()))
+    assert key == err.key
+    assert reason in err.reason
+
+
+def test_a_template_file_error_names_the_file_and_its_line(tmp_path: Path) -> None:
+    """A template file that does not compile names the key, the file and the line in it."""
+    (tmp_path / "sys.j2").write_text("line one\n{{ oops(\n")
+    err = load_error(tmp_path, _cand(tmp_path, 'system_file = "sys.j2"\n').read_text())
+    assert err.key == "endpoints.cand.system_file"
+    assert err.reason.startswith("sys.j2:2: ")
+
+
+@pytest.mark.parametrize("name", sorted(PROTOCOL_KEYS))
+def test_params_refuse_the_keys_the_protocol_sets(tmp_path: Path, name: str) -> None:
+    """`params.model`, `params.messages`, `params.stream`, ... would send a second value for a
+    key parallax sets (from the endpoint or the case): refused naming it and where it comes from."""
+    err = load_error(tmp_path, _cand(tmp_path, f"params = {{ {name} = 1 }}\n").read_text())
+    assert f"endpoints.cand.params.{name}" == err.key
+    assert err.reason.startswith("is set by parallax from ")
+
+
+@pytest.mark.parametrize(
+    ("value", "key", "reason"),
+    [
+        ("{ at = 1979-05-27T07:32:00Z }", "endpoints.cand.params.at", "a TOML date or time"),
+        ("{ on = 1979-05-27 }", "endpoints.cand.params.on", "a TOML date or time"),
+        ("{ x = { at = 07:32:00 } }", "endpoints.cand.params.x.at", "a TOML date or time"),
+        ("{ stop = ['a', 1979-05-27] }", "endpoints.cand.params.stop[1]", "a TOML date or time"),
+        ("{ top_p = nan }", "endpoints.cand.params.top_p", "must be a finite number, got nan"),
+        ("{ a = 1, b = [inf] }", "endpoints.cand.params.b[0]", "must be a finite number, got inf"),
+    ],
+)
+def test_params_hold_json_values_only(tmp_path: Path, value: str, key: str, reason: str) -> None:
+    """A TOML date or time, or a number that is not finite, has no JSON form: refused at load
+    at its own dotted key, however deep it sits."""
+    err = load_error(tmp_path, _cand(tmp_path, f"params = {value}\n").read_text())
+    assert (key, True) == (err.key, err.reason.startswith(reason))
+
+
+def test_params_are_kept_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """JSON values of any shape pass through unchanged, `${VAR}` read as everywhere."""
+    monkeypatch.setenv("PARALLAX_TEST_EFFORT", "low")
+    text = (
+        'params = { top_p = 0.5, seed = 7, stop = ["\\n"], extra = { a = true }, '
+        'reasoning_effort = "${PARALLAX_TEST_EFFORT}" }\nstream = true\n'
+    )
+    shape = load_config(_cand(tmp_path, text)).shape("cand")
+    expected = {
+        "top_p": 0.5,
+        "seed": 7,
+        "stop": ["\n"],
+        "extra": {"a": True},
+        "reasoning_effort": "low",
+    }
+    assert (expected, True) == (dict(shape.params), shape.stream)
+
+
+@pytest.mark.parametrize("field", SHAPE_KEYS)
+def test_an_http_json_endpoint_refuses_the_chat_shape_keys(tmp_path: Path, field: str) -> None:
+    """An http-json endpoint's body is its body_template: a template, params or stream there
+    would be silently unused, so each is refused naming its key."""
+    (tmp_path / "t.j2").write_text("x")
+    value = {"params": "{ seed = 1 }", "stream": "true"}.get(field, '"t.j2"')
+    http = MINIMAL.replace('kind = "openai-chat"', 'kind = "http-json"').replace(
+        'model = "cand-model"\n',
+        'model = "cand-model"\nbody_template = { q = "{{prompt}}" }\n',
+    )
+    err = load_error(tmp_path, _cand(tmp_path, f"{field} = {value}\n", base=http).read_text())
+    assert f"endpoints.cand.{field}" == err.key
+    assert err.reason.startswith("does not apply to an http-json endpoint")
+
+
+def test_a_recorded_endpoint_carries_the_shape_its_cassette_answers(tmp_path: Path) -> None:
+    """A recorded endpoint stands in for a live one: its templates compile and are pinned."""
+    text = MINIMAL.replace('cassette = "ref.jsonl"', 'cassette = "ref.jsonl"\nsystem = "v1"')
+    shape = load_config(write(tmp_path, text)).shape("ref")
+    assert shape.system is not None and shape.system.source == "v1"
+
+
+def _sha(tmp_path: Path, lines: str) -> str:
+    return load_config(_cand(tmp_path, lines)).shape("cand").request_sha
+
+
+def test_request_sha_is_stable_across_loads(tmp_path: Path) -> None:
+    """The same config loads to the same request_sha, every time."""
+    lines = 'system = "v1 {{ prompt }}"\nparams = { seed = 1, top_p = 0.9 }\n'
+    first = _sha(tmp_path, lines)
+    assert (16, first) == (len(first), _sha(tmp_path, lines))
+    assert first != load_config(write(tmp_path, MINIMAL)).shape("ref").request_sha
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        'system = "v2 {{ prompt }}"\n',
+        'system = "v1 {{ prompt }}"\nuser_template = "{{ prompt }}"\n',
+        'system = "v1 {{ prompt }}"\nparams = { seed = 2 }\n',
+        'system = "v1 {{ prompt }}"\nstream = true\n',
+        'system = "v1 {{ prompt }}"\ntemperature = 0.5\n',
+        'system = "v1 {{ prompt }}"\nmax_tokens = 64\n',
+    ],
+)
+def test_request_sha_moves_with_what_shapes_the_request(tmp_path: Path, lines: str) -> None:
+    """A template edit, params, stream, temperature or max_tokens each move request_sha."""
+    assert _sha(tmp_path, lines) != _sha(tmp_path, 'system = "v1 {{ prompt }}"\n')
+
+
+def test_request_sha_follows_a_template_files_contents_not_its_name(tmp_path: Path) -> None:
+    """Editing a template file moves request_sha; the same text inline or in a file does not."""
+    (tmp_path / "sys.j2").write_text("v1 {{ prompt }}")
+    in_file = _sha(tmp_path, 'system_file = "sys.j2"\n')
+    assert in_file == _sha(tmp_path, 'system = "v1 {{ prompt }}"\n')
+    (tmp_path / "sys.j2").write_text("v1 {{ prompt }}.")
+    assert in_file != _sha(tmp_path, 'system_file = "sys.j2"\n')
+
+
+def test_request_sha_ignores_where_and_how_a_request_is_sent(tmp_path: Path) -> None:
+    """Base URL, headers, timeouts and concurrency change nothing the model is asked."""
+    lines = 'system = "v1"\n'
+    moved = MINIMAL.replace("https://api.example.com/v1", "http://127.0.0.1:9/v1")
+    moved = moved.replace(
+        'api_key_env = "PARALLAX_TEST_KEY"',
+        'api_key_env = "PARALLAX_TEST_KEY"\nconcurrency = 2\nheaders = { X-Team = "a" }',
+    )
+    assert (
+        _sha(tmp_path, lines)
+        == load_config(_cand(tmp_path, lines, moved)).shape("cand").request_sha
+    )
