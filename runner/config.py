@@ -117,6 +117,8 @@ class EndpointConfig(_Strict):
     model: Text | None = None
     api_key_env: Text | None = None
     cassette: Text | None = None
+    # recorded only: the wire format its replies are written in (a live kind is its own)
+    protocol: Literal["openai-chat", "anthropic-messages"] | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     temperature: float = Field(0.0, ge=0)
     max_tokens: int = Field(512, ge=1)
@@ -162,6 +164,8 @@ class EndpointConfig(_Strict):
     def _check_kind(self) -> EndpointConfig:
         if self.kind == "recorded":
             return self
+        if self.protocol is not None:
+            raise ValueError(f"protocol is for a recorded endpoint: {self.kind} is the protocol")
         if not self.base_url:
             raise ValueError(f"{_article(self.kind)} endpoint needs base_url")
         parts = urlsplit(self.base_url)

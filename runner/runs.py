@@ -126,7 +126,13 @@ def build_endpoint(loaded: LoadedConfig, endpoint_name: str, suite: str) -> Endp
         from runner.recorded import RecordedEndpoint, load_cassette
 
         cassette = load_cassette(loaded.resolve(cfg.cassette)) if cfg.cassette else {}
-        return RecordedEndpoint(endpoint_name, suite=suite, model=cfg.model, cassette=cassette)
+        return RecordedEndpoint(
+            endpoint_name,
+            suite=suite,
+            model=cfg.model,
+            cassette=cassette,
+            protocol=cfg.protocol,
+        )
     from runner.client import HttpEndpoint
 
     return HttpEndpoint(endpoint_name, cfg, loaded.api_key(endpoint_name))

@@ -758,3 +758,47 @@ def test_request_sha_ignores_where_and_how_a_request_is_sent(tmp_path: Path) -> 
         _sha(tmp_path, lines)
         == load_config(_cand(tmp_path, lines, moved)).shape("cand").request_sha
     )
+
+
+def test_a_recorded_endpoint_names_the_protocol_its_replies_are_written_in(
+    tmp_path: Path,
+) -> None:
+    """protocol on a recorded endpoint picks the wire format of its cassette's replies; unset,
+    they are openai-chat as they always were."""
+    loaded = load_config(
+        write(
+            tmp_path,
+            MINIMAL.replace(
+                'model = "ref-model"', 'model = "ref-model"\nprotocol = "anthropic-messages"'
+            ),
+        )
+    )
+    plain = load_config(write(tmp_path, MINIMAL))
+    expected = ("anthropic-messages", None)
+    assert expected == (loaded.endpoint("ref").protocol, plain.endpoint("ref").protocol)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "reason"),
+    [
+        (
+            'model = "ref-model"',
+            'model = "ref-model"\nprotocol = "http-json"',
+            "endpoints.ref.protocol",
+            "",
+        ),
+        (
+            'model = "cand-model"',
+            'model = "cand-model"\nprotocol = "anthropic-messages"',
+            "endpoints.cand",
+            "protocol is for a recorded endpoint: openai-chat is the protocol",
+        ),
+    ],
+)
+def test_a_protocol_that_cannot_be_is_refused(
+    tmp_path: Path, old: str, new: str, key: str, reason: str
+) -> None:
+    """protocol takes openai-chat or anthropic-messages, and only on a recorded endpoint."""
+    err = load_error(tmp_path, MINIMAL.replace(old, new, 1))
+    assert key == err.key
+    assert reason in err.reason

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +14,18 @@ import pytest
 
 from runner.adapters import parse
 from runner.errors import DataError
+from runner.history import run_dirs
 from runner.grading import GraderSet
 from runner.model import Case, Exchange, Reply
+from runner.protocols import anthropic_messages, openai_chat, sse
+from runner.protocols.message import (
+    Graded,
+    Message,
+    StreamFold,
+    StreamStatus,
+    ToolCall,
+    graded,
+)
 from runner.recorded import RecordedEndpoint, load_cassette
 from runner.stamps import stamp
 
@@ -324,3 +337,323 @@ def test_a_side_row_answers_only_that_side(tmp_path: Path) -> None:
     ref = anyio.run(endpoint.call, case("c1"), "reference", 0)
     cand = anyio.run(endpoint.call, case("c1"), "candidate", 0)
     assert (content_of(ref), content_of(cand)) == ("shared", "candidate only")
+
+
+# --- tool calls, finish reasons and streams -------------------------------------------------
+
+PROTOCOLS = ("openai-chat", "anthropic-messages")
+WEATHER = {"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}
+
+
+def proto_endpoint(tmp_path: Path, rows: list[dict[str, Any]], protocol: str) -> RecordedEndpoint:
+    cassette = load_cassette(cassette_file(tmp_path, rows))
+    return RecordedEndpoint("cand", suite="s", model="rec-m", cassette=cassette, protocol=protocol)
+
+
+async def played(tmp_path: Path, row: dict[str, Any], protocol: str = "openai-chat") -> Exchange:
+    return await proto_endpoint(tmp_path, [{"case_id": "c1", **row}], protocol).call(
+        case(), "candidate", 0
+    )
+
+
+def folded(exchange: Exchange) -> Message | StreamFold | str:
+    """The body read by the protocol's own fold, as a live reply of that framing is read."""
+    assert exchange.response is not None
+    module = openai_chat if exchange.adapter == "openai-chat" else anthropic_messages
+    if exchange.response.headers["content-type"] == "text/event-stream":
+        return module.fold_stream(exchange.response.body)
+    return module.fold_body(exchange.response.body)
+
+
+def message_of(exchange: Exchange) -> Message:
+    fold = folded(exchange)
+    if isinstance(fold, StreamFold):
+        assert fold.status == StreamStatus.FINISHED, fold.detail
+        return fold.message
+    assert isinstance(fold, Message), fold
+    return fold
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_recorded_tool_calls_are_the_calls_the_protocol_reads(
+    tmp_path: Path, protocol: str
+) -> None:
+    """tool_calls become the protocol's own calls (OpenAI tool_calls, Anthropic tool_use blocks)
+    with ids given or numbered, arguments as recorded, and the protocol's tool finish reason."""
+    second = {"name": "get_time", "arguments": {}, "id": "toolu_9"}
+    ex = await played(tmp_path, {"tool_calls": [WEATHER, second]}, protocol)
+    message = message_of(ex)
+    result = graded(message, expects_json=False)
+    assert isinstance(result, Graded)
+    expected_calls = (
+        ToolCall(id="call_1", name="get_weather", arguments={"city": "Oslo", "unit": "celsius"}),
+        ToolCall(id="toolu_9", name="get_time", arguments={}),
+    )
+    finish = "tool_calls" if protocol == "openai-chat" else "tool_use"
+    assert (expected_calls, None, finish, "ok") == (
+        result.tool_calls,
+        message.content,
+        result.finish_reason,
+        ex.transport,
+    )
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_string_of_arguments_records_malformed_ones(tmp_path: Path, protocol: str) -> None:
+    """arguments given as a string are sent as written: a cut JSON is tool_args_not_json."""
+    call = {"name": "get_weather", "arguments": '{"city": "Os'}
+    ex = await played(tmp_path, {"tool_calls": [call]}, protocol)
+    expected = "tool_args_not_json"
+    assert expected == graded(message_of(ex), expects_json=False)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_recorded_finish_reason_is_the_reply_s(tmp_path: Path, protocol: str) -> None:
+    """finish_reason replaces the protocol's default (stop / end_turn), streamed or not."""
+    whole = await played(tmp_path, {"completion": "cut sh", "finish_reason": "length"}, protocol)
+    sse = await played(
+        tmp_path, {"completion": "cut sh", "finish_reason": "length", "stream": True}, protocol
+    )
+    plain = await played(tmp_path, {"completion": "done"}, protocol)
+    default = "stop" if protocol == "openai-chat" else "end_turn"
+    expected = ("length", "length", default)
+    assert expected == tuple(message_of(x).finish_reason for x in (whole, sse, plain))
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {
+            "completion": "It is 4 degrees in Oslo.",
+            "usage": {"input_tokens": 9, "output_tokens": 7},
+        },
+        {"completion": "Checking.", "tool_calls": [WEATHER], "id": "r-7", "model": "served-9"},
+        {"tool_calls": [WEATHER, {"name": "get_time", "arguments": {"tz": "CET"}}]},
+        {"completion": {"city": "Oslo"}, "system_fingerprint": "fp-1"},
+        {"completion": ""},
+    ],
+    ids=["text+usage", "text+call", "two-calls", "json", "empty"],
+)
+async def test_a_streamed_recording_folds_to_the_reply_sent_whole(
+    tmp_path: Path, protocol: str, reply: dict[str, Any]
+) -> None:
+    """stream true writes the protocol's SSE body (text/event-stream), which folds, finished,
+    into the reply the same row sent whole is: the same graded form and the same facts."""
+    whole = await played(tmp_path, reply, protocol)
+    sse = await played(tmp_path, {**reply, "stream": True}, protocol)
+    assert sse.response is not None
+    expected_end = "data: [DONE]\n\n" if protocol == "openai-chat" else 'message_stop"}\n\n'
+    assert sse.response.body.endswith(expected_end)
+    if protocol == "anthropic-messages":  # Anthropic has no fingerprint to stream or send
+        assert message_of(whole).system_fingerprint is None
+    whole_message, sse_message = message_of(whole), message_of(sse)
+    expects_json = isinstance(reply.get("completion"), dict)
+    assert graded(whole_message, expects_json=expects_json) == graded(
+        sse_message, expects_json=expects_json
+    )
+    facts = ("response_model", "response_id", "system_fingerprint", "usage", "content")
+    for name in facts:
+        assert getattr(whole_message, name) == getattr(sse_message, name), name
+    expected = ("ok", "text/event-stream")
+    assert expected == (sse.transport, sse.response.headers["content-type"])
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_truncated_stream_is_a_lost_connection_with_its_bytes_kept(
+    tmp_path: Path, protocol: str
+) -> None:
+    """fault stream_truncated ends the stream cleanly before its finish event: the stamp a live
+    client gives it, connection_lost with the attempt error stream_truncated, body kept."""
+    ex = await played(
+        tmp_path, {"completion": "Oslo is cold", "fault": "stream_truncated"}, protocol
+    )
+    fold = folded(ex)
+    assert isinstance(fold, StreamFold)
+    assert ex.response is not None
+    expected = ("connection_lost", "stream_truncated", 200, StreamStatus.TRUNCATED, "Oslo is cold")
+    assert expected == (
+        ex.transport,
+        ex.attempts[0].error,
+        ex.response.status,
+        fold.status,
+        fold.message.content,
+    )
+    assert sse.parse(ex.response.body).complete
+    out = stamp(ex, case(), GraderSet.empty())
+    expected_out = ("skipped", None)
+    assert expected_out == (out.schema, out.task_score)
+    assert "stream_truncated" in out.detail
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_malformed_stream_breaks_one_event_and_still_finishes(
+    tmp_path: Path, protocol: str
+) -> None:
+    """fault stream_malformed cuts one event's JSON in half, then finishes as usual: transport
+    ok, and the fold says malformed (schema fail stream_malformed)."""
+    row = {"tool_calls": [WEATHER], "fault": "stream_malformed"}
+    ex = await played(tmp_path, row, protocol)
+    fold = folded(ex)
+    assert isinstance(fold, StreamFold)
+    assert ex.response is not None
+    expected = ("ok", StreamStatus.MALFORMED, "stream_malformed")
+    assert expected == (ex.transport, fold.status, fold.detail)
+    intact = await played(tmp_path, {"tool_calls": [WEATHER], "stream": True}, protocol)
+    assert intact.response is not None
+    broken = sse.parse(ex.response.body).events
+    whole = sse.parse(intact.response.body).events
+    assert len(broken) == len(whole)
+    assert [i for i, (a, b) in enumerate(zip(broken, whole, strict=True)) if a != b] == [1]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "detail"),
+    [
+        ("openai-chat", "stream_error:server_error"),
+        ("anthropic-messages", "stream_error:overloaded_error"),
+    ],
+)
+async def test_a_stream_error_event_is_an_http_error_as_live(
+    tmp_path: Path, protocol: str, detail: str
+) -> None:
+    """fault stream_error sends the provider's in-band error event after the stream's start:
+    http_error with the attempt error naming the error type, as a live stream is stamped."""
+    ex = await played(tmp_path, {"completion": "x", "fault": "stream_error"}, protocol)
+    expected = ("http_error", detail, 200)
+    assert expected == (
+        ex.transport,
+        ex.attempts[0].error,
+        ex.response.status if ex.response else None,
+    )
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_disconnect_cuts_a_stream_mid_event(tmp_path: Path, protocol: str) -> None:
+    """fault disconnect with stream true: connection_lost, the body kept (marked truncated) up to
+    the middle of an event, every event before it as sent."""
+    row = {"completion": "one two three four five six", "stream": True}
+    ex = await played(tmp_path, {**row, "fault": "disconnect"}, protocol)
+    intact = await played(tmp_path, row, protocol)
+    assert ex.response is not None and intact.response is not None
+    cut = sse.parse(ex.response.body)
+    expected = ("connection_lost", "recorded disconnect", True, False)
+    assert expected == (
+        ex.transport,
+        ex.attempts[0].message,
+        ex.response.truncated,
+        cut.complete,
+    )
+    assert intact.response.body.startswith(ex.response.body)
+    assert 0 < len(cut.events) < len(sse.parse(intact.response.body).events)
+    out = stamp(ex, case(), GraderSet.empty())
+    expected = ("skipped", None)
+    assert expected == (out.schema, out.task_score)
+
+
+async def test_a_disconnect_cuts_a_whole_body_in_half(tmp_path: Path) -> None:
+    """fault disconnect without a stream: the JSON body stops half way, connection_lost."""
+    ex = await played(tmp_path, {"completion": "Paris", "fault": "disconnect"})
+    intact = await played(tmp_path, {"completion": "Paris"})
+    assert ex.response is not None and intact.response is not None
+    expected = ("connection_lost", intact.response.body[: len(intact.response.body) // 2])
+    assert expected == (ex.transport, ex.response.body)
+
+
+@pytest.mark.parametrize(
+    ("row", "reason"),
+    [
+        ({"tool_calls": {"name": "f"}}, "tool_calls must be a list of {name, arguments, id?}"),
+        ({"tool_calls": ["f"]}, "tool_calls[0] must be an object with name and arguments"),
+        (
+            {"tool_calls": [{"name": "f", "arguments": {}, "args": 1}]},
+            "tool_calls[0]: unknown key 'args'",
+        ),
+        ({"tool_calls": [{"arguments": {}}]}, "tool_calls[0].name must be a non-empty string"),
+        ({"tool_calls": [{"name": "", "arguments": {}}]}, "tool_calls[0].name must be"),
+        (
+            {"tool_calls": [WEATHER, {"name": "f"}]},
+            "tool_calls[1].arguments must be an object, or a string",
+        ),
+        ({"tool_calls": [{"name": "f", "arguments": [1]}]}, "tool_calls[0].arguments must be"),
+        (
+            {"tool_calls": [{"name": "f", "arguments": {}, "id": 3}]},
+            "tool_calls[0].id must be a non-empty string",
+        ),
+        ({"finish_reason": 1}, "finish_reason must be a non-empty string"),
+        ({"finish_reason": None}, "finish_reason must be a non-empty string"),
+        ({"stream": "yes"}, "stream must be true or false"),
+        ({"body": "{}", "tool_calls": [WEATHER]}, "body is the raw reply as sent: tool_calls"),
+        ({"body": "{}", "finish_reason": "stop"}, "body is the raw reply as sent: finish_reason"),
+        ({"fault": "stream_truncated", "stream": False}, "fault stream_truncated breaks a stream"),
+        (
+            {"fault": "stream_malformed", "body": "data: x\n\n"},
+            "fault stream_malformed writes its own",
+        ),
+        ({"fault": "disconnect", "status": 503}, "fault disconnect breaks a 2xx reply"),
+        ({"fault": "stream_stall"}, "unknown fault 'stream_stall'"),
+    ],
+)
+def test_a_bad_tool_or_stream_key_names_file_and_line(
+    tmp_path: Path, row: dict[str, Any], reason: str
+) -> None:
+    """The new keys are checked when the cassette is read: `path:line: reason`, exit 65."""
+    path = cassette_file(
+        tmp_path, [{"case_id": "c0", "completion": "ok"}, {"case_id": "c1", **row}]
+    )
+    with pytest.raises(DataError) as info:
+        load_cassette(path)
+    assert str(info.value).startswith(f"{path}:2: {reason}")
+    expected = 65
+    assert expected == info.value.exit_code
+
+
+async def test_a_raw_stream_body_is_classified_as_a_live_stream(tmp_path: Path) -> None:
+    """body with stream true is an SSE body as written; one with no finish event is stamped as a
+    live truncated stream would be."""
+    body = 'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+    ex = await played(tmp_path, {"body": body, "stream": True})
+    expected = ("connection_lost", "stream_truncated", "text/event-stream")
+    assert expected == (
+        ex.transport,
+        ex.attempts[0].error,
+        ex.response.headers["content-type"] if ex.response else None,
+    )
+
+
+def test_a_recorded_anthropic_endpoint_runs_offline_in_its_protocol(tmp_path: Path) -> None:
+    """`protocol = "anthropic-messages"` on a recorded endpoint: a real run's exchanges carry
+    Anthropic bodies under that adapter, and they are graded as a live Anthropic reply is."""
+    (tmp_path / "cases.jsonl").write_text(
+        json.dumps(
+            {"id": "c1", "prompt": "Capital of France?", "expect": {"must_include": ["Paris"]}}
+        )
+        + "\n"
+    )
+    cassette_file(tmp_path, [{"case_id": "c1", "completion": "Paris.", "model": "claude-rec"}])
+    (tmp_path / "parallax.toml").write_text(
+        'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
+        '[endpoints.rec]\nkind = "recorded"\nmodel = "claude-rec"\n'
+        'protocol = "anthropic-messages"\ncassette = "cassette.jsonl"\n'
+        '[suites.s]\nfixtures = "cases.jsonl"\nreference = "rec"\ncandidate = "rec"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "--config", "parallax.toml"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (run_dir,) = run_dirs(tmp_path / "runs" / "s")
+    raw = [json.loads(line) for line in (run_dir / "raw.jsonl").read_text().splitlines()]
+    outcomes = [json.loads(line) for line in (run_dir / "outcomes.jsonl").read_text().splitlines()]
+    expected = {("anthropic-messages", "message")}
+    assert expected == {(r["adapter"], json.loads(r["response"]["body"])["type"]) for r in raw}
+    expected_out = {("ok", "ok", 1.0, "claude-rec")}
+    assert expected_out == {
+        (o["transport"], o["schema"], o["task_score"], o["response_model"]) for o in outcomes
+    }
