@@ -1,7 +1,8 @@
 """The `recorded` endpoint: replies from a cassette file, for offline runs and demos.
 
 It returns the same `Exchange` a live call of its protocol would (`openai-chat` unless the
-endpoint says `protocol = "anthropic-messages"`), with the body a server would have sent
+endpoint says `protocol = "anthropic-messages"`; streamed when the endpoint says `stream = true`
+or the row does), with the body a server would have sent
 (`recorded_wire` writes it), so everything above the exchange (stamps, grading, gate) cannot
 tell the difference. A streamed body goes through the same classification a live stream gets
 when it arrives, so a recorded truncated stream is `connection_lost` for the same reason a
@@ -193,12 +194,14 @@ class RecordedEndpoint:
         model: str | None,
         cassette: Mapping[CassetteKey, Mapping[str, Any]],
         protocol: str | None = None,
+        stream: bool = False,
     ) -> None:
         self.name = name
         self._suite = suite
         self._model = model
         self._cassette = cassette
         self._protocol = protocol or OPENAI_CHAT  # what a recorded endpoint always spoke
+        self._stream = stream  # the endpoint's `stream`: a row's own `stream` wins
 
     def _entry(self, case_id: str, side: str, sample: int) -> Mapping[str, Any] | None:
         """The most specific row wins: suite, then side, then sample narrow a match."""
@@ -271,7 +274,7 @@ class RecordedEndpoint:
         fault = entry.get("fault")
         if fault in _TRANSPORT_FAULTS:
             return _Played(str(fault), error="recorded", message=f"recorded {fault}")
-        streamed = bool(entry.get("stream", fault in _STREAM_FAULTS))
+        streamed = bool(entry.get("stream", self._stream or fault in _STREAM_FAULTS))
         status = int(entry.get("status", 200))
         if "body" in entry:
             text = str(entry["body"])

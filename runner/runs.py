@@ -132,6 +132,7 @@ def build_endpoint(loaded: LoadedConfig, endpoint_name: str, suite: str) -> Endp
             model=cfg.model,
             cassette=cassette,
             protocol=cfg.protocol,
+            stream=cfg.stream,
         )
     from runner.client import HttpEndpoint
 

@@ -657,3 +657,23 @@ def test_a_recorded_anthropic_endpoint_runs_offline_in_its_protocol(tmp_path: Pa
     assert expected_out == {
         (o["transport"], o["schema"], o["task_score"], o["response_model"]) for o in outcomes
     }
+
+
+async def test_a_streaming_recorded_endpoint_streams_every_row_unless_one_says_not(
+    tmp_path: Path,
+) -> None:
+    """The endpoint's `stream = true` streams each reply, a fixture completion too; a row with
+    `"stream": false` is sent whole."""
+    rows = [
+        {"case_id": "c1", "completion": "a"},
+        {"case_id": "c2", "completion": "b", "stream": False},
+    ]
+    cassette = load_cassette(cassette_file(tmp_path, rows))
+    ep = RecordedEndpoint("cand", suite="s", model="m", cassette=cassette, stream=True)
+    kinds = []
+    for c in (case("c1"), case("c2"), case("c3", completion="c")):
+        ex = await ep.call(c, "candidate", 0)
+        assert ex.response is not None
+        kinds.append(ex.response.headers["content-type"])
+    expected = ["text/event-stream", "application/json", "text/event-stream"]
+    assert expected == kinds
