@@ -14,8 +14,8 @@ import pytest
 
 from runner.adapters import parse
 from runner.errors import DataError
-from runner.history import run_dirs
 from runner.grading import GraderSet
+from runner.history import run_dirs
 from runner.model import Case, Exchange, Reply
 from runner.protocols import anthropic_messages, openai_chat, sse
 from runner.protocols.message import (
