@@ -29,7 +29,8 @@ Adder = Callable[[str, str], "argparse.ArgumentParser"]
 
 _VERDICT = """  0   clean
   1   review needed: disagreement_changed, alias_swap, a stratum alert,
-      a significant regression when fail_on asks for it
+      a significant regression when fail_on asks for it, a reference whose
+      request changed
   2   incomplete: transport or schema misses (infrastructure, not quality)
   3   both 1 and 2
 """
@@ -164,6 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
     """`run --resume` and `run --retry-unscored`: one suite, the one the run dir is of."""
     from runner.config import check_files, check_keys
+    from runner.requestsha import request_problem
     from runner.runs import config_for_run, print_summary, read_manifest, run_suite, unscored_keys
     from runner.shutdown import Interrupted
 
@@ -177,6 +179,9 @@ def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
         raise UsageError(f"{run_dir}: every row was scored; nothing to retry")
     if args.suite and args.suite != suite:
         raise UsageError(f"{run_dir}: is a run of suite {suite!r}, not {args.suite!r}")
+    if args.retry_unscored and (why := request_problem(loaded, suite, manifest)) is not None:
+        # its scored rows are copied: with a moved request one verdict would mix two prompts
+        raise UsageError(f"{run_dir}: cannot retry: {why}; start a new run instead")
     check_files(loaded)
     check_keys(loaded, [suite])
     if shutdown.signal is not None:

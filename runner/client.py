@@ -460,11 +460,13 @@ class HttpEndpoint:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         rng: random.Random | None = None,
+        request_sha: str | None = None,
     ) -> None:
         if cfg.kind == "recorded":
             raise ValueError(f"endpoint {name!r} is recorded, not a live HTTP endpoint")
         self.name = name
         self._cfg = cfg
+        self._request_sha = request_sha  # what its requests are shaped by (config.RequestShape)
         self._url = request_url(cfg)
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter, not crypto
         # the endpoint's served-model header is kept too: replay reads the served model from it
@@ -565,6 +567,7 @@ class HttpEndpoint:
             elapsed_ms=round((time.monotonic() - t0) * 1000),
             answer_pointer=self._cfg.answer_pointer if self._cfg.kind == "http-json" else None,
             served_model_header=self._cfg.served_model_header,
+            request_sha=self._request_sha,
         )
 
     async def _pace(self) -> None:

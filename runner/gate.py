@@ -71,6 +71,9 @@ class SideView:
     # sample that fell back to another model is drift too. In memory only: the gate and the
     # alerts read it, the files do not.
     models: tuple[str | None, ...] = ()
+    # the request_sha its calls were shaped by (None: rows from before it was recorded); one
+    # per side, since a run is never resumed or retried under another request
+    request_sha: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,6 +89,7 @@ class SideView:
             "system_fingerprint": self.system_fingerprint,
             "samples": self.samples,
             "detail": self.detail,
+            "request_sha": self.request_sha,
         }
 
 
@@ -102,8 +106,9 @@ def _fold_one(row: Outcome) -> SideView:
     and this runs for every call (tests/test_gate.py checks the two agree)."""
     model, fingerprint = shared(row.response_model or None), shared(row.system_fingerprint or None)
     models = (model,) if _names_a_model(row) else ()
+    request = shared(row.request_sha)
     if row.transport != Transport.OK or not row.admitted:
-        return _unscored(row, model, fingerprint, 1, models)
+        return _unscored(row, model, fingerprint, 1, models, request=request)
     assert row.task_score is not None  # admitted
     stable = tuple(sorted({shared(m) for m in row.misses}))
     return _scored(
@@ -115,6 +120,7 @@ def _fold_one(row: Outcome) -> SideView:
         fingerprint=fingerprint,
         samples=1,
         models=models,
+        request=request,
     )
 
 
@@ -128,8 +134,9 @@ def _fold_many(outcomes: Sequence[Outcome]) -> SideView:
     fingerprint = shared(next((o.system_fingerprint for o in rows if o.system_fingerprint), None))
     served = {shared(o.response_model or None) for o in rows if _names_a_model(o)}
     models = tuple(sorted(served, key=_model_order))
+    request = shared(next((o.request_sha for o in rows if o.request_sha), None))
     if bad is not None or not rows:
-        return _unscored(bad, model, fingerprint, len(rows), models)
+        return _unscored(bad, model, fingerprint, len(rows), models, request=request)
     counts: dict[str, int] = {}
     for row in rows:
         for miss in set(row.misses):
@@ -147,6 +154,7 @@ def _fold_many(outcomes: Sequence[Outcome]) -> SideView:
         fingerprint=fingerprint,
         samples=len(rows),
         models=models,
+        request=request,
     )
 
 
@@ -166,6 +174,8 @@ def _unscored(
     fingerprint: str | None,
     samples: int,
     models: tuple[str | None, ...],
+    *,
+    request: str | None,
 ) -> SideView:
     """An unadmitted side, named by its first failing row (or by having no row at all)."""
     return SideView(
@@ -182,6 +192,7 @@ def _unscored(
         samples=samples,
         detail=shared(bad.detail) if bad else "no outcome",
         models=models,
+        request_sha=request,
     )
 
 
@@ -195,6 +206,7 @@ def _scored(
     fingerprint: str | None,
     samples: int,
     models: tuple[str | None, ...],
+    request: str | None,
 ) -> SideView:
     """An admitted side; it passes when most of its samples did."""
     return SideView(
@@ -211,6 +223,7 @@ def _scored(
         samples=samples,
         detail=shared(",".join(stable)) if stable else "ok",
         models=models,
+        request_sha=request,
     )
 
 
@@ -254,6 +267,7 @@ class Folds:
                 outcome.detail,
                 outcome.response_model,
                 outcome.system_fingerprint,
+                outcome.request_sha,
             )
             view = self._ones.get(seen)
             if view is None:
@@ -312,6 +326,7 @@ def _lean(outcome: Outcome, case: CaseRef) -> Outcome:
         http_status=None,
         attempts=outcome.attempts,
         elapsed_ms=0,
+        request_sha=shared(outcome.request_sha),
     )
 
 

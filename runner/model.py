@@ -156,6 +156,7 @@ class Exchange:
     # the response header naming the served model, as the endpoint configured it: None when it
     # named none (known gateways' headers are read), "" for the body's `model` only
     served_model_header: str | None = None
+    request_sha: str | None = None  # the endpoint's request shaping (templates.request_sha)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -193,6 +194,7 @@ class Exchange:
             elapsed_ms=int(data["elapsed_ms"]),
             answer_pointer=_opt_str(data, "answer_pointer"),
             served_model_header=_opt_str(data, "served_model_header"),
+            request_sha=_opt_str(data, "request_sha"),
         )
 
 
@@ -218,6 +220,7 @@ class Outcome:
     attempts: int
     elapsed_ms: int
     usage: Mapping[str, Any] | None = None
+    request_sha: str | None = None  # copied from the exchange
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -265,6 +268,7 @@ class Outcome:
             attempts=int(data.get("attempts", 1)),
             elapsed_ms=int(data.get("elapsed_ms", 0)),
             usage=data.get("usage"),
+            request_sha=_opt_str(data, "request_sha"),
         )
 
 

@@ -195,6 +195,7 @@ class RecordedEndpoint:
         cassette: Mapping[CassetteKey, Mapping[str, Any]],
         protocol: str | None = None,
         stream: bool = False,
+        request_sha: str | None = None,
     ) -> None:
         self.name = name
         self._suite = suite
@@ -202,6 +203,7 @@ class RecordedEndpoint:
         self._cassette = cassette
         self._protocol = protocol or OPENAI_CHAT  # what a recorded endpoint always spoke
         self._stream = stream  # the endpoint's `stream`: a row's own `stream` wins
+        self._request_sha = request_sha  # the request its cassette answers, as configured
 
     def _entry(self, case_id: str, side: str, sample: int) -> Mapping[str, Any] | None:
         """The most specific row wins: suite, then side, then sample narrow a match."""
@@ -241,6 +243,7 @@ class RecordedEndpoint:
             response=response,
             started_at=datetime.now(UTC).isoformat(),
             elapsed_ms=0,
+            request_sha=self._request_sha,
         )
 
     def _reply(self, case: Case, entry: Mapping[str, Any]) -> RecordedReply:

@@ -40,6 +40,7 @@ from runner.history import (
 )
 from runner.ledger import read_json_map, read_json_object, read_jsonl, write_atomic
 from runner.model import ROW_ERRORS, SIDES, STRATA, Exchange, Response
+from runner.requestsha import REFERENCE, request_lines
 from runner.text import visible
 
 TREND_RUNS = 14
@@ -539,11 +540,15 @@ def _models_html(rep: RunReport) -> str:
         rows.append(
             f"<tr><td>{e(side)}</td><td class='mono'>{e(ep.get('name') or '-')}</td>"
             f"<td class='mono'>{e(ep.get('model') or '-')}</td>"
+            f"<td class='mono'>{e(ep.get('request_sha') or '-')}</td>"
             f"<td class='mono'>{e(', '.join(map(str, models)) or '-')}</td></tr>"
         )
+    # the candidate's request moving is the change under test: said here, not under review
+    changed = "".join(f"<p>{e(line)}</p>" for line in request_lines(rep.summary, "candidate"))
     return (
         '<div class="card"><table><tr><th>side</th><th>endpoint</th><th>requested alias</th>'
-        f"<th>served model(s)</th></tr>{''.join(rows)}</table></div>"
+        f"<th>request_sha</th><th>served model(s)</th></tr>{''.join(rows)}</table>"
+        f"{changed}</div>"
     )
 
 
@@ -728,12 +733,13 @@ def html_parts(rep: RunReport) -> Iterator[str]:
     verdict = str(s.get("verdict") or "unknown")
     colour = VERDICT_COLOURS.get(verdict, "#334155")
     review = rep.cases_in(REVIEW_ORDER)
-    review_html = (
-        "".join(_case_html(rep, k, v) for k, v in review)
-        + _more(rep.total(REVIEW_ORDER) - len(review))
-        if review
-        else '<p class="muted">Nothing moved against the accepted snapshot.</p>'
-    )
+    # a reference whose request moved needs review whatever its cases' gate classes
+    moved = "".join(f"<p><b>{e(line)}</b></p>" for line in request_lines(s, REFERENCE))
+    review_html = moved + "".join(_case_html(rep, k, v) for k, v in review)
+    if review:
+        review_html += _more(rep.total(REVIEW_ORDER) - len(review))
+    elif not moved:
+        review_html = '<p class="muted">Nothing moved against the accepted snapshot.</p>'
     notes_html = (
         "<ul class='small muted'>" + "".join(f"<li>{e(n)}</li>" for n in rep.notes) + "</ul>"
         if rep.notes
@@ -895,6 +901,8 @@ def render_markdown(rep: RunReport) -> str:
             "| " + " | ".join(md_text(counts.get(g)) for g in shown) + " |",
             "",
         ]
+    if changed := request_lines(s):
+        lines += [f"- {md_text(line, 200)}" for line in changed] + [""]
     review = rep.cases_in(REVIEW_ORDER)
     if review:
         lines += [

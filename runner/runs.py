@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from runner import __version__, logs
+from runner import __version__, logs, requestsha
 from runner.ceiling import detect, strata_rates
 from runner.config import LoadedConfig, Thresholds, load_config
 from runner.errors import ConfigError, DataError, UsageError
@@ -122,6 +122,7 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
 def build_endpoint(loaded: LoadedConfig, endpoint_name: str, suite: str) -> Endpoint:
     """A recorded cassette or a live client, behind the same interface."""
     cfg = loaded.endpoint(endpoint_name)
+    sha = loaded.shape(endpoint_name).request_sha
     if cfg.kind == "recorded":
         from runner.recorded import RecordedEndpoint, load_cassette
 
@@ -133,10 +134,11 @@ def build_endpoint(loaded: LoadedConfig, endpoint_name: str, suite: str) -> Endp
             cassette=cassette,
             protocol=cfg.protocol,
             stream=cfg.stream,
+            request_sha=sha,
         )
     from runner.client import HttpEndpoint
 
-    return HttpEndpoint(endpoint_name, cfg, loaded.api_key(endpoint_name))
+    return HttpEndpoint(endpoint_name, cfg, loaded.api_key(endpoint_name), request_sha=sha)
 
 
 def _public_url(url: str | None) -> str | None:
@@ -181,7 +183,7 @@ def resume_problem(loaded: LoadedConfig, suite: str, manifest: Mapping[str, Any]
         return "the fixtures changed since it started"
     if manifest.get("samples") != cfg.samples:
         return "samples changed since it started"
-    return None
+    return requestsha.request_problem(loaded, suite, manifest)
 
 
 RUN_STAMP = "%Y%m%dT%H%M%SZ"  # a run dir's name starts with its start, so names sort by it
@@ -227,6 +229,7 @@ def manifest_for(
             "kind": ep.kind,
             "base_url": _public_url(ep.base_url),
             "model": ep.model,
+            "request_sha": loaded.shape(name).request_sha,
         }
     return {
         "version": MANIFEST_VERSION,
@@ -500,9 +503,17 @@ def finalize(
     overall = tests["overall"]
     regression = bool(overall["significant"]) and (overall["diff"] or 0) < 0
     gate_on_regression = regression and "significant_regression" in suite.fail_on
-    needs_review = bool(review) or any(stratum_alerts.values()) or gate_on_regression
+    requests = requestsha.request_changes(
+        results, snapshot
+    )  # a moved reference request needs review
+    needs_review = (
+        bool(review)
+        or any(stratum_alerts.values())
+        or gate_on_regression
+        or requestsha.reference_changed(requests)
+    )
     exit_code = (1 if needs_review else 0) | (2 if incomplete else 0)
-    _log_alerts(log, results, snapshot, stratum_alerts, strata)
+    _log_alerts(log, results, snapshot, stratum_alerts, strata, requests=requests)
     if regression:
         log.warning(
             logs.ALERT_SIGNIFICANT_REGRESSION,
@@ -547,6 +558,7 @@ def finalize(
         "strata": strata,
         "stratum_alerts": stratum_alerts,
         "served_models": served,
+        "request_changed": requests,
         "unscored": unscored_summary(results),
         "paired": tests,
         "significant_regression": regression,
@@ -607,6 +619,8 @@ def _log_alerts(
     snapshot: Mapping[str, Any],
     stratum_alerts: Mapping[str, list[str]],
     strata: Mapping[str, Any],
+    *,
+    requests: Mapping[str, Sequence[Mapping[str, Any]]],
 ) -> None:
     changed = [v for v in results if v.gate == "disagreement_changed"]
     if changed:
@@ -620,7 +634,10 @@ def _log_alerts(
     # changed first (`alias_swap`).
     moved = [v.case_id for v in results if _reference_moved(v, snapshot.get(v.case_id))]
     if moved:
-        log.warning(logs.ALERT_REFERENCE_MOVED, count=len(moved), case_ids=moved)
+        log.warning(
+            logs.ALERT_REFERENCE_MOVED, reason="misses_moved", count=len(moved), case_ids=moved
+        )
+    requestsha.log_alerts(log, requests)  # its request moved: the frozen path moved too
     # by the stamp, not the gate class: a new or edited case that timed out pages too
     unscored: dict[str, dict[str, str]] = {TRANSPORT_MISS: {}, SCHEMA_MISS: {}}
     for v in results:
@@ -675,6 +692,7 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
         if ids := strings_of(summary.get(key)):
             more = f" (+{len(ids) - SHOWN} more)" if len(ids) > SHOWN else ""
             lines.append(f"  {key.replace('_', ' ')}: {', '.join(ids[:SHOWN])}{more}")
+    lines.extend(f"  {line}" for line in requestsha.request_lines(summary))
     lines.extend(why_lines(summary))  # what kept the incomplete ones unscored, per side
     for side, alerts in mapping_of(summary.get("stratum_alerts")).items():
         if alerts := strings_of(alerts):

@@ -24,7 +24,10 @@ from runner.jsontext import loads
 from runner.ledger import read_json_object, write_json
 from runner.text import holds_surrogate, may_hold_surrogates
 
-SNAPSHOT_VERSION = 2  # 2 added `promoted_calls_at`
+# 2 added `promoted_calls_at`; an entry's `requests` (each side's request_sha) came later, as
+# an optional key: a version 2 reader that predates it ignores it, and an entry without it
+# records no request (never read as a change)
+SNAPSHOT_VERSION = 2
 READ_VERSIONS = (1, 2)  # a version 1 snapshot is read as it is; its calls' time is its run's name
 FROM_PARENT = ("replay", "retry")  # modes whose verdicts stand on (mostly) their parent's calls
 SHOWN = 5  # cases a refusal names before it counts the rest
@@ -83,7 +86,7 @@ _LISTS = (
     *("disagreement", "reference_misses", "candidate_misses"),
     *("reference_noise", "candidate_noise"),
 )
-_SIDE_MAPS = ("models", "system_fingerprints")
+_SIDE_MAPS = ("models", "system_fingerprints", "requests")
 
 
 def entry_problem(entry: Any) -> str | None:
@@ -125,6 +128,8 @@ def entry_for(verdict: Mapping[str, Any]) -> dict[str, Any]:
             "reference": ref["system_fingerprint"],
             "candidate": cand["system_fingerprint"],
         },
+        # the request each side was shaped by (absent from a map written before it was kept)
+        "requests": {"reference": ref.get("request_sha"), "candidate": cand.get("request_sha")},
     }
 
 
@@ -207,7 +212,7 @@ def promote(
             changes = {
                 "added": sorted(set(new) - set(old)),
                 "removed": sorted(set(old) - set(new)),
-                "changed": sorted(c for c in set(new) & set(old) if new[c] != old[c]),
+                "changed": sorted(c for c in set(new) & set(old) if _changed(old[c], new[c])),
                 "kept_unscored": sorted(c for c in unscored if c in old),
                 # unscored and never accepted: still `new_case` on the next run
                 "left_out_unscored": sorted(c for c in unscored if c not in old),
@@ -235,6 +240,14 @@ def promote(
     except OSError as exc:  # the old snapshot stays whole: the write is atomic
         raise DataError(path, f"cannot write the snapshot: {exc.strerror or exc}") from None
     return changes
+
+
+def _changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether promote changes what a case's entry accepts. Recording the requests of an entry
+    that had none is no change, as the gate reads no recorded request as none."""
+    if "requests" not in old:
+        new = {key: value for key, value in new.items() if key != "requests"}
+    return dict(old) != dict(new)
 
 
 def _stale_fixtures(

@@ -70,4 +70,5 @@ def stamp(exchange: Exchange, case: Case, graders: GraderSet) -> Outcome:
         attempts=len(exchange.attempts),
         elapsed_ms=exchange.elapsed_ms,
         usage=facts.usage,
+        request_sha=exchange.request_sha,
     )

@@ -47,6 +47,7 @@ def outcome(
     response_model: str | None = "model-ref",
     fingerprint: str | None = None,
     detail: str = "ok",
+    request_sha: str | None = None,
 ) -> Outcome:
     return Outcome(
         case_id="c1",
@@ -66,6 +67,7 @@ def outcome(
         http_status=200 if transport == "ok" else None,
         attempts=1,
         elapsed_ms=5,
+        request_sha=request_sha,
     )
 
 
@@ -596,6 +598,7 @@ def test_a_changed_stable_miss_is_still_disagreement_changed() -> None:
     misses=st.lists(st.sampled_from(["a", "b", "missing:x"]), max_size=4),
     model=st.none() | st.sampled_from(["", "m-1"]),
     fingerprint=st.none() | st.sampled_from(["", "fp"]),
+    request_sha=st.none() | st.sampled_from(["r" * 16]),
 )
 def test_the_one_sample_fold_agrees_with_the_general_one(
     transport: str,
@@ -604,6 +607,7 @@ def test_the_one_sample_fold_agrees_with_the_general_one(
     misses: list[str],
     model: str | None,
     fingerprint: str | None,
+    request_sha: str | None,
 ) -> None:
     """The fast path for one sample is the general fold of a one-row list, field for field."""
     from runner.gate import _fold_many, _fold_one
@@ -616,6 +620,7 @@ def test_the_one_sample_fold_agrees_with_the_general_one(
         response_model=model,
         fingerprint=fingerprint,
         detail="some detail",
+        request_sha=request_sha,
     )
     assert _fold_many([row]) == _fold_one(row)
 
@@ -629,6 +634,7 @@ row_fields = st.fixed_dictionaries(
         "response_model": st.none() | st.sampled_from(["m-1", "m-2"]),
         "fingerprint": st.none() | st.sampled_from(["fp"]),
         "detail": st.sampled_from(["ok", "a", "timeout: 30s"]),
+        "request_sha": st.none() | st.sampled_from(["r1" * 8, "r2" * 8]),
     }
 )
 
@@ -643,3 +649,17 @@ def test_folds_of_one_sample_give_each_side_its_own_fold(rows: list[dict[str, An
         folds.add(row, CaseRef(f"c{i}", None, SHA, i + 1, 0, 0, b""))
         expected[f"c{i}"] = fold((row,))
     assert {case_id: folds.view(case_id, "reference") for case_id in expected} == expected
+
+
+def test_a_side_keeps_the_request_sha_its_calls_were_shaped_by() -> None:
+    """Scored or not, one sample or several, a side's fold names its rows' request_sha, and
+    disagreement.json carries it for promote to accept; rows without one give None."""
+    sha = "5" * 16
+    for rows in (
+        [outcome(request_sha=sha)],
+        [outcome(transport="timeout", task_score=None, request_sha=sha)],
+        [outcome(sample=0, request_sha=sha), outcome(sample=1, request_sha=sha)],
+    ):
+        view = fold(rows)
+        assert (view.request_sha, view.to_json()["request_sha"]) == (sha, sha)
+    assert fold([outcome()]).request_sha is None

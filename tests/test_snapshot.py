@@ -183,6 +183,7 @@ def test_promote_writes_every_admitted_case_and_reports_additions(tmp_path: Path
         "candidate_noise": [],
         "models": {"reference": "ref-model", "candidate": "cand-model"},
         "system_fingerprints": {"reference": "fp", "candidate": "fp"},
+        "requests": {"reference": None, "candidate": None},
     }
     assert expected_c1 == doc["cases"]["c1"]
     assert {"c1": expected_c1, "c2": entry_for(cases["c2"])} == load_snapshot(snapshots / "s.json")
@@ -485,3 +486,21 @@ def test_promote_refuses_a_run_of_fixtures_that_are_not_todays(tmp_path: Path) -
     changes = promote(forced, snapshots, suite="s", today=today, force=True)
     expected_rolled = ["c1", "c3"]
     assert expected_rolled == changes["rolled_back"]
+
+
+def test_recording_requests_in_an_entry_that_had_none_is_no_change(tmp_path: Path) -> None:
+    """An entry promoted before requests were recorded gains them on the next promote without
+    being listed as changed; a request that differs from a recorded one is a change."""
+    snapshots = tmp_path / "snapshots"
+    promote(run_dir(tmp_path, {"c1": verdict(["a"], ["a"])}, "run1"), snapshots, suite="s")
+    path = snapshots / "s.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    del doc["cases"]["c1"]["requests"]
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    again = verdict(["a"], ["a"])
+    again["reference"]["request_sha"] = "1" * 16
+    assert promote(run_dir(tmp_path, {"c1": again}, "run2"), snapshots, suite="s")["changed"] == []
+    assert load_snapshot(path)["c1"]["requests"] == {"reference": "1" * 16, "candidate": None}
+    again["reference"]["request_sha"] = "2" * 16
+    changes = promote(run_dir(tmp_path, {"c1": again}, "run3"), snapshots, suite="s")
+    assert changes["changed"] == ["c1"]
