@@ -504,8 +504,11 @@ def _shape(path: Path, name: str, ep: EndpointConfig) -> RequestShape:
     user = load_template(
         path, base_dir, f"{key}.user_template", inline=ep.user_template, file=ep.user_template_file
     )
+    # a recorded endpoint stands in for a live one of its protocol: swapping one for the other
+    # (the same model, templates and params) is the same request
+    protocol = ep.kind if ep.kind != "recorded" else ep.protocol or "openai-chat"
     sha = request_sha(
-        protocol=ep.kind,
+        protocol=protocol,
         model_alias=ep.model,
         system=system.source if system is not None else None,
         user_template=user.source if user is not None else None,

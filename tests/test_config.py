@@ -802,3 +802,18 @@ def test_a_protocol_that_cannot_be_is_refused(
     err = load_error(tmp_path, MINIMAL.replace(old, new, 1))
     assert key == err.key
     assert reason in err.reason
+
+
+def test_a_recorded_endpoint_has_the_request_sha_of_the_live_one_it_stands_in_for(
+    tmp_path: Path,
+) -> None:
+    """A cassette of an openai-chat endpoint's replies, with the same model and templates, pins
+    the same request; a recorded endpoint of another protocol pins another."""
+    live = load_config(_cand(tmp_path, 'system = "v1"\n')).shape("cand").request_sha
+    recorded = MINIMAL.replace('cassette = "ref.jsonl"', 'cassette = "ref.jsonl"\nsystem = "v1"')
+    recorded = recorded.replace('model = "ref-model"', 'model = "cand-model"')
+    assert live == load_config(write(tmp_path, recorded)).shape("ref").request_sha
+    other = recorded.replace(
+        'kind = "recorded"', 'kind = "recorded"\nprotocol = "anthropic-messages"'
+    )
+    assert live != load_config(write(tmp_path, other)).shape("ref").request_sha
