@@ -29,7 +29,7 @@ import random
 import re
 import time
 import zlib
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -450,6 +450,9 @@ class HttpEndpoint:
     One AsyncClient per endpoint (connection reuse across thousands of calls), a capacity
     limiter shrunk on 429 and grown back on success (AIMD), and optional even pacing for
     `rpm`. The secret lives only in the client's default headers, never in an Exchange.
+
+    `now` and `sleep` are the loop clock the pacing, the retry waits and AIMD go by; a test
+    passes a fake pair to read the start times and waits the endpoint decided on.
     """
 
     def __init__(
@@ -461,6 +464,8 @@ class HttpEndpoint:
         transport: httpx.AsyncBaseTransport | None = None,
         rng: random.Random | None = None,
         request_sha: str | None = None,
+        now: Callable[[], float] = anyio.current_time,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
         if cfg.kind == "recorded":
             raise ValueError(f"endpoint {name!r} is recorded, not a live HTTP endpoint")
@@ -469,6 +474,8 @@ class HttpEndpoint:
         self._request_sha = request_sha  # what its requests are shaped by (config.RequestShape)
         self._url = request_url(cfg)
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter, not crypto
+        self._now = now
+        self._sleep = sleep
         # the endpoint's served-model header is kept too: replay reads the served model from it
         header = cfg.served_model_header
         self._kept = _KEPT_HEADERS | ({header} if header else frozenset())
@@ -550,7 +557,7 @@ class HttpEndpoint:
             )
             if not decision.retry:
                 break
-            await anyio.sleep(decision.wait)
+            await self._sleep(decision.wait)
         return Exchange(
             case_id=case.id,
             side=side,
@@ -577,11 +584,11 @@ class HttpEndpoint:
         """
         if not self._interval:
             return
-        now = anyio.current_time()
+        now = self._now()
         slot = max(now, self._next_start)
         self._next_start = slot + self._interval
         if slot > now:
-            await anyio.sleep(slot - now)
+            await self._sleep(slot - now)
 
     async def _attempt(self, n: int, content: bytes) -> _Try:
         await self._pace()
@@ -600,7 +607,7 @@ class HttpEndpoint:
         try:
             if n == 1 and not may_start():  # a stop came while it waited its turn: not sent
                 raise NotStarted
-            begun = anyio.current_time()
+            begun = self._now()
             t0 = time.monotonic()
             try:
                 with anyio.fail_after(self._cfg.deadline):
@@ -673,7 +680,7 @@ class HttpEndpoint:
                 return
             old, self._limit = self._limit, max(1, self._limit // 2)
             self._limiter.total_tokens = self._limit
-            self._last_cut = anyio.current_time()
+            self._last_cut = self._now()
             self._log.warning(logs.ENDPOINT_BACKOFF, endpoint=self.name, old=old, new=self._limit)
             return
         if stamp != Transport.OK or self._limit >= self._max_limit:
