@@ -18,6 +18,9 @@ Modes (`<name>[:<arg>[:<arg>]]`):
 
     ok                     200 chat completion (content scripted, see below)
     slow:<s>               sleep s seconds, then as ok
+    together:<n>[:<s>]     hold until n requests have been in flight at once, s (0) seconds
+                           more, then as ok: an overlap a test asserts is there however
+                           slowly the client's requests arrive
     hang                   read the request, never answer (read timeout)
     gate:<name>            hold the reply until the test opens `server.gate(name)`, then as ok
     drip                   200 headers, then one byte every 0.2 s forever (per-call deadline)
@@ -134,7 +137,6 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
-    at: float  # time.monotonic() when the request was fully read
 
     @property
     def mode(self) -> str:
@@ -192,6 +194,7 @@ class FaultServer:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self._inflight_rose = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
         self._threads: list[threading.Thread] = []
@@ -218,6 +221,8 @@ class FaultServer:
 
     def stop(self) -> None:
         self._stop.set()
+        with self._inflight_rose:  # wakes the `together` requests still waiting
+            self._inflight_rose.notify_all()
         accept, workers = self._threads[:1], self._threads[1:]
         if self._sock is not None:  # wakes the accept loop now rather than at its next poll
             with contextlib.suppress(OSError):
@@ -301,6 +306,7 @@ class FaultServer:
                     self.requests.append(request)
                     self._inflight += 1
                     self.max_inflight = max(self.max_inflight, self._inflight)
+                    self._inflight_rose.notify_all()
                 try:
                     keep = self._respond(conn, request)
                 finally:
@@ -334,7 +340,7 @@ class FaultServer:
                 return None
             body += chunk
         buf[:] = body[length:]
-        return Received(method, path, headers, bytes(body[:length]), time.monotonic())
+        return Received(method, path, headers, bytes(body[:length]))
 
     def _respond(self, conn: socket.socket, req: Received) -> bool:
         """Act out the mode; False when the connection must not be reused."""
@@ -357,6 +363,15 @@ class FaultServer:
             return self._ok(conn, req)
         if name == "slow":
             if self._stop.wait(float(arg or "1")):
+                return False
+            return self._ok(conn, req)
+        if name == "together":
+            count, _, more = arg.partition(":")
+            with self._inflight_rose:
+                self._inflight_rose.wait_for(
+                    lambda: self.max_inflight >= int(count) or self._stop.is_set()
+                )
+            if self._stop.wait(float(more or "0")):
                 return False
             return self._ok(conn, req)
         if name == "hang":

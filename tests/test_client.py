@@ -551,7 +551,7 @@ async def test_a_burst_of_429s_halves_the_limit_once(fault_server: FaultServer) 
 @pytest.mark.anyio
 async def test_concurrency_bounds_requests_in_flight(fault_server: FaultServer) -> None:
     """No more than `concurrency` requests are in flight at once."""
-    cfg = make_cfg(fault_server.url("slow:0.15"), concurrency=2)
+    cfg = make_cfg(fault_server.url("together:2:0.15"), concurrency=2)
     endpoint = HttpEndpoint("ep", cfg, KEY)
     try:
         with anyio.fail_after(10):

@@ -31,6 +31,8 @@ FAST_RETRY = (
     "retry_after_cap = 0.05 }"
 )
 TIMEOUTS = "{ connect = 1.0, read = 0.6, write = 1.0, pool = 2.0 }"
+# for a run held at `gate:<name>` calls until the test lets it go on: no timeout may end the wait
+PATIENT = "{ connect = 30.0, read = 30.0, write = 30.0, pool = 30.0 }"
 
 
 def write_suite(root: Path, n: int) -> list[str]:
@@ -56,6 +58,8 @@ def write_config(
     concurrency: int = 4,
     extra: str = "",
     key_env: str | None = None,
+    timeout: str = TIMEOUTS,
+    deadline: float = 1.2,
 ) -> Path:
     key_line = f'api_key_env = "{key_env}"' if key_env else ""
     text = f"""
@@ -67,9 +71,9 @@ kind = "openai-chat"
 base_url = "{ref_url}"
 model = "ref-model"
 concurrency = {concurrency}
-deadline = 1.2
+deadline = {deadline}
 max_response_bytes = 2048
-timeout = {TIMEOUTS}
+timeout = {timeout}
 retry = {FAST_RETRY}
 {key_line}
 
@@ -78,9 +82,9 @@ kind = "openai-chat"
 base_url = "{cand_url}"
 model = "cand-model"
 concurrency = {concurrency}
-deadline = 1.2
+deadline = {deadline}
 max_response_bytes = 2048
-timeout = {TIMEOUTS}
+timeout = {timeout}
 retry = {FAST_RETRY}
 {key_line}
 {extra}
@@ -413,8 +417,8 @@ def test_both_sides_of_a_case_are_in_flight_together(
     write_suite(tmp_path, 3)
     config = write_config(
         tmp_path,
-        fault_server.url("slow:0.3", "ref"),
-        fault_server.url("slow:0.3", "cand"),
+        fault_server.url("together:2", "ref"),
+        fault_server.url("together:2", "cand"),
         concurrency=1,
     )
     _, code, _ = run_suite(load_config(config), "live")
@@ -524,13 +528,18 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(
 ) -> None:
     """A run killed mid-flight and resumed ends with the rows of an uninterrupted run."""
     prompts = write_suite(tmp_path, 40)
-    for prompt in prompts[::5]:
-        fault_server.prompt_modes[prompt] = "garbage"
+    for i, prompt in enumerate(prompts):
+        if i % 5 == 0:
+            fault_server.prompt_modes[prompt] = "garbage"
+        elif i > 20:  # the run waits here until killed, however fast it got this far
+            fault_server.prompt_modes[prompt] = "gate:rest"
     config = write_config(
         tmp_path,
         fault_server.url("slow:0.05", "ref"),
         fault_server.url("slow:0.05", "cand"),
         concurrency=2,
+        timeout=PATIENT,
+        deadline=60,
     )
     env = dict(os.environ)
     proc = _start_run(config, tmp_path)
@@ -538,6 +547,7 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=10)
     assert not (run_dir / "summary.json").exists()
+    fault_server.gate("rest").set()
 
     resumed = _run_cli(["run", "--resume", str(run_dir)], env, tmp_path)
     fresh, _, _ = run_suite(load_config(config), "live")
@@ -558,11 +568,13 @@ def test_a_fixture_rewritten_during_a_run_stops_it_with_one_line(
     """Cases are read back from the fixture file as they are called: a row changed in place
     under a running run is exit 65 naming file and line, and the run resumes once it is back."""
     write_suite(tmp_path, 40)
-    config = write_config(
+    config = write_config(  # every call waits for the edit: the last case is read after it
         tmp_path,
-        fault_server.url("slow:0.05", "ref"),
-        fault_server.url("slow:0.05", "cand"),
+        fault_server.url("gate:edited", "ref"),
+        fault_server.url("gate:edited", "cand"),
         concurrency=2,
+        timeout=PATIENT,
+        deadline=60,
     )
     fixtures = tmp_path / "cases.jsonl"
     original = fixtures.read_text()
@@ -570,6 +582,7 @@ def test_a_fixture_rewritten_during_a_run_stops_it_with_one_line(
     run_dir = _wait_for_rows(tmp_path, 0)
     with fixtures.open("r+") as handle:  # in place: same file, the last row's prompt edited
         handle.write(original.replace("prompt 039", "PROMPT 039"))
+    fault_server.gate("edited").set()
     _, stderr = proc.communicate(timeout=30)
     assert stderr is not None
     assert proc.returncode == 65, stderr
