@@ -8,7 +8,13 @@ from collections.abc import Iterator
 import pytest
 import structlog
 from faultserver import BacklogFull, FaultServer, backlog_full, refused_port
+from hypothesis import HealthCheck, settings
 from llmockkit import LlmockPool, LlmockServer, require_llmock
+
+# How long an example or its data takes is the machine's business, not a property under test:
+# no per-example deadline, and slow data generation is no failed health check.
+settings.register_profile("parallax", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("parallax")
 
 
 @pytest.fixture(autouse=True)

@@ -579,7 +579,7 @@ def _validated(path: Path, *, chunk: int | None) -> tuple[str, Any]:
     return result
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     kinds=st.lists(st.sampled_from(sorted(WORKER_ROWS)), max_size=24),
     newline=st.sampled_from(["\n", "\r\n"]),

@@ -33,7 +33,6 @@ from runner.snapshot import load_snapshot, promote
 
 FUZZ = settings(
     max_examples=150,
-    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
@@ -294,7 +293,7 @@ def test_path_like_case_ids_never_write_outside_the_run_directory(tmp_path: Path
     record("fuzz", path_ids=len(NASTY_IDS))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(
     ids=st.lists(
         st.text(min_size=1, max_size=12).filter(str.strip), min_size=1, max_size=6, unique=True
