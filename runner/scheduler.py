@@ -72,7 +72,7 @@ Runner = Callable[..., Awaitable[tuple[Path, int, dict[str, Any]]]]
 
 
 class Clock(Protocol):
-    """Where the scheduler reads the time and waits for it; tests pass a compressed one."""
+    """Where the scheduler reads the time and waits for it; tests pass one moved by hand."""
 
     def now(self) -> datetime: ...
 

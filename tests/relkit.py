@@ -42,7 +42,8 @@ def start_serve(config: Path, *flags: str) -> subprocess.Popen[str]:
 
 
 class Lines:
-    """stdout of a child, line by line, read on a thread so every wait can be bounded."""
+    """stdout of a child, line by line, read on a thread so every wait can be bounded (the
+    bounds only stop a hung test: a busy machine may take its time)."""
 
     def __init__(self, proc: subprocess.Popen[str]) -> None:
         self.seen: list[str] = []
@@ -56,7 +57,7 @@ class Lines:
             self._queue.put(line)
         self._queue.put(None)
 
-    def until_event(self, event: str, timeout: float = 10.0) -> dict[str, Any]:
+    def until_event(self, event: str, timeout: float = 30.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
             line = self._queue.get(timeout=max(0.01, deadline - time.monotonic()))
@@ -66,15 +67,16 @@ class Lines:
             if doc["event"] == event:
                 return doc
 
-    def rest(self, timeout: float = 10.0) -> list[dict[str, Any]]:
+    def rest(self, timeout: float = 30.0) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
         while (line := self._queue.get(timeout=max(0.01, deadline - time.monotonic()))) is not None:
             self.seen.append(line)
         return [json.loads(line) for line in self.seen]
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Poll `condition` until it holds; fail after `timeout` seconds (a bound, not a pace)."""
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll `condition` until it holds; fail after `timeout` seconds (a bound that only stops
+    a hung test, not a pace)."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"

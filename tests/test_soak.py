@@ -28,8 +28,8 @@ from relkit import (
     write_cases,
 )
 
-CYCLES = 40  # finished runs to observe (both suites together)
-SOAK_SECONDS = 75.0  # upper bound on the soak itself
+CYCLES = 40  # finished runs to observe (both suites together), however long they take
+SILENCE = 30.0  # the daemon logs a fire or a skip every second: this long without a line is hung
 WARMUP = 6  # cycles before the baseline sample (imports, pools, caches settle)
 N = 8  # cases per suite
 WINDOW = 8  # samples per window: a window's fd floor is its quietest moment
@@ -92,7 +92,7 @@ def idle_tasks(heartbeat: Path) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(SOAK_SECONDS + 45)
+@pytest.mark.timeout(600)  # ~1 minute on an idle machine; a busy one only takes longer
 def test_serve_soaks_every_fault_without_leaking_or_exiting(
     tmp_path: Path, fault_server: FaultServer
 ) -> None:
@@ -113,11 +113,10 @@ def test_serve_soaks_every_fault_without_leaking_or_exiting(
     finished: list[dict[str, Any]] = []
     samples: list[dict[str, int]] = []
     events: list[dict[str, Any]] = []
-    deadline = time.monotonic() + SOAK_SECONDS
     try:
-        while len(finished) < CYCLES and time.monotonic() < deadline:
+        while len(finished) < CYCLES:
             try:
-                line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+                line = lines.get(timeout=SILENCE)
             except queue.Empty:
                 break
             assert line is not None, f"serve exited on its own: {events[-3:]}"
@@ -146,7 +145,7 @@ def test_serve_soaks_every_fault_without_leaking_or_exiting(
     names = [e["event"] for e in events]
     assert names[-1] == "scheduler.stopped"
     assert "scheduler.crashed" not in names and "scheduler.job_crashed" not in names
-    assert len(finished) >= CYCLES, f"only {len(finished)} cycles in {SOAK_SECONDS}s"
+    assert len(finished) >= CYCLES, f"silent for {SILENCE}s after {len(finished)} cycles"
 
     rows = unadmitted = 0
     for event in finished:
