@@ -5,11 +5,14 @@ replies, schema failures, 503s that recover after one retry and 503s that never 
 with SIGKILL the moment a watched condition holds — a file appears, raw.jsonl reaches a line
 count, the server sees a first attempt that will be retried, a log line of the final summary
 goes by — then runs `parallax run --resume` and compares the outcome rows, by key with their
-stamps and misses, to an uninterrupted run of the same suite.
+stamps and misses, to an uninterrupted run of the same suite. A child about to be killed
+cannot exit first, however slow the watcher: the last thing a run does is print its summary
+on stderr, and its stderr is a pipe that is already full.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -57,6 +60,7 @@ class Trial:
         self.config = config
         self.events: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
+        self._full: int | None = None  # the read end of a held child's stderr
 
     @property
     def run_dir(self) -> Path | None:
@@ -67,17 +71,21 @@ class Trial:
         run_dir = self.run_dir
         return _lines(run_dir / "raw.jsonl") if run_dir else 0
 
-    def start(self, *args: str) -> None:
+    def start(self, *args: str, held: bool = True) -> None:
+        """`parallax ARGS` as a child; `held`, it cannot finish until it is killed."""
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.events = []
+        self._full, stderr = _full_pipe() if held else (None, subprocess.DEVNULL)
         self.proc = subprocess.Popen(
             [*PARALLAX, *args],
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=stderr,
             text=True,
             env=env,
             cwd=self.root,
         )
+        if held:
+            os.close(stderr)  # the child's copy is the only writer
         stream = self.proc.stdout
         assert stream is not None
 
@@ -96,6 +104,9 @@ class Trial:
         assert self.proc is not None
         self.proc.wait(timeout=60)
         self._pump.join(timeout=10)
+        if self._full is not None:
+            os.close(self._full)
+            self._full = None
 
     def kill_when(self, condition: Callable[[Trial], bool]) -> dict[str, Any]:
         """SIGKILL the child as soon as `condition` holds; what the run dir held at that moment."""
@@ -120,10 +131,22 @@ class Trial:
         }
 
     def finish(self, *args: str) -> int:
-        self.start(*args)
+        self.start(*args, held=False)
         assert self.proc is not None
         self._reap()
         return self.proc.returncode
+
+
+def _full_pipe() -> tuple[int, int]:
+    """A pipe whose buffer is full: a child writing to it blocks until it is killed (the read
+    end stays open, so the write neither fails nor returns)."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(write, b"x" * 65536)
+    os.set_blocking(write, True)
+    return read, write
 
 
 def retried(trial: Trial, at_least: int) -> bool:
