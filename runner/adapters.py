@@ -41,10 +41,13 @@ def request_url(cfg: EndpointConfig) -> str:
 def request_body(cfg: EndpointConfig, case: Case) -> dict[str, Any]:
     """The JSON body for one call; temperature 0 by default so nights stay comparable."""
     if cfg.kind == OPENAI_CHAT:
-        messages = []
+        messages: list[Mapping[str, Any]] = []
+        if case.messages is not None:  # a conversation is sent as written
+            messages.extend(case.messages)
         if case.system:
             messages.append({"role": "system", "content": case.system})
-        messages.append({"role": "user", "content": case.prompt})
+        if case.prompt is not None:
+            messages.append({"role": "user", "content": case.prompt})
         return {
             "model": cfg.model,
             "messages": messages,
@@ -56,12 +59,16 @@ def request_body(cfg: EndpointConfig, case: Case) -> dict[str, Any]:
             "model": cfg.model,
             "max_tokens": cfg.max_tokens,
             "temperature": cfg.temperature,
-            "messages": [{"role": "user", "content": case.prompt}],
+            "messages": (
+                list(case.messages)
+                if case.messages is not None
+                else [{"role": "user", "content": case.prompt}]
+            ),
         }
         if case.system:
             body["system"] = case.system
         return body
-    values = {"prompt": case.prompt, "system": case.system or "", "model": cfg.model or ""}
+    values = {"prompt": case.prompt or "", "system": case.system or "", "model": cfg.model or ""}
     filled: dict[str, Any] = _fill(cfg.body_template or {}, values)
     return filled
 

@@ -19,11 +19,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, overload
 
+from runner import casekeys
+from runner.casekeys import BadTools, ToolFiles, check_schema, json_kind
 from runner.errors import DataError, FixtureError, ParallaxError, reason_of
 from runner.files import Unreadable, read_regular
-from runner.jsontext import MAX_DEPTH, copy_json, loads, long_integer_line, too_deep
+from runner.jsontext import (
+    MAX_DEPTH,
+    STRICT,
+    DuplicateKeyError,
+    copy_json,
+    loads,
+    long_integer_line,
+    strict_loads,
+    too_deep,
+)
 from runner.model import STRATA, Case
 from runner.text import holds_surrogate, may_hold_surrogates, shared
+from runner.toolgrade import tool_expect_problem
 from runner.workers import available, line_spans, ordered
 
 __all__ = ["fixture_sha", "load_cases", "pin_lines"]
@@ -31,7 +43,17 @@ __all__ = ["fixture_sha", "load_cases", "pin_lines"]
 _OPTIONAL_TEXT_KEYS = ("system", "grader", "owner", "completion")
 _SEED000_KEYS = ("must_include", "must_not_include", "max_chars")
 _CANONICAL_KEYS = frozenset(
-    {"id", "prompt", "stratum", "expect", "tags", "fixture_sha", *_OPTIONAL_TEXT_KEYS}
+    {
+        "id",
+        "prompt",
+        "stratum",
+        "expect",
+        "tags",
+        "fixture_sha",
+        *_OPTIONAL_TEXT_KEYS,
+        *casekeys.REQUEST_KEYS,
+        casekeys.RECORDED_CALLS,
+    }
 )
 _SEED004_KEYS = (_CANONICAL_KEYS - {"id"}) | {"case_id"}
 _JSON_WS = " \t\r\n"
@@ -184,6 +206,7 @@ class FixtureFile:
         self.path = path
         self._recent: OrderedDict[str, Case] = OrderedDict()
         self._fd: int | None = None
+        self._tools = ToolFiles(path)
 
     def validate(self, check: Callable[[Case], None] = _no_check) -> CaseRefs:
         """Validate every row into a case, pass each case to `check`, and return their refs.
@@ -198,9 +221,10 @@ class FixtureFile:
         text = _decode(where, data)
         rows = _document_rows(where, text)
         if rows is not None:
-            return _settle(where, [_scanned(where, rows, _Piece(data, 0, text), check)])
+            piece = _Piece(data, 0, text)
+            return _settle(where, [_scanned(where, rows, piece, check, self._tools)])
         last = text.rstrip(_JSON_WS).count("\n") + 1  # the last line that is not blank
-        task = _JsonlTask(where, data, last, not text.endswith("\n"), check)
+        task = _JsonlTask(where, data, last, not text.endswith("\n"), check, self._tools)
         del text
         workers = available()
         if workers < 2 or len(data) < PARALLEL_BYTES:
@@ -224,11 +248,28 @@ class FixtureFile:
             _expect_shape(data),
             sha=ref.fixture_sha,
             stratum=ref.stratum,
+            tools=self._offered(ref, data),
         )
         self._recent[ref.id] = case
         if len(self._recent) > self.KEEP:
             self._recent.popitem(last=False)
         return case
+
+    def _offered(self, ref: CaseRef, data: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
+        """The tools of a validated row. A tools file is read once here too (validating in
+        worker processes read it there) and must still pin the case as it did then."""
+        if not isinstance(data.get("tools"), str):
+            return tuple(data.get("tools", ()))
+        where = str(self.path)
+        changed = f"changed during the run: case {ref.id!r}"
+        try:
+            tools = self._tools.offered(data)
+        except BadTools as exc:
+            raise DataError(where, f"{changed}: {exc.reason}", ref.line) from None
+        if fixture_sha(_pinned(data, tools)) != ref.fixture_sha:
+            name = data["tools"]
+            raise DataError(where, f"{changed}: 'tools' file {name} is not as validated", ref.line)
+        return tools
 
     def row(self, ref: CaseRef) -> dict[str, Any]:
         """A validated case's row as written, read back by its byte span."""
@@ -310,7 +351,11 @@ class _Piece:
 
 
 def _scanned(
-    where: str, rows: Iterable[_Row], piece: _Piece, check: Callable[[Case], None]
+    where: str,
+    rows: Iterable[_Row],
+    piece: _Piece,
+    check: Callable[[Case], None],
+    files: ToolFiles,
 ) -> _Scan:
     """Validate rows parsed from the piece's text and check each case; stop at the first error
     and say how far it got."""
@@ -324,7 +369,7 @@ def _scanned(
         for row in rows:
             if surrogates and holds_surrogate(row.data):
                 raise _fail(where, row.line, "lone surrogate escape (\\ud800-\\udfff) is not text")
-            case = _to_case(where, row)
+            case = _to_case(where, row, files)
             check(case)
             start, end = byte_at(row.start), byte_at(row.end)
             pin = case.fixture_sha
@@ -340,19 +385,20 @@ def _scanned(
 class _JsonlTask:
     """Validate one span of whole JSONL lines of `data`: (first line number, start, end).
     A forked worker inherits it whole, the file's bytes, `check` and the graders behind it
-    included."""
+    included, and reads each tools file its rows name once itself."""
 
     where: str
     data: bytes
     last: int  # the file's last line that is not blank
     torn: bool  # the file does not end with a newline
     check: Callable[[Case], None]
+    files: ToolFiles
 
     def __call__(self, span: tuple[int, int, int]) -> _Scan:
         first, start, end = span
         piece = _Piece.of(self.data[start:end], start)
         rows = _parse_jsonl(self.where, piece.text, first, self.last, self.torn)
-        return _scanned(self.where, rows, piece, self.check)
+        return _scanned(self.where, rows, piece, self.check, self.files)
 
 
 def _settle(where: str, scans: Iterable[_Scan]) -> CaseRefs:
@@ -489,8 +535,8 @@ def _parse_jsonl(where: str, text: str, first: int, last: int, torn: bool) -> It
             continue
         _refuse_too_deep(where, raw, number)
         try:
-            value = _loads(raw)
-        except _DuplicateKeyError as exc:
+            value = strict_loads(raw)
+        except DuplicateKeyError as exc:
             raise _fail(where, number, f"duplicate key {exc.key!r} in one row") from None
         except json.JSONDecodeError as exc:
             reason = f"invalid JSON: {exc.msg} (column {exc.colno})"
@@ -500,7 +546,7 @@ def _parse_jsonl(where: str, text: str, first: int, last: int, torn: bool) -> It
         except ValueError as exc:
             raise _fail(where, number, f"invalid JSON: {reason_of(exc)}") from None
         if not isinstance(value, dict):
-            kind = _json_kind(value)
+            kind = json_kind(value)
             raise _fail(where, number, f"row is not a JSON object (got {kind})")
         yield _Row(value, number, *span)
 
@@ -511,13 +557,13 @@ def _parse_document(where: str, text: str) -> list[_Row]:
     for index, start in enumerate(_case_offsets(text)):
         line = _line_at(text, start)
         try:
-            value, end = _DECODER.raw_decode(text, start)
-        except _DuplicateKeyError as exc:
+            value, end = STRICT.raw_decode(text, start)
+        except DuplicateKeyError as exc:
             raise _fail(where, line, f"duplicate key {exc.key!r} in one case") from None
         except ValueError as exc:
             raise _fail(where, line, f"invalid JSON: {reason_of(exc)}") from None
         if not isinstance(value, dict):
-            kind = _json_kind(value)
+            kind = json_kind(value)
             raise _fail(where, line, f"case {index} is not a JSON object (got {kind})")
         rows.append(_Row(value, line, start, end))
     return rows
@@ -564,7 +610,7 @@ def _fail(where: str, line: int, reason: str) -> FixtureError:
     return FixtureError(where, reason, line=line)
 
 
-def _to_case(where: str, row: _Row) -> Case:
+def _to_case(where: str, row: _Row, files: ToolFiles) -> Case:
     """Validate one raw row and normalise it; the hash is taken before anything is rewritten."""
     data = row.data
     line = row.line
@@ -586,10 +632,12 @@ def _to_case(where: str, row: _Row) -> Case:
         raise fail(f"missing {id_key!r}")
     if not isinstance(case_id, str) or not case_id.strip():
         raise fail(f"{id_key!r} must be a non-empty string")
-    if "prompt" not in data:
-        raise fail("missing 'prompt'")
-    if not isinstance(data["prompt"], str):
-        raise fail(f"'prompt' must be a string, got {_json_kind(data['prompt'])}")
+    if "prompt" in data and "messages" in data:
+        raise fail("row has both 'prompt' and 'messages'; use one")
+    if "prompt" not in data and "messages" not in data:
+        raise fail("missing 'prompt' (or 'messages', for a conversation)")
+    if "prompt" in data and not isinstance(data["prompt"], str):
+        raise fail(f"'prompt' must be a string, got {json_kind(data['prompt'])}")
 
     stratum = data.get("stratum")
     if stratum is not None and stratum not in STRATA:
@@ -597,14 +645,37 @@ def _to_case(where: str, row: _Row) -> Case:
     for key in _OPTIONAL_TEXT_KEYS:
         value = data.get(key)
         if value is not None and not isinstance(value, str):
-            raise fail(f"{key!r} must be a string, got {_json_kind(value)}")
+            raise fail(f"{key!r} must be a string, got {json_kind(value)}")
     if data.get("grader") is not None and not data["grader"].strip():
         raise fail("'grader' must not be empty")
     if not _is_str_list(data.get("tags", [])):
         raise fail("'tags' must be a list of strings")
 
+    try:
+        tools = files.offered(data)
+    except BadTools as exc:
+        raise fail(exc.reason) from None
+    problem = casekeys.request_problem(data, tools)
+    if problem is None and casekeys.RECORDED_CALLS in data:
+        problem = casekeys.recorded_problem(data[casekeys.RECORDED_CALLS])
+    if problem is not None:
+        raise fail(problem)
+
     expect = copy_json(_expect_of(data, seed004, fail))
-    return _case(where, line, data, expect, sha=fixture_sha(data), stratum=stratum)
+    problem = tool_expect_problem(expect, tools)
+    if problem is not None:
+        raise fail(f"expect.{problem}")
+    problem = casekeys.choice_problem(expect, data.get("tool_choice"))
+    if problem is not None:
+        raise fail(problem)
+    sha = fixture_sha(_pinned(data, tools))
+    return _case(where, line, data, expect, sha=sha, stratum=stratum, tools=tools)
+
+
+def _pinned(data: Mapping[str, Any], tools: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The row `fixture_sha` hashes: a tools file's tools in place of its path, so editing the
+    file moves the pin as editing tools written in the row does (any other row as written)."""
+    return {**data, "tools": list(tools)} if isinstance(data.get("tools"), str) else data
 
 
 def _case(
@@ -615,15 +686,19 @@ def _case(
     *,
     sha: str,
     stratum: str | None,
+    tools: tuple[Mapping[str, Any], ...],
 ) -> Case:
-    """The Case of a row known to be valid.
+    """The Case of a row known to be valid, offering `tools` (read from its file, if named).
 
     Every case is held for the whole run: the strings many rows repeat (expectation keys, a
-    shared system prompt, stratum, grader, owner, tags) are kept once, not once a row.
+    shared system prompt, stratum, grader, owner, tags) are kept once, not once a row, and a
+    tools file's tools once for every row that names the file.
     """
+    messages = data.get("messages")
+    recorded = data.get(casekeys.RECORDED_CALLS)
     return Case(
         id=data["case_id"] if "case_id" in data else data["id"],
-        prompt=data["prompt"],
+        prompt=data.get("prompt"),
         expect={shared(key): value for key, value in expect.items()},
         fixture_sha=sha,
         path=where,
@@ -634,6 +709,12 @@ def _case(
         completion=data.get("completion"),
         owner=shared(data.get("owner")),
         tags=tuple(map(shared, data.get("tags", ()))),
+        messages=tuple(messages) if messages is not None else None,
+        vars=data.get("vars", {}),
+        tools=tools,
+        tool_choice=data.get("tool_choice"),
+        response_format=data.get("response_format"),
+        completion_calls=casekeys.recorded_calls(recorded) if recorded is not None else (),
     )
 
 
@@ -653,12 +734,12 @@ def _expect_of(
         if "expect" not in data:
             raise fail("missing 'expect' (a case_id row expects JSON fields)")
         if not isinstance(data["expect"], dict):
-            raise fail(f"'expect' must be an object, got {_json_kind(data['expect'])}")
+            raise fail(f"'expect' must be an object, got {json_kind(data['expect'])}")
     top = [key for key in _SEED000_KEYS if key in data]
     if top and "expect" in data and not seed004:
         raise fail(f"{top[0]!r} at top level and an 'expect' object; put it in 'expect'")
     if not seed004 and not top and not isinstance(data.get("expect", {}), dict):
-        raise fail(f"'expect' must be an object, got {_json_kind(data['expect'])}")
+        raise fail(f"'expect' must be an object, got {json_kind(data['expect'])}")
     expect = _expect_shape(data)
     prefix = "" if top else "expect."
     for key, check in _BUILTIN_CHECKS.items():
@@ -694,72 +775,7 @@ def _check_patterns(value: Any) -> str | None:
 
 
 def _check_object(value: Any) -> str | None:
-    return None if isinstance(value, dict) else f"must be an object, got {_json_kind(value)}"
-
-
-def _check_schema(value: Any) -> str | None:
-    if not isinstance(value, dict):
-        return f"must be a JSON Schema object, got {_json_kind(value)}"
-    from jsonschema import SchemaError  # only suites with schemas pay for the import
-    from jsonschema.validators import validator_for
-
-    try:
-        validator_for(value).check_schema(value)
-    except SchemaError as exc:
-        return f"is not a valid JSON Schema: {exc.message}"
-    ref = _unresolvable_ref(value)
-    if ref is not None:
-        return f"has a $ref that names nothing in the schema: {ref!r}"
-    keywords = _keys_within(value)
-    if {"unevaluatedProperties", "patternProperties"} <= keywords:
-        return (
-            "pairs unevaluatedProperties with patternProperties, whose patterns jsonschema "
-            "would then search with no time bound: use additionalProperties"
-        )
-    from runner.grading import schema_problem
-
-    return schema_problem(value)
-
-
-def _keys_within(value: Any) -> set[str]:
-    """Every object key anywhere in a JSON value."""
-    found: set[str] = set()
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            found.update(node)
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return found
-
-
-def _unresolvable_ref(schema: dict[str, Any]) -> str | None:
-    """The first `$ref` that resolves to nothing inside the schema itself, or None.
-
-    Grading never fetches a schema from elsewhere, so a ref to a URL or a file cannot resolve
-    either; refused here, it is a fixture error instead of a failure in the middle of a run.
-    """
-    from referencing import Registry, Resource
-    from referencing.exceptions import Unresolvable
-    from referencing.jsonschema import DRAFT202012
-
-    def first_bad(resource: Resource[Any], resolver: Any) -> str | None:
-        resolver = resolver.in_subresource(resource)  # a nested $id moves the base URI
-        contents = resource.contents
-        if isinstance(contents, dict) and isinstance(ref := contents.get("$ref"), str):
-            try:
-                resolver.lookup(ref)
-            except Unresolvable:
-                return ref
-        for sub in resource.subresources():
-            if (found := first_bad(sub, resolver)) is not None:
-                return found
-        return None
-
-    root = Resource.from_contents(schema, default_specification=DRAFT202012)
-    return first_bad(root, Registry().resolver_with_root(root))
+    return None if isinstance(value, dict) else f"must be an object, got {json_kind(value)}"
 
 
 # Types of the built-in expectation keys (see `runner.grading.BUILTIN_KEYS`). Checked at load
@@ -772,55 +788,12 @@ _BUILTIN_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "regex": _check_patterns,
     "not_regex": _check_patterns,
     "json_fields": _check_object,
-    "json_schema": _check_schema,
+    "json_schema": check_schema,
 }
-
-
-class _DuplicateKeyError(ValueError):
-    """Two equal keys in one object: `json` would silently keep the last."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(f"duplicate key {key!r}")
-        self.key = key
-
-
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise _DuplicateKeyError(key)
-        result[key] = value
-    return result
-
-
-def _reject_constant(name: str) -> Any:
-    """NaN and Infinity are not JSON; accepting them would make the hash non-portable."""
-    raise ValueError(f"{name} is not valid JSON")
-
-
-_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_reject_constant)
-
-
-def _loads(text: str) -> Any:
-    return _DECODER.decode(text)
 
 
 def _is_str_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
-
-
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
 
 
 def _skip_ws(text: str, pos: int) -> int:

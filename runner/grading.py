@@ -23,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from runner import toolgrade
 from runner.errors import ConfigError, FixtureError
 from runner.jsontext import copy_json
 from runner.model import Case, Grade, Reply
@@ -135,7 +136,7 @@ def check_case(case: Case, graders: GraderSet) -> None:
     """
     if graders.resolve(case) is not None:
         return
-    unknown = [key for key in case.expect if key not in BUILTIN_KEYS]
+    unknown = [key for key in case.expect if not _graded_here(key)]
     if unknown:
         raise FixtureError(
             case.path,
@@ -145,17 +146,21 @@ def check_case(case: Case, graders: GraderSet) -> None:
 
 
 def grade(case: Case, reply: Reply, graders: GraderSet) -> Grade:
-    """Grade one admitted reply: built-in checks first, then the case's custom grader.
+    """Grade one admitted reply: built-in checks first, then its tool calls, then the case's
+    custom grader.
 
-    A custom grader that raises or returns garbage yields `grader_error:<Class>` instead of
-    crashing the run: one broken grader must not cost the whole night's ledger. Expectation
-    keys that are neither built-in nor handled by a grader are ignored here; `check_case`
-    refuses them at load time.
+    Text keys read the reply's content, "" for a reply that only called tools: such a reply is
+    no `empty_completion` (it answered with a call), but a `must_include` still misses on it.
+    The tool checks (`runner.toolgrade`) count toward the same task_score. A custom grader
+    that raises or returns garbage yields `grader_error:<Class>` instead of crashing the run:
+    one broken grader must not cost the whole night's ledger. Expectation keys that are
+    neither built-in nor handled by a grader are ignored here; `check_case` refuses them at
+    load time.
     """
     tally = _Tally()
     text = reply.text
     expect = case.expect
-    tally.check(bool(text.strip()), "empty_completion")
+    tally.check(bool(text.strip()) or bool(reply.tool_calls), "empty_completion")
     folded = text.casefold()
     for needle in expect.get("must_include", ()):
         tally.check(needle.casefold() in folded, f"missing:{needle}")
@@ -180,15 +185,25 @@ def grade(case: Case, reply: Reply, graders: GraderSet) -> Grade:
         violations = _schema_violations(reply.answer, expect["json_schema"])
         tally.misses.extend(violations)
         tally.passed += not violations
+    tools = toolgrade.grade_tools(reply.tool_calls, expect, case.tools)
+    tally.misses.extend(tools.misses)
+    tally.checks += tools.checks
+    tally.passed += tools.passed_checks
 
     grader = graders.resolve(case)
     if grader is not None:
         custom = _run_custom(grader, text, expect)
-        checks = max(1, sum(1 for key in expect if key not in BUILTIN_KEYS))
+        checks = max(1, sum(1 for key in expect if not _graded_here(key)))
         tally.checks += checks
         tally.passed += checks - min(len(custom), checks)
         tally.misses.extend(custom)
     return Grade(misses=tuple(tally.misses), checks=tally.checks, passed_checks=tally.passed)
+
+
+def _graded_here(key: str) -> bool:
+    """Whether grading reads `key` itself; any other is a custom grader's (or a typo).
+    (`toolgrade` is read when called: either module may be the one imported first.)"""
+    return key in BUILTIN_KEYS or key in toolgrade.TOOL_KEYS
 
 
 @dataclass(slots=True)

@@ -66,6 +66,38 @@ def loads(raw: bytes | str) -> Any:
         raise ValueError("nested too deeply to read") from None
 
 
+class DuplicateKeyError(ValueError):
+    """Two equal keys in one object: `json` would silently keep the last."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise DuplicateKeyError(key)
+        result[key] = value
+    return result
+
+
+def _reject_constant(name: str) -> Any:
+    """NaN and Infinity are not JSON; accepting them would make a hash non-portable."""
+    raise ValueError(f"{name} is not valid JSON")
+
+
+# Text a person wrote and parallax pins (fixture rows, tools files): a key twice or NaN is
+# refused rather than read as the stdlib would (the last key kept, a float that is not JSON).
+STRICT = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_reject_constant)
+
+
+def strict_loads(text: str) -> Any:
+    """Decode `text` with STRICT: DuplicateKeyError, or another ValueError, when refused."""
+    return STRICT.decode(text)
+
+
 def too_deep(text: str) -> int | None:
     """Where `text` first nests past MAX_DEPTH (an offset), or None; brackets in strings
     do not count."""

@@ -89,11 +89,25 @@ class Schema(StrEnum):
 
 
 @record
+class ToolCall:
+    """A tool call as graders see it: arguments parsed into an object."""
+
+    id: str | None
+    name: str
+    arguments: dict[str, Any]
+
+
+@record
 class Case:
-    """One golden case, normalised from any of the accepted fixture shapes."""
+    """One golden case, normalised from any of the accepted fixture shapes.
+
+    Exactly one of `prompt` and `messages` is set: a single user turn, or a conversation as
+    written (OpenAI-style turns, checked by `runner.casekeys`). `tools` are already read from
+    the file a row names, so nothing downstream touches the filesystem for them.
+    """
 
     id: str
-    prompt: str
+    prompt: str | None
     expect: Mapping[str, Any]
     fixture_sha: str
     path: str  # fixture file and 1-based line of the row, for error messages
@@ -104,11 +118,23 @@ class Case:
     completion: str | None = None  # a recorded offline reply (seed 000 rows)
     owner: str | None = None
     tags: tuple[str, ...] = ()
+    messages: tuple[Mapping[str, Any], ...] | None = None
+    vars: Mapping[str, str] = field(default_factory=dict)
+    tools: tuple[Mapping[str, Any], ...] = ()
+    tool_choice: Any = None
+    response_format: Mapping[str, Any] | None = None
+    completion_calls: tuple[ToolCall, ...] = ()  # the recorded reply's tool calls (grade)
 
     @property
     def expects_json(self) -> bool:
-        """A case with JSON expectations needs a JSON answer to pass the schema stamp."""
-        return "json_fields" in self.expect or "json_schema" in self.expect
+        """A case needs a JSON answer to pass the schema stamp when it has JSON expectations
+        or its request asks for JSON (`response_format`, either type): a reply that ignored
+        the format broke the request, as a prose answer to a `json_fields` case does."""
+        return (
+            "json_fields" in self.expect
+            or "json_schema" in self.expect
+            or self.response_format is not None
+        )
 
 
 @record
@@ -307,6 +333,7 @@ class Reply:
     text: str
     answer: Any = None  # parsed JSON answer when the case expects JSON
     facts: Facts = field(default=NO_FACTS)
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 class Endpoint(Protocol):

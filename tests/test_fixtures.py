@@ -19,7 +19,7 @@ from runner import fixtures
 from runner.errors import DataError, FixtureError, ParallaxError
 from runner.fixtures import CaseRef, FixtureFile, fixture_sha, load_cases, pin_lines
 from runner.grading import GraderSet, check_case
-from runner.model import Case
+from runner.model import Case, ToolCall
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -664,3 +664,701 @@ def test_an_error_found_stops_the_validating_workers_at_once(tmp_path: Path) -> 
             FixtureFile(path).validate()
     assert info.traceback  # the validation's frames are still held here
     assert multiprocessing.active_children() == []
+
+
+# --- request keys: conversations, vars, tools, formats -------------------------------------
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
+CONVERSATION = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "call_1", "content": '{"temp_c": 18}'},
+]
+
+
+def rows_file(tmp_path: Path, *rows: dict[str, Any], name: str = "cases.jsonl") -> Path:
+    """A JSONL fixture of `rows`, one a line from line 1."""
+    return write(tmp_path, "".join(json.dumps(row) + "\n" for row in rows), name)
+
+
+def test_a_conversation_row_loads_with_every_request_key(tmp_path: Path) -> None:
+    """`messages`, `vars`, `tools`, `tool_choice` and `response_format` reach the Case as
+    written; a conversation has no prompt."""
+    row = {
+        "id": "weather",
+        "messages": CONVERSATION,
+        "vars": {"tone": "dry"},
+        "tools": [WEATHER],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        "expect": {"must_include": ["18"]},
+    }
+    (case,) = load_cases(rows_file(tmp_path, row))
+    assert (case.prompt, case.messages) == (None, tuple(CONVERSATION))
+    assert (case.vars, case.tools, case.tool_choice) == (
+        {"tone": "dry"},
+        (WEATHER,),
+        row["tool_choice"],
+    )
+    assert (case.response_format, case.expects_json) == (None, False)
+    assert case.fixture_sha == fixture_sha(row)
+
+
+def test_a_prompt_row_defaults_every_request_key(tmp_path: Path) -> None:
+    """A row without the new keys is the Case it always was: no tools, no vars, no format."""
+    (case,) = load_cases(rows_file(tmp_path, {"id": "a", "prompt": "p"}))
+    assert (case.prompt, case.messages, case.vars, case.tools) == ("p", None, {}, ())
+    assert (case.tool_choice, case.response_format, case.completion_calls) == (None, None, ())
+
+
+@pytest.mark.parametrize(
+    "response_format",
+    [
+        {"type": "json_object"},
+        {"type": "json_schema", "json_schema": {"name": "city", "schema": {"type": "object"}}},
+        {
+            "type": "json_schema",
+            "json_schema": {"name": "c-1", "schema": {}, "strict": True, "description": "d"},
+        },
+    ],
+)
+def test_a_response_format_makes_the_case_expect_json(
+    tmp_path: Path, response_format: dict[str, Any]
+) -> None:
+    """Either response_format type asks for a JSON answer, so the case expects one (a prose
+    reply is the schema's `answer_not_json`), with no JSON expectation key of its own."""
+    row = {"id": "a", "prompt": "p", "response_format": response_format}
+    (case,) = load_cases(rows_file(tmp_path, row))
+    assert (case.response_format, case.expects_json) == (response_format, True)
+
+
+def test_a_tools_file_is_read_relative_to_the_fixture_file(tmp_path: Path) -> None:
+    """`tools` naming a file reads it from the fixture's folder, once for every row naming it."""
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "tools.json").write_text(json.dumps([WEATHER]), encoding="utf-8")
+    rows = [{"id": f"c{i}", "prompt": "p", "tools": "tools.json"} for i in range(2)]
+    first, second = load_cases(rows_file(tmp_path / "suite", *rows))
+    assert first.tools == (WEATHER,)
+    assert first.tools is second.tools
+
+
+def test_a_tools_file_pins_the_row_as_the_same_tools_written_inline(tmp_path: Path) -> None:
+    """A row naming a tools file hashes as the row with the file's tools in place of the path,
+    so moving tools into a file keeps the pin and editing the file moves it."""
+    (tmp_path / "tools.json").write_text(json.dumps([WEATHER]), encoding="utf-8")
+    path = rows_file(tmp_path, {"id": "a", "prompt": "p", "tools": "tools.json"})
+    (case,) = load_cases(path)
+    assert case.fixture_sha == fixture_sha({"id": "a", "prompt": "p", "tools": [WEATHER]})
+    edited = {**WEATHER, "function": {**WEATHER["function"], "description": "Weather."}}
+    (tmp_path / "tools.json").write_text(json.dumps([edited]), encoding="utf-8")
+    (moved,) = load_cases(path)
+    assert moved.fixture_sha == fixture_sha({"id": "a", "prompt": "p", "tools": [edited]})
+    assert moved.fixture_sha != case.fixture_sha
+    assert [json.loads(line)["tools"] for line in pin_lines(path)] == ["tools.json"]
+
+
+def test_a_tools_file_changed_after_validating_in_workers_stops_the_run(tmp_path: Path) -> None:
+    """Validated in worker processes, a tools file is read again where the case is used: a file
+    that no longer pins the case as validated is `changed during the run`, never a
+    silently different case."""
+    (tmp_path / "tools.json").write_text(json.dumps([WEATHER]), encoding="utf-8")
+    path = rows_file(
+        tmp_path, *({"id": f"c{i}", "prompt": "p", "tools": "tools.json"} for i in range(3))
+    )
+    fixtures_file = FixtureFile(path)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fixtures, "PARALLEL_BYTES", 0)
+        patch.setattr(fixtures, "CHUNK_LINES", 1)
+        patch.setattr(fixtures, "available", lambda: 2)
+        refs = fixtures_file.validate()
+    edited = {**WEATHER, "function": {**WEATHER["function"], "description": "Weather."}}
+    (tmp_path / "tools.json").write_text(json.dumps([edited]), encoding="utf-8")
+    try:
+        with pytest.raises(DataError) as info:
+            fixtures_file.load(refs[1])
+    finally:
+        fixtures_file.close()
+    assert f"{path}:2: changed during the run: case 'c1': 'tools' file tools.json" in str(
+        info.value
+    )
+
+
+def test_a_recorded_reply_may_carry_tool_calls(tmp_path: Path) -> None:
+    """A row's top-level `tool_calls` is its recorded reply's calls (beside `completion`), read
+    as graders see calls: arguments an object, the id optional."""
+    row = {
+        "id": "a",
+        "prompt": "p",
+        "tools": [WEATHER],
+        "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "c1"}],
+        "expect": {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+    }
+    (case,) = load_cases(rows_file(tmp_path, row))
+    assert case.completion_calls == (
+        ToolCall(id="c1", name="get_weather", arguments={"city": "Paris"}),
+    )
+    assert case.expect["tool_calls"] == row["expect"]["tool_calls"]
+
+
+def test_tool_expectation_keys_pass_the_suite_check(tmp_path: Path) -> None:
+    """The tool keys are built in: a case using them needs no custom grader."""
+    row = {
+        "id": "a",
+        "prompt": "p",
+        "tools": [WEATHER],
+        "expect": {"no_tool_calls": True, "tool_args_schema": True},
+    }
+    check = functools.partial(check_case, graders=GraderSet.empty())
+    assert [case.id for case in load_cases(rows_file(tmp_path, row), check=check)] == ["a"]
+
+
+def turns(*extra: dict[str, Any]) -> dict[str, Any]:
+    """A conversation row of the standard turns and then `extra`."""
+    return {"id": "b", "messages": [*CONVERSATION, *extra]}
+
+
+def with_tools(**keys: Any) -> dict[str, Any]:
+    return {"id": "b", "prompt": "p", "tools": [WEATHER], **keys}
+
+
+BAD_REQUESTS: list[tuple[dict[str, Any], str]] = [
+    ({"id": "b", "prompt": "p", "messages": CONVERSATION}, "both 'prompt' and 'messages'"),
+    ({"id": "b"}, "missing 'prompt' (or 'messages', for a conversation)"),
+    ({"id": "b", "messages": []}, "'messages' must be a non-empty list of turns"),
+    ({"id": "b", "messages": "hi"}, "'messages' must be a non-empty list of turns"),
+    ({"id": "b", "messages": ["hi"]}, "'messages'[0] must be an object, got string"),
+    ({"id": "b", "messages": [{"role": "bot", "content": "x"}]}, "'messages'[0].role must be one"),
+    ({"id": "b", "messages": [{"content": "x"}]}, "'messages'[0].role must be one of system"),
+    (
+        {"id": "b", "messages": [{"role": "user", "content": "x", "name": "ann"}]},
+        "'messages'[0] has an unknown key 'name'",
+    ),
+    ({"id": "b", "messages": [{"role": "user"}]}, "'messages'[0] has no 'content'"),
+    (
+        {"id": "b", "messages": [{"role": "user", "content": 3}]},
+        "content must be a string, got number",
+    ),
+    (
+        {"id": "b", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]},
+        "lists of content parts are not accepted",
+    ),
+    ({"id": "b", "messages": [{"role": "user", "content": None}]}, "must be a string, got null"),
+    (
+        {"id": "b", "system": "s", "messages": [{"role": "user", "content": "x"}]},
+        "'system' beside 'messages'",
+    ),
+    (
+        {
+            "id": "b",
+            "messages": [{"role": "user", "content": "x"}, {"role": "system", "content": "s"}],
+        },
+        "'messages'[1] is a system turn after the first",
+    ),
+    (
+        {
+            "id": "b",
+            "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
+        },
+        "'messages' must end with a user or tool turn",
+    ),
+    (
+        {
+            "id": "b",
+            "messages": [{"role": "assistant", "content": None}, {"role": "user", "content": "x"}],
+        },
+        "'messages'[0].content must be a string, got null",
+    ),
+    (
+        {"id": "b", "messages": [{"role": "user", "content": "x", "tool_calls": [CALL]}]},
+        "'messages'[0] is a user turn: only an assistant turn has 'tool_calls'",
+    ),
+    (
+        {"id": "b", "messages": [{"role": "user", "content": "x", "tool_call_id": "c"}]},
+        "'messages'[0] is a user turn: only a tool turn has 'tool_call_id'",
+    ),
+    (
+        turns({"role": "tool", "content": "again", "tool_call_id": "call_1"}),
+        "'messages'[4].tool_call_id 'call_1' names no unanswered call",
+    ),
+    (turns({"role": "tool", "content": "x"}), "'messages'[4].tool_call_id must name the call"),
+    (
+        {
+            "id": "b",
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "tool", "content": "r", "tool_call_id": "call_9"},
+            ],
+        },
+        "'messages'[1].tool_call_id 'call_9' names no unanswered call of the assistant turn",
+    ),
+    (
+        {"id": "b", "messages": [*CONVERSATION[:3], {"role": "user", "content": "and?"}]},
+        "'messages'[2] calls 'call_1', which no tool turn right after it answers",
+    ),
+    (
+        {"id": "b", "messages": CONVERSATION[:3]},
+        "'messages'[2] calls 'call_1', which no tool turn right after it answers",
+    ),
+    (
+        turns(
+            {"role": "assistant", "content": None, "tool_calls": [CALL]},
+            {"role": "tool", "content": "r", "tool_call_id": "call_1"},
+        ),
+        "'messages'[4].tool_calls[0].id 'call_1' is the id of an earlier call",
+    ),
+    (
+        {
+            "id": "b",
+            "messages": [CONVERSATION[1], {"role": "assistant", "tool_calls": []}, CONVERSATION[1]],
+        },
+        "'messages'[1].tool_calls must be a non-empty list of calls",
+    ),
+    (
+        {
+            "id": "b",
+            "messages": [
+                CONVERSATION[1],
+                {"role": "assistant", "tool_calls": [{"id": "c", "function": {}}]},
+            ],
+        },
+        '\'messages\'[1].tool_calls[0] must be {"id", "type": "function", "function"}',
+    ),
+    (
+        {
+            "id": "b",
+            "messages": [
+                CONVERSATION[1],
+                {"role": "assistant", "tool_calls": [{**CALL, "type": "code"}]},
+            ],
+        },
+        "'messages'[1].tool_calls[0].type must be \"function\", got 'code'",
+    ),
+    (
+        {
+            "id": "b",
+            "messages": [
+                CONVERSATION[1],
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {**CALL, "function": {"name": "get weather", "arguments": "{}"}}
+                    ],
+                },
+            ],
+        },
+        "'messages'[1].tool_calls[0].function.name must be 1-64 of A-Z a-z 0-9 _ -, got 'get w",
+    ),
+    (
+        {
+            "id": "b",
+            "messages": [
+                CONVERSATION[1],
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {**CALL, "function": {"name": "f", "arguments": {"city": "Paris"}}}
+                    ],
+                },
+            ],
+        },
+        "'messages'[1].tool_calls[0].function.arguments must be a JSON object as a string",
+    ),
+    (
+        {
+            "id": "b",
+            "messages": [
+                CONVERSATION[1],
+                {
+                    "role": "assistant",
+                    "tool_calls": [{**CALL, "function": {"name": "f", "arguments": "[1]"}}],
+                },
+            ],
+        },
+        "'messages'[1].tool_calls[0].function.arguments must be a JSON object as a string",
+    ),
+    ({"id": "b", "prompt": "p", "vars": ["x"]}, "'vars' must be an object of strings, got array"),
+    ({"id": "b", "prompt": "p", "vars": {"n": 3}}, "'vars'['n'] must be a string, got number"),
+    (
+        {"id": "b", "prompt": "p", "tools": []},
+        "'tools' must be a non-empty list of tools or the path of a JSON file of them, got an em",
+    ),
+    (
+        {"id": "b", "prompt": "p", "tools": {"type": "function"}},
+        "'tools' must be a non-empty list of tools or the path of a JSON file of them, got object",
+    ),
+    ({"id": "b", "prompt": "p", "tools": ""}, "got string"),
+    (
+        {"id": "b", "prompt": "p", "tools": [{"type": "function"}]},
+        '\'tools\'[0] must be {"type": "function", "function": {...}}',
+    ),
+    (
+        {"id": "b", "prompt": "p", "tools": [{**WEATHER, "type": "web"}]},
+        "'tools'[0].type must be \"function\", got 'web'",
+    ),
+    (
+        {"id": "b", "prompt": "p", "tools": [{"type": "function", "function": "f"}]},
+        "'tools'[0].function must be an object, got string",
+    ),
+    (
+        {
+            "id": "b",
+            "prompt": "p",
+            "tools": [{"type": "function", "function": {"name": "f", "args": {}}}],
+        },
+        "'tools'[0].function has an unknown key 'args'",
+    ),
+    (
+        {"id": "b", "prompt": "p", "tools": [{"type": "function", "function": {"name": "x" * 65}}]},
+        "'tools'[0].function.name must be 1-64 of",
+    ),
+    (
+        {
+            "id": "b",
+            "prompt": "p",
+            "tools": [{"type": "function", "function": {"description": "d"}}],
+        },
+        "'tools'[0].function.name must be 1-64 of A-Z a-z 0-9 _ -, got null",
+    ),
+    (
+        {"id": "b", "prompt": "p", "tools": [WEATHER, WEATHER]},
+        "'tools'[1].function.name 'get_weather' is offered twice",
+    ),
+    (
+        {
+            "id": "b",
+            "prompt": "p",
+            "tools": [{"type": "function", "function": {"name": "f", "description": 1}}],
+        },
+        "'tools'[0].function.description must be a string",
+    ),
+    (
+        {
+            "id": "b",
+            "prompt": "p",
+            "tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}],
+        },
+        "'tools'[0].function.strict must be true or false",
+    ),
+    (
+        {
+            "id": "b",
+            "prompt": "p",
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 5}}}],
+        },
+        "'tools'[0].function.parameters is not a valid JSON Schema",
+    ),
+    (
+        {
+            "id": "b",
+            "prompt": "p",
+            "tools": [
+                {"type": "function", "function": {"name": "f", "parameters": {"$ref": "#/nope"}}}
+            ],
+        },
+        "'tools'[0].function.parameters has a $ref that names nothing",
+    ),
+    (
+        {
+            "id": "b",
+            "prompt": "p",
+            "tools": [
+                {"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}
+            ],
+        },
+        '\'tools\'[0].function.parameters must have "type": "object"',
+    ),
+    (
+        {"id": "b", "prompt": "p", "tool_choice": "auto"},
+        "'tool_choice' needs 'tools' to choose from",
+    ),
+    (
+        with_tools(tool_choice="any"),
+        "'tool_choice' must be one of auto, none, required or a function",
+    ),
+    (with_tools(tool_choice=None), "'tool_choice' must be one of auto, none, required or"),
+    (
+        with_tools(tool_choice={"type": "function", "name": "get_weather"}),
+        '\'tool_choice\' must be one of auto, none, required or {"type": "function"',
+    ),
+    (
+        with_tools(tool_choice={"type": "tool", "function": {"name": "get_weather"}}),
+        '\'tool_choice\' must be {"type": "function", "function": {"name": ...}}',
+    ),
+    (
+        with_tools(tool_choice={"type": "function", "function": {"name": "search"}}),
+        "'tool_choice' names 'search', a tool the case does not offer",
+    ),
+    (
+        {"id": "b", "prompt": "p", "response_format": "json"},
+        "'response_format' must be an object, got string",
+    ),
+    (
+        {"id": "b", "prompt": "p", "response_format": {"type": "text"}},
+        "'response_format'.type must be json_object or json_schema, got 'text' (a text answer "
+        "needs no response_format)",
+    ),
+    (
+        {"id": "b", "prompt": "p", "response_format": {"type": "json_object", "strict": True}},
+        "'response_format' of type json_object has no other key",
+    ),
+    (
+        {"id": "b", "prompt": "p", "response_format": {"type": "json_schema", "schema": {}}},
+        "'response_format' of type json_schema must be",
+    ),
+    (
+        {
+            "id": "b",
+            "prompt": "p",
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "n", "schema": {}, "type": "object"},
+            },
+        },
+        "'response_format'.json_schema has an unknown key 'type'",
+    ),
+    (
+        {
+            "id": "b",
+            "prompt": "p",
+            "response_format": {"type": "json_schema", "json_schema": {"schema": {}}},
+        },
+        "'response_format'.json_schema.name must be 1-64 of A-Z a-z 0-9 _ -, got null",
+    ),
+    (
+        {
+            "id": "b",
+            "prompt": "p",
+            "response_format": {"type": "json_schema", "json_schema": {"name": "n"}},
+        },
+        "'response_format'.json_schema needs a 'schema'",
+    ),
+    (
+        {
+            "id": "b",
+            "prompt": "p",
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "n", "schema": {"type": 5}},
+            },
+        },
+        "'response_format'.json_schema.schema is not a valid JSON Schema",
+    ),
+    (
+        {
+            "id": "b",
+            "prompt": "p",
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "n", "schema": {}, "strict": 1},
+            },
+        },
+        "'response_format'.json_schema.strict must be true or false",
+    ),
+    (
+        {
+            "id": "b",
+            "prompt": "p",
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "n", "schema": {}, "description": 1},
+            },
+        },
+        "'response_format'.json_schema.description must be a string",
+    ),
+    (
+        {"id": "b", "prompt": "p", "tool_calls": {"name": "f"}},
+        "'tool_calls' must be a list of recorded calls, got object",
+    ),
+    (
+        {"id": "b", "prompt": "p", "tool_calls": ["f"]},
+        "'tool_calls'[0] must be a {name, arguments} object, got string",
+    ),
+    (
+        {"id": "b", "prompt": "p", "tool_calls": [{"name": "f", "args": {}}]},
+        "'tool_calls'[0] has an unknown key 'args' (known: id, name, arguments)",
+    ),
+    (
+        {"id": "b", "prompt": "p", "tool_calls": [{"name": ""}]},
+        "'tool_calls'[0].name must be a non-empty string",
+    ),
+    (
+        {"id": "b", "prompt": "p", "tool_calls": [{"name": "f", "arguments": "{}"}]},
+        "'tool_calls'[0].arguments must be an object, got string",
+    ),
+    (
+        {"id": "b", "prompt": "p", "tool_calls": [{"name": "f", "id": 1}]},
+        "'tool_calls'[0].id must be a string, got number",
+    ),
+    (
+        {"id": "b", "prompt": "p", "expect": {"tool_calls": [{"name": "get_weather"}]}},
+        "expect.'tool_calls'[0] expects a call to 'get_weather', a tool the case does not offer",
+    ),
+    (with_tools(expect={"tool_calls": []}), "expect.'tool_calls' is empty"),
+    (with_tools(expect={"no_tool_calls": "yes"}), "expect.'no_tool_calls' must be true or false"),
+    (
+        {"id": "b", "prompt": "p", "expect": {"tool_args_schema": True}},
+        "expect.'tool_args_schema' needs the case to offer tools",
+    ),
+    (
+        with_tools(tool_choice="none", expect={"tool_calls": [{"name": "get_weather"}]}),
+        "expect.'tool_calls' with 'tool_choice' \"none\": the request forbids every call",
+    ),
+    (
+        with_tools(tool_choice="required", expect={"no_tool_calls": True}),
+        "expect.'no_tool_calls' with a 'tool_choice' that makes the model call a tool",
+    ),
+]
+
+
+@pytest.mark.parametrize(("row", "reason"), BAD_REQUESTS)
+def test_malformed_request_keys_name_file_line_and_key(
+    tmp_path: Path, row: dict[str, Any], reason: str
+) -> None:
+    """Every refusal of a request key is `path:line: reason` naming the key (exit 65); the
+    bad row sits on line 2, after a good one."""
+    path = rows_file(tmp_path, {"id": "a", "prompt": "p"}, row)
+    message = fixture_error(path)
+    assert message.startswith(f"{path}:2: ")
+    assert reason in message, message
+
+
+def test_the_accepted_turn_shapes_load(tmp_path: Path) -> None:
+    """An assistant turn may carry text and calls, or text alone; a call's arguments may be an
+    empty object; several calls are answered in any order before the next turn."""
+    second = {**CALL, "id": "call_2", "function": {"name": "get_time", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "Weather and time?"},
+        {"role": "assistant", "content": "Checking.", "tool_calls": [CALL, second]},
+        {"role": "tool", "tool_call_id": "call_2", "content": "09:00"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18C"},
+        {"role": "assistant", "content": "18C at 09:00."},
+        {"role": "user", "content": ""},
+    ]
+    (case,) = load_cases(rows_file(tmp_path, {"id": "a", "messages": messages}))
+    assert case.messages == tuple(messages)
+
+
+TOOLS_FILE_ERRORS: list[tuple[str | bytes | None, str]] = [
+    (None, "'tools' file tools.json: no such file"),
+    (
+        b'[\n  {"type": "function",\n   "function": {"name": "f",}}\n]\n',
+        "'tools' file tools.json:3: invalid JSON: Expecting property name enclosed in double "
+        "quotes (column 29)",
+    ),
+    (b"[\n\xff]", "'tools' file tools.json:2: not UTF-8: byte 0xff cannot be decoded"),
+    ("[" * 130 + "]" * 130, "'tools' file tools.json:1: nested deeper than 128 levels"),
+    (
+        '[{"type": "function", "type": "function"}]',
+        "'tools' file tools.json: duplicate key 'type' in one object",
+    ),
+    (
+        '[{"type": "function", "function": {"name": "f", "x": NaN}}]',
+        "'tools' file tools.json: invalid JSON: NaN is not valid JSON",
+    ),
+    (
+        '[{"type": "function", "function": {"name": "\\ud800"}}]',
+        "'tools' file tools.json: lone surrogate escape (\\ud800-\\udfff) is not text",
+    ),
+    ('{"tools": []}', "'tools' file tools.json: must be a non-empty list of tools, got object"),
+    ("[]", "'tools' file tools.json: must be a non-empty list of tools, got an empty list"),
+    (
+        '[{"type": "function", "function": {"name": "a b"}}]',
+        "'tools' file tools.json: [0].function.name must be 1-64 of A-Z a-z 0-9 _ -, got 'a b'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("content", "reason"), TOOLS_FILE_ERRORS)
+def test_a_bad_tools_file_names_the_row_the_file_and_its_line(
+    tmp_path: Path, content: str | bytes | None, reason: str
+) -> None:
+    """A tools file that is missing, no JSON or no list of tools is one line: the fixture's
+    file and row, then the tools file and (for bad JSON) its own line."""
+    if isinstance(content, bytes):
+        (tmp_path / "tools.json").write_bytes(content)
+    elif content is not None:
+        (tmp_path / "tools.json").write_text(content, encoding="utf-8")
+    path = rows_file(
+        tmp_path, {"id": "a", "prompt": "p"}, {"id": "b", "prompt": "p", "tools": "tools.json"}
+    )
+    assert fixture_error(path) == f"{path}:2: {reason}"
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_tools_path_that_is_no_regular_file_is_refused(tmp_path: Path, kind: str) -> None:
+    """A directory or a FIFO named as a tools file is refused at once, never read or waited on."""
+    target = tmp_path / "tools.json"
+    if kind == "directory":
+        target.mkdir()
+        problem = "a directory, not a file"
+    else:
+        os.mkfifo(target)
+        problem = "not a regular file (a device, FIFO or socket)"
+    path = rows_file(tmp_path, {"id": "a", "prompt": "p", "tools": "tools.json"})
+    assert fixture_error(path) == f"{path}:1: 'tools' file tools.json: {problem}"
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """A well-formed conversation: an optional system turn, then user turns, assistant text and
+    assistant calls answered by tool turns in any order, ending on a user or tool turn."""
+    turns: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        turns.append({"role": "system", "content": draw(st.text(max_size=5))})
+    calls = 0
+    for kind in draw(st.lists(st.sampled_from(["user", "text", "calls"]), min_size=1, max_size=6)):
+        if kind == "user":
+            turns.append({"role": "user", "content": draw(st.text(max_size=5))})
+        elif kind == "text":
+            turns.append({"role": "assistant", "content": draw(st.text(max_size=5))})
+        else:
+            ids = [f"call_{calls + n}" for n in range(draw(st.integers(1, 3)))]
+            calls += len(ids)
+            made = [
+                {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                for i in ids
+            ]
+            content = draw(st.sampled_from([None, "", "Checking."]))
+            turns.append({"role": "assistant", "content": content, "tool_calls": made})
+            for i in draw(st.permutations(ids)):
+                turns.append({"role": "tool", "tool_call_id": i, "content": "r"})
+    if turns[-1]["role"] not in ("user", "tool"):
+        turns.append({"role": "user", "content": "and?"})
+    return turns
+
+
+@settings(max_examples=40, deadline=None)
+@given(messages=conversations(), data=st.data())
+def test_a_well_formed_conversation_loads_and_loses_no_tool_turn(
+    messages: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    """Any well-formed conversation loads as written; without one of its tool turns it is
+    refused on its line, naming the assistant turn whose call went unanswered."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = rows_file(Path(folder), {"id": "a", "messages": messages})
+        (case,) = load_cases(path)
+        assert case.messages == tuple(messages)
+        tool_turns = [at for at, turn in enumerate(messages) if turn["role"] == "tool"]
+        if tool_turns:
+            dropped = data.draw(st.sampled_from(tool_turns))
+            rest = messages[:dropped] + messages[dropped + 1 :]
+            rows_file(Path(folder), {"id": "a", "messages": rest})
+            message = fixture_error(path)
+            assert message.startswith(f"{path}:1: 'messages'[")
+            assert "which no tool turn right after it answers" in message

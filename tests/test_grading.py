@@ -21,7 +21,7 @@ from runner.grading import (
     grade,
     load_graders,
 )
-from runner.model import Case, Grade, Reply
+from runner.model import Case, Grade, Reply, ToolCall
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 NONE = GraderSet.empty()
@@ -37,6 +37,35 @@ def case(expect: Mapping[str, Any], *, case_id: str = "c1", grader: str | None =
         line=7,
         grader=grader,
     )
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def tool_case(expect: Mapping[str, Any], tools: tuple[Mapping[str, Any], ...] = (WEATHER,)) -> Case:
+    return Case(
+        id="t1",
+        prompt="p",
+        expect=expect,
+        fixture_sha="0" * 16,
+        path="suite.jsonl",
+        line=3,
+        tools=tools,
+    )
+
+
+def call(name: str, **arguments: Any) -> ToolCall:
+    return ToolCall(id=None, name=name, arguments=arguments)
 
 
 def graded(expect: Mapping[str, Any], text: str, answer: Any = None) -> Grade:
@@ -508,3 +537,96 @@ def test_grading_is_deterministic(suite: GraderSet) -> None:
     subject = case({"must_be_kind": True, "regex": "a", "json_fields": {"k": 1}})
     reply = Reply(text="b", answer={"k": 2})
     assert grade(subject, reply, suite) == grade(subject, reply, suite)
+
+
+# --- tool calls --------------------------------------------------------------------------
+
+
+def test_a_reply_that_only_calls_a_tool_is_no_empty_completion() -> None:
+    """A reply with calls and no text answered with a call: its standing checks pass, and the
+    offered-tools check counts (2 + 1)."""
+    reply = Reply(text="", tool_calls=(call("get_weather", city="Paris"),))
+    assert Grade(misses=(), checks=3, passed_checks=3) == grade(tool_case({}), reply, NONE)
+
+
+def test_text_keys_still_apply_to_a_reply_that_only_calls_a_tool() -> None:
+    """A `must_include` reads the reply's empty content and misses, the call notwithstanding."""
+    reply = Reply(text="", tool_calls=(call("get_weather", city="Paris"),))
+    result = grade(tool_case({"must_include": ["Paris"]}), reply, NONE)
+    expected = (("missing:Paris",), 4, 3)
+    assert expected == tally(result)
+
+
+def test_a_reply_with_neither_text_nor_calls_is_an_empty_completion() -> None:
+    """No text and no call is still `empty_completion` on a tool case."""
+    result = grade(tool_case({}), Reply(text=" "), NONE)
+    expected = (("empty_completion",), 3, 2)
+    assert expected == tally(result)
+
+
+def test_expected_calls_score_one_check_per_call_and_per_argument() -> None:
+    """`tool_calls` counts a check per expected call and per expected argument field, beside
+    the standing checks and the offered-tools check: one wrong field of two is 5 / 6."""
+    expect = {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]}
+    reply = Reply(text="", tool_calls=(call("get_weather", city="Paris", days=2),))
+    result = grade(tool_case(expect), reply, NONE)
+    expected = (("tool_arg_mismatch:get_weather.days",), 6, 5)
+    assert expected == tally(result)
+
+
+def test_a_missing_call_fails_its_checks_under_one_code() -> None:
+    """A reply that calls nothing misses `tool_missing:<name>` for the call and its fields."""
+    expect = {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}
+    result = grade(tool_case(expect), Reply(text="It is sunny."), NONE)
+    expected = (("tool_missing:get_weather",), 5, 3)
+    assert expected == tally(result)
+
+
+def test_a_call_to_a_tool_not_offered_is_unknown_whenever_tools_were_offered() -> None:
+    """`tool_unknown` needs no expectation key: offering tools is enough."""
+    reply = Reply(text="", tool_calls=(call("delete_account"),))
+    result = grade(tool_case({}), reply, NONE)
+    expected = (("tool_unknown:delete_account",), 3, 2)
+    assert expected == tally(result)
+
+
+def test_a_case_offering_no_tools_has_no_tool_checks() -> None:
+    """Without tools offered a called name is not graded: the two standing checks only."""
+    reply = Reply(text="", tool_calls=(call("anything"),))
+    assert Grade(misses=(), checks=2, passed_checks=2) == grade(tool_case({}, ()), reply, NONE)
+
+
+def test_tool_misses_follow_the_text_misses() -> None:
+    """Text misses come first, then the tool keys' in their own order."""
+    expect = {"must_include": ["sunny"], "no_tool_calls": True, "tool_args_schema": True}
+    reply = Reply(text="ok", tool_calls=(call("get_weather", days="two"),))
+    result = grade(tool_case(expect), reply, NONE)
+    misses = (
+        "missing:sunny",
+        "tool_unexpected:get_weather",
+        "tool_args_schema:get_weather:$",
+        "tool_args_schema:get_weather:$.days",
+    )
+    expected = (misses, 6, 3)
+    assert expected == tally(result)
+
+
+def test_tool_keys_need_no_custom_grader_and_cost_a_custom_grader_no_check(
+    suite: GraderSet,
+) -> None:
+    """The tool keys are built in: check_case accepts them, and a custom grader still counts
+    one check per key that is neither a text nor a tool key."""
+    check_case(tool_case({"no_tool_calls": True, "tool_args_schema": True}), NONE)
+    expect = {"must_be_kind": True, "no_tool_calls": True}
+    custom = Case(**{**_fields(tool_case(expect)), "id": "c1"})
+    result = grade(custom, Reply(text="hi"), suite)
+    expected = (("by_id",), 5, 4)
+    assert expected == tally(result)
+
+
+def tally(result: Grade) -> tuple[tuple[str, ...], int, int]:
+    return (result.misses, result.checks, result.passed_checks)
+
+
+def _fields(value: Case) -> dict[str, Any]:
+    return {name: getattr(value, name) for name in value.__dataclass_fields__}

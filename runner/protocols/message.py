@@ -17,7 +17,7 @@ from typing import Any
 
 from runner.adapters import read_answer
 from runner.jsontext import loads, too_deep
-from runner.model import record
+from runner.model import ToolCall, record
 from runner.text import may_hold_surrogates, scrub
 
 # schema-fail details
@@ -80,15 +80,6 @@ class Message:
     response_id: str | None = None
     system_fingerprint: str | None = None
     usage: Mapping[str, Any] | None = None
-
-
-@record
-class ToolCall:
-    """A tool call as graders see it: arguments parsed into an object."""
-
-    id: str | None
-    name: str
-    arguments: dict[str, Any]
 
 
 @record
