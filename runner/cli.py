@@ -325,8 +325,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     failures: list[dict[str, Any]] = []
     path = _existing_file(args.file)
     cases = load_cases(path, check=functools.partial(check_case, graders=graders))
-    if not any(c.completion is not None for c in cases):  # else every case grades as empty
-        raise DataError(path, "no case has a recorded `completion` to grade")
+    if not any(c.completion is not None or c.completion_calls for c in cases):
+        # else every case grades as empty
+        raise DataError(path, "no case has a recorded `completion` or `tool_calls` to grade")
     stratified = any(c.stratum for c in cases)
     for case in cases:
         text = case.completion or ""
@@ -334,18 +335,23 @@ def cmd_grade(args: argparse.Namespace) -> int:
         # the answer is read as a run reads it: a JSON case answered otherwise is unscored
         # (a schema miss, kept out of the rates), never graded as a wrong answer
         answer, problem = read_answer(text, expects_json=case.expects_json)
-        misses = [problem] if problem else list(grade(case, Reply(text, answer), graders).misses)
+        reply = Reply(text, answer, tool_calls=case.completion_calls)
+        misses = [problem] if problem else list(grade(case, reply, graders).misses)
         results.append((stratum, None if problem else not misses))
         if misses:
-            failures.append(
-                {
-                    "case_id": case.id,
-                    "stratum": stratum,
-                    "passed": False,
-                    "scored": problem is None,
-                    "reasons": misses,
-                }
-            )
+            failure = {
+                "case_id": case.id,
+                "stratum": stratum,
+                "passed": False,
+                "scored": problem is None,
+                "reasons": misses,
+            }
+            if case.tools or case.completion_calls:  # the calls the tool misses are about
+                failure["tool_calls"] = [
+                    {"name": call.name, "arguments": call.arguments}
+                    for call in case.completion_calls
+                ]
+            failures.append(failure)
     rates = strata_rates(results)
     alerts = detect(rates, thresholds) if stratified else []
     unscored = sum(1 for _, passed in results if passed is None)
@@ -569,7 +575,9 @@ def _add_fixture_commands(add: Adder, config_help: str) -> None:
 
     p = add("grade", "Grade one side's recorded completions and report strata (seed 000).")
     p.add_argument(
-        "file", metavar="FILE", help="a fixture file whose cases carry a recorded `completion`"
+        "file",
+        metavar="FILE",
+        help="a fixture file whose cases carry a recorded `completion` (and `tool_calls`)",
     )
     p.add_argument("--graders", help="custom graders: a Python file or module name")
     for flag, meaning in (

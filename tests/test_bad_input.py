@@ -812,7 +812,7 @@ def test_grade_of_a_file_without_recorded_completions_is_refused(tmp_path: Path)
     empty reply and said ok. One line naming the file, exit 65."""
     (tmp_path / "cases.jsonl").write_text(f"{GOOD_ROW}\n", encoding="utf-8")
     message = one_line_error(parallax("grade", "cases.jsonl", cwd=tmp_path), 65)
-    assert "cases.jsonl: no case has a recorded `completion` to grade" in message
+    assert "cases.jsonl: no case has a recorded `completion` or `tool_calls` to grade" in message
 
 
 @pytest.mark.parametrize(

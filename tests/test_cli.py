@@ -895,6 +895,61 @@ def test_grade_reads_a_recorded_json_answer_as_a_run_does(tmp_path: Path) -> Non
     assert (proc.returncode, report["unscored"]) == (2, 1)
 
 
+def test_grade_grades_recorded_tool_calls_and_shows_them(tmp_path: Path) -> None:
+    """A row's recorded `tool_calls` are graded beside its `completion`: a reply that only
+    calls the right tool passes, and a failing case's entry lists its calls with the tool
+    misses among its reasons."""
+    weather = {
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": {"type": "object"}},
+    }
+    wanted = {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}
+    rows = [
+        {
+            "id": "calls-right",
+            "prompt": "Weather in Paris?",
+            "tools": [weather],
+            "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}],
+            "expect": wanted,
+        },
+        {
+            "id": "calls-wrong",
+            "prompt": "Weather in Paris?",
+            "tools": [weather],
+            "tool_calls": [
+                {"name": "get_weather", "arguments": {"city": "Lyon"}},
+                {"name": "drop_tables", "arguments": {}},
+            ],
+            "expect": wanted,
+        },
+        {
+            "id": "answers-instead",
+            "prompt": "Weather in Paris?",
+            "tools": [weather],
+            "completion": "Sunny.",
+            "expect": wanted,
+        },
+    ]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = parallax("grade", path, cwd=tmp_path)
+    no_traceback(proc)
+    report = json.loads(proc.stdout)
+    expected = [
+        (
+            "calls-wrong",
+            ["tool_arg_mismatch:get_weather.city", "tool_unknown:drop_tables"],
+            [
+                {"name": "get_weather", "arguments": {"city": "Lyon"}},
+                {"name": "drop_tables", "arguments": {}},
+            ],
+        ),
+        ("answers-instead", ["tool_missing:get_weather"], []),
+    ]
+    assert expected == [(f["case_id"], f["reasons"], f["tool_calls"]) for f in report["failures"]]
+    assert (proc.returncode, report["n"], report["unscored"]) == (0, 3, 0)
+
+
 PARIS = '{"city": "Paris"}'
 # a recorded reply to a case expecting {"city": "Paris"} -> (scored, misses), as both read it
 ANSWERS: dict[str, tuple[str, bool, list[str]]] = {
