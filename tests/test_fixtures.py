@@ -1362,3 +1362,21 @@ def test_a_well_formed_conversation_loads_and_loses_no_tool_turn(
             message = fixture_error(path)
             assert message.startswith(f"{path}:1: 'messages'[")
             assert "which no tool turn right after it answers" in message
+
+
+def test_the_readme_conversation_example_loads(tmp_path: Path) -> None:
+    """The Fixtures reference's conversation and its tools file load as written (one line)."""
+    import re
+
+    readme = (FIXTURES.parent / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```json\n(.*?)```", readme, re.DOTALL)
+    (row,) = [block for block in blocks if '"weather-followup"' in block]
+    (tools,) = [block for block in blocks if block.startswith('[{"type": "function"')]
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "weather.json").write_text(tools, encoding="utf-8")
+    (case,) = load_cases(rows_file(tmp_path, json.loads(row)))
+    assert (case.prompt, len(case.messages or ()), case.tools) == (
+        None,
+        5,
+        tuple(json.loads(tools)),
+    )
