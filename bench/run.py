@@ -373,7 +373,7 @@ def stages_main(args: argparse.Namespace) -> int:
     from runner.config import load_config
     from runner.gate import Folds
     from runner.regrade import heal
-    from runner.runs import prepare_suite
+    from runner.suite import prepare_suite
 
     run_dir = Path(args.run_dir).resolve()
     root = run_dir.parents[2]

@@ -1,9 +1,9 @@
 """One run of a suite at a time: an exclusive flock on `runs/<suite>/.lock`.
 
 Both the daemon's jobs and a hand-started `parallax run` take it (see `holds_suite_lock` on
-`runs.run_suite_async`). flock locks belong to the open file, so a crashed or killed holder
-releases it with its last descriptor; nothing stale is ever left to clean up. The file itself
-stays (unlinking a lock file races with the next locker) and names its last holder.
+`runner.runs.run.run_suite_async`). flock locks belong to the open file, so a crashed or killed
+holder releases it with its last descriptor; nothing stale is ever left to clean up. The file
+itself stays (unlinking a lock file races with the next locker) and names its last holder.
 A replay calls no endpoint and writes only its own new run dir, so it takes no lock.
 """
 

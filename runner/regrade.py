@@ -14,7 +14,7 @@ import mmap
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runner.errors import DataError
 from runner.gate import Folds, SideView
@@ -22,10 +22,8 @@ from runner.jsontext import dumps
 from runner.ledger import LedgerWriter, decode_line, read_jsonl, repair_tail
 from runner.model import ROW_ERRORS, Exchange, Outcome
 from runner.stamps import stamp
+from runner.suite import Suite
 from runner.workers import available, line_spans, ordered
-
-if TYPE_CHECKING:
-    from runner.runs import Suite
 
 Key = tuple[str, str, int]
 # One raw line's result: its key, and when it was graded here its fold entry (see

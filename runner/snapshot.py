@@ -22,6 +22,7 @@ from runner.errors import DataError, ParallaxError, UsageError, reason_of
 from runner.invocation import command
 from runner.jsontext import loads
 from runner.ledger import read_json_object, write_json
+from runner.runs.names import started_of
 from runner.text import holds_surrogate, may_hold_surrogates
 
 # 2 added `promoted_calls_at`; an entry's `requests` (each side's request_sha) came later, as
@@ -321,13 +322,13 @@ def calls_at(run_dir: Path) -> datetime | None:
         try:
             manifest = read_json_object(current / "manifest.json")
         except DataError:  # not here (a map built by hand, a parent deleted), or unreadable
-            return _stamp_of(current.name)
+            return started_of(current.name)
         parent = manifest.get("parent")
         if manifest.get("mode") in FROM_PARENT and isinstance(parent, str) and valid_name(parent):
             current = current.parent / parent
             continue
         started = _aware(manifest.get("started_at"))
-        return started if started is not None else _stamp_of(current.name)
+        return started if started is not None else started_of(current.name)
     return None
 
 
@@ -338,7 +339,7 @@ def snapshot_calls_at(doc: Mapping[str, Any]) -> datetime | None:
     if found is not None:
         return found
     named = doc.get("promoted_from")
-    return _stamp_of(named) if doc.get("version") == 1 and isinstance(named, str) else None
+    return started_of(named) if doc.get("version") == 1 and isinstance(named, str) else None
 
 
 def _aware(value: Any) -> datetime | None:
@@ -350,13 +351,3 @@ def _aware(value: Any) -> datetime | None:
     except ValueError:
         return None
     return when if when.tzinfo is not None else None
-
-
-def _stamp_of(name: str) -> datetime | None:
-    """The start a run directory's name begins with, or None for any other name."""
-    from runner.runs import RUN_STAMP  # runs imports this module: read at call time
-
-    try:
-        return datetime.strptime(name.partition("-")[0], RUN_STAMP).replace(tzinfo=UTC)
-    except ValueError:
-        return None

@@ -90,7 +90,7 @@ def write_night(
 def flagged_rate(args: argparse.Namespace, drop: float, seed: int) -> tuple[float, int]:
     from runner import logs
     from runner.config import load_config
-    from runner.runs import run_suite
+    from runner.runs.run import run_suite
 
     logs.configure(json=True)
     rng = random.Random(seed)

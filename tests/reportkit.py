@@ -77,7 +77,7 @@ class Project:
 
     def run(self) -> tuple[Path, int, dict[str, Any]]:
         from runner.config import load_config
-        from runner.runs import run_suite
+        from runner.runs.run import run_suite
 
         return run_suite(load_config(self.config), "s")
 

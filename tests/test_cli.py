@@ -173,7 +173,7 @@ try:
 except SystemExit:
     pass
 help_loads = sorted(m for m in sys.modules if m.split(".")[0] in ("runner", "structlog", "rich"))
-import runner.runs
+import runner.runs.run
 run_loads = sorted(m for m in ("rich", "jsonschema", "structlog") if m in sys.modules)
 import io, rich.progress, structlog
 line = structlog.dev.ConsoleRenderer(colors=False)(None, "info", {"event": "run.started"})
@@ -191,7 +191,7 @@ def test_start_up_loads_only_what_the_command_needs() -> None:
         [sys.executable, "-c", _IMPORTS], capture_output=True, text=True, timeout=60, check=True
     )
     found = json.loads(proc.stdout.splitlines()[-1])
-    assert found["help"] == ["runner", "runner.cli", "runner.errors"]
+    assert found["help"] == ["runner", "runner.arguments", "runner.cli", "runner.errors"]
     assert found["run"] == ["structlog"]
     assert found["rich"] == "rich.progress"
     assert "run.started" in found["line"]
@@ -208,13 +208,15 @@ def test_subcommand_help_exits_zero(tmp_path: Path, command: str) -> None:
 
 def test_each_help_lists_the_exit_codes_its_command_returns() -> None:
     """`health --help` says what 1 means for health, not for a run; every command lists the
-    error codes, and only commands that gate list the review and incomplete codes."""
-    from runner.cli import build_parser
+    error codes, and only commands that gate list the review and incomplete codes; every
+    command the parser knows has a body to run."""
+    from runner.arguments import build_parser
+    from runner.cli import COMMANDS
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps = {command: child.format_help() for command, child in sub.choices.items()}
-    assert set(helps) == set(SUBCOMMANDS)
+    assert set(helps) == set(SUBCOMMANDS) == set(COMMANDS)
     for command, text in helps.items():
         assert "64  usage error" in text and "78  bad config" in text, command
         gates = "review needed" in text
@@ -839,7 +841,7 @@ def test_grade_ceiling_fixture(tmp_path: Path) -> None:
 def test_grade_threshold_defaults_are_the_configs() -> None:
     """`grade --help` names its defaults without importing the config models; they must be
     the defaults a suite's [thresholds] has."""
-    from runner.cli import GRADE_THRESHOLDS
+    from runner.arguments import GRADE_THRESHOLDS
     from runner.config import Thresholds
 
     assert {key: Thresholds().model_dump()[key] for key in GRADE_THRESHOLDS} == GRADE_THRESHOLDS
@@ -1097,7 +1099,7 @@ def test_the_printed_summary_says_what_the_exit_code_stands_on(
     """Each reason behind the verdict is on stderr: the cases to review, the flaky ones, how
     many more than are named, the paired test (and whether it gates), the unstratified note,
     and how new cases become gated."""
-    from runner.runs import print_summary
+    from runner.runs.summary import print_summary
 
     ids = [f"c{i:02d}" for i in range(11)]
     summary = {
@@ -1132,7 +1134,7 @@ def test_the_printed_summary_shows_hidden_characters_as_escapes(
 ) -> None:
     """A case id with a right-to-left override, a NUL or a newline cannot disguise itself or
     forge a line of the summary: each shows as its escape, on the line that names it."""
-    from runner.runs import print_summary
+    from runner.runs.summary import print_summary
 
     summary = {
         "suite": "s\u202e",

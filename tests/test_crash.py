@@ -37,7 +37,7 @@ from relkit import (
 )
 
 from runner.config import load_config
-from runner.runs import run_suite
+from runner.runs.run import run_suite
 from runner.snapshot import promote
 
 N = 30  # cases; 2N calls and 2N outcome rows per run

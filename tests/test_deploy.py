@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from runner.cli import build_parser
+from runner.arguments import build_parser
 from runner.config import Config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -166,7 +166,7 @@ def test_compose_serves_with_a_config_and_a_plain_health_check() -> None:
     (compose,) = documents("compose.yaml")
     service = compose["services"]["parallax"]
     args = build_parser().parse_args(service["command"])
-    assert args.func.__name__ == "cmd_serve"
+    assert args.command == "serve"
     assert (REPO / "config" / Path(args.config).relative_to("/work/config")).is_file()
     assert "PARALLAX_CONFIG" not in service["environment"]
     assert service["healthcheck"]["test"] == ["CMD", "parallax", "health"]

@@ -28,7 +28,8 @@ from runner.fixtures import load_cases
 from runner.ledger import read_jsonl
 from runner.recorded import load_cassette
 from runner.regrade import read_exchanges, read_outcomes
-from runner.runs import read_manifest, run_suite
+from runner.runs.run import run_suite
+from runner.runs.rundir import read_manifest
 from runner.snapshot import load_snapshot, promote
 
 FUZZ = settings(

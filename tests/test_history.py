@@ -331,7 +331,7 @@ def test_history_with_negative_last_is_a_usage_error(tmp_path: Path) -> None:
 def test_ceiling_streaks_come_from_the_summary_without_the_big_map(tmp_path: Path) -> None:
     """Real runs list their quiet cases in summary.json; history needs no disagreement.json."""
     from runner.config import load_config
-    from runner.runs import run_suite
+    from runner.runs.run import run_suite
 
     (tmp_path / "cases.jsonl").write_text(
         '{"id": "a", "prompt": "p", "expect": {"must_include": ["yes"]}}\n'

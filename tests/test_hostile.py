@@ -29,7 +29,7 @@ from structlog.testing import capture_logs
 
 from runner.cli import main
 from runner.config import load_config
-from runner.runs import run_suite
+from runner.runs.run import run_suite
 
 # Only the drip must run into the deadline; the bounded replies (tens of MB streamed, a bomb
 # inflated to the cap) must beat it and took up to 2 s on two busy cores, so it is generous.

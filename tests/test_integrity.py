@@ -22,7 +22,7 @@ from relkit import PARALLAX, endpoint_toml, record, suite_toml, write_cases, wri
 
 from runner.cli import main
 from runner.config import load_config
-from runner.runs import run_suite
+from runner.runs.run import run_suite
 from runner.snapshot import SNAPSHOT_VERSION, load_snapshot
 
 NOBODY = 65534

@@ -25,7 +25,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from runner.config import load_config
-from runner.runs import run_suite
+from runner.runs.run import run_suite
 from runner.snapshot import promote
 
 LITELLM = "1.106.12"  # pinned; 1.107.0 was a compromised release

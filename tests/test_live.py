@@ -23,7 +23,7 @@ from relkit import key_rows
 from structlog.testing import capture_logs
 
 from runner.config import load_config
-from runner.runs import run_suite
+from runner.runs.run import run_suite
 from runner.snapshot import IncompleteError, load_snapshot, promote
 
 FAST_RETRY = (

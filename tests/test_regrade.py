@@ -24,7 +24,8 @@ from runner.config import load_config
 from runner.errors import ConfigError, DataError, FixtureError
 from runner.gate import Folds
 from runner.model import SIDES
-from runner.runs import prepare_suite, run_suite
+from runner.runs.run import run_suite
+from runner.suite import prepare_suite
 
 T = TypeVar("T")
 R = TypeVar("R")

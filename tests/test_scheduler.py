@@ -32,8 +32,11 @@ from runner.config import LoadedConfig, load_config
 from runner.errors import ConfigError
 from runner.health import check_health, heartbeat_path
 from runner.lock import is_locked, suite_lock
-from runner.runs import MANIFEST_VERSION, run_suite_async
-from runner.scheduler import MAX_COALESCE, Daemon, Trigger, find_interrupted
+from runner.runs.run import run_suite_async
+from runner.runs.rundir import MANIFEST_VERSION
+from runner.scheduler.catchup import find_interrupted
+from runner.scheduler.daemon import Daemon
+from runner.scheduler.trigger import MAX_COALESCE, Trigger
 
 pytestmark = pytest.mark.anyio
 
@@ -347,10 +350,10 @@ async def test_a_signal_during_start_up_stops_the_daemon_cleanly(
     received and ends in scheduler.stopped with exit 0; it used to arrive before any handler,
     so the process died silently (143). A handler of the test's own is the safety net: had
     the daemon missed the signal, it lands there and the daemon runs on into the time limit."""
-    from runner import scheduler
+    from runner.scheduler import daemon as daemon_module
 
     loaded = write_config(tmp_path, fault_server)
-    real = scheduler.find_interrupted
+    real = daemon_module.find_interrupted
 
     def interrupted(*args: Any) -> tuple[Path | None, str | None]:
         os.kill(os.getpid(), signal.SIGTERM)
@@ -358,7 +361,7 @@ async def test_a_signal_during_start_up_stops_the_daemon_cleanly(
 
     missed: list[int] = []
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: missed.append(signum))
-    monkeypatch.setattr(scheduler, "find_interrupted", interrupted)
+    monkeypatch.setattr(daemon_module, "find_interrupted", interrupted)
     try:
         with capture_logs() as logs:
             daemon = Daemon(loaded, clock=ManualClock(START))
@@ -1003,7 +1006,7 @@ async def test_a_start_that_fails_leaves_the_fire_the_last_daemon_handled(
     def unreadable(*args: Any) -> Any:
         raise OSError("runs dir went away")
 
-    monkeypatch.setattr("runner.scheduler.find_interrupted", unreadable)
+    monkeypatch.setattr("runner.scheduler.daemon.find_interrupted", unreadable)
     with pytest.raises(OSError, match="went away"):
         await Daemon(loaded, clock=ManualClock(START), handle_signals=False).run()
     assert heartbeat_path(loaded.runs_dir).read_text() == left

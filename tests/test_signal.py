@@ -13,7 +13,7 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from runner.config import load_config
-from runner.runs import run_suite
+from runner.runs.run import run_suite
 from runner.snapshot import promote
 
 

@@ -206,7 +206,7 @@ def test_a_six_field_schedule_fires_every_second_and_five_fields_stay_on_the_min
     """A leading seconds field gives sub-minute fire times; a crontab line still fires at :00."""
     from datetime import UTC, datetime
 
-    from runner.scheduler import Trigger
+    from runner.scheduler.trigger import Trigger
 
     start = datetime(2026, 3, 29, 0, 59, 58, 500000, tzinfo=UTC)
     every_second = Trigger("* * * * * *", "Europe/Berlin", config_path=Path("p"), suite="s")

@@ -12,7 +12,7 @@ from faultserver import refused_port
 from relkit import PARALLAX, endpoint_toml, write_cases, write_config
 
 from runner.history import run_dirs
-from runner.runs import print_summary
+from runner.runs.summary import print_summary
 from runner.unscored import next_steps, why_lines
 
 

@@ -1,0 +1,245 @@
+"""The command line's grammar: every command, its options and argument types, and the --help
+texts, each command's exit codes among them. Pure argparse: `parallax --help` imports no stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from typing import NoReturn
+
+from runner import __version__
+from runner.errors import UsageError
+
+DEFAULT_CONFIG = "parallax.toml"
+Adder = Callable[[str, str], "argparse.ArgumentParser"]
+
+_VERDICT = """  0   clean
+  1   review needed: disagreement_changed, alias_swap, a stratum alert,
+      a significant regression when fail_on asks for it, a reference whose
+      request changed
+  2   incomplete: transport or schema misses (infrastructure, not quality)
+  3   both 1 and 2
+"""
+_ERRORS = "  64  usage error    65  bad fixture or data file    78  bad config\n"
+_LOGGED = _ERRORS + "      each of them also one run.failed line on stdout\n"
+_CLOSED_PIPE = "  141 stdout closed by its reader (`| head`): stopped quietly\n"
+_DATA = _ERRORS + _CLOSED_PIPE
+
+# Every command shares one contract; each --help lists only the codes that command returns.
+EXIT_CODES = (
+    f"exit codes:\n{_VERDICT}{_ERRORS}"
+    "  70  serve: the scheduler itself crashed    74  serve: its stdout was closed\n"
+    "  130 / 143  run: stopped by SIGINT / SIGTERM (resume with --resume)\n"
+    "  141  a command's data on stdout found no reader (`| head`)\n"
+)
+_COMMAND_EXIT_CODES = {
+    "run": _VERDICT
+    + "      (with --exit-zero-on-review, 1 exits 0 and 3 exits 2)\n"
+    + _LOGGED
+    + "  130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM: calls in flight got run_grace_seconds,\n"
+    "      the run dir is left to finish with --resume (run.interrupted)\n",
+    "replay": _VERDICT
+    + _LOGGED
+    + "  130 interrupted (its new run dir is left unfinished: replay again)\n",
+    "report": "  0-3 the run's own exit code (see `parallax run --help`)\n"
+    + _ERRORS
+    + "  64  also: the run dir is not writable    65  also: a report's name is a directory\n"
+    + _CLOSED_PIPE,
+    "promote": "  0   snapshot written\n  2   unscored cases and no --allow-partial\n"
+    + _ERRORS
+    + "  64  also: refused, the run would roll the snapshot back (its calls are older than\n"
+    "      the snapshot's run's, or it ran on fixtures that are not today's) and no --force\n"
+    + _CLOSED_PIPE,
+    "pin": "  0   every row printed\n" + _DATA,
+    "validate": "  0   nothing wrong\n" + _DATA,
+    "diff": "  0   clean\n  1   a silent regression\n  2   transport or schema misses\n"
+    "  3   both 1 and 2\n" + _DATA,
+    "grade": "  0   no stratum alert\n  1   a stratum alert\n"
+    "  2   a case could not be scored (a JSON case answered otherwise: answer_not_json)\n"
+    "  3   both 1 and 2\n" + _DATA,
+    "serve": "  0   stopped by SIGTERM, SIGINT or SIGHUP\n  70  the scheduler itself crashed\n"
+    "  74  stdout closed by its reader: stopped as on SIGTERM (restart it)\n" + _LOGGED,
+    "health": "  0   the daemon runs with a fresh heartbeat; without --config, also when no\n"
+    "      daemon was ever started on this host (a one-shot container: nothing to check)\n"
+    "  1   it does not\n" + _DATA,
+    "history": "  0   printed\n" + _DATA,
+}
+
+
+# `grade`'s ceiling-detector defaults, named in its --help without importing the config models
+# (pydantic) at start-up; tests hold them equal to `runner.config.Thresholds`.
+GRADE_THRESHOLDS = {"stretch_high": 0.80, "easy_floor": 1.0, "medium_floor": 0.85}
+
+
+def _rate(value: str) -> float:
+    """A pass-rate threshold from the command line: a number from 0 to 1."""
+    try:
+        rate = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0 <= rate <= 1:  # NaN is refused here too
+        raise argparse.ArgumentTypeError(f"{value!r} is not between 0 and 1")
+    return rate
+
+
+def _seconds(value: str) -> float:
+    """A positive, finite number of seconds from the command line."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0 < seconds < math.inf:  # NaN is refused here too
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
+    return seconds
+
+
+class _Refused(UsageError):
+    """The command line itself was refused; the message is the whole line, naming --help."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """One line, as for every other bad input, and exit 64 (argparse's 2 means incomplete)."""
+        raise _Refused(f"{self.prog}: error: {message} (see `{self.prog} --help`)")
+
+
+def _add_report_commands(add: Adder, config_help: str) -> None:
+    p = add("report", "Write report.html and report.md for a finished run (exit: the run's).")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--config", help="config to use (default: the one the run recorded)")
+    p.add_argument("--junit", metavar="PATH", help="also write JUnit XML of the run here")
+
+    p = add("history", "A row per run, ceiling candidates and served-model changes per suite.")
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--suite", help="only this suite")
+    p.add_argument("--last", type=int, metavar="N", help="show only the last N runs")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="parallax",
+        description="Nightly regression runner for LLM features: a frozen reference and a "
+        "candidate, graded by the same code, gated on their disagreement.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"parallax {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def add(name: str, help_: str) -> argparse.ArgumentParser:
+        epilog = f"exit codes:\n{_COMMAND_EXIT_CODES[name]}"
+        p = sub.add_parser(name, help=help_, description=help_, epilog=epilog)
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
+        return p
+
+    config_help = f"config file (default: $PARALLAX_CONFIG or ./{DEFAULT_CONFIG})"
+    p = add("run", "Run every suite (or one) against both endpoints and gate the result.")
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--suite", help="run only this suite")
+    p.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run in place")
+    p.add_argument(
+        "--retry-unscored",
+        metavar="RUN_DIR",
+        help="re-call only the rows stamped transport or schema misses, into a new run dir",
+    )
+    p.add_argument("--junit", metavar="PATH", help="also write JUnit XML of the run(s) here")
+    p.add_argument(
+        "--exit-zero-on-review",
+        action="store_true",
+        help="exit 0 for a review verdict (3 becomes 2), for schedulers that alert on a failed "
+        "job; the verdict stays in the run dir, run.finished and the alert.* log lines",
+    )
+
+    p = add("replay", "Regrade a run offline from its raw.jsonl into a new run dir.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--config", help="config to use (default: the one the run recorded)")
+    p.add_argument("--junit", metavar="PATH", help="also write JUnit XML of the replay here")
+
+    p = add("promote", "Accept a run's disagreement map as the suite's snapshot.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--config", help="config to use (default: the one the run recorded)")
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="promote despite unscored cases; they keep their previous entries",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="promote a run that would roll the snapshot back: one whose calls are older than "
+        "the snapshot's run's, or whose cases were run on fixtures that are not today's",
+    )
+
+    _add_fixture_commands(add, config_help)
+    _add_daemon_commands(add, config_help)
+    _add_report_commands(add, config_help)
+    return parser
+
+
+def _add_fixture_commands(add: Adder, config_help: str) -> None:
+    p = add("pin", "Print every fixture row with its fixture_sha added, one JSON object a line.")
+    p.add_argument("file", metavar="FILE")
+
+    p = add(
+        "diff",
+        "Compare two outcome ledgers row by row over their shared (case, side, sample) keys: "
+        "each pair counts once as transport_miss, schema_miss, silent_regression (CAND's "
+        "task_score below BASE's) or other.",
+    )
+    p.add_argument("base", metavar="BASE", help="an outcomes.jsonl, or the run dir holding one")
+    p.add_argument("cand", metavar="CAND", help="the same, for the candidate run")
+
+    p = add("grade", "Grade one side's recorded completions and report strata (seed 000).")
+    p.add_argument(
+        "file",
+        metavar="FILE",
+        help="a fixture file whose cases carry a recorded `completion` (and `tool_calls`)",
+    )
+    p.add_argument("--graders", help="custom graders: a Python file or module name")
+    for flag, meaning in (
+        ("--stretch-high", "stretch pass rate at or above which stretch_too_easy fires"),
+        ("--easy-floor", "easy pass rate below which easy_regression fires"),
+        ("--medium-floor", "medium pass rate below which medium_regression fires"),
+    ):
+        default = GRADE_THRESHOLDS[flag.removeprefix("--").replace("-", "_")]
+        p.add_argument(flag, type=_rate, metavar="RATE", help=f"{meaning} (default {default})")
+
+    p = add("validate", "Check the config, fixtures, snapshots, cassettes, graders and schedules.")
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--suite", help="validate only this suite")
+
+
+def _add_daemon_commands(add: Adder, config_help: str) -> None:
+    p = add(
+        "serve",
+        "Run each suite on its cron schedule until SIGTERM, SIGINT or SIGHUP "
+        "(0 stopped, 70 crashed).",
+    )
+    p.add_argument("--config", help=config_help)
+    p.add_argument(
+        "--run-now",
+        action="store_true",
+        help="also run each scheduled suite at start (one with an interrupted run resumes it)",
+    )
+
+    p = add("health", "Exit 0 when the serve daemon is running with a fresh heartbeat, else 1.")
+    p.description = (
+        f"{p.description}\n\nWithout --config it checks the daemon last started on this host "
+        "by this user,\nfound by the pointer `serve` writes to $TMPDIR/parallax-UID/serve.json "
+        "(TMPDIR\ndefaults to /tmp); where no daemon was ever started (a one-shot `run` "
+        "container)\nthere is nothing to check: exit 0."
+    )
+    p.add_argument(
+        "--config",
+        help="the daemon's config (default: the daemon the pointer names; $PARALLAX_CONFIG is "
+        "not read). A config the pointer names is not read again: only its heartbeat is",
+    )
+    p.add_argument(
+        "--max-age",
+        type=_seconds,
+        metavar="S",
+        help="seconds a heartbeat may age (default: 3 heartbeat intervals + 5)",
+    )

@@ -1,0 +1,89 @@
+"""Where a run starts from: a resume finishes a run dir in place, a retry starts a new one
+from its parent's scored rows, a replay from its parent's whole raw ledger."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from runner import requestsha
+from runner.config import LoadedConfig
+from runner.errors import DataError
+from runner.invocation import command
+from runner.ledger import LedgerWriter, write_json
+from runner.regrade import read_exchanges, read_outcomes
+from runner.runs.rundir import file_digest, manifest_for, read_manifest
+from runner.suite import Suite
+
+
+def resume_problem(loaded: LoadedConfig, suite: str, manifest: Mapping[str, Any]) -> str | None:
+    """Why an interrupted run cannot be finished in place, or None.
+
+    Its rows were called for the cases and samples it started with: finished against edited
+    fixtures or another `samples`, one run would grade two suites and read as one verdict.
+    """
+    if manifest.get("mode") == "replay":
+        parent = manifest.get("parent")
+        again = (
+            command("replay", loaded.runs_dir / suite / parent)
+            if isinstance(parent, str)
+            else command("replay", "RUN_DIR")
+        )
+        return f"an interrupted replay calls nothing; run `{again}` again"
+    cfg = loaded.config.suites[suite]
+    fixtures = manifest.get("fixtures") or {}
+    if not isinstance(fixtures, dict):  # a hand-edited manifest: nothing to check it against
+        return "its manifest has no fixtures object"
+    try:
+        digest: str | None = file_digest(loaded.resolve(cfg.fixtures))
+    except OSError:
+        digest = None
+    if fixtures.get("digest") != digest:
+        return "the fixtures changed since it started"
+    if manifest.get("samples") != cfg.samples:
+        return "samples changed since it started"
+    return requestsha.request_problem(loaded, suite, manifest)
+
+
+def unscored_keys(run_dir: Path) -> set[tuple[str, str, int]]:
+    """Keys of the rows a run could not score (transport or schema misses)."""
+    return {o.key for o in read_outcomes(run_dir / "outcomes.jsonl") if not o.admitted}
+
+
+def _seed_raw(source: Path, target: Path, skip: set[tuple[str, str, int]]) -> None:
+    """Copy a parent run's exchanges (except `skip`) so the new run starts from them."""
+    writer = LedgerWriter(target / "raw.jsonl")
+    try:
+        batch: list[dict[str, Any]] = []
+        for exchange in read_exchanges(source / "raw.jsonl"):
+            if exchange.key not in skip:
+                batch.append(exchange.to_json())
+            if len(batch) >= 1000:
+                writer.write(batch)
+                batch = []
+        writer.write(batch)
+    finally:
+        writer.close()
+
+
+def start(
+    loaded: LoadedConfig, suite: Suite, run_dir: Path, *, parent_dir: Path | None, mode: str
+) -> None:
+    """A new run directory's manifest, and for a replay or retry its parent's exchanges."""
+    parent = parent_dir.name if parent_dir is not None else None
+    finished = None
+    if parent_dir is not None:
+        finished = read_manifest(parent_dir).get("finished_at") is not None
+    write_json(
+        run_dir / "manifest.json",
+        manifest_for(loaded, suite, run_dir, mode=mode, parent=parent, parent_finished=finished),
+    )
+    if mode == "replay" and parent_dir is not None:  # the raw ledger, as it was written
+        source = parent_dir / "raw.jsonl"
+        if not source.is_file():
+            raise DataError(source, "no such file: nothing to replay")
+        shutil.copyfile(source, run_dir / "raw.jsonl")
+    elif parent_dir is not None:
+        _seed_raw(parent_dir, run_dir, unscored_keys(parent_dir))

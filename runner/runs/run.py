@@ -1,0 +1,186 @@
+"""One run of one suite, its stages in order: plan, call, finalize, report."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from runner import logs
+from runner.config import LoadedConfig
+from runner.errors import DataError, UsageError
+from runner.files import check_writable
+from runner.gate import Folds
+from runner.lock import holds_suite_lock
+from runner.model import Endpoint
+from runner.regrade import heal
+from runner.report import REPORT_FILES, after_run
+from runner.runs.calls import build_endpoints, call_all, close_endpoints
+from runner.runs.finalize import finalize
+from runner.runs.plan import resume_problem, start
+from runner.runs.rundir import new_run_dir, read_manifest
+from runner.runs.summary import recorded_summary
+from runner.shutdown import Shutdown
+from runner.suite import Suite, prepare_suite
+
+_RESUMED_FILES = ("manifest.json", "raw.jsonl", "outcomes.jsonl")
+
+
+def run_suite(
+    loaded: LoadedConfig,
+    name: str,
+    *,
+    resume_dir: Path | None = None,
+    parent_dir: Path | None = None,
+    mode: str = "run",
+    suite: Suite | None = None,
+    shutdown: Shutdown | None = None,
+) -> tuple[Path, int, dict[str, Any]]:
+    """Blocking wrapper of `run_suite_async` for the one-shot commands."""
+    import gc
+
+    import anyio
+
+    # Ledger rows are acyclic and freed by reference counting; at the default threshold the
+    # cycle collector rescans every live case and outcome over and over in a big run, which
+    # took a third of a 40,000-row replay (bench/RESULTS.md).
+    thresholds = gc.get_threshold()
+    gc.set_threshold(50_000, 20, 100)
+    try:
+        return anyio.run(
+            functools.partial(
+                run_suite_async,
+                loaded,
+                name,
+                resume_dir=resume_dir,
+                parent_dir=parent_dir,
+                mode=mode,
+                suite=suite,
+                shutdown=shutdown,
+            )
+        )
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+@holds_suite_lock  # runs/<suite>/.lock: one run of a suite at a time (not replay)
+async def run_suite_async(
+    loaded: LoadedConfig,
+    name: str,
+    *,
+    resume_dir: Path | None = None,
+    parent_dir: Path | None = None,
+    mode: str = "run",
+    suite: Suite | None = None,
+    shutdown: Shutdown | None = None,
+) -> tuple[Path, int, dict[str, Any]]:
+    """One run of one suite; returns the run dir, exit code and summary.
+
+    mode "run" calls everything; "resume" finishes `resume_dir` in place; "retry" starts a new
+    run from `parent_dir`'s scored rows and re-calls the rest; "replay" regrades `parent_dir`'s
+    raw.jsonl with today's fixtures and graders and calls nothing. `suite` is the suite as
+    `prepare_suite` already loaded it, if the caller has it; `shutdown` is the one-shot
+    command's stop (see `call_all`).
+    """
+
+    if suite is None:
+        suite = prepare_suite(loaded, name)
+    try:
+        endpoints = build_endpoints(loaded, suite) if mode != "replay" else {}
+        try:
+            return await _run_prepared(
+                loaded,
+                suite,
+                endpoints,
+                resume_dir=resume_dir,
+                parent_dir=parent_dir,
+                mode=mode,
+                shutdown=shutdown,
+            )
+        finally:
+            await close_endpoints(endpoints)
+    finally:
+        suite.fixtures.close()
+
+
+async def _run_prepared(
+    loaded: LoadedConfig,
+    suite: Suite,
+    endpoints: Mapping[str, Endpoint],
+    *,
+    resume_dir: Path | None,
+    parent_dir: Path | None,
+    mode: str,
+    shutdown: Shutdown | None,
+) -> tuple[Path, int, dict[str, Any]]:
+    import structlog
+
+    name = suite.name
+    folds = Folds(suite.samples)
+    if mode == "resume":
+        assert resume_dir is not None
+        run_dir = resume_dir
+        manifest = read_manifest(run_dir)
+        if manifest.get("suite") != name:
+            raise UsageError(
+                f"{run_dir}: is a run of suite {manifest.get('suite')!r}, not {name!r}"
+            )
+        recorded = recorded_summary(run_dir) if manifest.get("finished_at") is not None else None
+        if recorded is not None:
+            # A finished run's verdict is a record: resuming it (after a crash in its reports)
+            # writes what is missing and never regrades it against today's snapshot.
+            if not all((run_dir / n).is_file() for n in REPORT_FILES):
+                after_run(
+                    run_dir, retire_after=suite.thresholds.retire_after, log=logs.get_logger()
+                )
+            return run_dir, recorded["exit_code"], recorded
+        if (why := resume_problem(loaded, name, manifest)) is not None:
+            anew = "" if manifest.get("mode") == "replay" else "; start a new run instead"
+            raise UsageError(f"{run_dir}: cannot resume: {why}{anew}")
+        # resume appends to the ledgers in place: refuse before any call if it cannot
+        check_writable(run_dir, _RESUMED_FILES, action="resume this run here")
+        done = heal(run_dir, suite, folds)
+    else:
+        run_dir = new_run_dir(loaded.runs_dir, name)
+        try:
+            start(loaded, suite, run_dir, parent_dir=parent_dir, mode=mode)
+            done = heal(run_dir, suite, folds)
+        except DataError as exc:
+            # nothing was called: the new directory holds only a manifest and copies, and a
+            # broken parent is reported where the user can mend it, not in the copy
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if parent_dir is not None and exc.path == str(run_dir / "raw.jsonl"):
+                raise DataError(parent_dir / "raw.jsonl", exc.reason, exc.line) from None
+            raise
+    structlog.contextvars.bind_contextvars(run_id=run_dir.name, suite=name)
+    log = logs.get_logger()
+    try:
+        log.info(
+            logs.RUN_RESUMED if mode == "resume" else logs.RUN_STARTED,
+            mode=mode,
+            cases=len(suite.refs),
+            samples=suite.samples,
+            already_done=len(done),
+            parent=parent_dir.name if parent_dir is not None else None,
+            run_dir=str(run_dir),
+        )
+        if mode != "replay":
+            await call_all(
+                loaded, suite, run_dir, done, folds, endpoints=endpoints, shutdown=shutdown
+            )
+        exit_code, summary = finalize(loaded, suite, run_dir, folds, log)
+        del folds, done  # a run's largest structures: the reports read disagreement.json back
+        after_run(run_dir, retire_after=suite.thresholds.retire_after, log=log)
+        log.info(
+            logs.RUN_FINISHED,
+            exit_code=exit_code,
+            verdict=summary["verdict"],
+            gate_counts=summary["gate_counts"],
+            admitted=summary["admitted"],
+            unadmitted=summary["unadmitted"],
+        )
+    finally:
+        structlog.contextvars.unbind_contextvars("run_id", "suite")
+    return run_dir, exit_code, summary

@@ -1,0 +1,70 @@
+"""A run's summary.json read back, and the few lines a finished run prints on stderr."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from runner import logs, requestsha
+from runner.errors import DataError
+from runner.history import mapping_of, strings_of, verdict_code_of
+from runner.invocation import shown_path
+from runner.ledger import read_json_object
+from runner.text import visible
+from runner.unscored import next_steps, why_lines
+
+SUMMARY_VERSION = 1
+SHOWN = 8  # case ids a summary line names before it counts the rest
+
+
+def recorded_summary(run_dir: Path) -> dict[str, Any] | None:
+    """A finished run's summary when it holds a verdict (an exit code 0 to 3), else None."""
+    try:
+        summary = read_json_object(run_dir / "summary.json")
+    except DataError:
+        return None
+    if summary.get("version") != SUMMARY_VERSION or verdict_code_of(summary) is None:
+        return None
+    return summary
+
+
+def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
+    """A few human lines on stderr; stdout stays one JSON object a line for log shippers.
+
+    The summary may be one a run recorded earlier (a resumed finished run), so every field is
+    read through history's tolerant readers: a hand-edited file prints as unknown, no crash.
+    """
+    counts = mapping_of(summary.get("gate_counts"))
+    shown = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+    verdict = summary.get("verdict")
+    lines = [
+        f"parallax · {summary.get('suite')}: {str(verdict).upper()} "
+        f"(exit {summary.get('exit_code')})",
+        f"  cases {summary.get('cases', '?')} · admitted {summary.get('admitted', '?')} · "
+        f"unadmitted {summary.get('unadmitted', '?')} · {shown or 'nothing to report'}",
+    ]
+    for key in ("review", "flaky", "incomplete", "grader_errors", "retired"):
+        if ids := strings_of(summary.get(key)):
+            more = f" (+{len(ids) - SHOWN} more)" if len(ids) > SHOWN else ""
+            lines.append(f"  {key.replace('_', ' ')}: {', '.join(ids[:SHOWN])}{more}")
+    lines.extend(f"  {line}" for line in requestsha.request_lines(summary))
+    lines.extend(why_lines(summary))  # what kept the incomplete ones unscored, per side
+    for side, alerts in mapping_of(summary.get("stratum_alerts")).items():
+        if alerts := strings_of(alerts):
+            lines.append(f"  strata alert ({side}): {', '.join(alerts)}")
+    if isinstance(note := summary.get("strata_note"), str):
+        lines.append(f"  {note}")
+    paired = mapping_of(mapping_of(summary.get("paired")).get("overall"))
+    if isinstance(text := paired.get("text"), str):
+        gates = "significant_regression" in strings_of(summary.get("fail_on"))
+        lines.append(f"  paired: {text}{' (gates: fail_on)' if gates else ''}")
+    if summary.get("parent_finished") is False:
+        lines.append(
+            f"  parent {summary.get('parent')} never finished: "
+            "the calls it never made read `cancelled`"
+        )
+    lines.extend(next_steps(summary, run_dir))
+    lines.append(f"  run dir: {shown_path(run_dir)}")
+    # a case id or a suite name is untrusted: a bidi control, a NUL or a newline in it is shown
+    logs.say("\n".join(visible(line, one_line=True) for line in lines))

@@ -1,0 +1,72 @@
+"""A suite ready to run: its cases (strata settled), graders, thresholds and snapshot.
+
+Everything a run checks before its first call is loaded here, so bad input fails first.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from runner.config import LoadedConfig, Thresholds
+from runner.errors import ConfigError, DataError
+from runner.files import file_problem
+from runner.fixtures import CaseRef, CaseRefs, FixtureFile
+from runner.grading import GraderSet, check_case, load_graders
+from runner.snapshot import load_snapshot, snapshot_path
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A suite ready to run: cases (strata settled), graders and thresholds."""
+
+    name: str
+    refs: CaseRefs  # every case, in file order; `fixtures.load` reads one in full
+    fixtures: FixtureFile
+    graders: GraderSet
+    thresholds: Thresholds
+    samples: int
+    stratified: bool
+    snapshot: Mapping[str, Any]  # the accepted entries, read before any call is made
+    noise_check: bool = False
+    fail_on: tuple[str, ...] = ()
+    alpha: float = 0.05
+
+    def ref(self, case_id: str) -> CaseRef | None:
+        return self.refs.get(case_id)
+
+
+def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
+    """Load fixtures, graders and the snapshot, so bad input fails before the first call.
+
+    In a stratified suite a case without a stratum counts as medium.
+    """
+    cfg = loaded.config.suites[name]
+    fixtures_path = loaded.resolve(cfg.fixtures)
+    if (problem := file_problem(fixtures_path)) is not None:
+        raise ConfigError(loaded.path, f"suites.{name}.fixtures", f"{problem}: {cfg.fixtures}")
+    graders = load_graders(
+        cfg.graders, loaded.base_dir, config_path=str(loaded.path), key=f"suites.{name}.graders"
+    )
+    fixtures = FixtureFile(fixtures_path)
+    refs = fixtures.validate(functools.partial(check_case, graders=graders))
+    if not len(refs):  # an empty or truncated file would retire every case and read clean
+        raise DataError(fixtures_path, "no cases: a suite needs at least one")
+    stratified = any(r.stratum for r in refs)
+    if stratified:
+        refs.default_stratum("medium")
+    return Suite(
+        name=name,
+        refs=refs,
+        fixtures=fixtures,
+        graders=graders,
+        thresholds=loaded.thresholds(name),
+        samples=cfg.samples,
+        stratified=stratified,
+        snapshot=load_snapshot(snapshot_path(loaded.snapshots_dir, name)),
+        noise_check=cfg.noise_check,
+        fail_on=tuple(cfg.fail_on),
+        alpha=cfg.alpha,
+    )
