@@ -75,6 +75,7 @@ def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
     """`run --resume` and `run --retry-unscored`: one suite, the one the run dir is of."""
     from runner.config import check_files, check_keys
     from runner.requestsha import request_problem
+    from runner.runs.mode import RunMode
     from runner.runs.plan import unscored_keys
     from runner.runs.run import run_suite
     from runner.runs.rundir import config_for_run, read_manifest
@@ -100,11 +101,11 @@ def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
         raise Interrupted(shutdown.signal, run_dir if args.resume else None)
     if args.resume:
         out_dir, code, summary = run_suite(
-            loaded, suite, resume_dir=run_dir, mode="resume", shutdown=shutdown
+            loaded, suite, resume_dir=run_dir, mode=RunMode.RESUME, shutdown=shutdown
         )
     else:
         out_dir, code, summary = run_suite(
-            loaded, suite, parent_dir=run_dir, mode="retry", shutdown=shutdown
+            loaded, suite, parent_dir=run_dir, mode=RunMode.RETRY, shutdown=shutdown
         )
     print_summary(summary, out_dir)
     _junit(args, [out_dir])
@@ -168,6 +169,7 @@ def _process_code(args: argparse.Namespace, verdict: int) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from runner import logs
+    from runner.runs.mode import RunMode
     from runner.runs.run import run_suite
     from runner.runs.rundir import config_for_run, read_manifest
     from runner.runs.summary import print_summary
@@ -176,7 +178,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
     (suite,) = loaded.suite_names(read_manifest(run_dir)["suite"])
-    out_dir, code, summary = run_suite(loaded, suite, parent_dir=run_dir, mode="replay")
+    out_dir, code, summary = run_suite(loaded, suite, parent_dir=run_dir, mode=RunMode.REPLAY)
     print_summary(summary, out_dir)
     _junit(args, [out_dir])
     return code

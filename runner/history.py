@@ -24,10 +24,11 @@ from runner.errors import DataError
 from runner.gate import GATE_CLASSES
 from runner.ledger import read_json_object
 from runner.model import SIDES, STRATA
+from runner.runs.mode import RunMode
 from runner.text import visible
 
 SUMMARY_VERSION = 1
-NOT_A_NIGHT = frozenset({"replay"})  # modes that regrade old replies instead of calling
+NOT_A_NIGHT = frozenset({RunMode.REPLAY})  # modes that regrade old replies instead of calling
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class RunRow:
 
     @property
     def counts_as_night(self) -> bool:
-        return self.mode not in NOT_A_NIGHT
+        return RunMode.read(self.mode) not in NOT_A_NIGHT
 
     def to_json(self) -> dict[str, Any]:
         return {

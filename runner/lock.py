@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from runner.errors import UsageError
 from runner.jsontext import loads
+from runner.runs.mode import RunMode
 
 if TYPE_CHECKING:
     from runner.config import LoadedConfig
@@ -142,11 +143,12 @@ def is_locked(runs_dir: Path, suite: str) -> dict[str, Any] | None:
 def holds_suite_lock(
     fn: Callable[Concatenate[LoadedConfig, str, P], Coroutine[Any, Any, R]],
 ) -> Callable[Concatenate[LoadedConfig, str, P], Coroutine[Any, Any, R]]:
-    """Run `fn(loaded, suite, ...)` under the suite's lock, except in mode "replay"."""
+    """Run `fn(loaded, suite, ...)` under the suite's lock, unless its `mode` calls nothing."""
 
     @functools.wraps(fn)
     async def locked(loaded: LoadedConfig, name: str, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        if kwargs.get("mode", "run") == "replay":
+        mode = RunMode.read(kwargs.get("mode", RunMode.RUN))
+        if mode is not None and not mode.calls:
             return await fn(loaded, name, *args, **kwargs)
         with suite_lock(loaded.runs_dir, name):
             return await fn(loaded, name, *args, **kwargs)

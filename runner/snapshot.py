@@ -22,6 +22,7 @@ from runner.errors import DataError, ParallaxError, UsageError, reason_of
 from runner.invocation import command
 from runner.jsontext import loads
 from runner.ledger import read_json_object, write_json
+from runner.runs.mode import RunMode
 from runner.runs.names import started_of
 from runner.text import holds_surrogate, may_hold_surrogates
 
@@ -30,7 +31,8 @@ from runner.text import holds_surrogate, may_hold_surrogates
 # records no request (never read as a change)
 SNAPSHOT_VERSION = 2
 READ_VERSIONS = (1, 2)  # a version 1 snapshot is read as it is; its calls' time is its run's name
-FROM_PARENT = ("replay", "retry")  # modes whose verdicts stand on (mostly) their parent's calls
+# modes whose verdicts stand on (mostly) their parent's calls
+FROM_PARENT = frozenset({RunMode.REPLAY, RunMode.RETRY})
 SHOWN = 5  # cases a refusal names before it counts the rest
 
 
@@ -324,7 +326,11 @@ def calls_at(run_dir: Path) -> datetime | None:
         except DataError:  # not here (a map built by hand, a parent deleted), or unreadable
             return started_of(current.name)
         parent = manifest.get("parent")
-        if manifest.get("mode") in FROM_PARENT and isinstance(parent, str) and valid_name(parent):
+        if (
+            RunMode.read(manifest.get("mode")) in FROM_PARENT
+            and isinstance(parent, str)
+            and valid_name(parent)
+        ):
             current = current.parent / parent
             continue
         started = _aware(manifest.get("started_at"))

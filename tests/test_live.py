@@ -23,6 +23,7 @@ from relkit import key_rows
 from structlog.testing import capture_logs
 
 from runner.config import load_config
+from runner.runs.mode import RunMode
 from runner.runs.run import run_suite
 from runner.snapshot import IncompleteError, load_snapshot, promote
 
@@ -357,7 +358,7 @@ def test_a_backend_swap_behind_a_gateway_is_an_alias_swap(
 
     with capture_logs() as events:
         second, code, summary = run_suite(load_config(config), "live")
-    replayed, _, _ = run_suite(load_config(config), "live", parent_dir=second, mode="replay")
+    replayed, _, _ = run_suite(load_config(config), "live", parent_dir=second, mode=RunMode.REPLAY)
 
     raw = [json.loads(line) for line in (first / "raw.jsonl").read_text().splitlines()]
     cand = [e["response"] for e in raw if e["side"] == "candidate"]
@@ -437,7 +438,7 @@ def test_replay_of_a_live_run_is_byte_identical(tmp_path: Path, fault_server: Fa
     fault_server.stop()  # replay must not need the network
 
     replayed, replay_code, _ = run_suite(
-        load_config(config), "live", parent_dir=source, mode="replay"
+        load_config(config), "live", parent_dir=source, mode=RunMode.REPLAY
     )
 
     assert replayed != source
@@ -458,7 +459,7 @@ def test_retry_unscored_recalls_only_the_misses(tmp_path: Path, fault_server: Fa
     fault_server.prompt_modes.clear()
     fault_server.clear()
 
-    second, code, _ = run_suite(load_config(config), "live", parent_dir=first, mode="retry")
+    second, code, _ = run_suite(load_config(config), "live", parent_dir=first, mode=RunMode.RETRY)
 
     manifest = json.loads((second / "manifest.json").read_text())
     assert manifest["parent"] == first.name

@@ -24,6 +24,7 @@ from runner.config import load_config
 from runner.errors import ConfigError, DataError, FixtureError
 from runner.gate import Folds
 from runner.model import SIDES
+from runner.runs.mode import RunMode
 from runner.runs.run import run_suite
 from runner.suite import prepare_suite
 
@@ -81,7 +82,7 @@ def _live_run(root: Path, server: FaultServer, *, samples: int = 1) -> tuple[Pat
 
 def _assert_replayed_as_run(config: Path, source: Path, code: int) -> None:
     replayed, replay_code, _ = run_suite(
-        load_config(config), "live", parent_dir=source, mode="replay"
+        load_config(config), "live", parent_dir=source, mode=RunMode.REPLAY
     )
     for name in ("outcomes.jsonl", "disagreement.json"):
         assert (replayed / name).read_bytes() == (source / name).read_bytes(), name

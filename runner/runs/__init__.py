@@ -5,7 +5,8 @@ disagreement.json and summary.json. Ledgers are appended as results arrive, so a
 resumes from what it wrote; everything after the exchange is recomputed from raw.jsonl, which
 is also how `replay` regrades a run offline. One module per stage:
 
-- `names`: what a run dir's name and its manifest's mode say;
+- `mode`: how a run came to be (`RunMode`), the word its manifest records;
+- `names`: what a run dir's name says: when it started;
 - `rundir`: a new run dir and its manifest, read back by every later command;
 - `plan`: what a resume, a retry or a replay starts from;
 - `calls`: the endpoints, and every call not yet in raw.jsonl;

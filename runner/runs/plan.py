@@ -14,6 +14,7 @@ from runner.errors import DataError
 from runner.invocation import command
 from runner.ledger import LedgerWriter, write_json
 from runner.regrade import read_exchanges, read_outcomes
+from runner.runs.mode import RunMode
 from runner.runs.rundir import file_digest, manifest_for, read_manifest
 from runner.suite import Suite
 
@@ -24,7 +25,7 @@ def resume_problem(loaded: LoadedConfig, suite: str, manifest: Mapping[str, Any]
     Its rows were called for the cases and samples it started with: finished against edited
     fixtures or another `samples`, one run would grade two suites and read as one verdict.
     """
-    if manifest.get("mode") == "replay":
+    if RunMode.read(manifest.get("mode")) is RunMode.REPLAY:
         parent = manifest.get("parent")
         again = (
             command("replay", loaded.runs_dir / suite / parent)
@@ -69,7 +70,7 @@ def _seed_raw(source: Path, target: Path, skip: set[tuple[str, str, int]]) -> No
 
 
 def start(
-    loaded: LoadedConfig, suite: Suite, run_dir: Path, *, parent_dir: Path | None, mode: str
+    loaded: LoadedConfig, suite: Suite, run_dir: Path, *, parent_dir: Path | None, mode: RunMode
 ) -> None:
     """A new run directory's manifest, and for a replay or retry its parent's exchanges."""
     parent = parent_dir.name if parent_dir is not None else None
@@ -80,7 +81,7 @@ def start(
         run_dir / "manifest.json",
         manifest_for(loaded, suite, run_dir, mode=mode, parent=parent, parent_finished=finished),
     )
-    if mode == "replay" and parent_dir is not None:  # the raw ledger, as it was written
+    if mode is RunMode.REPLAY and parent_dir is not None:  # the raw ledger, as it was written
         source = parent_dir / "raw.jsonl"
         if not source.is_file():
             raise DataError(source, "no such file: nothing to replay")

@@ -19,6 +19,7 @@ from runner.regrade import heal
 from runner.report import REPORT_FILES, after_run
 from runner.runs.calls import build_endpoints, call_all, close_endpoints
 from runner.runs.finalize import finalize
+from runner.runs.mode import RunMode
 from runner.runs.plan import resume_problem, start
 from runner.runs.rundir import new_run_dir, read_manifest
 from runner.runs.summary import recorded_summary
@@ -34,7 +35,7 @@ def run_suite(
     *,
     resume_dir: Path | None = None,
     parent_dir: Path | None = None,
-    mode: str = "run",
+    mode: RunMode = RunMode.RUN,
     suite: Suite | None = None,
     shutdown: Shutdown | None = None,
 ) -> tuple[Path, int, dict[str, Any]]:
@@ -72,14 +73,14 @@ async def run_suite_async(
     *,
     resume_dir: Path | None = None,
     parent_dir: Path | None = None,
-    mode: str = "run",
+    mode: RunMode = RunMode.RUN,
     suite: Suite | None = None,
     shutdown: Shutdown | None = None,
 ) -> tuple[Path, int, dict[str, Any]]:
     """One run of one suite; returns the run dir, exit code and summary.
 
-    mode "run" calls everything; "resume" finishes `resume_dir` in place; "retry" starts a new
-    run from `parent_dir`'s scored rows and re-calls the rest; "replay" regrades `parent_dir`'s
+    RunMode.RUN calls everything; RESUME finishes `resume_dir` in place; RETRY starts a new
+    run from `parent_dir`'s scored rows and re-calls the rest; REPLAY regrades `parent_dir`'s
     raw.jsonl with today's fixtures and graders and calls nothing. `suite` is the suite as
     `prepare_suite` already loaded it, if the caller has it; `shutdown` is the one-shot
     command's stop (see `call_all`).
@@ -88,7 +89,7 @@ async def run_suite_async(
     if suite is None:
         suite = prepare_suite(loaded, name)
     try:
-        endpoints = build_endpoints(loaded, suite) if mode != "replay" else {}
+        endpoints = build_endpoints(loaded, suite) if mode.calls else {}
         try:
             return await _run_prepared(
                 loaded,
@@ -112,14 +113,14 @@ async def _run_prepared(
     *,
     resume_dir: Path | None,
     parent_dir: Path | None,
-    mode: str,
+    mode: RunMode,
     shutdown: Shutdown | None,
 ) -> tuple[Path, int, dict[str, Any]]:
     import structlog
 
     name = suite.name
     folds = Folds(suite.samples)
-    if mode == "resume":
+    if mode is RunMode.RESUME:
         assert resume_dir is not None
         run_dir = resume_dir
         manifest = read_manifest(run_dir)
@@ -137,7 +138,11 @@ async def _run_prepared(
                 )
             return run_dir, recorded["exit_code"], recorded
         if (why := resume_problem(loaded, name, manifest)) is not None:
-            anew = "" if manifest.get("mode") == "replay" else "; start a new run instead"
+            anew = (
+                ""
+                if RunMode.read(manifest.get("mode")) is RunMode.REPLAY
+                else "; start a new run instead"
+            )
             raise UsageError(f"{run_dir}: cannot resume: {why}{anew}")
         # resume appends to the ledgers in place: refuse before any call if it cannot
         check_writable(run_dir, _RESUMED_FILES, action="resume this run here")
@@ -158,7 +163,7 @@ async def _run_prepared(
     log = logs.get_logger()
     try:
         log.info(
-            logs.RUN_RESUMED if mode == "resume" else logs.RUN_STARTED,
+            logs.RUN_RESUMED if mode is RunMode.RESUME else logs.RUN_STARTED,
             mode=mode,
             cases=len(suite.refs),
             samples=suite.samples,
@@ -166,7 +171,7 @@ async def _run_prepared(
             parent=parent_dir.name if parent_dir is not None else None,
             run_dir=str(run_dir),
         )
-        if mode != "replay":
+        if mode.calls:
             await call_all(
                 loaded, suite, run_dir, done, folds, endpoints=endpoints, shutdown=shutdown
             )

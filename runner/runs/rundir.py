@@ -18,6 +18,7 @@ from runner.config import LoadedConfig, load_config
 from runner.errors import ConfigError, DataError, UsageError
 from runner.ledger import read_json_object
 from runner.model import SIDES
+from runner.runs.mode import RunMode
 from runner.runs.names import RUN_STAMP
 from runner.suite import Suite
 
@@ -64,7 +65,7 @@ def manifest_for(
     suite: Suite,
     run_dir: Path,
     *,
-    mode: str,
+    mode: RunMode,
     parent: str | None,
     parent_finished: bool | None = None,
 ) -> dict[str, Any]:

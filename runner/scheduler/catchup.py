@@ -12,6 +12,7 @@ from runner.config import LoadedConfig
 from runner.errors import ParallaxError
 from runner.jsontext import loads
 from runner.lock import is_locked
+from runner.runs.mode import RunMode
 from runner.runs.names import started_of
 from runner.runs.plan import resume_problem
 from runner.runs.rundir import read_manifest
@@ -79,7 +80,7 @@ def runs_since(
         except (ParallaxError, OSError):
             continue  # a dir that cannot be read stands for nothing
         started = _time_in(manifest, "started_at")
-        if manifest.get("mode") == "run" and started is not None:
+        if RunMode.read(manifest.get("mode")) is RunMode.RUN and started is not None:
             yield path, manifest, started
 
 
@@ -98,7 +99,7 @@ def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str
             manifest = read_manifest(latest)
         except (ParallaxError, OSError) as exc:
             return None, f"latest run dir is not readable: {exc}"
-        if manifest.get("mode") != "replay":
+        if RunMode.read(manifest.get("mode")) is not RunMode.REPLAY:
             break
     else:
         return None, None

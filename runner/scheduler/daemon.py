@@ -20,6 +20,7 @@ from runner.config import LoadedConfig
 from runner.errors import ConfigError, ParallaxError, UsageError
 from runner.health import heartbeat_path, write_pointer
 from runner.lock import SuiteLocked, daemon_lock, is_locked
+from runner.runs.mode import RunMode
 from runner.runs.run import run_suite_async
 from runner.scheduler.catchup import CLOCK_SLACK, find_interrupted, resume_points, runs_since
 from runner.scheduler.heartbeat import iso, write_heartbeat
@@ -335,14 +336,14 @@ class Daemon:
     async def _suite_loop(self, entry: _Suite) -> None:
         fire = entry.next_fire
         if entry.resume_dir is not None:
-            await self._job(entry, mode="resume", resume_dir=entry.resume_dir)
+            await self._job(entry, mode=RunMode.RESUME, resume_dir=entry.resume_dir)
         elif self._run_now:  # a run at start stands for every fire missed before it
             covered = entry.trigger.latest(self._start)
             if covered is not None and (entry.handled is None or covered > entry.handled):
                 fire = entry.trigger.after(covered)
             else:
                 covered = None
-            await self._job(entry, mode="run", handles=covered)
+            await self._job(entry, mode=RunMode.RUN, handles=covered)
         if fire is None or fire > self._start:  # one missed before start is made up below
             fire = self._skip_passed(entry, fire)
         while fire is not None and not self._stopping:
@@ -370,7 +371,7 @@ class Daemon:
                 self._handle(entry, latest)
                 continue
             await self._job(
-                entry, mode="run", scheduled_for=latest, coalesced=len(due), handles=latest
+                entry, mode=RunMode.RUN, scheduled_for=latest, coalesced=len(due), handles=latest
             )
             fire = self._skip_passed(entry, fire)
 
@@ -407,7 +408,7 @@ class Daemon:
         self,
         entry: _Suite,
         *,
-        mode: str,
+        mode: RunMode,
         resume_dir: Path | None = None,
         scheduled_for: datetime | None = None,
         coalesced: int = 1,
@@ -478,7 +479,7 @@ class Daemon:
     async def _run_one(
         self,
         entry: _Suite,
-        mode: str,
+        mode: RunMode,
         resume_dir: Path | None,
         t0: float,
         handles: datetime | None,
