@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from runner.text import visible
+
 # structlog imports rich, when it is installed, for a traceback renderer parallax never uses
 # (no log line carries exc_info): 0.05-0.1 s of every command's start. Hidden for that one
 # import, rich stays importable for the progress bar, which imports it on a terminal only.
@@ -214,6 +216,16 @@ def _scrub(value: Any) -> Any:
     return value
 
 
+def _visible_processor(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """On a console a person reads the line: a bidi control or a control character in a plain
+    string value (a case id, a served model's name) is shown as its escape, as on every other
+    surface (`runner.text.visible`). The console shows any other value through repr(), which
+    escapes them already, and a JSON line escapes them itself."""
+    return {k: visible(v) if isinstance(v, str) else v for k, v in event_dict.items()}
+
+
 def _scrub_processor(
     _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
@@ -307,10 +319,10 @@ def configure(*, json: bool | None = None, after_stdout: AfterStdout = AfterStdo
     """JSON lines when stdout is not a TTY (containers, CI); a readable console otherwise."""
     if json is None:
         json = not sys.stdout.isatty()
-    renderer: Any = (
-        structlog.processors.JSONRenderer()
+    rendering: list[Any] = (
+        [structlog.processors.JSONRenderer()]
         if json
-        else structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())
+        else [_visible_processor, structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())]
     )
     _sink.stream = _sink.stdout = sys.stdout
     _sink.after = after_stdout
@@ -320,7 +332,7 @@ def configure(*, json: bool | None = None, after_stdout: AfterStdout = AfterStdo
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             _scrub_processor,
-            renderer,
+            *rendering,
         ],
         logger_factory=lambda *_args: _LineLogger(),
         cache_logger_on_first_use=False,

@@ -1,6 +1,7 @@
 """The log stream as people consume it: a reader that goes away, and a job that never started.
 
-Every command runs as a real child process. A closed stdout is a real pipe whose read end is
+Every command runs as a real child process, but for the console renderer, checked in-process
+for what a person at a terminal sees. A closed stdout is a real pipe whose read end is
 closed, before the child starts or while it runs, so each write after that fails with EPIPE
 exactly as under `parallax run | head -n 1`.
 """
@@ -253,6 +254,25 @@ def test_commands_whose_stdout_is_data_write_no_log_line(tmp_path: Path, args: l
 
     assert done.returncode in (64, 78), done.stderr
     assert done.stdout == ""
+
+
+# --- a person at a terminal ------------------------------------------------------------------
+
+
+def test_the_console_shows_hidden_characters_in_a_value_as_escapes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """On a terminal (the console renderer) a bidi control or a NUL in a plain value, such as a
+    case id from a fixture, is shown as its escape, as the summary and the reports show it: it
+    can neither reorder nor hide the rest of the line."""
+    from runner import logs
+
+    logs.configure(json=False)
+    logs.get_logger().warning(logs.ALERT_SCHEMA, case="invoice\u202egpj.exe", model="a\x00b")
+    line = capsys.readouterr().out
+
+    assert "\u202e" not in line and "\x00" not in line
+    assert "case=invoice\\u202egpj.exe" in line and "model=a\\x00b" in line
 
 
 def test_the_readme_lists_every_log_event_and_exit_code() -> None:
