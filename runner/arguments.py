@@ -31,7 +31,7 @@ _DATA = _ERRORS + _CLOSED_PIPE
 EXIT_CODES = (
     f"exit codes:\n{_VERDICT}{_ERRORS}"
     "  70  serve: the scheduler itself crashed    74  serve: its stdout was closed\n"
-    "  130 / 143  run: stopped by SIGINT / SIGTERM (resume with --resume)\n"
+    "  130 / 143  run, replay: stopped by SIGINT / SIGTERM (a run resumes with --resume)\n"
     "  141  a command's data on stdout found no reader (`| head`)\n"
 )
 _COMMAND_EXIT_CODES = {
@@ -42,7 +42,8 @@ _COMMAND_EXIT_CODES = {
     "      the run dir is left to finish with --resume (run.interrupted)\n",
     "replay": _VERDICT
     + _LOGGED
-    + "  130 interrupted (its new run dir is left unfinished: replay again)\n",
+    + "  130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM: its new run dir is left unfinished,\n"
+    "      replay again\n",
     "report": "  0-3 the run's own exit code (see `parallax run --help`)\n"
     + _ERRORS
     + "  64  also: the run dir is not writable    65  also: a report's name is a directory\n"

@@ -168,20 +168,27 @@ def _process_code(args: argparse.Namespace, verdict: int) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from runner import logs
-    from runner.runs.mode import RunMode
-    from runner.runs.run import run_suite
-    from runner.runs.rundir import config_for_run, read_manifest
-    from runner.runs.summary import print_summary
+    """SIGTERM stops a replay where it stands from here on, as Ctrl-C does (it calls nothing:
+    its unfinished new run dir is replayed again), as PID 1 of a container too."""
+    import signal
 
-    logs.configure()
-    run_dir = Path(args.run_dir)
-    loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
-    (suite,) = loaded.suite_names(read_manifest(run_dir)["suite"])
-    out_dir, code, summary = run_suite(loaded, suite, parent_dir=run_dir, mode=RunMode.REPLAY)
-    print_summary(summary, out_dir)
-    _junit(args, [out_dir])
-    return code
+    from runner.shutdown import stopping_where_it_stands
+
+    with stopping_where_it_stands((signal.SIGTERM,)):
+        from runner import logs
+        from runner.runs.mode import RunMode
+        from runner.runs.run import run_suite
+        from runner.runs.rundir import config_for_run, read_manifest
+        from runner.runs.summary import print_summary
+
+        logs.configure()
+        run_dir = Path(args.run_dir)
+        loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
+        (suite,) = loaded.suite_names(read_manifest(run_dir)["suite"])
+        out_dir, code, summary = run_suite(loaded, suite, parent_dir=run_dir, mode=RunMode.REPLAY)
+        print_summary(summary, out_dir)
+        _junit(args, [out_dir])
+        return code
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
@@ -291,14 +298,19 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from runner import logs
-    from runner.config import check_files, load_config
-    from runner.scheduler.daemon import serve
+    """Stop signals are handled from here on, as in `run`: one that arrives while the config
+    is read still ends in scheduler.stopped, as PID 1 of a container too."""
+    from runner.shutdown import SERVE_SIGNALS, Shutdown
 
-    logs.configure(after_stdout=logs.AfterStdout.STDERR)  # its last lines say why it stopped
-    loaded = load_config(_config_path(args))
-    check_files(loaded)
-    return serve(loaded, run_now=args.run_now)
+    with Shutdown().handling(SERVE_SIGNALS) as shutdown:
+        from runner import logs
+        from runner.config import check_files, load_config
+        from runner.scheduler.daemon import serve
+
+        logs.configure(after_stdout=logs.AfterStdout.STDERR)  # its last lines say why it stopped
+        loaded = load_config(_config_path(args))
+        check_files(loaded)
+        return serve(loaded, run_now=args.run_now, shutdown=shutdown)
 
 
 def cmd_health(args: argparse.Namespace) -> int:
@@ -453,14 +465,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit: a reader gone away is caught below
     except ParallaxError as exc:
         return _failed(exc, _command_in(argv))
-    except KeyboardInterrupt:  # only before `run` handles SIGINT itself, and in the others
+    except KeyboardInterrupt as stop:  # Ctrl-C before `run` or `serve` handle it, elsewhere,
+        # and a replay's SIGTERM (`Stopped`: imported already if it is one)
+        from runner.shutdown import Stopped
+
+        what, code = (
+            (f"stopped by {stop.signal.name}", stop.exit_code)
+            if isinstance(stop, Stopped)
+            else ("interrupted", 130)
+        )
         replay = _command_in(argv) == "replay"
         print(
-            "parallax: interrupted"
+            f"parallax: {what}"
             + ("; its new run dir is left unfinished: replay again" if replay else ""),
             file=sys.stderr,
         )
-        return 130
+        return code
     except BrokenPipeError:
         # A command's data on stdout (pin, history, diff, ...) found no reader (`| head`): it
         # stops there, quietly. Log lines never raise this (runner.logs).

@@ -15,6 +15,10 @@ and a signal in between must count too. Without a handler SIGTERM is ignored whe
 PID 1 of a container (PID 1 has no default signal actions), and kills it silently elsewhere
 (143). A handler may run between any two bytecodes, so while an event loop runs it only records
 the signal and hands the rest to the loop, as asyncio's own Ctrl-C handling does.
+
+`replay` calls nothing and leaves nothing to resume (its unfinished new run dir is replayed
+again), and its regrade never waits on the loop where a recorded stop would be seen: there a
+stop signal stops it where it stands (`stopping_where_it_stands`), as Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ from runner import logs
 from runner.invocation import command
 from runner.text import visible
 
-RUN_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # `serve` adds SIGHUP: a daemon outlives a terminal
+RUN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+SERVE_SIGNALS = (*RUN_SIGNALS, signal.SIGHUP)  # a daemon outlives its terminal: each a clean stop
 
 
 class NotStarted(Exception):
@@ -95,10 +100,10 @@ def may_start() -> bool:
 class Shutdown:
     """One process's stop: asked for once (the first reason stands), hurried by a later signal."""
 
-    def __init__(self, on_stop: Callable[[str], None] | None = None) -> None:
+    def __init__(self) -> None:
         self.signal: signal.Signals | None = None  # the first stop signal received
         self.reason: str | None = None  # why the stop was asked for (a signal's name)
-        self._on_stop = on_stop  # called once, from the loop, when the stop is asked for
+        self._on_stop: Callable[[str], None] | None = None  # see `on_stop`
         self._hurried = False
         self._scopes: dict[anyio.CancelScope, _Guard] = {}  # the guarded scopes
 
@@ -107,19 +112,18 @@ class Shutdown:
         """Whether a stop was asked for: true from the moment a signal arrived."""
         return self.reason is not None or self.signal is not None
 
+    def on_stop(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(reason)` once, from the loop, when the stop is asked for; at once when
+        it already was (a signal that came while the config was read, before the loop ran)."""
+        self._on_stop = callback
+        if self.reason is not None:
+            callback(self.reason)
+
     @contextlib.contextmanager
     def handling(self, signals: Iterable[signal.Signals]) -> Iterator[Shutdown]:
-        """Handle `signals` while the block runs, then restore the handlers found. Only the main
-        thread may set handlers; elsewhere (a test's worker thread) none is set."""
-        if threading.current_thread() is not threading.main_thread():
+        """Handle `signals` while the block runs, then restore the handlers found."""
+        with _handlers(signals, self._received):
             yield self
-            return
-        previous = {signum: signal.signal(signum, self._received) for signum in signals}
-        try:
-            yield self
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
 
     def _received(self, signum: int, _frame: FrameType | None) -> None:
         received = signal.Signals(signum)
@@ -181,3 +185,46 @@ class Shutdown:
             finally:
                 _GUARD.reset(token)
                 del self._scopes[scope]
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal in a command that stops where it stands, as Ctrl-C does: `replay` calls
+    nothing and leaves nothing to resume (its unfinished new run dir is replayed again).
+    A KeyboardInterrupt, so it leaves an event loop and passes `except Exception` as one."""
+
+    def __init__(self, signum: signal.Signals) -> None:
+        super().__init__(f"stopped by {signum.name}")
+        self.signal = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(self.signal)
+
+
+def _stop_here(signum: int, _frame: FrameType | None) -> None:
+    raise Stopped(signal.Signals(signum))
+
+
+@contextlib.contextmanager
+def stopping_where_it_stands(signals: Iterable[signal.Signals]) -> Iterator[None]:
+    """While the block runs, each of `signals` raises `Stopped` wherever the code stands, as
+    Python's own SIGINT handler raises KeyboardInterrupt."""
+    with _handlers(signals, _stop_here):
+        yield
+
+
+@contextlib.contextmanager
+def _handlers(
+    signals: Iterable[signal.Signals], handler: Callable[[int, FrameType | None], None]
+) -> Iterator[None]:
+    """`handler` for `signals` while the block runs, then the handlers found. Only the main
+    thread may set handlers; elsewhere (a test's worker thread) none is set."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, handler) for signum in signals}
+    try:
+        yield
+    finally:
+        for signum, found in previous.items():
+            signal.signal(signum, found)

@@ -1,9 +1,13 @@
-"""A one-shot `parallax run` stopped by SIGTERM or SIGINT, as a real process and as PID 1.
+"""A one-shot `parallax run` stopped by SIGTERM or SIGINT, as a real process and as PID 1;
+`serve` and `replay` signalled while they read their config.
 
-Each test runs `parallax run` as a child against the loopback fault server: the reference
+Each `run` test runs `parallax run` as a child against the loopback fault server: the reference
 answers at once, the candidate (concurrency 1) is held at the server by a gate the test opens,
 so a call is in flight and another waits for its slot when the signal is sent. The child says
 when the stop reached it (`run.stopping`), so no wait depends on how fast the machine is.
+The start-up tests run the command in-process and send the signal from inside its config
+loading, so it lands exactly there; a handler of the test's own is the safety net, and fails
+the test if the signal reached no handler of the command's (as PID 1 it would be ignored).
 """
 
 from __future__ import annotations
@@ -197,3 +201,80 @@ def test_sigterm_stops_a_run_that_is_pid_1_of_its_namespace(
     _interrupted(logged, run_dir, "SIGTERM")
     assert _rows(run_dir, "candidate") == []
     _resume_finishes(config, fault_server, run_dir, remade=1)
+
+
+def _recorded_config(root: Path, *, schedule: str | None = None) -> Path:
+    """An offline suite: both sides recorded, every case answered."""
+    write_cases(root, 2)
+    rows = [{"case_id": f"case-{i:03d}", "completion": f"word{i}"} for i in range(2)]
+    (root / "replies.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    endpoints = "".join(
+        f'[endpoints.{side}]\nkind = "recorded"\nmodel = "{side}-1"\ncassette = "replies.jsonl"\n'
+        for side in ("ref", "cand")
+    )
+    extra = f'schedule = "{schedule}"\n' if schedule else ""
+    return write_config(root, endpoints, suite_toml("s", extra=extra))
+
+
+def _missed(signum: int, _frame: Any) -> None:
+    raise AssertionError(f"{signal.Signals(signum).name} reached no handler of the command's")
+
+
+def _signalled_while_loading(monkeypatch: pytest.MonkeyPatch, module: Any) -> None:
+    """`module.load_config` sends this process SIGTERM before it reads the config."""
+    real = module.load_config
+
+    def loading(path: Path) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(path)
+
+    monkeypatch.setattr(module, "load_config", loading)
+
+
+def test_sigterm_while_serve_reads_its_config_ends_in_scheduler_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGTERM while `serve` still reads its config is received: no run starts, and the daemon
+    ends as on any stop, with scheduler.stopped and exit 0."""
+    from runner import config
+    from runner.cli import main
+
+    path = _recorded_config(tmp_path, schedule="0 3 * * *")
+    _signalled_while_loading(monkeypatch, config)
+    previous = signal.signal(signal.SIGTERM, _missed)
+    try:
+        code = main(["serve", "--config", str(path)])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    logged = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    events = [e["event"] for e in logged]
+    assert code == 0 and events[-1] == "scheduler.stopped", events
+    assert logged[-1]["reason"] == "SIGTERM"
+    assert "scheduler.job_started" not in events
+
+
+def test_sigterm_while_replay_reads_its_config_stops_it_with_143(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGTERM while `replay` still reads the run's config stops it where it stands, as Ctrl-C
+    does: exit 143, one line on stderr saying to replay again, no new run dir finished."""
+    from runner.cli import main
+    from runner.config import load_config
+    from runner.runs import rundir
+    from runner.runs.run import run_suite
+
+    run_dir, _, _ = run_suite(load_config(_recorded_config(tmp_path)), "s")
+    _signalled_while_loading(monkeypatch, rundir)
+    previous = signal.signal(signal.SIGTERM, _missed)
+    try:
+        code = main(["replay", str(run_dir)])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    stderr = capsys.readouterr().err
+
+    assert code == 143, stderr
+    assert stderr.splitlines()[-1] == (
+        "parallax: stopped by SIGTERM; its new run dir is left unfinished: replay again"
+    )
+    assert [p for p in run_dir.parent.iterdir() if p.is_dir()] == [run_dir]

@@ -4,7 +4,6 @@ signal or a closed stdout (see the package's docstring)."""
 from __future__ import annotations
 
 import os
-import signal
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -25,11 +24,10 @@ from runner.runs.run import run_suite_async
 from runner.scheduler.catchup import CLOCK_SLACK, find_interrupted, resume_points, runs_since
 from runner.scheduler.heartbeat import iso, write_heartbeat
 from runner.scheduler.trigger import Trigger
-from runner.shutdown import RUN_SIGNALS, Shutdown
+from runner.shutdown import SERVE_SIGNALS, Shutdown
 
 EXIT_CRASHED = 70  # sysexits EX_SOFTWARE: the scheduler itself failed (a run's failure is not)
 EXIT_STDOUT_CLOSED = 74  # sysexits EX_IOERR: stopped because no one reads its log lines any more
-STOP_SIGNALS = (*RUN_SIGNALS, signal.SIGHUP)  # each a clean stop, exit 0
 STDOUT_CLOSED = "stdout_closed"  # the stop reason when stdout's reader went away
 UNWIND_SECONDS = 10.0  # bounded, shielded wait for cancelled runs to close their ledgers
 
@@ -93,6 +91,7 @@ class Daemon:
         clock: Clock | None = None,
         run_now: bool = False,
         handle_signals: bool = True,
+        shutdown: Shutdown | None = None,
     ) -> None:
         self.loaded = loaded
         cfg = loaded.config
@@ -113,7 +112,7 @@ class Daemon:
             raise ConfigError(
                 loaded.path, "suites", "no suite has a schedule; `parallax serve` needs one"
             )
-        self._shutdown = Shutdown(on_stop=self._stop)
+        self._shutdown = shutdown or Shutdown()  # `serve`'s, handled since its first moment
         self._stop_event: anyio.Event | None = None
         self._waits: set[anyio.CancelScope] = set()
         self._wake: anyio.Event | None = None
@@ -154,7 +153,7 @@ class Daemon:
     async def run(self) -> int:
         # Signals are received from the first moment: one that arrives during start-up still
         # ends in scheduler.stopped, not in the default action's silent exit (143, 129).
-        signals = STOP_SIGNALS if self._handle_signals else ()
+        signals = SERVE_SIGNALS if self._handle_signals else ()
         with (
             daemon_lock(self.loaded.runs_dir),
             self._shutdown.handling(signals),
@@ -169,8 +168,7 @@ class Daemon:
     async def _run(self) -> int:
         self._stop_event = anyio.Event()
         self._wake = anyio.Event()
-        if self._stopping:
-            self._stop_event.set()
+        self._shutdown.on_stop(self._stop)  # a stop asked for before the loop ran acts now
         # every suite's first fire is settled before this daemon's first heartbeat replaces the
         # last one's, which names the fires it dealt with: a crash in between loses none
         now = self._start = self._clock.now()
@@ -517,10 +515,11 @@ class Daemon:
         )
 
 
-def serve(loaded: LoadedConfig, *, run_now: bool = False) -> int:
-    """Run the daemon until SIGTERM/SIGINT/SIGHUP; the exit code is 0 after a clean stop."""
+def serve(loaded: LoadedConfig, *, run_now: bool = False, shutdown: Shutdown | None = None) -> int:
+    """Run the daemon until SIGTERM/SIGINT/SIGHUP; the exit code is 0 after a clean stop.
+    `shutdown` is the command's, whose handlers were installed before the config was read."""
     from runner.config import check_keys
 
-    daemon = Daemon(loaded, run_now=run_now)
+    daemon = Daemon(loaded, run_now=run_now, shutdown=shutdown)
     check_keys(loaded, daemon.suites)
     return anyio.run(daemon.run)
