@@ -235,12 +235,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_grade(args: argparse.Namespace) -> int:
     import functools
 
-    from runner.adapters import read_answer
     from runner.ceiling import detect, strata_rates
     from runner.config import Thresholds
     from runner.fixtures import load_cases
     from runner.grading import check_case, grade, load_graders
     from runner.model import Reply
+    from runner.protocols.message import read_answer
 
     thresholds = Thresholds(
         **{key: value for key in GRADE_THRESHOLDS if (value := getattr(args, key)) is not None}

@@ -2,9 +2,17 @@
 
 Transport trouble is data here, never an exception: `classify` is the only place a stamp is
 decided, from the exception class or the status code (never the body, which is stored as the
-bytes arrived and judged later by `adapters.parse`). Retries are explicit: `decide_retry`
+bytes arrived and judged later by `protocols.read`). Retries are explicit: `decide_retry`
 returns a frozen `RetryDecision` and the loop in `HttpEndpoint.call` just obeys it; httpx's
 own retries stay off, so the attempt list in raw.jsonl is the whole truth about a call.
+
+A 2xx `text/event-stream` body is read like any other (kept as received, size-capped, bounded
+by the deadline; a stall is the read timeout), then its protocol folds it once to say how it
+ended, the one place the body decides a transport stamp: a stream that ends without its
+finish event is `connection_lost` (error `stream_truncated`), one that carries an error event
+is `http_error` (error `stream_error:<type>`), retried as a 5xx is. Both are facts of the
+connection, not of the reply's content, and are recorded per attempt, so a replay reads the
+stamp back. `ttft_ms` is the time from sending the request to the stream's first bytes.
 
 Exception map (the test walks `httpx.__all__` so a new httpx class cannot slip through)::
 
@@ -38,17 +46,12 @@ import anyio
 import httpx
 
 from runner import logs
-from runner.adapters import (
-    GATEWAY_MODEL_HEADERS,
-    auth_headers,
-    protocol_headers,
-    request_body,
-    request_url,
-)
 from runner.config import EndpointConfig, RetryPolicy
 from runner.errors import ConfigError
 from runner.jsontext import dumps
 from runner.model import Attempt, Case, Exchange, Response, Transport
+from runner.protocols import GATEWAY_MODEL_HEADERS, Wire, is_event_stream, stream_end, wire_for
+from runner.protocols.wire import PLAIN, Shape
 from runner.shutdown import NotStarted, may_start
 
 __all__ = [
@@ -204,8 +207,13 @@ def decide_retry(  # noqa: PLR0917 - the signature is the documented contract
     retry_after: float | None,
     policy: RetryPolicy,
     rng: random.Random,
+    *,
+    in_band: bool = False,
 ) -> RetryDecision:
     """Retry only DESIGN's retryable stamps (and a 408), at most `policy.attempts` in all.
+
+    `in_band` marks an `http_error` the server reported inside a 2xx stream (an error
+    event): it is retried as a 5xx is, whatever the status line said.
 
     Without a Retry-After the wait is exponential backoff `min(backoff_max, base * 2**(n-1))`
     of which the `jitter` fraction is drawn at random. With one, the wait is the server's
@@ -219,7 +227,7 @@ def decide_retry(  # noqa: PLR0917 - the signature is the documented contract
         return RetryDecision(False, 0.0, "ok")
     if stamp not in RETRYABLE:
         return RetryDecision(False, 0.0, f"not_retryable:{stamp}")
-    if stamp == Transport.HTTP_ERROR and not _retryable_status(status):
+    if stamp == Transport.HTTP_ERROR and not in_band and not _retryable_status(status):
         return RetryDecision(False, 0.0, f"not_retryable:http_{status}")
     if attempt_no >= policy.attempts:
         return RetryDecision(False, 0.0, "attempts_exhausted")
@@ -280,16 +288,24 @@ def _http_date(text: str) -> datetime | None:
 
 def request_problem(cfg: EndpointConfig) -> str | None:
     """Why no request to this endpoint could be sent, or None: for `parallax validate`."""
+    wire = _wire(cfg)
     try:
-        url = httpx.URL(request_url(cfg))
+        url = httpx.URL(wire.url(cfg))
         if url.scheme not in ("http", "https"):
             raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
-        httpx.Request("POST", url, headers=protocol_headers(cfg))
+        httpx.Request("POST", url, headers=wire.headers(cfg, None))
     except CONFIG_ERRORS as exc:
         return f"{type(exc).__name__}: {exc}"
     except UnicodeEncodeError as exc:  # a header value httpx cannot put on the wire
         return f"header not encodable: {exc}"
     return None
+
+
+def _wire(cfg: EndpointConfig) -> Wire:
+    wire = wire_for(cfg.kind)
+    if wire is None:
+        raise ValueError(f"a {cfg.kind} endpoint is not a live HTTP endpoint")
+    return wire
 
 
 def _plain_headers(headers: httpx.Headers) -> dict[str, str]:
@@ -392,18 +408,41 @@ async def _decoded(raw: AsyncIterable[bytes], layers: list[_Layer]) -> AsyncIter
 
 async def _read_body(
     resp: httpx.Response, headers: dict[str, str], cap: int, buf: bytearray
-) -> bool:
-    """Read the body into `buf`, at most `cap` bytes; True when there was more than that."""
+) -> tuple[bool, float | None]:
+    """Read the body into `buf`, at most `cap` bytes: whether there was more than that, and
+    the monotonic time its first bytes arrived (a stream's first token), None for no bytes.
+
+    The time is kept however the read ends: an exception from here leaves it unread, so a
+    stream cut off mid-way has no ttft (nor any grade).
+    """
+    first: float | None = None
     try:
         async for chunk in _body_chunks(resp, headers, cap):
+            if first is None and chunk:
+                first = time.monotonic()
             room = cap - len(buf)
             if len(chunk) > room:
                 buf += chunk[:room]
-                return True
+                return True, first
             buf += chunk
     except _Inflated:
-        return True
-    return False
+        return True, first
+    return False, first
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """An attempt's stamp and what it records as the error: an exception's class name and
+    message, or what a 2xx stream that arrived whole but did not end as one should says."""
+
+    stamp: Transport
+    error: str | None
+    message: str | None
+    in_band: bool = False  # an error event inside a 2xx stream: retried as a 5xx
+
+
+def _error_name(exc: BaseException | None) -> str | None:
+    return type(exc).__name__.lstrip("_") if exc is not None else None
 
 
 def _body_text(raw: bytes) -> tuple[str, str]:
@@ -442,6 +481,8 @@ class _Try:
     attempt: Attempt
     stamp: Transport
     response: Response | None
+    ttft_ms: int | None = None
+    in_band: bool = False  # an error event inside a 2xx stream: retried as a 5xx
 
 
 class HttpEndpoint:
@@ -461,9 +502,9 @@ class HttpEndpoint:
         cfg: EndpointConfig,
         api_key: str | None,
         *,
+        shape: Shape = PLAIN,
         transport: httpx.AsyncBaseTransport | None = None,
         rng: random.Random | None = None,
-        request_sha: str | None = None,
         now: Callable[[], float] = anyio.current_time,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
@@ -471,8 +512,10 @@ class HttpEndpoint:
             raise ValueError(f"endpoint {name!r} is recorded, not a live HTTP endpoint")
         self.name = name
         self._cfg = cfg
-        self._request_sha = request_sha  # what its requests are shaped by (config.RequestShape)
-        self._url = request_url(cfg)
+        self._shape = shape
+        self._wire = _wire(cfg)
+        self._streams = self._wire.fold_stream is not None
+        self._url = self._wire.url(cfg)
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter, not crypto
         self._now = now
         self._sleep = sleep
@@ -489,8 +532,7 @@ class HttpEndpoint:
                 "Accept-Encoding": "gzip, deflate",
                 "Connection": "keep-alive",
                 "User-Agent": "parallax",
-                **protocol_headers(cfg),
-                **auth_headers(cfg, api_key),
+                **self._wire.headers(cfg, api_key),
             }
         ).raw  # raw pairs: httpx.Request copies them faster than a Headers object
         t = cfg.timeout
@@ -537,7 +579,7 @@ class HttpEndpoint:
         Only cancellation propagates (the engine re-calls such pairs on resume), and a
         ConfigError when the request could never be sent as configured.
         """
-        body = request_body(self._cfg, case)
+        body = self._wire.body(self._cfg, self._shape, case)
         content = dumps(body)  # compact UTF-8 JSON by orjson: the stdlib was 1.6% of a call
         started_at = datetime.now(UTC).isoformat(timespec="milliseconds")
         t0 = time.monotonic()
@@ -554,6 +596,7 @@ class HttpEndpoint:
                 result.attempt.retry_after,
                 self._cfg.retry,
                 self._rng,
+                in_band=result.in_band,
             )
             if not decision.retry:
                 break
@@ -574,7 +617,9 @@ class HttpEndpoint:
             elapsed_ms=round((time.monotonic() - t0) * 1000),
             answer_pointer=self._cfg.answer_pointer if self._cfg.kind == "http-json" else None,
             served_model_header=self._cfg.served_model_header,
-            request_sha=self._request_sha,
+            stream=self._shape.stream,
+            ttft_ms=result.ttft_ms,
+            request_sha=self._shape.request_sha,
         )
 
     async def _pace(self) -> None:
@@ -597,6 +642,7 @@ class HttpEndpoint:
         headers: dict[str, str] | None = None
         buf = bytearray()
         truncated = False
+        first: float | None = None
         exc: BaseException | None = None
         # The limiter's fast path: `async with` would add two event-loop round trips per call
         # even when a token is free; acquire_nowait refuses to jump a queue of waiters.
@@ -614,7 +660,7 @@ class HttpEndpoint:
                     resp = await self._transport.handle_async_request(self._request(content))
                     try:
                         status, headers = resp.status_code, _plain_headers(resp.headers)
-                        truncated = await _read_body(resp, headers, cap, buf)
+                        truncated, first = await _read_body(resp, headers, cap, buf)
                         if truncated and 200 <= status < 300:
                             raise _BodyTooLarge(cap)  # an oversized error page keeps its stamp
                     finally:
@@ -634,27 +680,51 @@ class HttpEndpoint:
         # decode is kept as far as it came, and the stamp (so the retry and AIMD) follows the
         # status. Only a 2xx needs its whole body to be graded.
         answered_error = status is not None and not 200 <= status < 300
-        stamp = classify(None if answered_error else exc, status)
-        self._adjust(stamp, begun)
-        retry_after = _retry_after(headers) if headers is not None else None
+        verdict = _Verdict(
+            classify(None if answered_error else exc, status), _error_name(exc), self._message(exc)
+        )
         response = None
+        ttft_ms: int | None = None
         if status is not None and headers is not None:
-            text, encoding = _body_text(logs.scrub_bytes(bytes(buf)))  # an echoed key too
-            kept = {
-                logs.scrub_name(k): logs.scrub_text(v)
-                for k, v in _kept_headers(headers, self._kept).items()
-            }
-            response = Response(status, kept, text, encoding, truncated)
+            response = self._response(status, headers, buf, truncated)
+            # a stream read to its end (a transport error wins) is folded once for how it
+            # ended; the stored text is what a replay sees, so it is what decides
+            if verdict.stamp is Transport.OK and self._streams and is_event_stream(headers):
+                ttft_ms = None if first is None else round((first - t0) * 1000)
+                verdict = self._stream_end(response) or verdict
+        self._adjust(verdict.stamp, begun)
         attempt = Attempt(
             n=n,
-            transport=str(stamp),
+            transport=str(verdict.stamp),
             elapsed_ms=elapsed_ms,
             status=status,
-            error=type(exc).__name__.lstrip("_") if exc is not None else None,
-            message=self._message(exc),
-            retry_after=retry_after,
+            error=verdict.error,
+            message=verdict.message,
+            retry_after=_retry_after(headers) if headers is not None else None,
         )
-        return _Try(attempt, stamp, response)
+        return _Try(attempt, verdict.stamp, response, ttft_ms, verdict.in_band)
+
+    def _response(
+        self, status: int, headers: dict[str, str], buf: bytearray, truncated: bool
+    ) -> Response:
+        """The response as it is recorded: secrets scrubbed, allow-listed headers only."""
+        text, encoding = _body_text(logs.scrub_bytes(bytes(buf)))  # an echoed key too
+        kept = {
+            logs.scrub_name(k): logs.scrub_text(v)
+            for k, v in _kept_headers(headers, self._kept).items()
+        }
+        return Response(status, kept, text, encoding, truncated)
+
+    def _stream_end(self, response: Response) -> _Verdict | None:
+        """How a 2xx stream that arrived whole ended, when that is a transport failure
+        (`protocols.stream_end`); a stream not in UTF-8 is read later, as `not_utf8`."""
+        if response.encoding != "utf-8":
+            return None
+        ended = stream_end(self._wire.kind, response.body)
+        if ended is None:
+            return None
+        in_band = ended.transport is Transport.HTTP_ERROR
+        return _Verdict(ended.transport, ended.error, ended.message, in_band=in_band)
 
     def _message(self, exc: BaseException | None) -> str | None:
         if exc is None:

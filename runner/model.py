@@ -42,6 +42,22 @@ def _opt_str(data: Mapping[str, Any], key: str) -> str | None:
     return value
 
 
+def _opt_int(data: Mapping[str, Any], key: str) -> int | None:
+    """A ledger field that is a whole number or null (a bool is no number here)."""
+    value = data.get(key)
+    if value is not None and (type(value) is not int):
+        raise TypeError(f"{key} must be an integer or null, got {value!r:.40}")
+    return value
+
+
+def _opt_bool(data: Mapping[str, Any], key: str) -> bool:
+    """A ledger flag, false when absent (rows written before it existed)."""
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise TypeError(f"{key} must be true or false, got {value!r:.40}")
+    return value
+
+
 def _attempt(data: Mapping[str, Any]) -> Attempt:
     """A raw row's attempt, its text fields checked: a replay joins them into the detail."""
     attempt = Attempt(**data)
@@ -182,6 +198,10 @@ class Exchange:
     # the response header naming the served model, as the endpoint configured it: None when it
     # named none (known gateways' headers are read), "" for the body's `model` only
     served_model_header: str | None = None
+    stream: bool = False  # the request asked for an SSE stream
+    # milliseconds from sending the request to the first body bytes of a 2xx stream (the
+    # final attempt's); None for a reply sent whole
+    ttft_ms: int | None = None
     request_sha: str | None = None  # the endpoint's request shaping (templates.request_sha)
 
     @property
@@ -220,6 +240,8 @@ class Exchange:
             elapsed_ms=int(data["elapsed_ms"]),
             answer_pointer=_opt_str(data, "answer_pointer"),
             served_model_header=_opt_str(data, "served_model_header"),
+            stream=_opt_bool(data, "stream"),
+            ttft_ms=_opt_int(data, "ttft_ms"),
             request_sha=_opt_str(data, "request_sha"),
         )
 
@@ -247,6 +269,9 @@ class Outcome:
     elapsed_ms: int
     usage: Mapping[str, Any] | None = None
     request_sha: str | None = None  # copied from the exchange
+    tool_calls: tuple[str, ...] = ()  # the names of the tools the reply called, in order
+    finish_reason: str | None = None  # why the reply ended, as the server said
+    ttft_ms: int | None = None  # a stream's time to first bytes, copied from the exchange
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -268,6 +293,7 @@ class Outcome:
     def to_json(self) -> dict[str, Any]:
         data = _fields(self)
         data["misses"] = list(self.misses)
+        data["tool_calls"] = list(self.tool_calls)
         data["version"] = LEDGER_VERSION
         return data
 
@@ -295,6 +321,9 @@ class Outcome:
             elapsed_ms=int(data.get("elapsed_ms", 0)),
             usage=data.get("usage"),
             request_sha=_opt_str(data, "request_sha"),
+            tool_calls=tuple(str(name) for name in data.get("tool_calls") or ()),
+            finish_reason=_opt_str(data, "finish_reason"),
+            ttft_ms=_opt_int(data, "ttft_ms"),
         )
 
 
@@ -328,12 +357,16 @@ NO_FACTS = Facts()
 
 @record
 class Reply:
-    """What an adapter pulled out of a well-formed body (the schema stamp passed)."""
+    """What a protocol read out of a well-formed reply (the schema stamp passed).
+
+    `text` is "" for a reply that only called tools, so the case's text keys still apply.
+    """
 
     text: str
     answer: Any = None  # parsed JSON answer when the case expects JSON
     facts: Facts = field(default=NO_FACTS)
     tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
 
 
 class Endpoint(Protocol):

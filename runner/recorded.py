@@ -32,12 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from runner import recorded_wire as wire
-from runner.adapters import OPENAI_CHAT
 from runner.errors import DataError
 from runner.ledger import read_jsonl
 from runner.model import NOISE, SIDES, Attempt, Case, Exchange, Response, Transport
-from runner.protocols import anthropic_messages, openai_chat
-from runner.protocols.message import STREAM_TRUNCATED, StreamStatus
+from runner.protocols import Kind, stream_end
 from runner.recorded_wire import DISCONNECT, RecordedCall, RecordedReply, StreamFault
 from runner.text import holds_surrogate
 
@@ -154,14 +152,11 @@ def load_cassette(path: Path) -> dict[CassetteKey, dict[str, Any]]:
 
 
 def _stream_stamp(protocol: str, text: str) -> tuple[Transport, str | None]:
-    """The stamp a live client gives a 2xx stream once its bytes are in: one that ended with
-    no finish event is a lost connection, an in-band error event an HTTP error."""
-    fold = (anthropic_messages if protocol != OPENAI_CHAT else openai_chat).fold_stream(text)
-    if fold.status == StreamStatus.TRUNCATED:
-        return Transport.CONNECTION_LOST, STREAM_TRUNCATED
-    if fold.status == StreamStatus.ERROR:
-        return Transport.HTTP_ERROR, fold.detail
-    return Transport.OK, None
+    """The stamp a live client gives a 2xx stream once its bytes are in (`stream_end`): one
+    that ended with no finish event is a lost connection, an in-band error event an HTTP
+    error."""
+    ended = stream_end(protocol, text)
+    return (Transport.OK, None) if ended is None else (ended.transport, ended.error)
 
 
 class _Played:
@@ -201,7 +196,7 @@ class RecordedEndpoint:
         self._suite = suite
         self._model = model
         self._cassette = cassette
-        self._protocol = protocol or OPENAI_CHAT  # what a recorded endpoint always spoke
+        self._protocol = protocol or Kind.OPENAI_CHAT.value  # what recorded ones always spoke
         self._stream = stream  # the endpoint's `stream`: a row's own `stream` wins
         self._request_sha = request_sha  # the request its cassette answers, as configured
 

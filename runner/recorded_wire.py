@@ -22,9 +22,11 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from runner.adapters import ANTHROPIC, OPENAI_CHAT
 from runner.model import record
+from runner.protocols import Kind
 
+OPENAI_CHAT = Kind.OPENAI_CHAT.value
+ANTHROPIC = Kind.ANTHROPIC_MESSAGES.value
 PROTOCOLS = (OPENAI_CHAT, ANTHROPIC)
 _PIECE = re.compile(r"\S+\s*|\s+")  # a word and the space after it: one content delta each
 _ERROR_MESSAGE = "recorded stream error"

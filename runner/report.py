@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from runner import __version__
-from runner.adapters import parse
 from runner.errors import DataError, UsageError
 from runner.files import check_writable
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, GATE_CLASSES, SCHEMA_MISS, TRANSPORT_MISS
@@ -40,6 +39,7 @@ from runner.history import (
 )
 from runner.ledger import read_json_map, read_json_object, read_jsonl, write_atomic
 from runner.model import ROW_ERRORS, SIDES, STRATA, Exchange, Response
+from runner.protocols import read
 from runner.requestsha import REFERENCE, request_lines
 from runner.text import visible
 
@@ -153,14 +153,14 @@ def reply_of(exchange: Exchange) -> ReplyView:
     if response is None:
         return ReplyView(text=None, kind="none")
     if exchange.transport == "ok":
-        parsed = parse(
+        reply = read(
             exchange.adapter,
             response,
             expects_json=False,
             answer_pointer=exchange.answer_pointer,
-        )
-        if not isinstance(parsed, str):
-            text, cut = _cap(parsed.text, REPLY_CAP)
+        ).reply
+        if reply is not None:
+            text, cut = _cap(reply.text, REPLY_CAP)
             return ReplyView(text=text, kind="reply", truncated=cut, status=response.status)
     text, cut = _cap(_body_text(response), REPLY_CAP)
     return ReplyView(text=text, kind="body", truncated=cut, status=response.status)

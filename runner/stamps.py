@@ -8,9 +8,9 @@ swap that breaks the JSON is still a swap, and its tokens were still paid for.
 
 from __future__ import annotations
 
-from runner import adapters
+from runner import protocols
 from runner.grading import GraderSet, grade
-from runner.model import NO_FACTS, Case, Exchange, Outcome, Schema, Transport
+from runner.model import Case, Exchange, Outcome, Schema, Transport
 
 
 def _transport_detail(exchange: Exchange) -> str:
@@ -30,27 +30,28 @@ def _transport_detail(exchange: Exchange) -> str:
 def stamp(exchange: Exchange, case: Case, graders: GraderSet) -> Outcome:
     """Turn one exchange into its outcome row; a pure function of its arguments."""
     response = exchange.response
-    facts = NO_FACTS
+    read = protocols.Read(None)
     served: str | None = None
     misses: tuple[str, ...] = ()
     if exchange.transport != Transport.OK or response is None:
         schema, detail, score, misses = Schema.SKIPPED.value, _transport_detail(exchange), None, ()
     else:
-        parsed = adapters.parse(
+        read = protocols.read(
             exchange.adapter,
             response,
             expects_json=case.expects_json,
             answer_pointer=exchange.answer_pointer,
         )
-        if isinstance(parsed, str):
-            schema, detail, score, misses = Schema.FAIL.value, parsed, None, ()
-            facts = adapters.facts(response)
+        if read.reply is None:
+            schema, detail, score, misses = Schema.FAIL.value, read.detail, None, ()
         else:
-            facts = parsed.facts
-            result = grade(case, parsed, graders)
+            result = grade(case, read.reply, graders)
             schema, score, misses = Schema.OK.value, result.task_score, result.misses
             detail = ",".join(misses) if misses else "ok"
-        served = adapters.served_model(facts.response_model, response, exchange.served_model_header)
+        served = protocols.served_model(
+            read.facts.response_model, response, exchange.served_model_header
+        )
+    facts = read.facts
     return Outcome(
         case_id=exchange.case_id,
         side=exchange.side,
@@ -71,4 +72,7 @@ def stamp(exchange: Exchange, case: Case, graders: GraderSet) -> Outcome:
         elapsed_ms=exchange.elapsed_ms,
         usage=facts.usage,
         request_sha=exchange.request_sha,
+        tool_calls=read.tool_names,
+        finish_reason=read.finish_reason,
+        ttft_ms=exchange.ttft_ms,
     )

@@ -3,6 +3,7 @@ the one judge (`graded`) of what a Message gives the graders."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable
@@ -13,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner.jsontext import MAX_DEPTH
+from runner.model import NO_FACTS, Reply
 from runner.protocols import anthropic_messages, openai_chat
 from runner.protocols.message import (
-    Graded,
     Message,
     RawToolCall,
     StreamFold,
@@ -37,6 +38,11 @@ def sse(*events: Any, names: bool = False) -> str:
         name = f"event: {kind}\n" if isinstance(kind, str) else ""
         out.append(f"{name}data: {data}\n\n")
     return "".join(out)
+
+
+def bare(result: Reply | str) -> Reply | str:
+    """A graded reply without the facts its message carried, to compare what graders see."""
+    return dataclasses.replace(result, facts=NO_FACTS) if isinstance(result, Reply) else result
 
 
 def ok(fold: StreamFold) -> Message:
@@ -186,7 +192,7 @@ def test_openai_stream_merges_interleaved_tool_call_pieces_by_index() -> None:
     )
     message = ok(openai_chat.fold_stream(text))
     assert message.finish_reason == "tool_calls"
-    assert graded(message, expects_json=False) == Graded(
+    assert bare(graded(message, expects_json=False)) == Reply(
         text="",
         tool_calls=(
             ToolCall(id="c1", name="weather", arguments=WEATHER),
@@ -449,7 +455,7 @@ def test_anthropic_body_without_text_blocks(content: Any, expected: str) -> None
     message = anthropic_messages.fold_body(an_body(content))
     assert isinstance(message, Message)
     result = graded(message, expects_json=False)
-    assert (result.text if isinstance(result, Graded) else result) == expected
+    assert (result.text if isinstance(result, Reply) else result) == expected
     assert message.response_model == "claude-x"  # said of itself, whatever the stamp
 
 
@@ -499,7 +505,7 @@ def test_anthropic_stream_tool_calls_join_their_partial_json() -> None:
         RawToolCall("toolu_1", "weather", '{"city": "Oslo", "days": 3}'),
         RawToolCall("toolu_2", "llmock_unknown_tool", {}),  # no piece: the block's input
     )
-    assert graded(message, expects_json=False) == Graded(
+    assert bare(graded(message, expects_json=False)) == Reply(
         text="Checking.",
         tool_calls=(
             ToolCall("toolu_1", "weather", WEATHER),
@@ -624,7 +630,7 @@ def test_graded_parses_tool_arguments_into_objects() -> None:
         tool_calls=(RawToolCall("a", "f", '{"x": 1}'), RawToolCall("b", "g", {"y": [2]})),
     )
     result = graded(message, expects_json=False)
-    assert isinstance(result, Graded)
+    assert isinstance(result, Reply)
     assert result.tool_calls == (ToolCall("a", "f", {"x": 1}), ToolCall("b", "g", {"y": [2]}))
 
 
@@ -647,7 +653,7 @@ def test_graded_unknown_tool_names_pass_to_the_graders() -> None:
     """Whether a tool was offered is the graders' call (tool_unknown), not the schema's."""
     message = Message(content=None, tool_calls=(RawToolCall("a", "llmock_unknown_tool", "{}"),))
     result = graded(message, expects_json=False)
-    assert isinstance(result, Graded)
+    assert isinstance(result, Reply)
     assert result.tool_calls[0].name == "llmock_unknown_tool"
 
 
@@ -655,9 +661,9 @@ def test_graded_content_rules() -> None:
     """None content and no call is missing_content; "" alone is a valid (empty) reply; a
     call with no content gives the graders empty text."""
     assert graded(Message(content=None), expects_json=False) == "missing_content"
-    assert graded(Message(content=""), expects_json=False) == Graded(text="")
+    assert bare(graded(Message(content=""), expects_json=False)) == Reply(text="")
     with_call = Message(content="", tool_calls=(RawToolCall("a", "f", "{}"),))
-    assert graded(with_call, expects_json=False) == Graded(
+    assert bare(graded(with_call, expects_json=False)) == Reply(
         text="", tool_calls=(ToolCall("a", "f", {}),)
     )
 
@@ -665,7 +671,7 @@ def test_graded_content_rules() -> None:
 def test_graded_json_answers_follow_the_existing_rule() -> None:
     """A JSON-expecting case needs a JSON answer (fenced counts), tool call or not."""
     fenced = Message(content='```json\n{"sku": "A1"}\n```')
-    assert graded(fenced, expects_json=True) == Graded(
+    assert bare(graded(fenced, expects_json=True)) == Reply(
         text=fenced.content or "", answer={"sku": "A1"}
     )
     assert graded(Message(content="A1"), expects_json=True) == "answer_not_json"

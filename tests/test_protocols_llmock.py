@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from runner.protocols import anthropic_messages, openai_chat
-from runner.protocols.message import Graded, Message, StreamStatus, graded
+from runner.model import Reply
+from runner.protocols.message import Message, StreamStatus, graded
 
 DATA = Path(__file__).parent / "data" / "llmock"
 INDEX: dict[str, dict[str, Any]] = json.loads((DATA / "index.json").read_text())["cases"]
@@ -78,7 +79,7 @@ def test_error_answers_are_never_graded_as_replies(name: str) -> None:
     """A 4xx/5xx error body (JSON, even for a streamed request) is no reply to grade."""
     whole = protocol(name).fold_body((DATA / name).read_text(encoding="utf-8"))
     assert not isinstance(whole, Message) or not isinstance(
-        graded(whole, expects_json=False), Graded
+        graded(whole, expects_json=False), Reply
     )
 
 
@@ -103,7 +104,7 @@ def test_each_recorded_reply_folds_to_what_llmock_was_asked_for(name: str) -> No
     if tool_fault == "malformed_arguments" and (status is not None or name.startswith("openai")):
         assert result == "tool_args_not_json"
         return
-    assert isinstance(result, Graded), result
+    assert isinstance(result, Reply), result
     calls = [(c.name, c.arguments) for c in result.tool_calls]
     text_finish, call_finish = FINISH[name.partition("-")[0]]
     if tool_fault == "malformed_arguments":  # non-streamed Anthropic: `input` must be an object
@@ -153,7 +154,7 @@ def test_a_recorded_stream_grades_as_its_recorded_whole_twin(name: str) -> None:
     whole, _ = fold(name.replace(".sse", ".json"))
     assert status is StreamStatus.FINISHED
     a, b = (graded(m, expects_json=expects_json(case)) for m in (streamed, whole))
-    assert isinstance(a, Graded) and isinstance(b, Graded)
+    assert isinstance(a, Reply) and isinstance(b, Reply)
     assert (a.text, a.answer, a.finish_reason) == (b.text, b.answer, b.finish_reason)
     assert [(c.name, c.arguments) for c in a.tool_calls] == [
         (c.name, c.arguments) for c in b.tool_calls

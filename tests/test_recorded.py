@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from runner.adapters import parse
+from runner.protocols import read
 from runner.errors import DataError
 from runner.grading import GraderSet
 from runner.history import run_dirs
@@ -149,7 +149,7 @@ async def test_a_text_completion_is_an_ok_openai_body(tmp_path: Path) -> None:
     )
     expected = (("c1", "candidate", 0), "b" * 16)
     assert expected == (ex.key, ex.fixture_sha)
-    reply = parse(ex.adapter, ex.response, expects_json=False) if ex.response else None
+    reply = read(ex.adapter, ex.response, expects_json=False).reply if ex.response else None
     assert isinstance(reply, Reply)
     expected = ("Paris", "served-x", "rec-c1")
     assert expected == (reply.text, reply.facts.response_model, reply.facts.response_id)

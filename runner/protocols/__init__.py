@@ -1,9 +1,186 @@
-"""Wire protocols: how each provider's reply, sent whole or streamed, reads into a Message.
+"""Wire protocols: the one request/reply layer between a case and the graders.
 
-One module per protocol (`openai_chat`, `anthropic_messages`), each with the same two pure
-functions over the stored body text: `fold_body(text) -> Message | str` for a reply sent
-whole, `fold_stream(text) -> StreamFold` for a Server-Sent Events body (`sse` frames it).
-`message.graded` then turns any Message into what graders see, or a schema-fail detail, the
-same way for every protocol. Nothing here raises on what a server sent: a hostile body is a
-detail string, so a live call, a cassette and a replay are judged by the same code.
+One module per protocol (`openai_chat`, `anthropic_messages`, `http_json`), each a `Wire`
+(`wire.py`): the request's URL, headers and body for a case, and how a stored reply reads
+back, sent whole (`fold_body`) or as Server-Sent Events (`fold_stream`; `sse` frames it).
+`wire_for` picks one by its `Kind`. `message.graded` turns what any of them read into what
+graders see, or a schema-fail detail, the same way for every protocol.
+
+`read` is the schema stamp's only reader. It runs on a stored response, so the same code
+judges a live call, a recorded cassette and a replay: a 2xx `text/event-stream` body is folded
+as a stream (its content type, not the endpoint's flag, decides: a server that ignores
+`stream: true` sends JSON, read as a body), anything else as a body. It never raises on what a
+server sent: a hostile body is a detail string. What a served reply says about itself (model,
+id, fingerprint, usage) is kept whatever its schema stamp, and `served_model` settles which
+model served it: a gateway's header when the endpoint names one (or a known gateway sent its
+own), else the body's `model`.
 """
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+
+from runner.model import NO_FACTS, Facts, Reply, Response, Transport, record
+from runner.protocols import anthropic_messages, http_json, openai_chat
+from runner.protocols.message import (
+    STREAM_MALFORMED,
+    STREAM_TRUNCATED,
+    Message,
+    StreamStatus,
+    body_facts,
+    graded,
+)
+from runner.protocols.wire import Kind, Wire
+
+__all__ = [
+    "GATEWAY_MODEL_HEADERS",
+    "Kind",
+    "Read",
+    "StreamEnd",
+    "Wire",
+    "is_event_stream",
+    "read",
+    "served_model",
+    "stream_end",
+    "wire_for",
+]
+
+# Gateways that name the backend they routed to in a response header while the body's
+# `model` is the alias asked for (LiteLLM); read when an endpoint names no header itself.
+GATEWAY_MODEL_HEADERS: tuple[str, ...] = ("x-litellm-model-name",)
+EVENT_STREAM = "text/event-stream"
+NOT_UTF8 = "not_utf8"
+UNKNOWN_ADAPTER = "unknown_adapter"  # + ":<kind>": a raw row names a protocol this is not
+
+_WIRES: dict[str, Wire] = {
+    wire.kind: wire for wire in (openai_chat.WIRE, anthropic_messages.WIRE, http_json.WIRE)
+}
+
+
+def wire_for(kind: str) -> Wire | None:
+    """The protocol of that kind (an endpoint's `kind`, an exchange's `adapter`), or None."""
+    return _WIRES.get(kind)
+
+
+def is_event_stream(headers: Mapping[str, str]) -> bool:
+    """Whether a response's (lower-cased) headers say its body is Server-Sent Events."""
+    media = headers.get("content-type")
+    return media is not None and media.partition(";")[0].strip().lower() == EVENT_STREAM
+
+
+@record
+class StreamEnd:
+    """The transport stamp of a 2xx stream that arrived whole but did not end as one should,
+    and what its attempt records as the error."""
+
+    transport: Transport
+    error: str  # stream_truncated, or stream_error:<type>
+    message: str
+
+
+def stream_end(kind: str, text: str) -> StreamEnd | None:
+    """How a stream of that protocol ended, when that is a transport failure: one that ends
+    without its finish event is a lost connection (`stream_truncated`), one carrying an error
+    event the server's error (`stream_error:<type>`). A finished stream, one whose events are
+    broken (a schema question, `stream_malformed`) and a protocol with no streams give None.
+
+    The live client asks it when a stream's bytes are in, a cassette when it plays one back;
+    the stamp is recorded on the attempt, so a replay reads it rather than asking again.
+    """
+    wire = wire_for(kind)
+    if wire is None or wire.fold_stream is None:
+        return None
+    fold = wire.fold_stream(text)
+    if fold.status is StreamStatus.TRUNCATED:
+        message = "the stream ended without its finish event"
+        return StreamEnd(Transport.CONNECTION_LOST, STREAM_TRUNCATED, message)
+    if fold.status is StreamStatus.ERROR:
+        return StreamEnd(Transport.HTTP_ERROR, fold.detail, "the server sent an error event")
+    return None
+
+
+@record
+class Read:
+    """A stored reply read through its protocol.
+
+    `reply` is what graders get, or None with `detail` saying why (a schema fail). `facts`,
+    `finish_reason` and `tool_names` are what the reply said of itself either way, as far as
+    it could be read: a reply that breaks the schema still names the model that sent it.
+    """
+
+    reply: Reply | None
+    detail: str = ""
+    facts: Facts = NO_FACTS
+    finish_reason: str | None = None
+    tool_names: tuple[str, ...] = ()
+
+
+def _text(response: Response) -> str | None:
+    """The body as text, or None when it was not UTF-8 (stored as base64)."""
+    if response.encoding == "utf-8":
+        return response.body
+    try:
+        return base64.b64decode(response.body, validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def read(
+    adapter: str, response: Response, *, expects_json: bool, answer_pointer: str | None = None
+) -> Read:
+    """Read a stored 2xx response: the graded reply, or the schema-fail detail.
+
+    A stream that folds MALFORMED is `stream_malformed`. One that is TRUNCATED or ended in an
+    ERROR event was already stamped at call time (connection_lost, http_error); should such a
+    body still reach here (a hand-written cassette), its detail is the schema fail: a broken
+    stream is never graded.
+    """
+    wire = wire_for(adapter)
+    if wire is None:
+        return Read(None, f"{UNKNOWN_ADAPTER}:{adapter}")
+    text = _text(response)
+    if text is None:
+        return Read(None, NOT_UTF8)
+    message: Message | str
+    if wire.fold_stream is not None and is_event_stream(response.headers):
+        fold = wire.fold_stream(text)
+        message = fold.message
+        if fold.status is not StreamStatus.FINISHED:
+            detail = STREAM_MALFORMED if fold.status is StreamStatus.MALFORMED else fold.detail
+            return _failed(message, detail)
+    else:
+        message = wire.fold_body(text, answer_pointer)
+        if isinstance(message, str):
+            return Read(None, message, body_facts(text))
+    result = graded(message, expects_json=expects_json)
+    if isinstance(result, str):
+        return _failed(message, result)
+    return Read(
+        result,
+        facts=result.facts,
+        finish_reason=result.finish_reason,
+        tool_names=tuple(call.name for call in result.tool_calls),
+    )
+
+
+def _failed(message: Message, detail: str) -> Read:
+    return Read(
+        None,
+        detail,
+        message.facts,
+        message.finish_reason,
+        tuple(call.name for call in message.tool_calls),
+    )
+
+
+def served_model(body_model: str | None, response: Response, header: str | None) -> str | None:
+    """The model that served a call: the header the endpoint names (`served_model_header`),
+    or with none named the first known gateway header present, when it holds a name; else
+    the body's `model`. `header` "" means the body's `model` only."""
+    names = GATEWAY_MODEL_HEADERS if header is None else (header,) if header else ()
+    for name in names:
+        value = response.headers.get(name)
+        if value is not None and value.strip():
+            return value.strip()
+    return body_model

@@ -1,4 +1,14 @@
-"""Anthropic messages: a reply body, or its SSE stream, folded into a `Message`.
+"""Anthropic messages: the request for a case, and its reply, whole or streamed.
+
+The request maps the case's OpenAI-style turns (`wire.turns`) to Anthropic's: system turns go
+to the top-level `system` (joined by a blank line when there are several), an assistant turn's
+`tool_calls` become `tool_use` blocks after its text, and `tool` turns become `tool_result`
+blocks of one user turn (consecutive results together, as the API wants every result of one
+assistant turn in the next user turn). Tools are `{name, description, input_schema}`;
+`tool_choice` auto/none/required/a named function is `{"type": "auto"|"none"|"any"|"tool"}`;
+a `json_schema` response format is `output_format` (Anthropic's structured outputs), while
+`json_object` has no Anthropic form and is not sent: the case's JSON keys still grade the
+answer. Then the endpoint's `params`, and `"stream": true` for a stream.
 
 A reply is a list of content blocks: `text` blocks are joined into the content and `tool_use`
 blocks are the tool calls; other kinds (thinking, server tools) are read past. A reply whose
@@ -18,8 +28,10 @@ partial JSON concatenated, or the block's `input` when no piece came.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from runner.errors import FixtureError
+from runner.model import Case
 from runner.protocols import sse
 from runner.protocols.message import (
     STREAM_MALFORMED,
@@ -34,12 +46,168 @@ from runner.protocols.message import (
     load_json,
     str_or_none,
 )
+from runner.protocols.wire import (
+    ASSISTANT,
+    SYSTEM,
+    TOOL,
+    USER,
+    Kind,
+    Shape,
+    Wire,
+    json_headers,
+    plain,
+    text_of,
+    turns,
+)
+
+if TYPE_CHECKING:
+    from runner.config import EndpointConfig
 
 NOT_JSON = "not_json"
 NOT_OBJECT = "not_object"
 TEXT = "text"
 TOOL_USE = "tool_use"
 OTHER = ""  # a block of a kind read past (no wire type is empty)
+
+
+# OpenAI's tool_choice strings, as Anthropic spells them
+_CHOICES = {"auto": "auto", "none": "none", "required": "any"}
+
+
+def url(cfg: EndpointConfig) -> str:
+    return (cfg.base_url or "").rstrip("/") + "/v1/messages"
+
+
+def headers(cfg: EndpointConfig, api_key: str | None) -> dict[str, str]:
+    sent = json_headers(cfg, {"anthropic-version": cfg.anthropic_version})
+    if api_key is not None:
+        sent["x-api-key"] = api_key
+    return sent
+
+
+def body(cfg: EndpointConfig, shape: Shape, case: Case) -> dict[str, Any]:
+    """The JSON body for one call; temperature 0 by default so nights stay comparable."""
+    systems: list[str] = []
+    messages: list[dict[str, Any]] = []
+    results: list[Any] | None = None  # the tool_result blocks of the user turn being built
+    for n, turn in enumerate(turns(shape, case)):
+        role = turn.get("role")
+        if role == TOOL:
+            result = {
+                "type": "tool_result",
+                "tool_use_id": turn.get("tool_call_id"),
+                "content": _content(turn.get("content")),
+            }
+            if results is None:
+                results = []
+                messages.append({"role": USER, "content": results})
+            results.append(result)
+            continue
+        results = None
+        if role == SYSTEM:
+            systems.append(text_of(turn.get("content")))
+        elif role == ASSISTANT and turn.get("tool_calls"):
+            messages.append({"role": ASSISTANT, "content": _uses(turn, case, n)})
+        else:
+            messages.append({"role": role, "content": _content(turn.get("content"))})
+    sent: dict[str, Any] = {
+        "model": cfg.model,
+        "max_tokens": cfg.max_tokens,
+        "temperature": cfg.temperature,
+        "messages": messages,
+    }
+    if systems:
+        sent["system"] = "\n\n".join(systems)
+    if case.tools:
+        sent["tools"] = [_tool(tool) for tool in case.tools]
+    if case.tool_choice is not None:
+        sent["tool_choice"] = _tool_choice(case.tool_choice)
+    output_format = _output_format(case.response_format)
+    if output_format is not None:
+        sent["output_format"] = output_format
+    sent.update(plain(shape.params))
+    if shape.stream:
+        sent["stream"] = True
+    return sent
+
+
+def _content(content: Any) -> Any:
+    """A turn's content: text as it is, OpenAI's text parts as text blocks, the rest as given."""
+    if not isinstance(content, list):
+        return content
+    return [
+        {"type": TEXT, "text": part["text"]}
+        if isinstance(part, dict) and part.get("type") == TEXT and isinstance(part.get("text"), str)
+        else part
+        for part in content
+    ]
+
+
+def _uses(turn: Mapping[str, Any], case: Case, n: int) -> list[Any]:
+    """An assistant turn that called tools: its text (if any) then one tool_use per call, its
+    arguments an object (OpenAI writes them as JSON text)."""
+    blocks: list[Any] = []
+    content = turn.get("content")
+    if isinstance(content, list):
+        blocks.extend(_content(content))
+    elif isinstance(content, str) and content:
+        blocks.append({"type": TEXT, "text": content})
+    for m, call in enumerate(turn.get("tool_calls") or ()):
+        function = call.get("function") if isinstance(call, dict) else None
+        function = function if isinstance(function, dict) else {}
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            ok, arguments = load_json(arguments)
+            if not ok or not isinstance(arguments, dict):
+                where = f"messages[{n}].tool_calls[{m}].function.arguments"
+                raise FixtureError(
+                    case.path,
+                    f"case {case.id!r}: {where} is not a JSON object, which Anthropic's "
+                    "tool_use input must be",
+                    line=case.line,
+                )
+        blocks.append(
+            {
+                "type": TOOL_USE,
+                "id": call.get("id") if isinstance(call, dict) else None,
+                "name": function.get("name"),
+                "input": arguments if arguments is not None else {},
+            }
+        )
+    return blocks
+
+
+def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI function tool as Anthropic's: its parameters are the input schema."""
+    function = tool.get("function")
+    function = function if isinstance(function, Mapping) else {}
+    parameters = function.get("parameters")
+    out: dict[str, Any] = {"name": function.get("name")}
+    if function.get("description") is not None:
+        out["description"] = function["description"]
+    out["input_schema"] = plain(parameters) if parameters is not None else {"type": "object"}
+    return out
+
+
+def _tool_choice(choice: Any) -> Any:
+    """OpenAI's tool_choice in Anthropic's words; a form it has none for is sent as given."""
+    if isinstance(choice, str) and choice in _CHOICES:
+        return {"type": _CHOICES[choice]}
+    if isinstance(choice, Mapping) and choice.get("type") == "function":
+        function = choice.get("function")
+        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+            return {"type": "tool", "name": function["name"]}
+    return plain(choice)
+
+
+def _output_format(response_format: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A json_schema response format as Anthropic's output_format; nothing for the others
+    (json_object and text have no Anthropic form)."""
+    if response_format is None or response_format.get("type") != "json_schema":
+        return None
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, Mapping) else None
+    return {"type": "json_schema", "schema": plain(schema) if schema is not None else {}}
 
 
 class _Block:
@@ -76,8 +244,11 @@ def _message(blocks: list[_Block] | None, facts: Mapping[str, Any]) -> Message:
     )
 
 
-def fold_body(text: str) -> Message | str:
-    """A non-streamed reply body as a Message, or the schema-fail detail saying why not."""
+def fold_body(text: str, answer_pointer: str | None = None) -> Message | str:
+    """A non-streamed reply body as a Message, or the schema-fail detail saying why not.
+
+    The answer is the text blocks: `answer_pointer` is http-json's, unused here.
+    """
     ok, doc = load_json(text)
     if not ok:
         return NOT_JSON
@@ -209,3 +380,13 @@ def fold_stream(text: str) -> StreamFold:
     if not finished:
         return StreamFold(state.message(), StreamStatus.TRUNCATED, STREAM_TRUNCATED)
     return StreamFold(state.message(), StreamStatus.FINISHED)
+
+
+WIRE = Wire(
+    kind=Kind.ANTHROPIC_MESSAGES,
+    url=url,
+    headers=headers,
+    body=body,
+    fold_body=fold_body,
+    fold_stream=fold_stream,
+)

@@ -1,4 +1,8 @@
-"""OpenAI chat completions: a reply body, or its SSE stream, folded into a `Message`.
+"""OpenAI chat completions: the request for a case, and its reply, whole or streamed.
+
+The request is the case's turns as written (`wire.turns`), `tools`, `tool_choice` and
+`response_format` as given, the endpoint's `params`, and for a stream `"stream": true` with
+`stream_options.include_usage`, so a streamed reply reports its tokens as a whole one does.
 
 Only the first choice is read (parallax asks for one). Streamed, a reply is a run of
 `chat.completion.chunk` objects: content pieces are concatenated, tool-call pieces merged by
@@ -11,9 +15,11 @@ follows it), so an error or a broken chunk there still spoils the stream.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from runner.model import Case
 from runner.protocols import sse
 from runner.protocols.message import (
     STREAM_MALFORMED,
@@ -28,6 +34,10 @@ from runner.protocols.message import (
     load_json,
     str_or_none,
 )
+from runner.protocols.wire import Kind, Shape, Wire, bearer, json_headers, plain, turns
+
+if TYPE_CHECKING:
+    from runner.config import EndpointConfig
 
 MISSING_CHOICES = "missing_choices"
 NOT_JSON = "not_json"
@@ -35,8 +45,52 @@ NOT_OBJECT = "not_object"
 DONE = "[DONE]"
 
 
-def fold_body(text: str) -> Message | str:
-    """A non-streamed reply body as a Message, or the schema-fail detail saying why not."""
+def url(cfg: EndpointConfig) -> str:
+    return (cfg.base_url or "").rstrip("/") + "/chat/completions"
+
+
+def headers(cfg: EndpointConfig, api_key: str | None) -> dict[str, str]:
+    return {**json_headers(cfg), **bearer(api_key)}
+
+
+def body(cfg: EndpointConfig, shape: Shape, case: Case) -> dict[str, Any]:
+    """The JSON body for one call; temperature 0 by default so nights stay comparable."""
+    sent: dict[str, Any] = {
+        "model": cfg.model,
+        "messages": [_turn(turn) for turn in turns(shape, case)],
+        "temperature": cfg.temperature,
+        "max_tokens": cfg.max_tokens,
+    }
+    if case.tools:
+        sent["tools"] = plain(case.tools)
+    if case.tool_choice is not None:
+        sent["tool_choice"] = plain(case.tool_choice)
+    if case.response_format is not None:
+        sent["response_format"] = plain(case.response_format)
+    sent.update(plain(shape.params))
+    if shape.stream:
+        sent["stream"] = True
+        sent["stream_options"] = {"include_usage": True}
+    return sent
+
+
+def _turn(turn: dict[str, Any]) -> dict[str, Any]:
+    """A turn as OpenAI takes it: a tool call's arguments written as an object are sent as
+    the JSON text the API expects; everything else as written."""
+    calls = turn.get("tool_calls")
+    if isinstance(calls, list):
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("arguments"), dict):
+                function["arguments"] = json.dumps(function["arguments"], ensure_ascii=False)
+    return turn
+
+
+def fold_body(text: str, answer_pointer: str | None = None) -> Message | str:
+    """A non-streamed reply body as a Message, or the schema-fail detail saying why not.
+
+    The answer is the first choice's content: `answer_pointer` is http-json's, unused here.
+    """
     ok, doc = load_json(text)
     if not ok:
         return NOT_JSON
@@ -235,3 +289,13 @@ def _error_detail(doc: Any) -> str:
     source = error if isinstance(error, dict) else doc
     kind = source.get("type")
     return error_detail(kind if isinstance(kind, str) else source.get("code"))
+
+
+WIRE = Wire(
+    kind=Kind.OPENAI_CHAT,
+    url=url,
+    headers=headers,
+    body=body,
+    fold_body=fold_body,
+    fold_stream=fold_stream,
+)

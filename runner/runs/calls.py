@@ -36,7 +36,9 @@ def build_endpoint(loaded: LoadedConfig, endpoint_name: str, suite: str) -> Endp
         )
     from runner.client import HttpEndpoint
 
-    return HttpEndpoint(endpoint_name, cfg, loaded.api_key(endpoint_name), request_sha=sha)
+    return HttpEndpoint(
+        endpoint_name, cfg, loaded.api_key(endpoint_name), shape=loaded.shape(endpoint_name)
+    )
 
 
 class Ledgers:

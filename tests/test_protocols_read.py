@@ -1,4 +1,5 @@
-"""Specification of the wire formats: request bodies out, Replies or schema details in."""
+"""Specification of how a stored reply reads back through its protocol (`protocols.read`):
+a Reply for the graders, or the schema-fail detail, and what the reply said of itself."""
 
 from __future__ import annotations
 
@@ -9,148 +10,32 @@ from typing import Any
 
 import pytest
 
-from runner.adapters import (
-    auth_headers,
-    parse,
-    protocol_headers,
-    request_body,
-    request_url,
-)
-from runner.config import EndpointConfig
 from runner.jsontext import MAX_DEPTH
-from runner.model import Case, Facts, Reply, Response
+from runner.model import Facts, Reply, Response, ToolCall
+from runner.protocols import read
 
 
-def case(system: str | None = None) -> Case:
-    return Case(
-        id="c1",
-        prompt="Name the SKU.",
-        expect={},
-        fixture_sha="0" * 16,
-        path="s.jsonl",
-        line=1,
-        system=system,
-    )
-
-
-def endpoint(kind: str, **extra: Any) -> EndpointConfig:
-    base: dict[str, Any] = {"kind": kind, "base_url": "https://api.example.com/v1/"}
-    if kind == "http-json":
-        base["body_template"] = {"q": "{{prompt}}"}
-    else:
-        base["model"] = "model-x"
-    return EndpointConfig(**{**base, **extra})
-
-
-def response(body: str | dict[str, Any] | list[Any], *, encoding: str = "utf-8") -> Response:
+def response(
+    body: str | dict[str, Any] | list[Any], *, encoding: str = "utf-8", stream: bool = False
+) -> Response:
     text = body if isinstance(body, str) else json.dumps(body)
-    return Response(status=200, headers={}, body=text, encoding=encoding)
+    headers = {"content-type": "text/event-stream; charset=utf-8" if stream else "application/json"}
+    return Response(status=200, headers=headers, body=text, encoding=encoding)
+
+
+def parse(
+    adapter: str, stored: Response, *, expects_json: bool, answer_pointer: str | None = None
+) -> Reply | str:
+    """The reply graders get, or the schema-fail detail."""
+    got = read(adapter, stored, expects_json=expects_json, answer_pointer=answer_pointer)
+    return got.reply if got.reply is not None else got.detail
 
 
 def chat(content: Any) -> dict[str, Any]:
     return {"choices": [{"message": {"role": "assistant", "content": content}}]}
 
 
-# --- requests ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("kind", "expected"),
-    [
-        ("openai-chat", "https://api.example.com/v1/chat/completions"),
-        ("anthropic-messages", "https://api.example.com/v1/v1/messages"),
-        ("http-json", "https://api.example.com/v1/"),
-    ],
-)
-def test_request_url_per_kind(kind: str, expected: str) -> None:
-    """openai-chat and anthropic append their paths; http-json posts to base_url as given."""
-    assert expected == request_url(endpoint(kind))
-
-
-def test_openai_body_puts_the_system_prompt_first_at_temperature_zero() -> None:
-    """A system prompt becomes the first message; temperature defaults to 0."""
-    expected = {
-        "model": "model-x",
-        "messages": [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": "Name the SKU."},
-        ],
-        "temperature": 0.0,
-        "max_tokens": 512,
-    }
-    assert expected == request_body(endpoint("openai-chat"), case(system="Be brief."))
-
-
-def test_openai_body_without_a_system_prompt_has_only_the_user_message() -> None:
-    """No system prompt, no system message."""
-    body = request_body(endpoint("openai-chat"), case())
-    expected = [{"role": "user", "content": "Name the SKU."}]
-    assert expected == body["messages"]
-
-
-def test_anthropic_body_carries_the_system_prompt_at_top_level() -> None:
-    """Anthropic takes `system` beside `messages`, never as a message."""
-    expected = {
-        "model": "model-x",
-        "max_tokens": 512,
-        "temperature": 0.0,
-        "messages": [{"role": "user", "content": "Name the SKU."}],
-        "system": "Be brief.",
-    }
-    assert expected == request_body(endpoint("anthropic-messages"), case(system="Be brief."))
-
-
-def test_anthropic_body_without_a_system_prompt_has_no_system_key() -> None:
-    """An absent system prompt is left out, not sent empty."""
-    assert "system" not in request_body(endpoint("anthropic-messages"), case())
-
-
-def test_configured_temperature_and_max_tokens_are_sent() -> None:
-    """Non-default sampling settings reach the body."""
-    body = request_body(endpoint("openai-chat", temperature=0.7, max_tokens=64), case())
-    expected = (0.7, 64)
-    assert expected == (body["temperature"], body["max_tokens"])
-
-
-def test_http_json_body_fills_the_template_recursively() -> None:
-    """{{prompt}}, {{system}} and {{model}} are filled in nested objects and lists."""
-    template = {
-        "input": {"text": "{{prompt}}", "sys": "{{system}}"},
-        "tags": ["{{model}}", 3, None],
-        "fixed": True,
-    }
-    cfg = endpoint("http-json", body_template=template, model="m-1")
-    expected = {
-        "input": {"text": "Name the SKU.", "sys": "Be brief."},
-        "tags": ["m-1", 3, None],
-        "fixed": True,
-    }
-    assert expected == request_body(cfg, case(system="Be brief."))
-
-
-def test_auth_headers_per_kind() -> None:
-    """Anthropic sends x-api-key, the others a bearer token, and no key sends nothing."""
-    expected = {"x-api-key": "k"}
-    assert expected == auth_headers(endpoint("anthropic-messages"), "k")
-    expected = {"Authorization": "Bearer k"}
-    assert expected == auth_headers(endpoint("openai-chat"), "k")
-    expected = {}
-    assert expected == auth_headers(endpoint("openai-chat"), None)
-
-
-def test_protocol_headers_add_anthropic_version_and_configured_headers() -> None:
-    """JSON content headers, anthropic-version, then the endpoint's own headers."""
-    cfg = endpoint("anthropic-messages", headers={"X-Team": "evals"})
-    expected = {
-        "Content-Type": "application/json",
-        "Accept": "application/json",
-        "anthropic-version": "2023-06-01",
-        "X-Team": "evals",
-    }
-    assert expected == protocol_headers(cfg)
-
-
-# --- parse: well-formed bodies -------------------------------------------------------------
+# --- well-formed bodies -------------------------------------------------------------
 
 
 def test_openai_reply_carries_text_and_metadata() -> None:
@@ -184,20 +69,24 @@ def test_non_string_metadata_is_dropped() -> None:
     assert expected == (reply.facts.response_model, reply.facts.response_id, reply.facts.usage)
 
 
-def test_anthropic_reply_joins_text_blocks_and_skips_others() -> None:
-    """Only type=text blocks make the text, in order."""
+def test_anthropic_reply_joins_text_blocks_and_reads_tool_use_blocks_as_calls() -> None:
+    """type=text blocks make the text, in order; tool_use blocks are the calls; other
+    kinds (thinking) are read past."""
     body = {
         "content": [
             {"type": "text", "text": "SKU-9 "},
-            {"type": "tool_use", "id": "t"},
+            {"type": "thinking", "thinking": "hm"},
+            {"type": "tool_use", "id": "t", "name": "ship", "input": {"sku": "SKU-9"}},
             {"type": "text", "text": "ships."},
         ],
         "model": "claude-x",
+        "stop_reason": "tool_use",
     }
     reply = parse("anthropic-messages", response(body), expects_json=False)
     assert isinstance(reply, Reply)
-    expected = ("SKU-9 ships.", "claude-x")
-    assert expected == (reply.text, reply.facts.response_model)
+    expected = ("SKU-9 ships.", "claude-x", "tool_use")
+    assert expected == (reply.text, reply.facts.response_model, reply.finish_reason)
+    assert reply.tool_calls == (ToolCall("t", "ship", {"sku": "SKU-9"}),)
 
 
 def test_anthropic_empty_content_is_an_empty_completion() -> None:
@@ -289,7 +178,7 @@ def test_a_text_case_does_not_parse_the_answer() -> None:
     assert reply.answer is None
 
 
-# --- parse: schema failures ----------------------------------------------------------------
+# --- schema failures ----------------------------------------------------------------
 
 
 NOT_UTF8 = base64.b64encode(b"\xff\xfe{").decode("ascii")
@@ -314,7 +203,44 @@ NOT_UTF8 = base64.b64encode(b"\xff\xfe{").decode("ascii")
         ("openai-chat", chat(["a"]), False, None, "missing_content"),
         ("anthropic-messages", {"model": "m"}, False, None, "missing_content"),
         ("anthropic-messages", {"content": "text"}, False, None, "missing_content"),
-        ("anthropic-messages", {"content": [{"type": "tool_use"}]}, False, None, "missing_content"),
+        ("anthropic-messages", {"content": [{"type": "thinking"}]}, False, None, "missing_content"),
+        (
+            "anthropic-messages",
+            {"content": [{"type": "tool_use"}]},
+            False,
+            None,
+            "tool_call_malformed",
+        ),
+        (
+            "anthropic-messages",
+            {"content": [{"type": "tool_use", "name": "f", "input": 3}]},
+            False,
+            None,
+            "tool_args_not_json",
+        ),
+        (
+            "openai-chat",
+            {
+                "choices": [
+                    {
+                        "message": {
+                            "content": None,
+                            "tool_calls": [{"function": {"name": "f", "arguments": "{"}}],
+                        }
+                    }
+                ]
+            },
+            False,
+            None,
+            "tool_args_not_json",
+        ),
+        (
+            "openai-chat",
+            {"choices": [{"message": {"content": None, "tool_calls": [{"id": "x"}]}}]},
+            False,
+            None,
+            "tool_call_malformed",
+        ),
         ("openai-chat", chat("Paris"), True, None, "answer_not_json"),
         ("openai-chat", chat("42"), True, None, "answer_not_json"),
         ("openai-chat", chat('```json\n{"a": \n```'), True, None, "answer_not_json"),
@@ -414,3 +340,122 @@ def test_an_http_json_answer_at_any_depth_never_raises() -> None:
         body = '{"answer":' + "[" * depth + "]" * depth + "}"
         actual = parse("http-json", response(body), expects_json=False, answer_pointer="/answer")
         assert isinstance(actual, Reply | str), depth
+
+
+# --- what a reply says of itself, and streams ------------------------------------------------
+
+
+def sse(*events: Any) -> str:
+    return "".join(f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n" for e in events)
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return {"id": "s1", "model": "gpt-s", "choices": [choice], **extra}
+
+
+def test_a_body_that_fails_the_schema_still_names_its_model_and_usage() -> None:
+    """missing_choices, with the model, id and usage the body named kept as facts."""
+    body = {"model": "gpt-x", "id": "r9", "usage": {"total_tokens": 4}}
+    got = read("openai-chat", response(body), expects_json=False)
+    assert (got.reply, got.detail) == (None, "missing_choices")
+    assert got.facts == Facts(response_model="gpt-x", response_id="r9", usage={"total_tokens": 4})
+
+
+def test_a_call_with_broken_arguments_keeps_its_name_and_finish_reason() -> None:
+    """tool_args_not_json is a schema fail, and the row still says what was called and why
+    the reply ended."""
+    call = {"id": "c", "function": {"name": "get_weather", "arguments": '{"city": "Par'}}
+    body = chat(None)
+    body["choices"][0] |= {"finish_reason": "tool_calls"}
+    body["choices"][0]["message"]["tool_calls"] = [call]
+    got = read("openai-chat", response(body), expects_json=False)
+    assert (got.reply, got.detail) == (None, "tool_args_not_json")
+    assert (got.tool_names, got.finish_reason) == (("get_weather",), "tool_calls")
+
+
+def test_an_event_stream_body_is_folded_as_a_stream() -> None:
+    """A 2xx text/event-stream body is read as SSE: content joined, usage and finish kept."""
+    body = sse(
+        chunk({"content": "SKU-"}),
+        chunk({"content": "9"}, "stop"),
+        {"id": "s1", "model": "gpt-s", "choices": [], "usage": {"total_tokens": 5}},
+        "[DONE]",
+    )
+    got = read("openai-chat", response(body, stream=True), expects_json=False)
+    assert isinstance(got.reply, Reply)
+    assert (got.reply.text, got.finish_reason, got.facts.usage) == (
+        "SKU-9",
+        "stop",
+        {"total_tokens": 5},
+    )
+
+
+def test_the_content_type_not_the_request_decides_how_a_body_is_read() -> None:
+    """The same SSE text sent as application/json is no JSON; a JSON reply to a streamed
+    request (a server that ignored `stream`) is read as the body it is."""
+    text = sse(chunk({"content": "x"}, "stop"), "[DONE]")
+    assert read("openai-chat", response(text), expects_json=False).detail == "not_json"
+    whole = read("openai-chat", response(chat("x")), expects_json=False)
+    assert whole.reply is not None
+    assert read("http-json", response(text, stream=True), expects_json=False).detail == "not_json"
+
+
+def test_a_malformed_stream_is_a_schema_fail_that_keeps_its_facts() -> None:
+    """A chunk that is not JSON is stream_malformed; the model the stream named is kept."""
+    body = sse(chunk({"content": "SKU"}), '{"id": "s1", "choi', chunk({}, "stop"), "[DONE]")
+    got = read("openai-chat", response(body, stream=True), expects_json=False)
+    assert (got.reply, got.detail, got.facts.response_model) == (None, "stream_malformed", "gpt-s")
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (sse(chunk({"content": "SKU"})), "stream_truncated"),
+        (
+            sse(chunk({"content": "SKU"}), {"error": {"type": "overloaded"}}),
+            "stream_error:overloaded",
+        ),
+    ],
+)
+def test_a_broken_stream_stamped_ok_is_never_graded(body: str, detail: str) -> None:
+    """A truncated or errored stream the client would have stamped a transport failure, found
+    in a row stamped ok (a hand-written cassette), fails the schema with its detail."""
+    assert read("openai-chat", response(body, stream=True), expects_json=False).detail == detail
+
+
+def test_an_anthropic_stream_reads_its_tool_call() -> None:
+    """Anthropic's events build a tool_use call from its partial JSON pieces."""
+    events = [
+        {
+            "type": "message_start",
+            "message": {"id": "m1", "model": "claude-s", "usage": {"input_tokens": 3}},
+        },
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": '{"city": '},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": '"Oslo"}'},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use"},
+            "usage": {"output_tokens": 7},
+        },
+        {"type": "message_stop"},
+    ]
+    got = read("anthropic-messages", response(sse(*events), stream=True), expects_json=False)
+    assert isinstance(got.reply, Reply)
+    assert got.reply.tool_calls == (ToolCall("t1", "get_weather", {"city": "Oslo"}),)
+    assert (got.reply.text, got.tool_names, got.finish_reason) == ("", ("get_weather",), "tool_use")
+    assert got.facts.usage == {"input_tokens": 3, "output_tokens": 7}
