@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from runner.protocols import anthropic_messages, openai_chat
 from runner.model import Reply
+from runner.protocols import anthropic_messages, openai_chat
 from runner.protocols.message import Message, StreamStatus, graded
 
 DATA = Path(__file__).parent / "data" / "llmock"

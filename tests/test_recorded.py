@@ -12,14 +12,12 @@ from typing import Any
 import anyio
 import pytest
 
-from runner.protocols import read
 from runner.errors import DataError
 from runner.grading import GraderSet
 from runner.history import run_dirs
 from runner.model import Case, Exchange, Reply
-from runner.protocols import anthropic_messages, openai_chat, sse
+from runner.protocols import anthropic_messages, openai_chat, read, sse
 from runner.protocols.message import (
-    Graded,
     Message,
     StreamFold,
     StreamStatus,
@@ -384,7 +382,7 @@ async def test_recorded_tool_calls_are_the_calls_the_protocol_reads(
     ex = await played(tmp_path, {"tool_calls": [WEATHER, second]}, protocol)
     message = message_of(ex)
     result = graded(message, expects_json=False)
-    assert isinstance(result, Graded)
+    assert isinstance(result, Reply)
     expected_calls = (
         ToolCall(id="call_1", name="get_weather", arguments={"city": "Oslo", "unit": "celsius"}),
         ToolCall(id="toolu_9", name="get_time", arguments={}),
