@@ -56,6 +56,13 @@ Hostile replies (tests/test_hostile.py) and the soak's random mix (tests/test_so
                            and whose header `X-RateLimit-<key>` carries the key in its name
     bomb[:<MB>]            200 whose `gzip, gzip` body of a few hundred KB inflates to <MB> (256) MB
 
+Streams (text/event-stream, in the request's protocol: OpenAI chunks or Anthropic events):
+
+    sse                    200 stream of the scripted reply, finished ([DONE] / message_stop)
+    sseerror[:<type>]      200 stream of a first piece, then the protocol's in-band error event
+                           of that type (`overloaded_error`), then the body ends
+    ssedrip                200 stream of a first piece, then an SSE comment every 0.2 s forever
+
 Per-case faults: `server.prompt_modes[prompt] = "<mode>"` overrides the path's mode for
 requests carrying that prompt, so one suite can mix faults case by case.
 
@@ -636,6 +643,76 @@ class FaultServer:
         headers = {**_JSON, "Content-Encoding": "gzip, gzip"}
         return self._send(conn, 200, headers, _gzip_bomb(int(arg or "256")))
 
+    def _events(self, req: Received) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The scripted reply as the request's protocol streams it: (events up to and with
+        the first piece of content, the events that finish it)."""
+        text = self._content(req.prompt) or ""
+        model = self._served(req)
+        if req.path.endswith("/v1/messages"):
+            start = {"type": "message_start", "message": {"id": "msg_sse", "model": model}}
+            block = {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            }
+            piece = {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": text},
+            }
+            stop = {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 1},
+            }
+            end = [{"type": "content_block_stop", "index": 0}, stop, {"type": "message_stop"}]
+            return [start, block, piece], end
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            return {
+                "id": "chatcmpl-sse",
+                "object": "chat.completion.chunk",
+                "model": model,
+                "choices": [choice],
+            }
+
+        return [chunk({"role": "assistant", "content": text})], [chunk({}, "stop")]
+
+    @staticmethod
+    def _frame(event: dict[str, Any] | str) -> bytes:
+        data = event if isinstance(event, str) else json.dumps(event)
+        kind = event.get("type") if isinstance(event, dict) else None
+        name = f"event: {kind}\n" if isinstance(kind, str) else ""
+        return f"{name}data: {data}\n\n".encode()
+
+    def _send_stream(self, conn: socket.socket, frames: list[bytes]) -> bool:
+        body = b"".join(frames)
+        return self._send(conn, 200, {"Content-Type": "text/event-stream"}, body)
+
+    def _sse(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        first, end = self._events(req)
+        done: list[dict[str, Any] | str] = [] if req.path.endswith("/v1/messages") else ["[DONE]"]
+        return self._send_stream(conn, [self._frame(e) for e in (*first, *end, *done)])
+
+    def _sse_error(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        first, _ = self._events(req)
+        kind = arg or "overloaded_error"
+        error: dict[str, Any] = {"type": kind, "message": "fault in-band error"}
+        if req.path.endswith("/v1/messages"):
+            event: dict[str, Any] = {"type": "error", "error": error}
+        else:
+            event = {"error": error}
+        return self._send_stream(conn, [self._frame(e) for e in (*first, event)])
+
+    def _sse_drip(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        first, _ = self._events(req)
+        self._send_head(conn, 200, {"Content-Type": "text/event-stream"}, 10**9)
+        conn.sendall(b"".join(self._frame(e) for e in first))
+        while not self._stop.wait(DRIP_INTERVAL):
+            conn.sendall(b": still thinking\n")
+        return False
+
     def _endless(self, conn: socket.socket, req: Received, arg: str) -> bool:
         head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
         conn.sendall((head + "Transfer-Encoding: chunked\r\n\r\n").encode("latin-1"))
@@ -657,6 +734,9 @@ _HOSTILE: dict[str, Callable[[FaultServer, socket.socket, Received, str], bool]]
     "manychoices": FaultServer._manychoices,
     "wrongtypes": FaultServer._wrongtypes,
     "endless": FaultServer._endless,
+    "sse": FaultServer._sse,
+    "sseerror": FaultServer._sse_error,
+    "ssedrip": FaultServer._sse_drip,
     "reflect": FaultServer._reflect,
     "bomb": FaultServer._bomb,
 }
