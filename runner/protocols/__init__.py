@@ -66,7 +66,9 @@ def wire_for(kind: str) -> Wire | None:
 def is_event_stream(headers: Mapping[str, str]) -> bool:
     """Whether a response's (lower-cased) headers say its body is Server-Sent Events."""
     media = headers.get("content-type")
-    return media is not None and media.partition(";")[0].strip().lower() == EVENT_STREAM
+    if media is None or media.startswith("application/json"):  # most replies: no more work
+        return False
+    return media.partition(";")[0].strip().lower() == EVENT_STREAM
 
 
 @record
@@ -156,22 +158,14 @@ def read(
     result = graded(message, expects_json=expects_json)
     if isinstance(result, str):
         return _failed(message, result)
-    return Read(
-        result,
-        facts=result.facts,
-        finish_reason=result.finish_reason,
-        tool_names=tuple(call.name for call in result.tool_calls),
-    )
+    calls = result.tool_calls
+    names = tuple([call.name for call in calls]) if calls else ()  # most replies call none
+    return Read(result, "", result.facts, result.finish_reason, names)
 
 
 def _failed(message: Message, detail: str) -> Read:
-    return Read(
-        None,
-        detail,
-        message.facts,
-        message.finish_reason,
-        tuple(call.name for call in message.tool_calls),
-    )
+    names = tuple([call.name for call in message.tool_calls])
+    return Read(None, detail, message.facts, message.finish_reason, names)
 
 
 def served_model(body_model: str | None, response: Response, header: str | None) -> str | None:
