@@ -4,6 +4,12 @@ A closed socket is never graded: the schema stamp is only given when transport i
 task stamp only when both are. Otherwise task_score stays null, never 0. What a served body
 says about itself (model, id, fingerprint, usage) is kept whatever its schema stamp: a model
 swap that breaks the JSON is still a swap, and its tokens were still paid for.
+
+A served reply is read through its protocol (`protocols.read`), sent whole or streamed: the
+schema stamp is that reader's verdict (`stream_malformed`, `tool_args_not_json`, ...), and the
+row keeps the tools the reply called and its finish reason whatever the verdict. A stream that
+broke off was stamped by the client when it arrived; the row copies that stamp, as it copies
+the exchange's `ttft_ms` and `request_sha`.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from __future__ import annotations
 from runner import protocols
 from runner.grading import GraderSet, grade
 from runner.model import Case, Exchange, Outcome, Schema, Transport
+
+_UNREAD = protocols.Read(None)  # a call that was not served has no reply to read
 
 
 def _transport_detail(exchange: Exchange) -> str:
@@ -30,7 +38,7 @@ def _transport_detail(exchange: Exchange) -> str:
 def stamp(exchange: Exchange, case: Case, graders: GraderSet) -> Outcome:
     """Turn one exchange into its outcome row; a pure function of its arguments."""
     response = exchange.response
-    read = protocols.Read(None)
+    read = _UNREAD
     served: str | None = None
     misses: tuple[str, ...] = ()
     if exchange.transport != Transport.OK or response is None:
