@@ -55,7 +55,7 @@ CONVERSATION = (
             {
                 "id": "call_2",
                 "type": "function",
-                "function": {"name": "get_weather", "arguments": {"city": "Oslo"}},
+                "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
             },
         ],
     },
@@ -268,12 +268,9 @@ async def test_http_json_fills_its_template_and_refuses_a_conversation() -> None
 
 
 async def test_openai_sends_a_conversation_as_written() -> None:
-    """Every turn as the case wrote it; only a tool call's arguments written as an object
-    become the JSON text the API takes."""
+    """Every turn as the case wrote it, tool calls and tool results included."""
     sent = await send(endpoint(OPENAI), case(messages=CONVERSATION))
-    expected = json.loads(json.dumps(CONVERSATION))
-    expected[2]["tool_calls"][1]["function"]["arguments"] = '{"city": "Oslo"}'
-    assert sent.body["messages"] == expected
+    assert sent.body["messages"] == json.loads(json.dumps(CONVERSATION))
 
 
 async def test_anthropic_maps_a_conversation_to_its_content_blocks() -> None:

@@ -15,7 +15,6 @@ follows it), so an error or a broken chunk there still spoils the stream.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +56,7 @@ def body(cfg: EndpointConfig, shape: Shape, case: Case) -> dict[str, Any]:
     """The JSON body for one call; temperature 0 by default so nights stay comparable."""
     sent: dict[str, Any] = {
         "model": cfg.model,
-        "messages": [_turn(turn) for turn in turns(shape, case)],
+        "messages": turns(shape, case),
         "temperature": cfg.temperature,
         "max_tokens": cfg.max_tokens,
     }
@@ -72,18 +71,6 @@ def body(cfg: EndpointConfig, shape: Shape, case: Case) -> dict[str, Any]:
         sent["stream"] = True
         sent["stream_options"] = {"include_usage": True}
     return sent
-
-
-def _turn(turn: dict[str, Any]) -> dict[str, Any]:
-    """A turn as OpenAI takes it: a tool call's arguments written as an object are sent as
-    the JSON text the API expects; everything else as written."""
-    calls = turn.get("tool_calls")
-    if isinstance(calls, list):
-        for call in calls:
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict) and isinstance(function.get("arguments"), dict):
-                function["arguments"] = json.dumps(function["arguments"], ensure_ascii=False)
-    return turn
 
 
 def fold_body(text: str, answer_pointer: str | None = None) -> Message | str:
