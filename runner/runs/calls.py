@@ -20,7 +20,7 @@ from runner.suite import Suite
 def build_endpoint(loaded: LoadedConfig, endpoint_name: str, suite: str) -> Endpoint:
     """A recorded cassette or a live client, behind the same interface."""
     cfg = loaded.endpoint(endpoint_name)
-    sha = loaded.shape(endpoint_name).request_sha
+    shape = loaded.shape(endpoint_name)
     if cfg.kind == "recorded":
         from runner.recorded import RecordedEndpoint, load_cassette
 
@@ -32,13 +32,11 @@ def build_endpoint(loaded: LoadedConfig, endpoint_name: str, suite: str) -> Endp
             cassette=cassette,
             protocol=cfg.protocol,
             stream=cfg.stream,
-            request_sha=sha,
+            request_sha=shape.request_sha,
         )
     from runner.client import HttpEndpoint
 
-    return HttpEndpoint(
-        endpoint_name, cfg, loaded.api_key(endpoint_name), shape=loaded.shape(endpoint_name)
-    )
+    return HttpEndpoint(endpoint_name, cfg, loaded.api_key(endpoint_name), shape=shape)
 
 
 class Ledgers:
