@@ -20,7 +20,8 @@ Cassette rows (JSONL), keyed by `case_id`, optionally narrowed by `suite`, `side
     {"case_id": "c6", "status": 503, "body": "upstream busy"}
     {"case_id": "c7", "body": "<html>not json</html>"}   # a 200 with this raw body
 
-With no matching row, a case's own recorded `completion` (seed 000 rows) is the reply.
+With no matching row, a case's own recorded `completion` (seed 000 rows) and recorded tool
+calls are the reply.
 """
 
 from __future__ import annotations
@@ -159,6 +160,15 @@ def _stream_stamp(protocol: str, text: str) -> tuple[Transport, str | None]:
     return (Transport.OK, None) if ended is None else (ended.transport, ended.error)
 
 
+def _fixture_reply(case: Case) -> dict[str, Any]:
+    """A case's own recorded reply (its `completion` and recorded tool calls) as a row."""
+    calls = [
+        {"name": c.name, "arguments": c.arguments, **({"id": c.id} if c.id else {})}
+        for c in case.completion_calls
+    ]
+    return {"completion": case.completion, **({"tool_calls": calls} if calls else {})}
+
+
 class _Played:
     """What one cassette row plays back as: the final attempt's stamp and the response."""
 
@@ -212,8 +222,8 @@ class RecordedEndpoint:
 
     async def call(self, case: Case, side: str, sample: int) -> Exchange:
         entry = self._entry(case.id, side, sample)
-        if entry is None and case.completion is not None:
-            entry = {"completion": case.completion}
+        if entry is None and (case.completion is not None or case.completion_calls):
+            entry = _fixture_reply(case)
         played = self._replay(case, entry)
         response = played.response
         attempt = Attempt(

@@ -675,3 +675,24 @@ async def test_a_streaming_recorded_endpoint_streams_every_row_unless_one_says_n
         kinds.append(ex.response.headers["content-type"])
     expected = ["text/event-stream", "application/json", "text/event-stream"]
     assert expected == kinds
+
+
+async def test_a_case_s_recorded_tool_calls_are_the_fallback_reply_too(tmp_path: Path) -> None:
+    """With no cassette row, a case's recorded tool calls (and completion) are the reply."""
+    calls = (ToolCall(id=None, name="get_weather", arguments={"city": "Oslo"}),)
+    recorded = Case(
+        id="c1",
+        prompt="p",
+        expect={},
+        fixture_sha="b" * 16,
+        path="s.jsonl",
+        line=1,
+        completion_calls=calls,
+    )
+    ex = await endpoint(tmp_path, [{"case_id": "other", "completion": "x"}]).call(
+        recorded, "reference", 0
+    )
+    result = graded(message_of(ex), expects_json=False)
+    assert isinstance(result, Graded)
+    expected = ((ToolCall(id="call_1", name="get_weather", arguments={"city": "Oslo"}),), "")
+    assert expected == (result.tool_calls, result.text)
