@@ -693,6 +693,6 @@ async def test_a_case_s_recorded_tool_calls_are_the_fallback_reply_too(tmp_path:
         recorded, "reference", 0
     )
     result = graded(message_of(ex), expects_json=False)
-    assert isinstance(result, Graded)
+    assert isinstance(result, Reply)
     expected = ((ToolCall(id="call_1", name="get_weather", arguments={"city": "Oslo"}),), "")
     assert expected == (result.tool_calls, result.text)
