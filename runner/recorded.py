@@ -152,14 +152,6 @@ def load_cassette(path: Path) -> dict[CassetteKey, dict[str, Any]]:
     return entries
 
 
-def _stream_stamp(protocol: str, text: str) -> tuple[Transport, str | None]:
-    """The stamp a live client gives a 2xx stream once its bytes are in (`stream_end`): one
-    that ended with no finish event is a lost connection, an in-band error event an HTTP
-    error."""
-    ended = stream_end(protocol, text)
-    return (Transport.OK, None) if ended is None else (ended.transport, ended.error)
-
-
 def _fixture_reply(case: Case) -> dict[str, Any]:
     """A case's own recorded reply (its `completion` and recorded tool calls) as a row."""
     calls = [
@@ -224,8 +216,13 @@ class RecordedEndpoint:
         entry = self._entry(case.id, side, sample)
         if entry is None and (case.completion is not None or case.completion_calls):
             entry = _fixture_reply(case)
-        played = self._replay(case, entry)
+        streamed = self._streamed(entry)
+        played = self._replay(case, entry, streamed=streamed)
         response = played.response
+        # a 2xx stream that sent bytes has a time to first bytes; a cassette takes no time
+        ttft_ms = None
+        if streamed and response is not None and response.body and 200 <= response.status < 300:
+            ttft_ms = 0
         attempt = Attempt(
             n=1,
             transport=played.transport,
@@ -249,6 +246,8 @@ class RecordedEndpoint:
             started_at=datetime.now(UTC).isoformat(),
             elapsed_ms=0,
             request_sha=self._request_sha,
+            stream=streamed,
+            ttft_ms=ttft_ms,
         )
 
     def _reply(self, case: Case, entry: Mapping[str, Any]) -> RecordedReply:
@@ -274,7 +273,13 @@ class RecordedEndpoint:
             usage=entry.get("usage") or None,
         )
 
-    def _replay(self, case: Case, entry: Mapping[str, Any] | None) -> _Played:
+    def _streamed(self, entry: Mapping[str, Any] | None) -> bool:
+        """Whether the call is a stream: the row says, else a stream fault, else the endpoint."""
+        if entry is None:
+            return self._stream
+        return bool(entry.get("stream", self._stream or entry.get("fault") in _STREAM_FAULTS))
+
+    def _replay(self, case: Case, entry: Mapping[str, Any] | None, *, streamed: bool) -> _Played:
         if entry is None:
             response = Response(404, {"content-type": JSON_TYPE}, "")
             message = f"no recording for case {case.id!r}"
@@ -282,7 +287,6 @@ class RecordedEndpoint:
         fault = entry.get("fault")
         if fault in _TRANSPORT_FAULTS:
             return _Played(str(fault), error="recorded", message=f"recorded {fault}")
-        streamed = bool(entry.get("stream", self._stream or fault in _STREAM_FAULTS))
         status = int(entry.get("status", 200))
         if "body" in entry:
             text = str(entry["body"])
@@ -308,8 +312,11 @@ class RecordedEndpoint:
                 Transport.HTTP_ERROR, response, error="recorded", message=f"recorded HTTP {status}"
             )
         if streamed:
-            transport, error = _stream_stamp(self._protocol, text)
-            return _Played(transport, response, error=error)
+            # the stamp a live client gives a 2xx stream once its bytes are in: one that ended
+            # with no finish event is a lost connection, an in-band error event an HTTP error
+            ended = stream_end(self._protocol, text)
+            if ended is not None:
+                return _Played(ended.transport, response, error=ended.error, message=ended.message)
         return _Played(Transport.OK, response)
 
     async def aclose(self) -> None:

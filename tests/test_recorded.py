@@ -696,3 +696,102 @@ async def test_a_case_s_recorded_tool_calls_are_the_fallback_reply_too(tmp_path:
     assert isinstance(result, Reply)
     expected = ((ToolCall(id="call_1", name="get_weather", arguments={"city": "Oslo"}),), "")
     assert expected == (result.tool_calls, result.text)
+
+
+ENDED = "the stream ended without its finish event"
+
+
+def tool_case(expect: dict[str, Any]) -> Case:
+    tools = ({"type": "function", "function": {"name": "get_weather", "parameters": {}}},)
+    return Case(
+        id="c1",
+        prompt="p",
+        expect=expect,
+        fixture_sha="b" * 16,
+        path="s.jsonl",
+        line=1,
+        tools=tools,
+    )
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ({"tool_calls": [WEATHER]}, ("ok", "ok", "ok", ("get_weather",), "tool", 1.0)),
+        (
+            {"tool_calls": [{**WEATHER, "name": "get_wether"}]},
+            (
+                "ok",
+                "ok",
+                "tool_missing:get_weather,tool_unknown:get_wether",
+                ("get_wether",),
+                "tool",
+                0.5,
+            ),
+        ),
+        (
+            {"tool_calls": [{"name": "get_weather", "arguments": '{"city": '}]},
+            ("ok", "fail", "tool_args_not_json", ("get_weather",), "tool", None),
+        ),
+        (
+            {"tool_calls": [WEATHER], "stream": True},
+            ("ok", "ok", "ok", ("get_weather",), "tool", 1.0),
+        ),
+        (
+            {"tool_calls": [WEATHER], "fault": "stream_malformed"},
+            ("ok", "fail", "stream_malformed", (), None, None),
+        ),
+        (
+            {"tool_calls": [WEATHER], "fault": "stream_truncated"},
+            (
+                "connection_lost",
+                "skipped",
+                f"connection_lost: HTTP 200: stream_truncated: {ENDED}",
+                (),
+                None,
+                None,
+            ),
+        ),
+        (
+            {"completion": "x", "fault": "disconnect", "stream": True},
+            (
+                "connection_lost",
+                "skipped",
+                "connection_lost: HTTP 200: recorded disconnect",
+                (),
+                None,
+                None,
+            ),
+        ),
+    ],
+    ids=[
+        "call",
+        "unknown",
+        "malformed-args",
+        "streamed",
+        "malformed-stream",
+        "truncated",
+        "disconnect",
+    ],
+)
+async def test_a_recorded_reply_is_stamped_and_graded_as_a_live_one(
+    tmp_path: Path, protocol: str, row: dict[str, Any], expected: tuple[Any, ...]
+) -> None:
+    """Through `stamp`, recorded calls, broken arguments and broken streams give the outcome a
+    live reply of that protocol gets: stamps, detail, the tools called, the finish reason, the
+    score; a stream's row carries a time to first bytes."""
+    ex = await played(tmp_path, row, protocol)
+    out = stamp(ex, tool_case({"tool_calls": [{"name": "get_weather"}]}), GraderSet.empty())
+    finish = {"tool": "tool_calls" if protocol == "openai-chat" else "tool_use", None: None}
+    transport, schema, detail, calls, finish_kind, score = expected
+    assert (transport, schema, detail, calls, finish[finish_kind], score) == (
+        out.transport,
+        out.schema,
+        out.detail,
+        out.tool_calls,
+        out.finish_reason,
+        out.task_score,
+    )
+    streamed = row.get("stream", "fault" in row)  # each fault here breaks a stream
+    assert (0 if streamed else None) == out.ttft_ms
