@@ -191,7 +191,7 @@ def choice_problem(expect: Mapping[str, Any], choice: Any) -> str | None:
     obeys the request could meet it, as `tool_expect_problem` refuses its own contradictions."""
     if choice == "none" and "tool_calls" in expect:
         return "expect.'tool_calls' with 'tool_choice' \"none\": the request forbids every call"
-    if choice is not None and choice != "auto" and expect.get("no_tool_calls") is True:
+    if choice not in (None, "auto", "none") and expect.get("no_tool_calls") is True:
         return "expect.'no_tool_calls' with a 'tool_choice' that makes the model call a tool"
     return None
 

@@ -1380,3 +1380,11 @@ def test_the_readme_conversation_example_loads(tmp_path: Path) -> None:
         5,
         tuple(json.loads(tools)),
     )
+
+
+def test_no_tool_calls_goes_with_a_tool_choice_of_none(tmp_path: Path) -> None:
+    """`tool_choice: "none"` forbids every call, which is what `no_tool_calls` expects: the
+    case loads (only a choice that makes the model call a tool contradicts it)."""
+    row = with_tools(tool_choice="none", expect={"no_tool_calls": True})
+    (case,) = load_cases(rows_file(tmp_path, row))
+    assert (case.tool_choice, case.expect["no_tool_calls"]) == ("none", True)
