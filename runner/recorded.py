@@ -219,10 +219,11 @@ class RecordedEndpoint:
         streamed = self._streamed(entry)
         played = self._replay(case, entry, streamed=streamed)
         response = played.response
-        # a 2xx stream that sent bytes has a time to first bytes; a cassette takes no time
+        # a 2xx stream read to its end has a time to first bytes (a cassette takes no time);
+        # one cut off has none, as a live read that ends in a transport error keeps none
         ttft_ms = None
-        if streamed and response is not None and response.body and 200 <= response.status < 300:
-            ttft_ms = 0
+        if streamed and response is not None and response.body and not response.truncated:
+            ttft_ms = 0 if 200 <= response.status < 300 else None
         attempt = Attempt(
             n=1,
             transport=played.transport,
