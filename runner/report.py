@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import html
+import json
 import re
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,9 @@ TREND_RUNS = 14
 REPORT_FILES = ("report.html", "report.md")  # written into the run directory
 REPLY_CAP = 6000  # characters of a reply kept for the HTML report
 MD_REPLY_CAP = 160  # characters of a reply (or a detail) in a Markdown table cell
+MD_MISS_CAP = 60  # characters of one miss code (a tool miss names a tool and a key)
+MD_CALLS_CAP = 100  # of that, the reply's tool calls; its text keeps the rest
+CALL_CAP = 1000  # characters of one tool call (name and arguments) in report.html
 MD_ID_CAP = 80  # characters of a case id, a model or a misses list in a Markdown line
 MD_LINE_CAP = 800  # no Markdown line longer than this: a review row's cells add up to less
 MD_TOP_CASES = 10
@@ -81,6 +85,12 @@ class ReplyView:
     kind: str  # "reply" (parsed), "body" (raw body, schema failed), "none" (no body)
     truncated: bool = False
     status: int | None = None
+    tool_calls: tuple[str, ...] = ()  # each `name(arguments as JSON)`, as the reply made them
+
+
+def call_text(name: str, arguments: Mapping[str, Any]) -> str:
+    """One tool call as people read it: `get_weather({"city": "Oslo"})`."""
+    return f"{name}({json.dumps(arguments, ensure_ascii=False, sort_keys=True)})"
 
 
 @dataclass
@@ -161,7 +171,10 @@ def reply_of(exchange: Exchange) -> ReplyView:
         ).reply
         if reply is not None:
             text, cut = _cap(reply.text, REPLY_CAP)
-            return ReplyView(text=text, kind="reply", truncated=cut, status=response.status)
+            calls = tuple(
+                _cap(call_text(c.name, c.arguments), CALL_CAP)[0] for c in reply.tool_calls
+            )
+            return ReplyView(text, "reply", cut, response.status, calls)
     text, cut = _cap(_body_text(response), REPLY_CAP)
     return ReplyView(text=text, kind="body", truncated=cut, status=response.status)
 
@@ -327,6 +340,8 @@ pre.reply{white-space:pre-wrap;overflow-wrap:anywhere;word-break:break-word;marg
  background:#f1f5f9;border-radius:6px;padding:8px;max-height:360px;overflow:auto}
 .misses code{background:#fee2e2;border-radius:4px;padding:0 4px;margin-right:4px;
  overflow-wrap:anywhere}
+ul.calls{margin:4px 0 0;padding-left:18px;font-size:12px}
+ul.calls code{overflow-wrap:anywhere;word-break:break-word}
 table{border-collapse:collapse;width:100%}
 td,th{border-bottom:1px solid var(--line);padding:5px 8px;text-align:left;vertical-align:top;
  overflow-wrap:anywhere}
@@ -367,8 +382,14 @@ def _reply_block(view: ReplyView | None, side_view: Mapping[str, Any]) -> str:
         label = "reply (not admitted)"
     cut = '<div class="muted small">… cut for the report</div>' if view.truncated else ""
     empty = '<span class="muted">(empty)</span>' if view.text == "" else ""
+    calls = "".join(f"<li><code>{e(call)}</code></li>" for call in view.tool_calls)
+    if calls:
+        calls = f'<div class="muted small">tool calls</div><ul class="calls">{calls}</ul>'
+        if view.text == "":  # it answered with calls only: no empty text to show
+            return f"{calls}{cut}"
     return (
-        f'<div class="muted small">{label}</div><pre class="reply">{e(view.text)}{empty}</pre>{cut}'
+        f'<div class="muted small">{label}</div><pre class="reply">{e(view.text)}{empty}</pre>'
+        f"{cut}{calls}"
     )
 
 
@@ -868,14 +889,18 @@ def _md_list(items: Sequence[str], budget: int, total: int | None = None) -> str
 
 def _md_misses(misses: Any) -> str:
     items = [m for m in misses if isinstance(m, str)] if isinstance(misses, list) else []
-    return _md_list([md_text(m, 40) for m in items], MD_ID_CAP) or "—"
+    return _md_list([md_text(m, MD_MISS_CAP) for m in items], MD_ID_CAP) or "—"
 
 
 def _md_reply(rep: RunReport, case_id: str, side: str, view: Mapping[str, Any]) -> str:
     reply = rep.replies.get((case_id, side))
     if reply is None or reply.text is None:
         return f"*{md_text(view.get('detail') or 'no reply', 80)}*"
-    return md_text(reply.text) or "*(empty)*"
+    if not reply.tool_calls:
+        return md_text(reply.text) or "*(empty)*"
+    calls = "calls: " + md_text(", ".join(reply.tool_calls), MD_CALLS_CAP)
+    text = md_text(reply.text, MD_REPLY_CAP - MD_CALLS_CAP - len("<br>calls: "))
+    return f"{text}<br>{calls}" if text else calls
 
 
 def render_markdown(rep: RunReport) -> str:

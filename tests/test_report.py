@@ -459,3 +459,52 @@ def test_md_text_is_capped_between_escapes(text: str, cap: int) -> None:
     assert len(cell) <= cap
     assert _whole_escapes(cell.removesuffix("…")), cell
     assert _BIDI_OR_CONTROL.findall(cell) == []
+
+
+TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+HOSTILE_ARG = "<script>x</script> | pipe"
+
+
+@pytest.fixture(scope="module")
+def tool_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run whose candidate calls a tool with other arguments, and one nobody offered."""
+    expect = {"tool_calls": [{"name": "lookup", "arguments": {"id": "7"}}]}
+    cases = [
+        {"id": "call", "prompt": "p", "tools": [TOOL], "expect": expect},
+        {"id": "unknown", "prompt": "p", "tools": [TOOL], "expect": expect},
+    ]
+    project = Project(tmp_path_factory.mktemp("tools"), cases)
+    good = {"tool_calls": [{"name": "lookup", "arguments": {"id": "7"}}], "model": "m"}
+    project.cassettes({"call": good, "unknown": good}, {"call": good, "unknown": good})
+    first, _, _ = project.run()
+    project.promote(first)
+    wrong = {"tool_calls": [{"name": "lookup", "arguments": {"id": HOSTILE_ARG}}], "model": "m"}
+    unknown = {"completion": "Looking.", "tool_calls": [{"name": "find", "arguments": {}}]}
+    project.cassettes({"call": good, "unknown": good}, {"call": wrong, "unknown": unknown})
+    second, _, _ = project.run()
+    return second
+
+
+def test_html_shows_each_side_s_tool_calls_and_tool_misses(tool_run: Path) -> None:
+    """report.html lists each side's calls, name and arguments escaped, beside its misses."""
+    html_text = _html(build_report(tool_run))
+    assert "<code>lookup({&quot;id&quot;: &quot;7&quot;})</code>" in html_text
+    escaped = "lookup({&quot;id&quot;: &quot;&lt;script&gt;x&lt;/script&gt; | pipe&quot;})"
+    assert f"<code>{escaped}</code>" in html_text
+    assert "<code>find({})</code>" in html_text
+    for miss in ("tool_arg_mismatch:lookup.id", "tool_missing:lookup", "tool_unknown:find"):
+        assert f"<code>{miss}</code>" in html_text
+    assert not [t for t, _ in _tags(html_text) if t == "script"]
+
+
+def test_markdown_shows_each_side_s_tool_calls_in_its_review_cell(tool_run: Path) -> None:
+    """report.md's review rows give each side's text and calls, the table shape intact."""
+    markdown = render_markdown(build_report(tool_run))
+    rows = {line.split(" | ")[0]: line for line in markdown.splitlines() if line.startswith("| ")}
+    call_row, unknown_row = rows["| call"], rows["| unknown"]
+    assert 'calls: lookup({"id": "7"})' in call_row
+    assert "pipe" in call_row and call_row.count(" | ") == 4  # the pipe is escaped
+    assert "Looking.<br>calls: find({})<br>misses: tool\\_missing:lookup, tool\\_unknown:find" in (
+        unknown_row
+    )
+    assert all(len(line) <= MD_LINE_CAP for line in markdown.splitlines())
