@@ -25,7 +25,7 @@ from runner import history
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 SCRIPT = Path(sys.executable).parent / "parallax"
-SUITES = ("ceiling", "support", "cities")
+SUITES = ("ceiling", "support", "cities", "tools")
 SUBCOMMANDS = (
     *("run", "replay", "promote", "pin", "diff", "grade", "validate"),
     *("serve", "health", "report", "history"),
@@ -343,8 +343,61 @@ def test_demo_run_gates_the_known_cases(demo_run: tuple[Path, Any, dict[str, byt
         "city-09": "disagreement_changed",
         "city-11": "new_case",
     }
+    assert gates(only_run_dir(root, "tools")) == {
+        "tool.order.status": "disagreement_changed",
+        "tool.policy.no_call": "unchanged",
+        "tool.quote.unknown_tool": "disagreement_changed",
+        "tool.order.answered": "unchanged",
+    }
     exits = {s: load(only_run_dir(root, s) / "summary.json")["exit_code"] for s in SUITES}
-    assert exits == {"ceiling": 3, "support": 3, "cities": 1}
+    assert exits == {"ceiling": 3, "support": 3, "cities": 1, "tools": 1}
+
+
+def test_the_demo_s_tool_suite_grades_tool_calls_and_shows_them(
+    demo_run: tuple[Path, Any, dict[str, bytes]],
+) -> None:
+    """The tools suite: a streamed Anthropic-shaped candidate calls a tool with a wrong
+    argument and another that was never offered; its calls and misses are in outcomes.jsonl
+    and both reports show each side's calls."""
+    root, _, _ = demo_run
+    run_dir = only_run_dir(root, "tools")
+    rows = {(r["case_id"], r["side"]): r for r in jsonl(run_dir / "outcomes.jsonl")}
+    seen = {
+        key: (r["tool_calls"], r["misses"], r["finish_reason"], r["ttft_ms"])
+        for key, r in rows.items()
+    }
+    assert seen == {
+        ("tool.order.status", "reference"): (["get_order_status"], [], "tool_calls", None),
+        ("tool.order.status", "candidate"): (
+            ["get_order_status"],
+            ["tool_arg_mismatch:get_order_status.order_id"],
+            "tool_use",
+            0,
+        ),
+        ("tool.policy.no_call", "reference"): ([], [], "stop", None),
+        ("tool.policy.no_call", "candidate"): ([], [], "end_turn", 0),
+        ("tool.quote.unknown_tool", "reference"): (["get_shipping_quote"], [], "tool_calls", None),
+        ("tool.quote.unknown_tool", "candidate"): (
+            ["calculate_shipping"],
+            ["tool_missing:get_shipping_quote", "tool_unknown:calculate_shipping"],
+            "tool_use",
+            0,
+        ),
+        ("tool.order.answered", "reference"): ([], [], "stop", None),
+        ("tool.order.answered", "candidate"): ([], [], "end_turn", 0),
+    }
+    raw = jsonl(run_dir / "raw.jsonl")
+    adapters = {(r["side"], r["adapter"], r["response"]["headers"]["content-type"]) for r in raw}
+    assert adapters == {
+        ("reference", "openai-chat", "application/json"),
+        ("candidate", "anthropic-messages", "text/event-stream"),
+    }
+    report_md = (run_dir / "report.md").read_text(encoding="utf-8")
+    assert 'calls: get\\_order\\_status({"order\\_id": "\\#1842"})' in report_md
+    report_html = (run_dir / "report.html").read_text(encoding="utf-8")
+    assert "<code>calculate_shipping({&quot;kg&quot;: 2, &quot;to&quot;: &quot;Denver&quot;})" in (
+        report_html
+    )
 
 
 def test_demo_run_logs_one_json_object_per_line(
@@ -385,6 +438,7 @@ def test_demo_run_emits_lifecycle_and_alert_events(
         "ceiling": 3,
         "support": 3,
         "cities": 1,
+        "tools": 1,
     }
 
 
@@ -1069,7 +1123,7 @@ def test_a_busy_suite_refuses_the_whole_command_before_any_call(
         code = main(["run", "--config", "config/demo.toml", "--junit", "j.xml"])
     err = capsys.readouterr().err
     assert code == 64 and "'cities' is already running" in err, err
-    assert [run_dirs(root, s) for s in SUITES] == [[], [], []]
+    assert [run_dirs(root, s) for s in SUITES] == [[], [], [], []]
 
 
 def test_a_suite_taken_mid_command_leaves_the_others_verdicts(
@@ -1087,7 +1141,7 @@ def test_a_suite_taken_mid_command_leaves_the_others_verdicts(
         code = main(["run", "--config", "config/demo.toml", "--junit", "j.xml"])
     err = capsys.readouterr().err
     assert code == 64 and err.rstrip().splitlines()[-1].endswith("not starting a second run")
-    assert [len(run_dirs(root, s)) for s in SUITES] == [1, 0, 1]
+    assert [len(run_dirs(root, s)) for s in SUITES] == [1, 0, 1, 1]
     junit = (root / "j.xml").read_text(encoding="utf-8")
     assert 'name="parallax.ceiling"' in junit and 'name="parallax.cities"' in junit
     assert "parallax · ceiling" in err and "parallax · cities" in err
