@@ -68,10 +68,13 @@ def parallax(root: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
 
 
 def run(root: Path, *args: str | Path) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """`parallax run`, and the run directory it made (the newest)."""
+    """`parallax run`, and the run directory it made (two runs may start in one second, so
+    not the last by name)."""
+    before = set((root / "runs" / "s").glob("2*"))
     proc = parallax(root, "run", "--config", root / "parallax.toml", *args)
     assert "Traceback" not in proc.stderr, proc.stderr
-    return proc, sorted((root / "runs" / "s").glob("2*"))[-1]
+    [made] = set((root / "runs" / "s").glob("2*")) - before
+    return proc, made
 
 
 def read(path: Path) -> Any:
