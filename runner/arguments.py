@@ -208,7 +208,11 @@ def _add_fixture_commands(add: Adder, config_help: str) -> None:
         default = GRADE_THRESHOLDS[flag.removeprefix("--").replace("-", "_")]
         p.add_argument(flag, type=_rate, metavar="RATE", help=f"{meaning} (default {default})")
 
-    p = add("validate", "Check the config, fixtures, snapshots, cassettes, graders and schedules.")
+    p = add(
+        "validate",
+        "Check the config, fixtures, snapshots, cassettes, graders and schedules, and render "
+        "every endpoint template for every case.",
+    )
     p.add_argument("--config", help=config_help)
     p.add_argument("--suite", help="validate only this suite")
 

@@ -6,15 +6,17 @@ Everything a run checks before its first call is loaded here, so bad input fails
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runner.config import LoadedConfig, Thresholds
+from runner.config import LoadedConfig, RequestShape, Thresholds
 from runner.errors import ConfigError, DataError
 from runner.files import file_problem
 from runner.fixtures import CaseRef, CaseRefs, FixtureFile
 from runner.grading import GraderSet, check_case, load_graders
+from runner.model import SIDES, Case
+from runner.protocols.wire import turns
 from runner.snapshot import load_snapshot, snapshot_path
 
 
@@ -39,7 +41,8 @@ class Suite:
 
 
 def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
-    """Load fixtures, graders and the snapshot, so bad input fails before the first call.
+    """Load fixtures, graders and the snapshot, and render both sides' templates for every
+    case, so bad input fails before the first call.
 
     In a stratified suite a case without a stratum counts as medium.
     """
@@ -51,7 +54,8 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
         cfg.graders, loaded.base_dir, config_path=str(loaded.path), key=f"suites.{name}.graders"
     )
     fixtures = FixtureFile(fixtures_path)
-    refs = fixtures.validate(functools.partial(check_case, graders=graders))
+    shapes = [loaded.shape(getattr(cfg, side)) for side in SIDES]
+    refs = fixtures.validate(functools.partial(_check_case, graders=graders, shapes=shapes))
     if not len(refs):  # an empty or truncated file would retire every case and read clean
         raise DataError(fixtures_path, "no cases: a suite needs at least one")
     stratified = any(r.stratum for r in refs)
@@ -70,3 +74,15 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
         fail_on=tuple(cfg.fail_on),
         alpha=cfg.alpha,
     )
+
+
+def _check_case(case: Case, *, graders: GraderSet, shapes: Sequence[RequestShape]) -> None:
+    """What every case must pass before the first call: no key that nothing grades, and each
+    side's templates rendered for it by the rule a run sends it with (`wire.turns`: for a
+    conversation the template sees its leading system turn), calling nothing. A name the
+    case lacks is its FixtureError naming file:line, the case, the name and the template's
+    key (exit 65), found by `validate` and before a run's first call, not mid-run."""
+    check_case(case, graders)
+    for shape in shapes:
+        if shape.system is not None or shape.user_template is not None:
+            turns(shape, case)

@@ -583,6 +583,103 @@ def test_validate_refuses_a_schedule_serve_would_refuse(
     no_traceback(proc)
 
 
+def _with_template(root: Path, line: str) -> None:
+    """The demo config with `line` added to its candidate endpoint."""
+    config = root / "config" / "demo.toml"
+    text = config.read_text(encoding="utf-8")
+    config.write_text(text.replace("[endpoints.candidate]\n", f"[endpoints.candidate]\n{line}\n"))
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_an_undefined_template_name_is_found_before_any_call(tmp_path: Path, command: str) -> None:
+    """`validate` renders every template for every case of every suite, and `run` does before
+    its first call: a name a case does not have is one line naming the fixture file:line, the
+    case, the name and the template's key (exit 65), and no run directory is made."""
+    root = make_demo(tmp_path)
+    _with_template(root, 'user_template = "{{ prompt }} (for {{ vars.customer }})"')
+    proc = parallax(command, "--config", "config/demo.toml", cwd=root)
+    assert proc.returncode == 65, proc.stderr
+    [line] = [x for x in proc.stderr.strip().splitlines() if "Traceback" not in x]
+    first = (root / "fixtures" / "ceiling.jsonl").read_text().splitlines()[0]
+    expected = (
+        f"fixtures/ceiling.jsonl:1: case {json.loads(first)['id']!r}: "
+        "undefined name 'vars.customer' (in endpoints.candidate.user_template)"
+    )
+    assert line.endswith(expected), line
+    assert no_run_dirs(root)
+    no_traceback(proc)
+
+
+def test_validate_renders_templates_that_fit_every_case(tmp_path: Path) -> None:
+    """Templates every case can fill (a null system prompt tested, not printed) pass."""
+    root = make_demo(tmp_path)
+    _with_template(root, 'system = "Be brief.{% if system %} {{ system }}{% endif %}"')
+    proc = parallax("validate", "--config", "config/demo.toml", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_validate_renders_a_conversation_as_a_run_sends_it(tmp_path: Path) -> None:
+    """A `messages` case's system template sees its leading system turn as `system`, as the
+    request a run sends does: validate passes it, and names a conversation with none."""
+    rows = [
+        {
+            "id": "chat-1",
+            "messages": [
+                {"role": "system", "content": "Be kind."},
+                {"role": "user", "content": "Hi"},
+            ],
+            "expect": {},
+        },
+        {"id": "chat-2", "messages": [{"role": "user", "content": "Hi"}], "expect": {}},
+    ]
+    (tmp_path / "chats.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    (tmp_path / "parallax.toml").write_text(
+        '[endpoints.ref]\nkind = "recorded"\nsystem = "{{ system }} Answer in French."\n'
+        '[suites.chats]\nfixtures = "chats.jsonl"\nreference = "ref"\ncandidate = "ref"\n'
+    )
+    proc = parallax("validate", "--config", "parallax.toml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "chats.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = parallax("validate", "--config", "parallax.toml", cwd=tmp_path)
+    assert proc.returncode == 65, proc.stderr
+    assert "chats.jsonl:2: case 'chat-2': 'system' is null for this case" in proc.stderr
+
+
+def test_the_nightly_prompt_change_example_validates(tmp_path: Path) -> None:
+    """config/nightly.toml's commented "prompt v1 vs v2" example, uncommented, is a config
+    that validates: its template files exist and render for every case of its suite."""
+    root = make_demo(tmp_path)
+    config = root / "config" / "nightly.toml"
+    text = config.read_text(encoding="utf-8")
+    head, _, example = text.partition("# --- Testing a prompt change")
+    block = example.splitlines()
+    commented = block[block.index("#") + 1 :]  # the example proper starts after a bare "#"
+    lines = [x.removeprefix("#").removeprefix(" ") for x in commented]
+    config.write_text(head + "\n".join(lines) + "\n", encoding="utf-8")
+    env = dict.fromkeys(("REF_BASE_URL", "CAND_BASE_URL"), "http://127.0.0.1:9/v1")
+    env |= dict.fromkeys(("REF_MODEL", "CAND_MODEL"), "some-model")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "validate",
+            "--config",
+            config,
+            "--suite",
+            "support-prompt",
+        ],
+        cwd=root,
+        env={**cli_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "1 suite(s)" in proc.stdout
+
+
 def test_run_reads_config_from_environment(tmp_path: Path) -> None:
     """Without --config, run reads $PARALLAX_CONFIG."""
     root = make_demo(tmp_path)
