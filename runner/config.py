@@ -109,6 +109,15 @@ class RetryPolicy(_Strict):
     retry_after_cap: float = Field(60.0, ge=0)  # never wait longer than this for Retry-After
 
 
+class Price(_Strict):
+    """What an endpoint's tokens cost, in US dollars per million; cached prompt tokens cost
+    `input_per_mtok` unless `cached_input_per_mtok` says otherwise (`runner.usage`)."""
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+    cached_input_per_mtok: float | None = Field(None, ge=0)
+
+
 class EndpointConfig(_Strict):
     """One endpoint: a live HTTP API or a recorded cassette, behind the same interface."""
 
@@ -144,6 +153,7 @@ class EndpointConfig(_Strict):
     user_template_file: Text | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     stream: bool = False
+    price: Price | None = None  # unset: the side's cost is unknown (summary.json's `usage`)
 
     @field_validator("body_template")
     @classmethod

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.model import Outcome, Schema, Transport, record
 from runner.text import shared
+from runner.usage import Call, UsageFold, call_of
 
 if TYPE_CHECKING:  # annotations only: the gate needs no fixture parsing
     from runner.fixtures import CaseRef
@@ -248,9 +249,10 @@ class Folds:
         # Most sides of a run fold to equal views (ok, no misses, same model): one object each.
         self._distinct: dict[SideView, SideView] = {}
         self._ones: dict[tuple[Any, ...], SideView] = {}  # one-row folds by what they read
+        self.usage = UsageFold()  # tokens, cost and latency of the rows kept
 
     def add(self, outcome: Outcome, case: CaseRef) -> None:
-        self.put(outcome.key, self.entry(outcome, case))
+        self.put(outcome.key, self.entry(outcome, case), call_of(outcome))
 
     def entry(self, outcome: Outcome, case: CaseRef) -> SideView | Outcome | None:
         """What `put` keeps of a row, made apart from it so a worker process can make it:
@@ -275,8 +277,9 @@ class Folds:
             return view
         return _lean(outcome, case)
 
-    def put(self, key: tuple[str, str, int], entry: SideView | Outcome | None) -> None:
-        """Keep a row's `entry`; the first row of a (case, side, sample) is the one that counts."""
+    def put(self, key: tuple[str, str, int], entry: SideView | Outcome | None, call: Call) -> None:
+        """Keep a row's `entry` and its `call` (`runner.usage`); the first row of a (case,
+        side, sample) is the one that counts."""
         if entry is None:
             return
         case_id, side, sample = key
@@ -286,11 +289,13 @@ class Folds:
             return
         if isinstance(entry, SideView):
             views[case_id] = self._share(entry)
+            self.usage.add(side, call)
             return
         rows = self._pending.setdefault((case_id, side), [])
         if any(row.sample == sample for row in rows):
             return
         rows.append(entry)
+        self.usage.add(side, call)
         if len(rows) == self._samples:
             views[case_id] = self._share(fold(rows))
             del self._pending[(case_id, side)]

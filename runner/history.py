@@ -26,6 +26,7 @@ from runner.ledger import read_json_object
 from runner.model import SIDES, STRATA
 from runner.runs.mode import RunMode
 from runner.text import visible
+from runner.usage import trend, trend_line
 
 SUMMARY_VERSION = 1
 NOT_A_NIGHT = frozenset({RunMode.REPLAY})  # modes that regrade old replies instead of calling
@@ -52,6 +53,7 @@ class RunRow:
     quiet: frozenset[str] | None
     paired: Mapping[str, Any] = field(default_factory=dict)  # the overall paired test
     noise_floor: Mapping[str, Any] = field(default_factory=dict)  # overall self-disagreement
+    usage: Mapping[str, Any] = field(default_factory=dict)  # per side: cost, tokens, p50 (`trend`)
 
     @property
     def counts_as_night(self) -> bool:
@@ -79,6 +81,7 @@ class RunRow:
             "served_models": {k: list(v) for k, v in self.served_models.items()},
             "paired": finite(self.paired),
             "noise_floor": finite(self.noise_floor),
+            "usage": finite(self.usage),
         }
 
 
@@ -206,6 +209,7 @@ def _row(run_dir: Path, summary: Mapping[str, Any], quiet: frozenset[str] | None
         quiet=quiet,
         paired=mapping_of(mapping_of(summary.get("paired")).get("overall")),
         noise_floor=mapping_of(mapping_of(summary.get("noise_floor")).get("overall")),
+        usage=trend(summary),
     )
 
 
@@ -389,6 +393,8 @@ def format_text(report: Mapping[str, Any]) -> str:
             lines.append(line)
             if run.get("paired", {}).get("text"):
                 lines.append(f"  {'':<20} {run['paired']['text']}")
+            if line := trend_line(run.get("usage") or {}):
+                lines.append(f"  {'':<20} {line}")
             floor = run.get("noise_floor") or {}
             if floor.get("n"):
                 lines.append(

@@ -23,12 +23,13 @@ from runner.ledger import LedgerWriter, decode_line, read_jsonl, repair_tail
 from runner.model import ROW_ERRORS, Exchange, Outcome
 from runner.stamps import stamp
 from runner.suite import Suite
+from runner.usage import Call, call_of
 from runner.workers import available, line_spans, ordered
 
 Key = tuple[str, str, int]
 # One raw line's result: its key, and when it was graded here its fold entry (see
-# `Folds.entry`) and its encoded outcome row.
-Graded = tuple[Key, SideView | Outcome | None, bytes | None]
+# `Folds.entry`), what the usage fold reads of it, and its encoded outcome row.
+Graded = tuple[Key, SideView | Outcome | None, Call | None, bytes | None]
 
 # Below this much raw ledger, starting workers costs more than they save (some 2,000 rows).
 PARALLEL_BYTES = 2 << 20
@@ -77,12 +78,12 @@ def heal(run_dir: Path, suite: Suite, folds: Folds) -> set[Key]:
     writer: LedgerWriter | None = None
     batch: list[bytes] = []
     try:
-        for key, entry, row in _graded(raw_path, suite, frozenset(graded), folds):
+        for key, entry, call, row in _graded(raw_path, suite, frozenset(graded), folds):
             done.add(key)
-            if row is None or key in graded:
+            if row is None or call is None or key in graded:
                 continue  # graded before, not a case of today's suite, or a second row
             graded.add(key)
-            folds.put(key, entry)
+            folds.put(key, entry, call)
             batch.append(row)
             if len(batch) >= 1000:  # in batches: a replay's memory stays flat
                 writer = writer or LedgerWriter(out_path)
@@ -127,10 +128,10 @@ class _Job:
             key = exchange.key
             ref = suite.ref(exchange.case_id)
             if ref is None or key in self.graded:
-                yield key, None, None
+                yield key, None, None, None
                 continue
             outcome = stamp(exchange, suite.fixtures.load(ref), suite.graders)
-            yield key, self.folds.entry(outcome, ref), dumps(outcome.to_json())
+            yield key, self.folds.entry(outcome, ref), call_of(outcome), dumps(outcome.to_json())
 
 
 def _grade_chunk(job: _Job) -> Callable[[tuple[int, int, int]], list[Graded]]:

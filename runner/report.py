@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from runner import __version__
+from runner import __version__, usage
 from runner.errors import DataError, UsageError
 from runner.files import check_writable
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, GATE_CLASSES, SCHEMA_MISS, TRANSPORT_MISS
@@ -573,6 +573,15 @@ def _models_html(rep: RunReport) -> str:
     )
 
 
+def _usage_html(rep: RunReport) -> str:
+    rows = usage.table(rep.summary)
+    if not rows:
+        return '<p class="muted">No usage recorded.</p>'
+    head = "".join(f"<th>{e(c)}</th>" for c in usage.COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
 def _gate_chips(rep: RunReport) -> str:
     counts = mapping_of(rep.summary.get("gate_counts"))
     chips = []
@@ -796,6 +805,7 @@ def html_parts(rep: RunReport) -> Iterator[str]:
 <h2>Reference vs candidate: paired test</h2>{_signal_html(rep)}
 <h2>Transport and schema misses</h2>{_incomplete_html(rep)}
 <h2>Served models</h2>{_models_html(rep)}
+<h2>Cost and latency</h2>{_usage_html(rep)}
 <h2>Trend</h2>{_trend_html(rep)}
 <h2>Ceiling candidates</h2>{_ceiling_html(rep)}
 <h2>Cases</h2>"""
@@ -976,6 +986,10 @@ def render_markdown(rep: RunReport) -> str:
     }
     lines.append("- served: " + "; ".join(f"{side} {models[side] or '—'}" for side in SIDES))
     lines.extend(f"- {md_text(line, 200)}" for line in signal_lines(s))
+    if figures := usage.table(s):
+        lines += ["", "| " + " | ".join(usage.COLUMNS) + " |", "|---" + "|---:" * 11 + "|"]
+        lines += ["| " + " | ".join(md_text(c, 40) for c in row) + " |" for row in figures]
+        lines.append("")
     if rep.ceiling:
         head = f"- ceiling candidates ({len(rep.ceiling)}): "
         ids = [md_code(c, 60) for c in rep.ceiling[:MD_TOP_CASES]]

@@ -14,6 +14,7 @@ from runner.config import (
     SHAPE_KEYS,
     Config,
     EndpointConfig,
+    Price,
     RetryPolicy,
     SuiteConfig,
     Thresholds,
@@ -434,6 +435,7 @@ _TABLES: dict[type[BaseModel], tuple[str, str]] = {
     EndpointConfig: ("", "endpoints.cand."),
     Timeouts: ("timeout.", "endpoints.cand."),
     RetryPolicy: ("retry.", "endpoints.cand."),
+    Price: ("price.", "endpoints.cand."),
     SuiteConfig: ("", "suites.cities."),
 }
 
@@ -469,6 +471,9 @@ def test_a_float_that_is_not_finite_is_refused_at_load(
     monkeypatch.setenv("PARALLAX_TEST_NUMBER", "inf")
     prefix, table = _TABLES[model]
     line = f"{prefix}{name} = {value}\n"
+    if model is Price:  # a price table needs both rates: the others are given, finite
+        rates = {"input_per_mtok": "1", "output_per_mtok": "1", name: value}
+        line = "".join(f"{prefix}{key} = {rate}\n" for key, rate in rates.items())
     if table == "endpoints.cand.":
         text = MINIMAL.replace('model = "cand-model"\n', f'model = "cand-model"\n{line}')
     elif table == "suites.cities.":

@@ -213,6 +213,7 @@ def finalize(
             and not v.candidate.noise
         ),
         "fail_on": list(suite.fail_on),
+        "usage": folds.usage.summary(_prices(loaded, suite), SIDES, stratified=suite.stratified),
     }
     if suite.noise_check:
         summary["noise_floor"] = noise_floor(results, noise)
@@ -222,6 +223,13 @@ def finalize(
     manifest["finished_at"] = summary["finished_at"]
     write_json(run_dir / "manifest.json", manifest)
     return exit_code, summary
+
+
+def _prices(loaded: LoadedConfig, suite: Suite) -> dict[str, Any]:
+    """Each ledger side's endpoint price; the noise check calls the reference's endpoint."""
+    cfg = loaded.config.suites[suite.name]
+    prices = {side: loaded.endpoint(getattr(cfg, side)).price for side in SIDES}
+    return prices | {NOISE: prices["reference"]}
 
 
 def _reference_moved(verdict: Verdict, accepted: Mapping[str, Any] | None) -> bool:

@@ -25,6 +25,7 @@ from runner.runs.rundir import new_run_dir, read_manifest
 from runner.runs.summary import recorded_summary
 from runner.shutdown import Shutdown
 from runner.suite import Suite, prepare_suite
+from runner.usage import usage_fields
 
 _RESUMED_FILES = ("manifest.json", "raw.jsonl", "outcomes.jsonl")
 
@@ -185,6 +186,7 @@ async def _run_prepared(
             gate_counts=summary["gate_counts"],
             admitted=summary["admitted"],
             unadmitted=summary["unadmitted"],
+            **usage_fields(summary),
         )
     finally:
         structlog.contextvars.unbind_contextvars("run_id", "suite")

@@ -13,6 +13,7 @@ from runner.invocation import shown_path
 from runner.ledger import read_json_object
 from runner.text import visible
 from runner.unscored import next_steps, why_lines
+from runner.usage import side_lines
 
 SUMMARY_VERSION = 1
 SHOWN = 8  # case ids a summary line names before it counts the rest
@@ -59,6 +60,7 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
     if isinstance(text := paired.get("text"), str):
         gates = "significant_regression" in strings_of(summary.get("fail_on"))
         lines.append(f"  paired: {text}{' (gates: fail_on)' if gates else ''}")
+    lines.extend(f"  {line}" for line in side_lines(summary))
     if summary.get("parent_finished") is False:
         lines.append(
             f"  parent {summary.get('parent')} never finished: "

@@ -1,0 +1,298 @@
+"""Usage, cost and latency per side: the fold, the price math, the config, and real runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llmockkit import LlmockServer, Protocol
+
+from runner.config import Price, load_config
+from runner.errors import ConfigError
+from runner.gate import Folds
+from runner.model import Outcome
+from runner.usage import Call, Tokens, UsageFold, call_of, cost_usd, percentiles, tokens_of
+
+RUN_TIMEOUT = 240  # a bound on a hung run, not a timing
+
+
+def _outcome(side: str = "candidate", **fields: Any) -> Outcome:
+    row: dict[str, Any] = {
+        "case_id": "c1",
+        "side": side,
+        "fixture_sha": "f",
+        "transport": "ok",
+        "schema": "ok",
+        "task_score": 1.0,
+        "elapsed_ms": 100,
+    }
+    return Outcome.from_json(row | fields)
+
+
+def test_openai_and_anthropic_usage_normalise_to_prompt_completion_and_cached() -> None:
+    """OpenAI's cached_tokens and Anthropic's cache reads are both cached prompt tokens."""
+    openai = {
+        "prompt_tokens": 120,
+        "completion_tokens": 30,
+        "prompt_tokens_details": {"cached_tokens": 100},
+    }
+    anthropic = {"input_tokens": 20, "output_tokens": 30, "cache_read_input_tokens": 100}
+    assert tokens_of(openai) == Tokens(120, 30, 100)
+    assert tokens_of(anthropic) == Tokens(120, 30, 100)
+    assert tokens_of({"input_tokens": 7, "output_tokens": 3}) == Tokens(7, 3, 0)
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [None, {}, {"prompt_tokens": 5}, {"input_tokens": "5", "output_tokens": 1}, {"x": 1}],
+)
+def test_usage_without_both_counts_is_no_usage(usage: Any) -> None:
+    """A reply that does not say both counts as numbers has unknown usage."""
+    assert tokens_of(usage) is None
+
+
+def test_a_call_without_usage_counts_as_unknown_cost_never_zero() -> None:
+    """Cost is summed over the calls that said their usage; the rest are counted unknown."""
+    fold = UsageFold()
+    fold.add("candidate", call_of(_outcome(usage={"prompt_tokens": 10, "completion_tokens": 5})))
+    fold.add("candidate", call_of(_outcome(transport="timeout", task_score=None)))
+    price = Price(input_per_mtok=1.0, output_per_mtok=2.0)
+    block = fold.summary({"candidate": price}, ("reference", "candidate"), stratified=False)
+    cand = block["sides"]["candidate"]
+    assert (cand["calls"], cand["calls_with_usage"], cand["cost_unknown_calls"]) == (2, 1, 1)
+    assert cand["cost_usd"] == 0.00002
+    assert block["sides"]["reference"]["calls"] == 0
+    assert block["ratios"]["overall"]["cost_usd"] is None  # the reference has nothing
+
+
+def test_an_unpriced_side_has_no_cost_and_every_call_unknown() -> None:
+    """Without a price the cost is null, not zero, and no call's cost is known."""
+    fold = UsageFold()
+    fold.add(
+        "reference", call_of(_outcome("reference", usage={"input_tokens": 3, "output_tokens": 4}))
+    )
+    ref = fold.summary({}, ("reference", "candidate"), stratified=False)["sides"]["reference"]
+    assert (ref["cost_usd"], ref["cost_unknown_calls"], ref["total_tokens"]) == (None, 1, 7)
+
+
+def test_price_math_is_exact_to_the_cent_on_large_totals() -> None:
+    """Integer token totals priced once: 1,234,567 cached of 9,876,543 prompt tokens."""
+    price = Price(input_per_mtok=2.5, output_per_mtok=10.0, cached_input_per_mtok=1.25)
+    # (8,641,976 * 2.5 + 1,234,567 * 1.25 + 3,333,333 * 10) / 1e6 = 21.60494 + 1.54320875 + 33.33333
+    assert cost_usd(9_876_543, 3_333_333, 1_234_567, price) == 56.481479
+    assert round(cost_usd(9_876_543, 3_333_333, 1_234_567, price), 2) == 56.48
+    # cached tokens cost the input rate when no cached rate is set
+    assert cost_usd(1_000_000, 0, 500_000, Price(input_per_mtok=3, output_per_mtok=15)) == 3.0
+
+
+def test_percentiles_are_nearest_rank_on_known_data() -> None:
+    """p50/p90/p99 of 1..100 are 50, 90, 99; of one value, that value; of none, None."""
+    assert percentiles(list(range(1, 101))) == {"p50": 50, "p90": 90, "p99": 99}
+    assert percentiles(list(range(10, 0, -1))) == {"p50": 5, "p90": 9, "p99": 10}
+    assert percentiles([7]) == {"p50": 7, "p90": 7, "p99": 7}
+    assert percentiles([]) is None
+
+
+def test_latency_counts_admitted_calls_only_and_ttft_streams_only() -> None:
+    """A schema miss has no latency in the percentiles; a stream's ttft_ms does count."""
+    fold = UsageFold()
+    fold.add("candidate", call_of(_outcome(elapsed_ms=100, ttft_ms=40)))
+    fold.add("candidate", call_of(_outcome(elapsed_ms=300)))
+    fold.add("candidate", call_of(_outcome(elapsed_ms=9_000, schema="not_json", task_score=None)))
+    cand = fold.summary({}, ("reference", "candidate"), stratified=False)["sides"]["candidate"]
+    assert cand["latency_ms"] == {"p50": 100, "p90": 300, "p99": 300}
+    assert cand["ttft_ms"] == {"p50": 40, "p90": 40, "p99": 40}
+
+
+def test_strata_and_ratios_are_per_stratum_and_overall() -> None:
+    """Each stratum has its own block, and candidate/reference ratios per stratum."""
+    fold = UsageFold()
+    usage = {"prompt_tokens": 100, "completion_tokens": 0}
+    for side, stratum, ms in (
+        ("reference", "easy", 100),
+        ("candidate", "easy", 150),
+        ("reference", "hard", 200),
+        ("candidate", "hard", 200),
+    ):
+        fold.add(side, Call(stratum, tokens_of(usage), ms, None))
+    price = Price(input_per_mtok=1, output_per_mtok=1)
+    prices = {"reference": price, "candidate": Price(input_per_mtok=3, output_per_mtok=3)}
+    out = fold.summary(prices, ("reference", "candidate"), stratified=True)
+    assert out["sides"]["candidate"]["strata"]["easy"]["latency_ms"]["p50"] == 150
+    assert out["ratios"]["strata"]["easy"]["latency_p50"] == 1.5
+    assert out["ratios"]["strata"]["hard"]["latency_p50"] == 1.0
+    assert out["ratios"]["overall"]["cost_usd"] == 3.0
+    assert out["ratios"]["overall"]["ttft_p50"] is None
+
+
+def test_folds_count_a_second_row_for_one_key_once() -> None:
+    """The usage fold keeps what the gate keeps: the first row of a (case, side, sample)."""
+    from runner.fixtures import CaseRef
+
+    folds = Folds(1)
+    ref = CaseRef("c1", None, "f", 1, 0, 0, b"")
+    row = _outcome(usage={"prompt_tokens": 1, "completion_tokens": 1})
+    folds.add(row, ref)
+    folds.add(row, ref)
+    out = folds.usage.summary({}, ("reference", "candidate"), stratified=False)
+    assert out["sides"]["candidate"]["calls"] == 1
+
+
+def test_a_price_table_without_output_is_refused_naming_the_key(tmp_path: Path) -> None:
+    """price needs input_per_mtok and output_per_mtok; a negative rate is refused too."""
+    for price, key in (
+        ("{ input_per_mtok = 1 }", "price.output_per_mtok"),
+        ("{ input_per_mtok = 1, output_per_mtok = -2 }", "price.output_per_mtok"),
+    ):
+        path = tmp_path / "p.toml"
+        path.write_text(
+            f'[endpoints.e]\nkind = "recorded"\nprice = {price}\n'
+            '[suites.s]\nfixtures = "f.jsonl"\nreference = "e"\ncandidate = "e"\n',
+            encoding="utf-8",
+        )
+        with pytest.raises(ConfigError) as raised:
+            load_config(path)
+        assert key in str(raised.value)
+        assert raised.value.exit_code == 78
+
+
+def _parallax(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
+    env["NO_PROXY"] = "127.0.0.1"
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+
+
+def _summary(root: Path) -> dict[str, Any]:
+    (path,) = root.glob("runs/s/*/summary.json")
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+CASES = [
+    {"case_id": "a", "prompt": "Say hi.", "expect": {}},
+    {"case_id": "b", "prompt": "Say bye.", "expect": {}},
+]
+TEXT_CASES = [  # free text, scored: llmock's replies are admitted, so their latency counts
+    {"id": "a", "prompt": "Say hi.", "must_not_include": ["zzqq"]},
+    {"id": "b", "prompt": "Say bye.", "must_not_include": ["zzqq"]},
+]
+
+
+def test_a_recorded_run_sums_cassette_usage_and_prices_each_side(tmp_path: Path) -> None:
+    """Two prices, known usage: the summary's tokens, cost, ratio and stderr line follow."""
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CASES), "utf-8")
+    usage = {"a": (1000, 200), "b": (3000, 600)}
+    for name, scale in (("ref", 1), ("cand", 2)):
+        (tmp_path / f"{name}.jsonl").write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "case_id": case,
+                        "completion": "{}",
+                        "usage": {"prompt_tokens": p * scale, "completion_tokens": c * scale},
+                    }
+                )
+                + "\n"
+                for case, (p, c) in usage.items()
+            ),
+            "utf-8",
+        )
+    (tmp_path / "parallax.toml").write_text(
+        'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
+        '[endpoints.ref]\nkind = "recorded"\ncassette = "ref.jsonl"\n'
+        "price = { input_per_mtok = 0.5, output_per_mtok = 1.5 }\n"
+        '[endpoints.cand]\nkind = "recorded"\ncassette = "cand.jsonl"\n'
+        "price = { input_per_mtok = 3, output_per_mtok = 15 }\n"
+        '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"\n',
+        "utf-8",
+    )
+    done = _parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr
+    sides = _summary(tmp_path)["usage"]["sides"]
+    ref, cand = sides["reference"], sides["candidate"]
+    assert (ref["prompt_tokens"], ref["completion_tokens"], ref["total_tokens"]) == (
+        4000,
+        800,
+        4800,
+    )
+    assert ref["cost_usd"] == 0.0032  # 4000 * 0.5 + 800 * 1.5 = 3200 micro-dollars
+    assert cand["cost_usd"] == 0.048  # 8000 * 3 + 1600 * 15 = 48000 micro-dollars
+    assert (cand["calls"], cand["calls_with_usage"], cand["cost_unknown_calls"]) == (2, 2, 0)
+    assert _summary(tmp_path)["usage"]["ratios"]["overall"]["cost_usd"] == 15.0
+    assert "candidate: 2 call(s) · 9600 tokens · $0.0480" in done.stderr
+    finished = [
+        json.loads(line)
+        for line in done.stdout.splitlines()
+        if line.startswith("{") and '"run.finished"' in line
+    ]
+    assert finished[0]["cost_usd"] == {"reference": 0.0032, "candidate": 0.048}
+    assert finished[0]["tokens"] == {"reference": 4800, "candidate": 9600}
+    (run_dir,) = tmp_path.glob("runs/s/*/")
+    report = (run_dir / "report.md").read_text("utf-8")
+    assert "| reference | 2 | 2 | 4000 | 800 | 0 | 0.0032 | 0 |" in report
+    assert "| candidate / reference |  |  |  |  |  | 15.0000 |" in report
+    assert "<h2>Cost and latency</h2>" in (run_dir / "report.html").read_text("utf-8")
+    history = _parallax("history", "--config", "parallax.toml", cwd=tmp_path)
+    assert "usage: reference $0.0032, 4800 tokens, p50 0 ms; candidate $0.0480" in history.stdout
+
+
+@pytest.mark.parametrize("protocol", [Protocol.OPENAI, Protocol.ANTHROPIC])
+def test_a_live_run_against_llmock_takes_tokens_and_cost_from_the_replies(
+    tmp_path: Path, llmock: LlmockServer, protocol: Protocol
+) -> None:
+    """Against a real server the summary's tokens are the replies' usage, priced per side."""
+    kind = {Protocol.OPENAI: "openai-chat", Protocol.ANTHROPIC: "anthropic-messages"}[protocol]
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(c) + "\n" for c in TEXT_CASES), "utf-8")
+    endpoints = "".join(
+        f'[endpoints.{name}]\nkind = "{kind}"\nbase_url = "{llmock.base_url(protocol)}"\n'
+        f'model = "{name}"\nconcurrency = 2\ndeadline = 30\nmax_tokens = 64\n'
+        f"retry = {{ attempts = 1 }}\nprice = {{ input_per_mtok = {rate}, "
+        f"output_per_mtok = {rate * 4} }}\n"
+        for name, rate in (("u-ref", 1), ("u-cand", 2))
+    )
+    (tmp_path / "parallax.toml").write_text(
+        'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
+        + endpoints
+        + '[suites.s]\nfixtures = "f.jsonl"\nreference = "u-ref"\ncandidate = "u-cand"\n',
+        "utf-8",
+    )
+    done = _parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert done.returncode in (0, 1, 2, 3), done.stderr
+    (raw,) = tmp_path.glob("runs/s/*/raw.jsonl")
+    said: dict[str, list[int]] = {"reference": [0, 0], "candidate": [0, 0]}
+    for line in raw.read_text("utf-8").splitlines():
+        exchange = json.loads(line)
+        usage = json.loads(exchange["response"]["body"])["usage"]  # what the server said
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+        completion = usage.get("completion_tokens", usage.get("output_tokens"))
+        said[exchange["side"]][0] += prompt
+        said[exchange["side"]][1] += completion
+    sides = _summary(tmp_path)["usage"]["sides"]
+    for side, rate in (("reference", 1), ("candidate", 2)):
+        prompt, completion = said[side]
+        assert prompt > 0 and completion > 0
+        block = sides[side]
+        assert (block["prompt_tokens"], block["completion_tokens"]) == (prompt, completion)
+        assert block["calls_with_usage"] == 2
+        assert block["cost_usd"] == round((prompt * rate + completion * rate * 4) / 1e6, 6)
+        assert block["latency_ms"] is not None
+    (source,) = (raw.parent,)
+    replay = _parallax("replay", "--config", "parallax.toml", source, cwd=tmp_path)
+    assert "Traceback" not in replay.stderr, replay.stderr
+    (again,) = (p for p in tmp_path.glob("runs/s/*/summary.json") if p.parent != source)
+    replayed = json.loads(again.read_text("utf-8"))["usage"]
+    recorded = json.loads((source / "summary.json").read_text("utf-8"))["usage"]
+    assert replayed == recorded  # a function of the outcome rows
