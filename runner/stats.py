@@ -7,6 +7,15 @@ the other way round. The exact McNemar test is a two-sided binomial test of b ag
 b + c at one half; the interval on the difference in pass rate is Agresti and Min's (2005)
 adjusted Wald interval, which behaves at zero discordant pairs where plain Wald collapses.
 Neither raises a number to the power n: both hold for a suite of any size.
+
+The same interval answers the release question "the candidate is not worse by more than a
+margin" (non-inferiority): at one-sided level 1 - alpha, the lower end of the Agresti-Min
+interval at z = z(1 - alpha) (the two-sided 1 - 2 alpha interval: 90% at alpha = 0.05) must lie
+above -margin. That is a one-sided test at alpha, the level the suite already gives McNemar; the
+lower end of the 95% interval shown beside p would be a stricter 2.5% test. With no discordant
+pair the half-pairs Agresti and Min add keep the interval from collapsing, so n concordant cases
+bound the loss at z / (n + 2): a small suite can still fail to show a tight margin. With no
+paired case at all nothing is known: undecided, never non-inferior.
 """
 
 from __future__ import annotations
@@ -14,6 +23,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from enum import StrEnum
+from statistics import NormalDist
 from typing import Any
 
 Z95 = 1.959963984540054
@@ -111,6 +122,73 @@ class PairedResult:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def non_inferiority(self, margin: float, alpha: float = 0.05) -> NonInferiority:
+        """Whether the candidate is worse by less than `margin`, at one-sided level 1 - alpha."""
+        level = 1.0 - alpha
+        if self.n == 0:
+            return NonInferiority(Claim.UNDECIDED, margin, level, None, 0)
+        bound, _ = _agresti_min(self.ref_only, self.cand_only, self.n, NormalDist().inv_cdf(level))
+        claim = Claim.NON_INFERIOR if bound > -margin else Claim.NOT_NON_INFERIOR
+        return NonInferiority(claim, margin, level, bound, self.n)
+
+
+class Claim(StrEnum):
+    """What a non-inferiority test lets one say about the candidate."""
+
+    NON_INFERIOR = "non_inferior"  # the one-sided bound lies above -margin
+    NOT_NON_INFERIOR = "not_non_inferior"  # the bound reaches -margin: a loss that size is possible
+    UNDECIDED = "undecided"  # no paired case: nothing to bound
+
+
+@dataclass(frozen=True, slots=True)
+class NonInferiority:
+    """The non-inferiority decision and the figures behind it, as summary.json carries them."""
+
+    claim: Claim
+    margin: float
+    level: float  # one-sided confidence level of `bound`
+    bound: float | None  # lower bound on candidate minus reference pass rate
+    n: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"claim": self.claim.value, "text": self.text}
+
+    @property
+    def text(self) -> str:
+        """The decision in words, e.g. "candidate is non-inferior: worse by at most 1.4 points
+        (95% one-sided bound), margin 2 points, 300 paired cases"."""
+        margin = f"margin {_points(self.margin)}"
+        if self.bound is None:
+            return f"cannot claim non-inferiority: no paired cases ({margin})"
+        level = f"({self.level * 100:g}% one-sided bound)"
+        cases = f"{self.n} paired case{'' if self.n == 1 else 's'}"
+        if self.bound >= 0:
+            size = f"better by at least {_points(self.bound)}"
+        else:
+            shown = self.claim is Claim.NON_INFERIOR
+            worse = "worse by at most" if shown else "may be worse by up to"
+            size = f"{worse} {_points(-self.bound)}"
+        head = (
+            "candidate is non-inferior"
+            if self.claim is Claim.NON_INFERIOR
+            else "cannot claim non-inferiority"
+        )
+        return f"{head}: {size} {level}, {margin}, {cases}"
+
+
+def _points(fraction: float) -> str:
+    shown = round(fraction * 100, 1)
+    return f"{shown:g} point{'' if shown == 1 else 's'}"
+
+
+def _agresti_min(b: int, c: int, n: int, z: float) -> tuple[float, float]:
+    """Agresti-Min: add 1/2 to each of the four cells before the Wald formula."""
+    bb, cc, nn = b + 0.5, c + 0.5, n + 2
+    centre = (cc - bb) / nn
+    variance = ((bb + cc) - (cc - bb) ** 2 / nn) / nn**2
+    half = z * math.sqrt(max(variance, 0.0))
+    return max(-1.0, centre - half), min(1.0, centre + half)
+
 
 def paired_test(pairs: Iterable[tuple[bool, bool]]) -> PairedResult:
     """McNemar exact test and a 95% interval on (reference passed, candidate passed) pairs."""
@@ -129,12 +207,7 @@ def paired_test(pairs: Iterable[tuple[bool, bool]]) -> PairedResult:
     if n == 0:
         return PairedResult(0, 0, 0, 0, 0, None, None, None, p_value)
     diff = (c - b) / n
-    # Agresti-Min: add 1/2 to each of the four cells before the Wald formula.
-    bb, cc, nn = b + 0.5, c + 0.5, n + 2
-    centre = (cc - bb) / nn
-    variance = ((bb + cc) - (cc - bb) ** 2 / nn) / nn**2
-    half = Z95 * math.sqrt(max(variance, 0.0))
-    low, high = max(-1.0, centre - half), min(1.0, centre + half)
+    low, high = _agresti_min(b, c, n, Z95)
     return PairedResult(n, a, b, c, d, diff, low, high, p_value)
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from scipy.stats import binomtest
 
 from runner.history import run_dirs
-from runner.stats import binom_two_sided_half, describe, paired_test
+from runner.stats import Claim, binom_two_sided_half, describe, paired_test
 
 
 def pairs(both: int, ref_only: int, cand_only: int, neither: int) -> list[tuple[bool, bool]]:
@@ -223,3 +223,93 @@ def test_a_run_with_more_than_1024_discordant_pairs_writes_its_summary_and_repor
     assert summary["significant_regression"] is True
     assert (run_dir / "report.html").stat().st_size > 0
     assert "candidate worse overall" in (run_dir / "report.md").read_text()
+
+
+# --- non-inferiority ---------------------------------------------------------------------------
+
+
+def agresti_min_low(b: int, c: int, n: int, z: float) -> float:
+    """Agresti and Min (2005), written out from the paper: a half added to each cell."""
+    bb, cc, nn = b + 0.5, c + 0.5, n + 2
+    centre = (cc - bb) / nn
+    return centre - z * math.sqrt((bb + cc) - (cc - bb) ** 2 / nn) / nn
+
+
+def test_the_non_inferiority_bound_is_the_90_percent_intervals_lower_end_at_alpha_5() -> None:
+    """At alpha 0.05 the bound is the lower end of the two-sided 90% Agresti-Min interval (a
+    one-sided 95% bound, z = 1.6449), not of the 95% interval shown beside p."""
+    result = paired_test(pairs(291, 9, 0, 0))  # 3 points worse on 300 cases
+    claim = result.non_inferiority(0.05, alpha=0.05)
+    assert claim.bound == pytest.approx(agresti_min_low(9, 0, 300, 1.6448536269514722), abs=1e-12)
+    assert claim.bound == pytest.approx(-0.046792, abs=1e-6)
+    assert claim.level == pytest.approx(0.95)
+    assert result.low is not None and result.low < claim.bound  # the 95% interval is wider
+    assert (claim.claim, claim.n) == (Claim.NON_INFERIOR, 300)
+    assert claim.text == (
+        "candidate is non-inferior: worse by at most 4.7 points (95% one-sided bound), "
+        "margin 5 points, 300 paired cases"
+    )
+    stricter = result.non_inferiority(0.05, alpha=0.01)  # z = 2.3263: a lower bound
+    assert stricter.bound == pytest.approx(agresti_min_low(9, 0, 300, 2.3263478740408408))
+    assert stricter.claim is Claim.NOT_NON_INFERIOR
+    assert stricter.text.startswith("cannot claim non-inferiority: may be worse by up to 5.4 po")
+
+
+def test_a_tight_margin_cannot_be_claimed_and_says_so() -> None:
+    """The same 3-point loss cannot be called non-inferior at a 1-point margin."""
+    claim = paired_test(pairs(291, 9, 0, 0)).non_inferiority(0.01)
+    assert claim.claim is Claim.NOT_NON_INFERIOR
+    assert claim.text == (
+        "cannot claim non-inferiority: may be worse by up to 4.7 points (95% one-sided bound), "
+        "margin 1 point, 300 paired cases"
+    )
+
+
+def test_no_paired_case_is_undecided_never_non_inferior() -> None:
+    """With nothing admitted there is nothing to bound, whatever the margin."""
+    claim = paired_test([]).non_inferiority(0.99)
+    assert (claim.claim, claim.bound, claim.n) == (Claim.UNDECIDED, None, 0)
+    assert claim.text == "cannot claim non-inferiority: no paired cases (margin 99 points)"
+
+
+def test_no_discordant_pair_is_bounded_by_the_suites_size() -> None:
+    """All cases agree: the bound is -z / (n + 2), so 100 cases show a 2-point margin and 20
+    do not."""
+    z = 1.6448536269514722
+    big = paired_test(pairs(100, 0, 0, 0)).non_inferiority(0.02)
+    assert big.bound == pytest.approx(-z / 102)
+    assert big.claim is Claim.NON_INFERIOR
+    small = paired_test(pairs(10, 0, 0, 10)).non_inferiority(0.02)
+    assert small.bound == pytest.approx(-z / 22)
+    assert small.claim is Claim.NOT_NON_INFERIOR
+
+
+def test_a_candidate_better_for_sure_is_said_to_be_better() -> None:
+    """A bound above zero reads "better by at least", and a zero margin is then claimed."""
+    claim = paired_test(pairs(100, 0, 10, 0)).non_inferiority(0.0)
+    assert claim.claim is Claim.NON_INFERIOR
+    assert claim.text.startswith("candidate is non-inferior: better by at least 4.3 points")
+
+
+@given(
+    st.integers(0, 200),
+    st.integers(0, 60),
+    st.integers(0, 60),
+    st.integers(0, 200),
+    st.floats(0, 0.999),
+    st.floats(0, 0.999),
+    st.floats(0.001, 0.5),
+)
+def test_a_larger_margin_never_takes_non_inferiority_away(
+    a: int, b: int, c: int, d: int, m1: float, m2: float, alpha: float
+) -> None:
+    """Monotone in the margin: what is non-inferior at a margin stays so at any larger one, and
+    the bound itself does not depend on the margin."""
+    result = paired_test(pairs(a, b, c, d))
+    small, large = sorted((m1, m2))
+    tight, loose = result.non_inferiority(small, alpha), result.non_inferiority(large, alpha)
+    assert tight.bound == loose.bound
+    if tight.claim is Claim.NON_INFERIOR:
+        assert loose.claim is Claim.NON_INFERIOR
+    if result.n == 0:
+        assert tight.claim is loose.claim is Claim.UNDECIDED
