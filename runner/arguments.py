@@ -17,8 +17,8 @@ Adder = Callable[[str, str], "argparse.ArgumentParser"]
 
 _VERDICT = """  0   clean
   1   review needed: disagreement_changed, alias_swap, a stratum alert,
-      a significant regression when fail_on asks for it, a reference whose
-      request changed
+      a significant regression or non-inferiority not shown when fail_on
+      asks for it, a reference whose request changed
   2   incomplete: transport or schema misses (infrastructure, not quality)
   3   both 1 and 2
 """

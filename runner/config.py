@@ -268,6 +268,9 @@ class Thresholds(_Strict):
     medium_floor: float = Field(0.85, ge=0, le=1)
     stretch_high: float = Field(0.80, ge=0, le=1)
     retire_after: int = Field(7, ge=1)
+    # the release question "the candidate is not worse by more than this": a fraction of cases
+    # (0.02 is 2 points) the paired test's one-sided bound must stay above; unset, not asked
+    non_inferiority_margin: float | None = Field(None, ge=0, lt=1)
 
 
 class SuiteConfig(_Strict):
@@ -282,7 +285,9 @@ class SuiteConfig(_Strict):
     timezone: Text = "UTC"
     thresholds: Thresholds | None = None  # overrides the top-level [thresholds]
     noise_check: bool = False  # call the reference a second time: its disagreement with itself
-    fail_on: list[Literal["significant_regression"]] = Field(default_factory=list)
+    fail_on: list[Literal["significant_regression", "not_non_inferior"]] = Field(
+        default_factory=list
+    )
     alpha: float = Field(0.05, gt=0, lt=1)  # significance level of the paired test
 
 
@@ -490,6 +495,15 @@ def load_config(path: Path) -> LoadedConfig:
                 raise ConfigError(
                     path, f"suites.{suite_name}.{side}", f"no endpoint named {endpoint!r}"
                 )
+        # a gate on a question nobody asked would always fire: the margin must be set
+        margin = (suite.thresholds or config.thresholds).non_inferiority_margin
+        if "not_non_inferior" in suite.fail_on and margin is None:
+            raise ConfigError(
+                path,
+                f"suites.{suite_name}.fail_on",
+                '"not_non_inferior" needs thresholds.non_inferiority_margin '
+                "(in the suite's own [thresholds] table when it has one)",
+            )
     digest = hashlib.sha256(raw_bytes).hexdigest()[:16]
     shapes = {name: _shape(path, name, ep) for name, ep in config.endpoints.items()}
     return LoadedConfig(path, config, digest, shapes)

@@ -55,6 +55,7 @@ ALERT_REFERENCE_MOVED = "alert.reference_moved"
 ALERT_STRATUM = "alert.stratum"
 ALERT_CEILING_CANDIDATES = "alert.ceiling_candidates"
 ALERT_SIGNIFICANT_REGRESSION = "alert.significant_regression"
+ALERT_NOT_NON_INFERIOR = "alert.not_non_inferior"  # the candidate may be worse than the margin
 # endpoint behaviour
 ENDPOINT_BACKOFF = "endpoint.backoff"  # AIMD: concurrency cut after a 429
 ENDPOINT_RECOVER = "endpoint.recover"  # AIMD: concurrency grown back

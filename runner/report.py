@@ -522,6 +522,10 @@ def signal_lines(summary: Mapping[str, Any]) -> list[str]:
         test = mapping_of(paired.get(scope))
         if test.get("text"):
             lines.append(str(test["text"]))
+    # the release question is asked of the whole suite: its answer overall only
+    claim = mapping_of(mapping_of(paired.get("overall")).get("non_inferiority"))
+    if claim.get("text"):
+        lines.append(f"non-inferiority: {claim['text']}")
     floor = mapping_of(summary.get("noise_floor"))
     for scope in ("overall", *STRATA):
         row = mapping_of(floor.get(scope))

@@ -97,6 +97,42 @@ def test_a_suite_threshold_table_overrides_the_top_level_one(tmp_path: Path) -> 
     assert expected == loaded.config.thresholds.stretch_high
 
 
+def test_the_non_inferiority_margin_is_a_threshold_a_suite_may_override(tmp_path: Path) -> None:
+    """non_inferiority_margin is unset by default, read from [thresholds], and a suite's own
+    [thresholds] table replaces it like the other thresholds."""
+    assert Thresholds().non_inferiority_margin is None
+    text = "[thresholds]\nnon_inferiority_margin = 0.02\n" + MINIMAL
+    text += 'fail_on = ["not_non_inferior"]\n'
+    loaded = load_config(write(tmp_path, text))
+    expected = 0.02
+    assert expected == loaded.thresholds("cities").non_inferiority_margin
+    expected_gate = ["not_non_inferior"]
+    assert expected_gate == loaded.config.suites["cities"].fail_on
+    text += "[suites.cities.thresholds]\nnon_inferiority_margin = 0\n"
+    overridden = load_config(write(tmp_path, text)).thresholds("cities")
+    expected = 0.0
+    assert expected == overridden.non_inferiority_margin
+
+
+@pytest.mark.parametrize("value", ["-0.01", "1", "1.5", '"2 points"'])
+def test_a_non_inferiority_margin_outside_0_to_1_is_refused(tmp_path: Path, value: str) -> None:
+    """The margin is a fraction in [0, 1): a negative one, 1 or more, or a word is exit 78."""
+    err = load_error(tmp_path, f"[thresholds]\nnon_inferiority_margin = {value}\n" + MINIMAL)
+    expected = "thresholds.non_inferiority_margin"
+    assert expected == err.key
+    assert "unknown key" not in err.reason
+
+
+def test_gating_on_non_inferiority_without_a_margin_is_refused(tmp_path: Path) -> None:
+    """fail_on = ["not_non_inferior"] asks a question only a margin poses: without one (here a
+    suite [thresholds] table that leaves it out hides the top-level one) it is exit 78."""
+    text = "[thresholds]\nnon_inferiority_margin = 0.02\n" + MINIMAL
+    text += 'fail_on = ["not_non_inferior"]\n[suites.cities.thresholds]\nstretch_high = 0.7\n'
+    err = load_error(tmp_path, text)
+    expected_error = ("suites.cities.fail_on", True)
+    assert expected_error == (err.key, "non_inferiority_margin" in err.reason)
+
+
 # --- interpolation -------------------------------------------------------------------------
 
 

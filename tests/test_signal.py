@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from structlog.testing import capture_logs
 
 from runner.config import load_config
@@ -266,3 +267,93 @@ def test_power_simulation_runs_and_flags_a_large_drop() -> None:
     figures = json.loads(result.stdout)
     assert (figures["nights"], figures["power"]) == (3, 1.0)
     assert 0.0 <= figures["false_alarm_rate"] <= 1.0
+
+
+def margin_setup(root: Path, n: int, margin: float, samples: int = 1) -> None:
+    setup(
+        root,
+        n,
+        suite_extra=f'fail_on = ["not_non_inferior"]\nsamples = {samples}\n'
+        f"[suites.s.thresholds]\nnon_inferiority_margin = {margin}",
+    )
+
+
+def test_a_candidate_3_points_worse_is_non_inferior_at_5_points_not_at_1(tmp_path: Path) -> None:
+    """300 cases, 9 lost: the 95% one-sided bound is -4.7 points, inside a 5-point margin (exit
+    0, no alert) and outside a 1-point one, which gates with exit 1, alert.not_non_inferior, and
+    says so in summary.json, on stderr and in report.md."""
+    import subprocess
+    import sys
+
+    n = 300
+    cassette(
+        tmp_path,
+        replies(n, "reference", set(range(n))) + replies(n, "candidate", set(range(9, n))),
+    )
+    margin_setup(tmp_path, n, 0.05)
+    with capture_logs() as events:
+        _, code, summary = run_suite(load_config(tmp_path / "parallax.toml"), "s")
+    claim = summary["paired"]["overall"]["non_inferiority"]
+    assert (code, claim["claim"], summary["not_non_inferior"]) == (0, "non_inferior", False)
+    assert claim["text"] == (
+        "candidate is non-inferior: worse by at most 4.7 points (95% one-sided bound), "
+        "margin 5 points, 300 paired cases"
+    )
+    assert not [e for e in events if e["event"] == "alert.not_non_inferior"]
+
+    margin_setup(tmp_path, n, 0.01)
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "--config", "parallax.toml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    words = (
+        "cannot claim non-inferiority: may be worse by up to 4.7 points (95% one-sided bound), "
+        "margin 1 point, 300 paired cases"
+    )
+    assert f"  non-inferiority: {words} (gates: fail_on)" in proc.stderr.splitlines()
+    [alert] = [
+        json.loads(line) for line in proc.stdout.splitlines() if '"alert.not_non_inferior"' in line
+    ]
+    assert (alert["claim"], alert["margin"], alert["gating"]) == ("not_non_inferior", 0.01, True)
+    assert alert["bound"] == pytest.approx(-0.046792, abs=1e-6)
+    run_dir = max((tmp_path / "runs" / "s").iterdir(), key=lambda p: p.stat().st_mtime)
+    summary = read(run_dir, "summary.json")
+    assert summary["not_non_inferior"] is True
+    assert summary["paired"]["overall"]["non_inferiority"]["text"] == words
+    assert f"non-inferiority: {words}" in (run_dir / "report.md").read_text()
+
+
+def test_repeated_samples_leave_the_case_the_unit_of_non_inferiority(tmp_path: Path) -> None:
+    """With samples = 3 a case counts once, on its majority: a candidate missing one sample of
+    every case still passes every case, and the bound is that of 40 agreeing cases."""
+    n = 40
+    rows = replies(n, "reference", set(range(n)), samples=3)
+    rows += replies(n, "candidate", set(range(n)), samples=3)
+    for row in rows[-n * 3 :: 3]:  # the candidate's sample 0 of each case says no
+        row["completion"] = "no"
+    cassette(tmp_path, rows)
+    margin_setup(tmp_path, n, 0.05, samples=3)
+    _, code, summary = run_suite(load_config(tmp_path / "parallax.toml"), "s")
+    claim = summary["paired"]["overall"]["non_inferiority"]
+    assert (claim["n"], summary["paired"]["overall"]["ref_only"]) == (40, 0)
+    assert claim["bound"] == pytest.approx(-1.6448536269514722 / 42)
+    assert (code, claim["claim"]) == (0, "non_inferior")
+
+
+def test_no_admitted_case_is_undecided_and_gates(tmp_path: Path) -> None:
+    """Every candidate call times out: nothing is paired, so non-inferiority is undecided,
+    never claimed, and fail_on gates it on top of the incomplete run (exit 3)."""
+    n = 5
+    rows = replies(n, "reference", set(range(n)))
+    rows += [{"case_id": f"c{i:02d}", "side": "candidate", "fault": "timeout"} for i in range(n)]
+    cassette(tmp_path, rows)
+    margin_setup(tmp_path, n, 0.5)
+    _, code, summary = run_suite(load_config(tmp_path / "parallax.toml"), "s")
+    claim = summary["paired"]["overall"]["non_inferiority"]
+    assert (claim["claim"], claim["bound"], code) == ("undecided", None, 3)
+    assert claim["text"] == "cannot claim non-inferiority: no paired cases (margin 50 points)"

@@ -33,7 +33,7 @@ from runner.ledger import write_json, write_json_map
 from runner.model import NOISE, SIDES, STRATA
 from runner.runs.rundir import read_manifest
 from runner.runs.summary import SUMMARY_VERSION
-from runner.stats import describe, paired_test
+from runner.stats import Claim, describe, paired_test
 from runner.suite import Suite
 from runner.unscored import unscored_summary
 
@@ -91,8 +91,10 @@ def noise_floor(results: Sequence[Verdict], noise: Mapping[str, SideView]) -> di
     return floor
 
 
-def paired(results: Sequence[Verdict], alpha: float) -> dict[str, Any]:
-    """The paired test overall and per stratum, on each side's majority pass per case."""
+def paired(results: Sequence[Verdict], alpha: float, margin: float | None = None) -> dict[str, Any]:
+    """The paired test overall and per stratum, on each side's majority pass per case (the case
+    is the unit whatever `samples` is), and, with a margin, whether the candidate is
+    non-inferior (None without one: the question was not asked)."""
     out: dict[str, Any] = {}
     for scope in _scopes(results):
         result = paired_test(
@@ -103,6 +105,9 @@ def paired(results: Sequence[Verdict], alpha: float) -> dict[str, Any]:
         out[scope] = result.to_json() | {
             "significant": result.significant(alpha),
             "text": describe(result, scope, alpha),
+            "non_inferiority": (
+                None if margin is None else result.non_inferiority(margin, alpha).to_json()
+            ),
         }
     return out
 
@@ -138,10 +143,13 @@ def finalize(
     ]
     # Unscoreable rows make a run incomplete whatever their gate class (a new case can time out).
     incomplete = [v.case_id for v in results if v.gate in INCOMPLETE or not v.admitted]
-    tests = paired(results, suite.alpha)
+    tests = paired(results, suite.alpha, suite.thresholds.non_inferiority_margin)
     overall = tests["overall"]
     regression = bool(overall["significant"]) and (overall["diff"] or 0) < 0
     gate_on_regression = regression and "significant_regression" in suite.fail_on
+    # undecided (no paired case) is no claim either: a release gate fails closed
+    inferior = (overall["non_inferiority"] or {}).get("claim") not in (None, Claim.NON_INFERIOR)
+    gate_on_inferior = inferior and "not_non_inferior" in suite.fail_on
     requests = requestsha.request_changes(
         results, snapshot
     )  # a moved reference request needs review
@@ -149,6 +157,7 @@ def finalize(
         bool(review)
         or any(stratum_alerts.values())
         or gate_on_regression
+        or gate_on_inferior
         or requestsha.reference_changed(requests)
     )
     exit_code = (1 if needs_review else 0) | (2 if incomplete else 0)
@@ -166,6 +175,17 @@ def finalize(
                 if v.admitted and v.reference.passed and not v.candidate.passed
             ],
             gating="significant_regression" in suite.fail_on,
+        )
+    if inferior:
+        claim = overall["non_inferiority"]
+        log.warning(
+            logs.ALERT_NOT_NON_INFERIOR,
+            text=claim["text"],
+            claim=claim["claim"],
+            bound=claim["bound"],
+            margin=claim["margin"],
+            level=claim["level"],
+            gating="not_non_inferior" in suite.fail_on,
         )
     # every served call counts, whatever its stamps: a fallback that broke the schema too
     served = {
@@ -201,6 +221,7 @@ def finalize(
         "unscored": unscored_summary(results),
         "paired": tests,
         "significant_regression": regression,
+        "not_non_inferior": inferior,
         # both sides passed and agree: history counts these nights toward ceiling candidates
         "quiet_cases": sorted(
             v.case_id

@@ -60,6 +60,10 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
     if isinstance(text := paired.get("text"), str):
         gates = "significant_regression" in strings_of(summary.get("fail_on"))
         lines.append(f"  paired: {text}{' (gates: fail_on)' if gates else ''}")
+    claim = mapping_of(paired.get("non_inferiority"))
+    if isinstance(text := claim.get("text"), str):
+        gates = "not_non_inferior" in strings_of(summary.get("fail_on"))
+        lines.append(f"  non-inferiority: {text}{' (gates: fail_on)' if gates else ''}")
     lines.extend(f"  {line}" for line in side_lines(summary))
     if summary.get("parent_finished") is False:
         lines.append(
