@@ -5,9 +5,12 @@ cassette for a `recorded` reference and candidate, runs `parallax run` in-proces
 the paired test from summary.json. The candidate's true pass rate is `--drop` lower (it fails
 cases the reference passes), and every sample of both sides flips pass/fail with probability
 `--flip`. Prints the rate at which `significant_regression` was flagged with and without a
-true difference.
+true difference. With `--margin`, also how often the candidate was called non-inferior at that
+margin with no true difference (the claim's power) and when it is truly worse by exactly the
+margin (a wrong claim: at most about `--alpha`).
 
     python sim/power.py --nights 200            # the README's figures
+    python sim/power.py --nights 200 --margin 0.05
     python sim/power.py --nights 3 --cases 60   # a smoke run
 """
 
@@ -26,7 +29,7 @@ STRATA = ("easy", "medium", "stretch")
 BASE_PASS = {"easy": 0.95, "medium": 0.8, "stretch": 0.4}
 
 
-def write_suite(root: Path, cases: int, samples: int, alpha: float) -> None:
+def write_suite(root: Path, cases: int, samples: int, alpha: float, margin: float | None) -> None:
     rows = [
         {
             "id": f"c{i:04d}",
@@ -60,6 +63,11 @@ samples = {samples}
 alpha = {alpha}
 fail_on = ["significant_regression"]
 """
+        + (
+            ""
+            if margin is None
+            else f"[suites.sim.thresholds]\nnon_inferiority_margin = {margin}\n"
+        )
     )
 
 
@@ -87,24 +95,27 @@ def write_night(
     (root / "cassette.jsonl").write_text("\n".join(lines) + "\n")
 
 
-def flagged_rate(args: argparse.Namespace, drop: float, seed: int) -> tuple[float, int]:
+def flagged_rate(args: argparse.Namespace, drop: float, seed: int) -> tuple[float, float]:
+    """The rates of nights flagged as a significant regression and claimed non-inferior."""
     from runner import logs
     from runner.config import load_config
     from runner.runs.run import run_suite
 
     logs.configure(json=True)
     rng = random.Random(seed)
-    flagged = 0
+    flagged = claimed = 0
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        write_suite(root, args.cases, args.samples, args.alpha)
+        write_suite(root, args.cases, args.samples, args.alpha, args.margin)
         for _ in range(args.nights):
             ref, cand = truth(args.cases, drop, rng)
             write_night(root, ref, cand, args.samples, args.flip, rng)
             run_dir, _, summary = run_suite(load_config(root / "parallax.toml"), "sim")
             flagged += bool(summary["significant_regression"])
+            claim = summary["paired"]["overall"]["non_inferiority"] or {}
+            claimed += claim.get("claim") == "non_inferior"
             shutil.rmtree(run_dir)  # each night stands alone; keep the runs dir small
-    return flagged / args.nights, args.nights
+    return flagged / args.nights, claimed / args.nights
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,16 +127,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drop", type=float, default=0.10)
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--margin", type=float, default=None)
     args = parser.parse_args(argv)
     import contextlib
     import io
 
     started = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        power, n = flagged_rate(args, args.drop, args.seed)
-        false_alarms, _ = flagged_rate(args, 0.0, args.seed + 1)
-    result = {
-        "nights": n,
+        power, _ = flagged_rate(args, args.drop, args.seed)
+        false_alarms, claim_power = flagged_rate(args, 0.0, args.seed + 1)
+        # truly worse by exactly the margin: every claim of non-inferiority is a wrong one
+        wrong_claims = (
+            None if args.margin is None else flagged_rate(args, args.margin, args.seed + 2)[1]
+        )
+    result: dict[str, object] = {
+        "nights": args.nights,
         "cases": args.cases,
         "samples": args.samples,
         "flip": args.flip,
@@ -133,8 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         "alpha": args.alpha,
         "power": power,
         "false_alarm_rate": false_alarms,
-        "seconds": round(time.perf_counter() - started, 1),
     }
+    if args.margin is not None:
+        result |= {
+            "margin": args.margin,
+            "non_inferior_at_no_difference": claim_power,
+            "non_inferior_at_margin": wrong_claims,
+        }
+    result["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(result))
     return 0
 

@@ -242,7 +242,8 @@ def test_report_and_history_say_the_test_and_the_floor_in_words(tmp_path: Path) 
 
 
 def test_power_simulation_runs_and_flags_a_large_drop() -> None:
-    """sim/power.py drives real runs; a 30-point drop on 90 cases is flagged every night."""
+    """sim/power.py drives real runs; a 30-point drop on 90 cases is flagged every night, and
+    with a margin it reports how often non-inferiority was claimed, rightly and wrongly."""
     import subprocess
     import sys
 
@@ -257,6 +258,8 @@ def test_power_simulation_runs_and_flags_a_large_drop() -> None:
             "90",
             "--drop",
             "0.3",
+            "--margin",
+            "0.05",
         ],
         capture_output=True,
         text=True,
@@ -267,6 +270,8 @@ def test_power_simulation_runs_and_flags_a_large_drop() -> None:
     figures = json.loads(result.stdout)
     assert (figures["nights"], figures["power"]) == (3, 1.0)
     assert 0.0 <= figures["false_alarm_rate"] <= 1.0
+    assert figures["margin"] == 0.05
+    assert 0.0 <= figures["non_inferior_at_margin"] <= figures["non_inferior_at_no_difference"]
 
 
 def margin_setup(root: Path, n: int, margin: float, samples: int = 1) -> None:
