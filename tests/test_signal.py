@@ -7,6 +7,7 @@ are narrowed by side and sample, so each sample is its own exchange and outcome 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from runner.config import load_config
+from runner.history import run_dirs
 from runner.runs.run import run_suite
 from runner.snapshot import promote
 
@@ -297,7 +299,8 @@ def test_a_candidate_3_points_worse_is_non_inferior_at_5_points_not_at_1(tmp_pat
     )
     margin_setup(tmp_path, n, 0.05)
     with capture_logs() as events:
-        _, code, summary = run_suite(load_config(tmp_path / "parallax.toml"), "s")
+        first, code, summary = run_suite(load_config(tmp_path / "parallax.toml"), "s")
+    shutil.rmtree(first)  # so the run below is the only one left
     claim = summary["paired"]["overall"]["non_inferiority"]
     assert (code, claim["claim"], summary["not_non_inferior"]) == (0, "non_inferior", False)
     assert claim["text"] == (
@@ -326,7 +329,7 @@ def test_a_candidate_3_points_worse_is_non_inferior_at_5_points_not_at_1(tmp_pat
     ]
     assert (alert["claim"], alert["margin"], alert["gating"]) == ("not_non_inferior", 0.01, True)
     assert alert["bound"] == pytest.approx(-0.046792, abs=1e-6)
-    run_dir = max((tmp_path / "runs" / "s").iterdir(), key=lambda p: p.stat().st_mtime)
+    (run_dir,) = run_dirs(tmp_path / "runs" / "s")
     summary = read(run_dir, "summary.json")
     assert summary["not_non_inferior"] is True
     assert summary["paired"]["overall"]["non_inferiority"]["text"] == words
