@@ -18,7 +18,6 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -35,7 +34,8 @@ from pydantic import (
 from runner.errors import ConfigError, reason_of
 from runner.files import Unreadable, file_problem, read_regular
 from runner.jsontext import MAX_DEPTH, long_integer_line
-from runner.templates import PromptTemplate, load_template, request_sha
+from runner.protocols.wire import Shape
+from runner.templates import load_template, request_sha
 
 ENDPOINT_KINDS = ("recorded", "openai-chat", "anthropic-messages", "http-json")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a page of TOML; a bigger one is the wrong file
@@ -207,60 +207,6 @@ class EndpointConfig(_Strict):
         return name.lower()
 
 
-@dataclass(frozen=True, slots=True)
-class RequestShape:
-    """How one endpoint shapes its requests beyond the case: its templates, compiled once at
-    load, its extra body keys and stream flag, and `request_sha`, the digest that pins them
-    with its protocol, model alias, temperature and max_tokens (`templates.request_sha`).
-
-    `system_prompt` and `user_prompt` are the one rule for what a case is sent: a protocol asks
-    them instead of reading the case's `system` and `prompt` itself.
-    """
-
-    system: PromptTemplate | None
-    user_template: PromptTemplate | None
-    params: Mapping[str, Any]
-    stream: bool
-    request_sha: str
-
-    def system_prompt(
-        self,
-        *,
-        case_id: str,
-        prompt: str | None,
-        system: str | None,
-        vars: Mapping[str, str] | None,
-        path: str,
-        line: int | None,
-    ) -> str | None:
-        """The system prompt sent for a case: the endpoint's system template rendered over it,
-        else the case's own `system` (None: no system prompt). For a `messages` case it is the
-        leading system turn, replaced or added, when the endpoint sets a template."""
-        if self.system is None:
-            return system
-        return self.system.render(
-            case_id=case_id, prompt=prompt, system=system, vars=vars, path=path, line=line
-        )
-
-    def user_prompt(
-        self,
-        *,
-        case_id: str,
-        prompt: str | None,
-        system: str | None,
-        vars: Mapping[str, str] | None,
-        path: str,
-        line: int | None,
-    ) -> str | None:
-        """The user turn sent for a prompt case: the endpoint's user template rendered over it,
-        else the prompt. A `messages` case (prompt None) is sent as written: None."""
-        if self.user_template is None or prompt is None:
-            return prompt
-        return self.user_template.render(
-            case_id=case_id, prompt=prompt, system=system, vars=vars, path=path, line=line
-        )
-
-
 class Thresholds(_Strict):
     """Ceiling-detector thresholds (seed 000's proposals); tune them from your own history."""
 
@@ -324,7 +270,7 @@ class LoadedConfig:
     """A validated config plus where it came from, with paths resolved."""
 
     def __init__(
-        self, path: Path, config: Config, digest: str, shapes: Mapping[str, RequestShape]
+        self, path: Path, config: Config, digest: str, shapes: Mapping[str, Shape]
     ) -> None:
         self.path = path
         self.config = config
@@ -352,7 +298,7 @@ class LoadedConfig:
     def endpoint(self, name: str) -> EndpointConfig:
         return self.config.endpoints[name]
 
-    def shape(self, name: str) -> RequestShape:
+    def shape(self, name: str) -> Shape:
         """An endpoint's templates (compiled when the config loaded), params and request_sha."""
         return self._shapes[name]
 
@@ -509,8 +455,8 @@ def load_config(path: Path) -> LoadedConfig:
     return LoadedConfig(path, config, digest, shapes)
 
 
-def _shape(path: Path, name: str, ep: EndpointConfig) -> RequestShape:
-    """One endpoint's RequestShape: its templates compiled (a template file read relative to
+def _shape(path: Path, name: str, ep: EndpointConfig) -> Shape:
+    """One endpoint's Shape: its templates compiled (a template file read relative to
     the config's folder), its params checked, each refusal named by its dotted key."""
     key = f"endpoints.{name}"
     if ep.kind == "http-json":
@@ -542,7 +488,7 @@ def _shape(path: Path, name: str, ep: EndpointConfig) -> RequestShape:
         max_tokens=ep.max_tokens,
         body_template=ep.body_template,
     )
-    return RequestShape(
+    return Shape(
         system=system, user_template=user, params=ep.params, stream=ep.stream, request_sha=sha
     )
 

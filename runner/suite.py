@@ -10,13 +10,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runner.config import LoadedConfig, RequestShape, Thresholds
+from runner.config import LoadedConfig, Thresholds
 from runner.errors import ConfigError, DataError
 from runner.files import file_problem
 from runner.fixtures import CaseRef, CaseRefs, FixtureFile
 from runner.grading import GraderSet, check_case, load_graders
 from runner.model import SIDES, Case
-from runner.protocols.wire import turns
+from runner.protocols.wire import Shape, turns
 from runner.snapshot import load_snapshot, snapshot_path
 
 
@@ -76,7 +76,7 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
     )
 
 
-def _check_case(case: Case, *, graders: GraderSet, shapes: Sequence[RequestShape]) -> None:
+def _check_case(case: Case, *, graders: GraderSet, shapes: Sequence[Shape]) -> None:
     """What every case must pass before the first call: no key that nothing grades, and each
     side's templates rendered for it by the rule a run sends it with (`wire.turns`: for a
     conversation the template sees its leading system turn), calling nothing. A name the

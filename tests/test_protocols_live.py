@@ -25,11 +25,12 @@ from llmockkit import (
 )
 
 from runner.client import HttpEndpoint
-from runner.config import EndpointConfig, RequestShape, RetryPolicy, Timeouts
+from runner.config import EndpointConfig, RetryPolicy, Timeouts
 from runner.grading import GraderSet
 from runner.jsontext import dumps
 from runner.model import Case, Exchange, Outcome, Reply
 from runner.protocols import read
+from runner.protocols.wire import Shape
 from runner.stamps import stamp
 
 KIND = {Protocol.OPENAI: "openai-chat", Protocol.ANTHROPIC: "anthropic-messages"}
@@ -75,7 +76,7 @@ async def call(
         deadline=deadline,
         retry=retry,
     )
-    shape = RequestShape(None, None, {}, stream, SHA)
+    shape = Shape(None, None, {}, stream, SHA)
     ep = HttpEndpoint("cand", cfg, None, shape=shape)
     try:
         with anyio.fail_after(60):

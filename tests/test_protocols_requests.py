@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from runner.client import HttpEndpoint
-from runner.config import EndpointConfig, RequestShape
+from runner.config import EndpointConfig
 from runner.errors import FixtureError
 from runner.model import Case, Exchange
 from runner.protocols import wire_for
@@ -95,9 +95,9 @@ def shaped(
     params: Mapping[str, Any] | None = None,
     stream: bool = False,
     request_sha: str = "a" * 16,
-) -> RequestShape:
+) -> Shape:
     """An endpoint's request shaping as the config builds it when it loads."""
-    return RequestShape(system, user_template, params or {}, stream, request_sha)
+    return Shape(system, user_template, params or {}, stream, request_sha)
 
 
 def template(source: str, key: str = "endpoints.cand.system") -> PromptTemplate:

@@ -18,13 +18,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from runner.model import Case
 
 if TYPE_CHECKING:  # the config (pydantic) is only a type here
     from runner.config import EndpointConfig
     from runner.protocols.message import Message, StreamFold
+    from runner.templates import PromptTemplate
 
 SYSTEM = "system"
 USER = "user"
@@ -40,23 +41,21 @@ class Kind(StrEnum):
     HTTP_JSON = "http-json"
 
 
-class Shape(Protocol):
-    """How an endpoint shapes its requests beyond the case (the config's request shape)."""
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """How one endpoint shapes its requests beyond the case: its templates, compiled once at
+    load, its extra body keys and stream flag, and `request_sha`, the digest that pins them
+    with its protocol, model alias, temperature and max_tokens (`templates.request_sha`).
 
-    @property
-    def params(self) -> Mapping[str, Any]:
-        """Extra body keys, sent as given."""
-        ...
+    `system_prompt` and `user_prompt` are the one rule for what a case is sent: a protocol asks
+    them instead of reading the case's `system` and `prompt` itself.
+    """
 
-    @property
-    def stream(self) -> bool:
-        """Whether the endpoint asks for an SSE stream."""
-        ...
-
-    @property
-    def request_sha(self) -> str | None:
-        """The digest that pins this shaping (`templates.request_sha`)."""
-        ...
+    system: PromptTemplate | None
+    user_template: PromptTemplate | None
+    params: Mapping[str, Any]
+    stream: bool
+    request_sha: str | None
 
     def system_prompt(
         self,
@@ -68,8 +67,14 @@ class Shape(Protocol):
         path: str,
         line: int | None,
     ) -> str | None:
-        """The system prompt sent: the endpoint's template rendered, else `system`."""
-        ...
+        """The system prompt sent for a case: the endpoint's system template rendered over it,
+        else the case's own `system` (None: no system prompt). For a `messages` case it is the
+        leading system turn, replaced or added, when the endpoint sets a template."""
+        if self.system is None:
+            return system
+        return self.system.render(
+            case_id=case_id, prompt=prompt, system=system, vars=vars, path=path, line=line
+        )
 
     def user_prompt(
         self,
@@ -81,45 +86,17 @@ class Shape(Protocol):
         path: str,
         line: int | None,
     ) -> str | None:
-        """The user turn sent for a prompt case: the endpoint's template rendered, else
-        `prompt`; None for a conversation."""
-        ...
+        """The user turn sent for a prompt case: the endpoint's user template rendered over it,
+        else the prompt. A `messages` case (prompt None) is sent as written: None."""
+        if self.user_template is None or prompt is None:
+            return prompt
+        return self.user_template.render(
+            case_id=case_id, prompt=prompt, system=system, vars=vars, path=path, line=line
+        )
 
 
-class Plain:
-    """The shape of an endpoint that sets none: the case as written, nothing streamed."""
-
-    __slots__ = ()
-    params: Mapping[str, Any] = MappingProxyType({})
-    stream = False
-    request_sha: str | None = None
-
-    def system_prompt(
-        self,
-        *,
-        case_id: str,
-        prompt: str | None,
-        system: str | None,
-        vars: Mapping[str, str] | None,
-        path: str,
-        line: int | None,
-    ) -> str | None:
-        return system
-
-    def user_prompt(
-        self,
-        *,
-        case_id: str,
-        prompt: str | None,
-        system: str | None,
-        vars: Mapping[str, str] | None,
-        path: str,
-        line: int | None,
-    ) -> str | None:
-        return prompt
-
-
-PLAIN = Plain()
+# the shape of an endpoint that sets none: the case as written, nothing streamed
+PLAIN = Shape(None, None, MappingProxyType({}), False, None)
 
 
 @dataclass(frozen=True, slots=True)
