@@ -16,7 +16,7 @@ from runner.client import HttpEndpoint, decide_retry
 from runner.config import EndpointConfig, RetryPolicy, Timeouts
 from runner.grading import GraderSet
 from runner.model import Case, Exchange, Outcome
-from runner.protocols.wire import Plain
+from runner.protocols.wire import Shape
 from runner.stamps import stamp
 
 SSE = {"content-type": "text/event-stream"}
@@ -25,11 +25,8 @@ CASE = Case(id="c1", prompt="Name the SKU.", expect={}, fixture_sha="f" * 16, pa
 NONE = GraderSet.empty()
 
 
-class Streamed(Plain):
-    """The shape of a streaming side: the case as written, a stream asked for."""
-
-    stream = True
-    request_sha = "5" * 16
+# the shape of a streaming side: the case as written, a stream asked for
+STREAMED = Shape(None, None, {}, True, "5" * 16)
 
 
 def cfg(kind: str = "openai-chat", **over: Any) -> EndpointConfig:
@@ -74,7 +71,7 @@ async def call(
         "cand",
         config or cfg(),
         None,
-        shape=Streamed(),
+        shape=STREAMED,
         transport=httpx.MockTransport(handler),
         rng=random.Random(3),
     )
