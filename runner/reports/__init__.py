@@ -1,0 +1,1 @@
+"""The pages parallax renders for people: report.html, report.md and the suite history page."""
