@@ -359,7 +359,7 @@ def _junit(args: argparse.Namespace, run_dirs: list[Path]) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from runner.history import verdict_code_of
-    from runner.report import write_reports
+    from runner.reports.write import write_reports
     from runner.runs.rundir import config_for_run, read_manifest
 
     run_dir = Path(args.run_dir)

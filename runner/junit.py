@@ -32,7 +32,7 @@ from runner.gate import (
 )
 from runner.ledger import write_atomic
 from runner.model import SIDES
-from runner.report import RunReport, build_report
+from runner.reports.model import RunReport, build_report
 from runner.text import visible
 
 FAILURE = frozenset({DISAGREEMENT_CHANGED, ALIAS_SWAP})

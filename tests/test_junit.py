@@ -10,7 +10,7 @@ from reportkit import HOSTILE_SCRIPT, Project, hostile_project
 
 from runner.cli import main
 from runner.junit import junit_xml, write_junit, xml_safe
-from runner.report import build_report
+from runner.reports.model import build_report
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from markupsafe import escape
 
 from runner.config import load_config
-from runner.report import e, md_text
+from runner.reports.markdown import md_text
 
 CONFIG = """\
 runs_dir = "runs"
@@ -166,7 +167,7 @@ def test_a_reference_prompt_edit_is_the_frozen_path_moving(tmp_path: Path) -> No
     line = f"request changed (reference): request_sha {sha['reference']} -> {now} on 3 case(s)"
     assert line in proc.stderr
     assert md_text(line, 200) in (second / "report.md").read_text()
-    assert e(line) in (second / "report.html").read_text()
+    assert escape(line) in (second / "report.html").read_text()
     # once reviewed and promoted, the new request is the accepted one
     assert parallax(root, "promote", second).returncode == 0
     proc, _ = run(root)
@@ -191,7 +192,7 @@ def test_a_candidate_prompt_edit_is_reported_not_gated(tmp_path: Path) -> None:
     line = f"request changed (candidate): request_sha {sha['candidate']} -> {now} on 3 case(s)"
     assert line in proc.stderr
     assert md_text(line, 200) in (second / "report.md").read_text()
-    assert e(line) in (second / "report.html").read_text()
+    assert escape(line) in (second / "report.html").read_text()
 
 
 def test_a_snapshot_without_recorded_requests_is_no_change(tmp_path: Path) -> None:

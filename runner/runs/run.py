@@ -16,7 +16,7 @@ from runner.gate import Folds
 from runner.lock import holds_suite_lock
 from runner.model import Endpoint
 from runner.regrade import heal
-from runner.report import REPORT_FILES, after_run
+from runner.reports.write import REPORT_FILES, after_run
 from runner.runs.calls import build_endpoints, call_all, close_endpoints
 from runner.runs.finalize import finalize
 from runner.runs.mode import RunMode

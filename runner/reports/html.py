@@ -1,0 +1,248 @@
+"""report.html: one self-contained page per run, rendered from templates a piece at a time.
+
+`html_parts` hands the template plain values (and an iterator over the case table, so a
+20,000-case page is never one string or one list in memory); every piece of markup comes from
+`templates/`, where autoescape and `text.visible` handle untrusted text. The page loads nothing:
+its style (and script) are inline and the Content Security Policy names their exact hashes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from markupsafe import Markup
+
+from runner import __version__, usage
+from runner.gate import GATE_CLASSES
+from runner.history import mapping_of, pass_rate_of, strings_of
+from runner.model import SIDES, STRATA
+from runner.reports import trend
+from runner.reports.model import (
+    REVIEW_ORDER,
+    ReplyView,
+    RunReport,
+    incomplete_groups,
+    signal_lines,
+)
+from runner.reports.render import content_security_policy, environment
+from runner.requestsha import REFERENCE, request_lines
+
+VERDICT_COLOURS = {
+    "clean": "#047857",
+    "review": "#b45309",
+    "incomplete": "#475569",
+    "review+incomplete": "#be123c",
+}
+EXCERPT_CAP = 600  # characters of an unscored reply shown beside its stamp
+
+
+def page_assets(script: str = "") -> dict[str, Any]:
+    """The inline style (and script) of a page and the CSP that allows exactly those."""
+    style = (
+        environment()
+        .get_template("report.css")
+        .render(
+            verdict_colours=VERDICT_COLOURS,
+            gate_colours=trend.GATE_COLOURS,
+            other_colour=trend.OTHER_COLOUR,
+        )
+    )
+    return {
+        "style": Markup(style),  # noqa: S704 - our own template's output, hashed as it is
+        "script": Markup(script) if script else None,  # noqa: S704 - the same
+        "csp": content_security_policy(styles=(style,), scripts=(script,) if script else ()),
+    }
+
+
+@dataclass(frozen=True)
+class SideCard:
+    """One side of a case as the case template shows it."""
+
+    side: str
+    model: str
+    transport: Any
+    schema: Any
+    score: float | None
+    misses: tuple[str, ...]
+    reply: ReplyView | None
+    label: str  # what the reply block is: a reply, a raw body, a reply not admitted
+    no_reply: str  # said instead when there is no body
+
+
+@dataclass(frozen=True)
+class CaseCard:
+    """One case in detail, for the `case_detail` macro of `case.html.j2`."""
+
+    case_id: str
+    gate: str
+    stratum: str
+    detail: Any
+    disagreement: tuple[str, ...] | None  # None: not a list in disagreement.json
+    sides: tuple[SideCard, ...]
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+
+def _side_card(rep: RunReport, case_id: str, side: str, view: Mapping[str, Any]) -> SideCard:
+    reply = rep.replies.get((case_id, side))
+    score = view.get("task_score")
+    label = "reply"
+    if reply is not None and reply.kind != "reply":
+        label = f"raw body (HTTP {reply.status})"
+    elif not view.get("admitted"):
+        label = "reply (not admitted)"
+    return SideCard(
+        side=side,
+        model=str(view.get("response_model") or "-"),
+        transport=view.get("transport"),
+        schema=view.get("schema"),
+        score=float(score) if isinstance(score, int | float) else None,
+        misses=_strings(view.get("misses")),
+        reply=reply,
+        label=label,
+        no_reply=str(view.get("detail") or view.get("transport") or "no reply"),
+    )
+
+
+def case_card(rep: RunReport, case_id: str, case: Mapping[str, Any]) -> CaseCard:
+    """What `case_detail` shows of one case of disagreement.json."""
+    delta = case.get("disagreement")
+    return CaseCard(
+        case_id=case_id,
+        gate=str(case.get("gate")),
+        stratum=str(case.get("stratum") or ""),
+        detail=case.get("detail"),
+        disagreement=_strings(delta) if isinstance(delta, list) else None,
+        sides=tuple(_side_card(rep, case_id, s, mapping_of(case.get(s))) for s in SIDES),
+    )
+
+
+def _strata(rep: RunReport) -> list[dict[str, Any]]:
+    strata = mapping_of(rep.summary.get("strata"))
+    alerts = mapping_of(rep.summary.get("stratum_alerts"))
+    cards = []
+    for side in SIDES:
+        rates = mapping_of(strata.get(side))
+        bars = []
+        for name in STRATA:
+            rate = mapping_of(rates.get(name))
+            value = pass_rate_of(rate)
+            n, passed, unadmitted = rate.get("n", 0), rate.get("passed", 0), rate.get("unadmitted")
+            label = f"{value:.0%} · {passed} of n={n}" if value is not None else f"no rows (n={n})"
+            if unadmitted:
+                label += f" · {unadmitted} unscored"
+            width = round(value * 100, 1) if value is not None else 0
+            bars.append(
+                {
+                    "name": name,
+                    "width": width,
+                    "colour": trend.STRATUM_COLOURS[name],
+                    "label": label,
+                }
+            )
+        cards.append({"side": side, "bars": bars, "alerts": strings_of(alerts.get(side))})
+    return cards
+
+
+def _incomplete(rep: RunReport) -> list[dict[str, Any]]:
+    groups = []
+    for stamp_, rows in incomplete_groups(rep).items():
+        cases = []
+        for case_id, case in rows:
+            cells = []
+            for side in SIDES:
+                view = mapping_of(case.get(side))
+                reply = rep.replies.get((case_id, side))
+                excerpt = None
+                if reply is not None and reply.text and not view.get("admitted"):
+                    excerpt = reply.text[:EXCERPT_CAP]
+                cells.append(
+                    {
+                        "transport": view.get("transport"),
+                        "schema": view.get("schema"),
+                        "detail": view.get("detail"),
+                        "excerpt": excerpt,
+                    }
+                )
+            cases.append({"id": case_id, "gate": str(case.get("gate")), "cells": cells})
+        total = rep.totals.get(stamp_, len(rows))
+        groups.append({"stamp": stamp_, "total": total, "hidden": total - len(rows), "rows": cases})
+    return groups
+
+
+def _models(rep: RunReport) -> list[dict[str, Any]]:
+    served = mapping_of(rep.summary.get("served_models"))
+    endpoints = mapping_of(rep.manifest.get("endpoints"))
+    rows = []
+    for side in SIDES:
+        ep = mapping_of(endpoints.get(side))
+        rows.append(
+            {
+                "side": side,
+                "endpoint": ep.get("name") or "-",
+                "model": ep.get("model") or "-",
+                "request_sha": ep.get("request_sha") or "-",
+                "served": ", ".join(map(str, strings_of(served.get(side)))) or "-",
+            }
+        )
+    return rows
+
+
+def _table(rep: RunReport) -> Iterator[dict[str, Any]]:
+    for case_id, gate, stratum, detail in rep.table():
+        yield {"id": case_id, "gate": gate, "stratum": stratum or "", "detail": detail}
+
+
+def context(rep: RunReport) -> dict[str, Any]:
+    """Everything `report.html.j2` shows, the case table as an iterator."""
+    s = rep.summary
+    review = [case_card(rep, k, v) for k, v in rep.cases_in(REVIEW_ORDER)]
+    counts = mapping_of(s.get("gate_counts"))
+    fail_on = s.get("fail_on")
+    return {
+        **page_assets(),
+        "suite": rep.suite,
+        "verdict": str(s.get("verdict") or "unknown"),
+        "s": s,
+        "run_id": s.get("run_id") or rep.run_dir.name,
+        "gate_chips": [(g, counts.get(g, 0)) for g in GATE_CLASSES],
+        "moved": request_lines(s, REFERENCE),
+        "review": review,
+        "review_total": rep.total(REVIEW_ORDER),
+        "review_hidden": rep.total(REVIEW_ORDER) - len(review),
+        "strata": _strata(rep),
+        "strata_note": s.get("strata_note"),
+        "signal": signal_lines(s),
+        "significant": bool(s.get("significant_regression")),
+        "significant_gates": isinstance(fail_on, list) and "significant_regression" in fail_on,
+        "incomplete": _incomplete(rep),
+        "models": _models(rep),
+        "candidate_changed": request_lines(s, "candidate"),
+        "usage_columns": usage.COLUMNS,
+        "usage_rows": usage.table(s),
+        "gates_chart": trend.gates_chart(rep.trend),
+        "strata_charts": [trend.strata_chart(rep.trend, side) for side in SIDES]
+        if rep.trend
+        else [],
+        "trend_runs": len(rep.trend),
+        "gate_classes": GATE_CLASSES,
+        "retire_after": rep.retire_after,
+        "ceiling": [(c, rep.quiet_runs.get(c, 0)) for c in rep.ceiling],
+        "count": rep.count,
+        "cases": _table(rep),
+        "retired": [str(r) for r in strings_of(s.get("retired"))],
+        "notes": rep.notes,
+        "version": __version__,
+        "generated": datetime.now(UTC).isoformat(timespec="seconds"),
+        "run_dir": str(rep.run_dir),
+    }
+
+
+def html_parts(rep: RunReport) -> Iterator[str]:
+    """The whole report as one self-contained HTML document, in pieces as they render."""
+    return environment().get_template("report.html.j2").generate(context(rep))

@@ -1,0 +1,293 @@
+"""One run as a report sees it: read from the run directory alone, for every page of it.
+
+A report is rendered from summary.json, disagreement.json, manifest.json and raw.jsonl plus
+the suite's earlier run directories for the trend, so `parallax report RUN_DIR` works on a
+copied CI artifact. This module only reads; `html.py` and `markdown.py` render what it read.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.errors import DataError, UsageError
+from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, SCHEMA_MISS, TRANSPORT_MISS
+from runner.history import History, RunRow, ceiling_candidates, load_history, mapping_of, streaks
+from runner.ledger import read_json_map, read_json_object, read_jsonl
+from runner.model import ROW_ERRORS, SIDES, STRATA, Exchange, Response
+from runner.protocols import read
+
+TREND_RUNS = 14
+REPLY_CAP = 6000  # characters of a reply kept for the HTML report
+CALL_CAP = 1000  # characters of one tool call (name and arguments) in report.html
+HTML_TOP_CASES = 200  # cases shown in detail per section of report.html; all are in its table
+REVIEW_ORDER = (DISAGREEMENT_CHANGED, ALIAS_SWAP)
+INCOMPLETE_ORDER = (TRANSPORT_MISS, SCHEMA_MISS)
+
+
+@dataclass(frozen=True)
+class ReplyView:
+    """What one side said for one case (sample 0), as text for a report."""
+
+    text: str | None  # the reply text, or the raw body when it did not parse
+    kind: str  # "reply" (parsed), "body" (raw body, schema failed), "none" (no body)
+    truncated: bool = False
+    status: int | None = None
+    tool_calls: tuple[str, ...] = ()  # each `name(arguments as JSON)`, as the reply made them
+
+
+def call_text(name: str, arguments: Mapping[str, Any]) -> str:
+    """One tool call as people read it: `get_weather({"city": "Oslo"})`."""
+    return f"{name}({json.dumps(arguments, ensure_ascii=False, sort_keys=True)})"
+
+
+@dataclass
+class RunReport:
+    """Everything a rendered report needs, read from a run directory."""
+
+    run_dir: Path
+    summary: Mapping[str, Any]
+    manifest: Mapping[str, Any]
+    cases: Mapping[str, Mapping[str, Any]]  # the cases shown in detail (all when uncapped)
+    replies: dict[tuple[str, str], ReplyView]
+    trend: list[RunRow]
+    retire_after: int | None
+    ceiling: list[str]
+    quiet_runs: dict[str, int]
+    notes: list[str] = field(default_factory=list)
+    history: list[RunRow] = field(default_factory=list)  # the window read, oldest first
+    # how many cases each review gate and each unscored stamp has, shown in detail or not
+    totals: dict[str, int] = field(default_factory=dict)
+    count: int = 0  # cases in disagreement.json
+
+    def table(self) -> Iterator[tuple[str, str, str | None, str]]:
+        """Every case as (id, gate, stratum, detail), read again from disagreement.json as it
+        is written out: at 20,000 cases, held as a list it was the largest part of a report."""
+        for case_id, case in read_json_map(self.run_dir / "disagreement.json", "cases"):
+            if isinstance(case, dict):
+                stratum = case.get("stratum")
+                yield (
+                    case_id,
+                    str(case.get("gate")),
+                    stratum if isinstance(stratum, str) else None,
+                    str(case.get("detail")),
+                )
+
+    @property
+    def suite(self) -> str:
+        return str(self.summary.get("suite") or self.run_dir.parent.name)
+
+    def total(self, sections: Sequence[str]) -> int:
+        """Cases in these review gates or unscored stamps, whether shown in detail or not."""
+        return sum(self.totals.get(s, 0) for s in sections)
+
+    def cases_in(self, gates: Sequence[str]) -> list[tuple[str, Mapping[str, Any]]]:
+        """Cases of the given gate classes, in the order of `gates`, then by id."""
+        rank = {g: i for i, g in enumerate(gates)}
+        chosen = [(k, v) for k, v in self.cases.items() if str(v.get("gate")) in rank]
+        return sorted(chosen, key=lambda kv: (rank[str(kv[1].get("gate"))], kv[0]))
+
+
+def _load_object(path: Path) -> dict[str, Any]:
+    return read_json_object(path, missing="no such file: not a finished parallax run")
+
+
+def _body_text(response: Response) -> str:
+    if response.encoding == "utf-8":
+        return response.body
+    try:
+        return base64.b64decode(response.body, validate=True).decode("utf-8", "replace")
+    except (ValueError, binascii.Error):
+        return f"<{len(response.body)} bytes of base64 that do not decode>"
+
+
+def _cap(text: str, limit: int) -> tuple[str, bool]:
+    return (text, False) if len(text) <= limit else (text[:limit], True)
+
+
+def reply_of(exchange: Exchange) -> ReplyView:
+    """The reply text of one exchange, through the same adapter that stamped it."""
+    response = exchange.response
+    if response is None:
+        return ReplyView(text=None, kind="none")
+    if exchange.transport == "ok":
+        reply = read(
+            exchange.adapter,
+            response,
+            expects_json=False,
+            answer_pointer=exchange.answer_pointer,
+        ).reply
+        if reply is not None:
+            text, cut = _cap(reply.text, REPLY_CAP)
+            calls = tuple(
+                _cap(call_text(c.name, c.arguments), CALL_CAP)[0] for c in reply.tool_calls
+            )
+            return ReplyView(text, "reply", cut, response.status, calls)
+    text, cut = _cap(_body_text(response), REPLY_CAP)
+    return ReplyView(text=text, kind="body", truncated=cut, status=response.status)
+
+
+def read_replies(
+    run_dir: Path, wanted: Collection[str] | None = None
+) -> tuple[dict[tuple[str, str], ReplyView], list[str]]:
+    """Sample 0's reply per (case, side) from raw.jsonl; unreadable rows become notes."""
+    replies: dict[tuple[str, str], ReplyView] = {}
+    notes: list[str] = []
+    path = run_dir / "raw.jsonl"
+    if not path.exists():
+        return replies, [f"{path.name}: missing; replies are not shown"]
+    if wanted is not None and not wanted:
+        return replies, notes
+    try:
+        for line_no, row in read_jsonl(path):
+            if not isinstance(row, dict) or row.get("sample", 0) != 0:
+                continue
+            if wanted is not None and row.get("case_id") not in wanted:
+                continue
+            try:
+                exchange = Exchange.from_json(row)
+            except ROW_ERRORS:
+                notes.append(f"{path.name}:{line_no}: not an exchange; skipped")
+                continue
+            replies[(exchange.case_id, exchange.side)] = reply_of(exchange)
+    except DataError as exc:
+        notes.append(f"{exc}; replies after it are not shown")
+    return replies, notes
+
+
+def history_window(trend_runs: int, retire_after: int | None) -> int:
+    """How many runs back a report reads: the trend, or a full streak plus the run before."""
+    return max(trend_runs, (retire_after or 0) + 1)
+
+
+def _wants_detail(case: Mapping[str, Any]) -> str | None:
+    """The section a case is shown in detail in: a review gate, an unscored stamp, or none."""
+    gate = str(case.get("gate"))  # a hand-edited map may hold anything here
+    if gate in INCOMPLETE_ORDER or not case.get("admitted", True):
+        return _stamp_of(case)
+    return gate if gate in REVIEW_ORDER else None
+
+
+def read_cases(
+    path: Path, top: int | None
+) -> tuple[dict[str, Mapping[str, Any]], dict[str, int], int]:
+    """Stream disagreement.json: the cases to show in detail, section totals, the case count.
+
+    With `top`, each review gate and each unscored stamp keeps its first `top` cases by id
+    (the map is sorted by id), so a report's memory does not grow with the suite.
+    """
+    cases: dict[str, Mapping[str, Any]] = {}
+    totals: dict[str, int] = {}
+    count = 0
+    for case_id, case in read_json_map(path, "cases"):
+        if not isinstance(case, dict):
+            continue
+        count += 1
+        section = _wants_detail(case)
+        if section is not None:
+            totals[section] = totals.get(section, 0) + 1
+        if top is None or (section is not None and totals[section] <= top):
+            cases[case_id] = case
+    return cases, totals, count
+
+
+def build_report(
+    run_dir: Path,
+    *,
+    retire_after: int | None = None,
+    trend_runs: int = TREND_RUNS,
+    top: int | None = HTML_TOP_CASES,
+) -> RunReport:
+    """Read a finished run directory (and its suite's earlier runs) into a RunReport.
+
+    `top` caps the cases shown in detail per section; None keeps every case (JUnit).
+    """
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: no such run directory")  # as replay and promote say
+    if not (run_dir / "manifest.json").exists() and not (run_dir / "summary.json").exists():
+        raise UsageError(f"{run_dir}: not a parallax run directory (no manifest.json)")
+    summary = _load_object(run_dir / "summary.json")
+    try:
+        manifest: Mapping[str, Any] = _load_object(run_dir / "manifest.json")
+    except DataError:
+        manifest = {}
+    path = run_dir / "disagreement.json"
+    if not path.exists():
+        raise DataError(path, "no such file: not a finished parallax run")
+    cases, totals, count = read_cases(path, top)
+    # replies are shown only for the cases that need review and the unscored ones
+    wanted = {k for k, v in cases.items() if _wants_detail(v) is not None}
+    replies, notes = read_replies(run_dir, wanted)
+    # a bounded window: the trend and a ceiling streak never need more, and a year of nightly
+    # runs must not make every report read the whole history
+    history: History = load_history(
+        run_dir.parent, until=run_dir.name, last=history_window(trend_runs, retire_after)
+    )
+    notes.extend(history.notes)
+    ceiling = ceiling_candidates(history.rows, retire_after) if retire_after else []
+    return RunReport(
+        history=history.rows,
+        run_dir=run_dir,
+        summary=summary,
+        manifest=manifest,
+        cases=cases,
+        replies=replies,
+        trend=history.rows[-trend_runs:],
+        retire_after=retire_after,
+        ceiling=ceiling,
+        quiet_runs=streaks(history.rows),
+        notes=notes,
+        totals=totals,
+        count=count,
+    )
+
+
+def _stamp_of(case: Mapping[str, Any]) -> str:
+    """`transport: timeout` or `schema: not_json`, from the first side that failed."""
+    for side in SIDES:
+        view = mapping_of(case.get(side))
+        if view.get("transport") not in (None, "ok"):
+            return f"transport: {view.get('transport')}"
+    for side in SIDES:
+        view = mapping_of(case.get(side))
+        if view.get("schema") not in (None, "ok"):
+            detail = str(view.get("detail") or view.get("schema"))
+            return f"schema: {detail.split(':', maxsplit=1)[0]}"
+    return "unscored"
+
+
+def incomplete_groups(rep: RunReport) -> dict[str, list[tuple[str, Mapping[str, Any]]]]:
+    """Unscoreable cases grouped by their stamp, so one outage reads as one line."""
+    groups: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+    for case_id, case in sorted(rep.cases.items()):
+        if case.get("gate") in INCOMPLETE_ORDER or not case.get("admitted", True):
+            groups.setdefault(_stamp_of(case), []).append((case_id, case))
+    return dict(sorted(groups.items()))
+
+
+def signal_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The paired test and the noise floor in words, one line each (plain text, unescaped)."""
+    lines = []
+    paired = mapping_of(summary.get("paired"))
+    for scope in ("overall", *STRATA):
+        test = mapping_of(paired.get(scope))
+        if test.get("text"):
+            lines.append(str(test["text"]))
+    # the release question is asked of the whole suite: its answer overall only
+    claim = mapping_of(mapping_of(paired.get("overall")).get("non_inferiority"))
+    if claim.get("text"):
+        lines.append(f"non-inferiority: {claim['text']}")
+    floor = mapping_of(summary.get("noise_floor"))
+    for scope in ("overall", *STRATA):
+        row = mapping_of(floor.get(scope))
+        if row.get("n"):
+            lines.append(
+                f"noise floor ({scope}): the reference disagreed with itself on "
+                f"{row.get('disagreeing')} of {row.get('n')} cases"
+            )
+    return lines

@@ -1,0 +1,60 @@
+"""Writing a run's reports into its directory, and `run`'s last step that does it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from runner.errors import UsageError
+from runner.files import check_writable
+from runner.history import ceiling_candidates
+from runner.ledger import write_atomic
+from runner.reports.html import html_parts
+from runner.reports.markdown import render_markdown
+from runner.reports.model import RunReport, build_report
+
+REPORT_FILES = ("report.html", "report.md")  # written into the run directory
+
+
+def write_reports(run_dir: Path, *, retire_after: int | None = None) -> RunReport:
+    """Render report.html and report.md into the run directory; return what was rendered."""
+    check_writable(run_dir, REPORT_FILES, action="write its reports here")
+    rep = build_report(run_dir, retire_after=retire_after)
+    _write_text(run_dir / "report.html", html_parts(rep))
+    _write_text(run_dir / "report.md", [render_markdown(rep)])
+    return rep
+
+
+def _write_text(path: Path, parts: Iterable[str]) -> None:
+    try:
+        write_atomic(path, (part.encode("utf-8") for part in parts))
+    except OSError as exc:  # checked writable just before: a full disk, a name taken since
+        raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def after_run(run_dir: Path, *, retire_after: int, log: Any) -> None:
+    """`run`'s last step: write the reports and raise alert.ceiling_candidates when it grew."""
+    from runner import logs
+
+    try:
+        rep = write_reports(run_dir, retire_after=retire_after)
+    except Exception as exc:  # a report must never cost the run its verdict or exit code
+        log.error(  # noqa: TRY400 - a structlog event: the error goes in fields
+            logs.REPORT_FAILED, error=f"{type(exc).__name__}: {exc}", run_dir=str(run_dir)
+        )
+        return
+    rows = rep.history
+    if not rows or rows[-1].run_dir != run_dir or not rows[-1].counts_as_night:
+        return
+    before = set(ceiling_candidates(rows[:-1], retire_after))
+    now = rep.ceiling
+    new = sorted(set(now) - before)
+    if new:
+        log.warning(
+            logs.ALERT_CEILING_CANDIDATES,
+            count=len(now),
+            case_ids=now,
+            new=new,
+            retire_after=retire_after,
+        )

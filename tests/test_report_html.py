@@ -1,0 +1,82 @@
+"""report.html as a page: its CSP allows exactly its own inline style and nothing else."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+import pytest
+from reportkit import hostile_project
+
+from runner.reports.render import source_hash
+
+
+class _Page(HTMLParser):
+    """Start tags with their attributes, and the text of each <style> and <script>."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.inline: dict[str, list[str]] = {"style": [], "script": []}
+        self._open: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        if tag in self.inline:
+            self._open = tag
+            self.inline[tag].append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == self._open:
+            self._open = None
+
+    def handle_data(self, data: str) -> None:
+        if self._open:
+            self.inline[self._open][-1] += data
+
+
+def parse(text: str) -> _Page:
+    page = _Page()
+    page.feed(text)
+    page.close()
+    return page
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> _Page:
+    _, run_dir = hostile_project(tmp_path_factory.mktemp("hostile"))
+    return parse((run_dir / "report.html").read_text(encoding="utf-8"))
+
+
+def _csp(page: _Page) -> dict[str, list[str]]:
+    [meta] = [a for t, a in page.tags if t == "meta" and a.get("http-equiv")]
+    directives = [d.split() for d in str(meta["content"]).split(";") if d.strip()]
+    return {d[0]: d[1:] for d in directives}
+
+
+def test_csp_names_the_hash_of_the_one_inline_style(hostile: _Page) -> None:
+    """style-src lists the sha256 of the page's only <style>, exactly as it is in the file."""
+    [style] = hostile.inline["style"]
+    expected = [source_hash(style)]
+    actual = _csp(hostile)["style-src"]
+    assert expected == actual
+
+
+def test_csp_forbids_everything_else(hostile: _Page) -> None:
+    """No script without a hash, no fetch, no base or form target, nothing by default."""
+    csp = _csp(hostile)
+    expected = (["'none'"], ["'none'"], ["'none'"], ["'none'"])
+    actual = (csp["default-src"], csp["connect-src"], csp["base-uri"], csp["form-action"])
+    assert expected == actual
+    assert csp["script-src"] == ([source_hash(s) for s in hostile.inline["script"]] or ["'none'"])
+
+
+def test_no_element_has_a_style_attribute_or_a_handler(hostile: _Page) -> None:
+    """The CSP would block inline style="" and on* handlers, so the page uses neither."""
+    expected: list[tuple[str, str]] = []
+    actual = [
+        (tag, name)
+        for tag, attrs in hostile.tags
+        for name in attrs
+        if name == "style" or name.startswith("on")
+    ]
+    assert expected == actual
