@@ -65,7 +65,10 @@ _COMMAND_EXIT_CODES = {
     "health": "  0   the daemon runs with a fresh heartbeat; without --config, also when no\n"
     "      daemon was ever started on this host (a one-shot container: nothing to check)\n"
     "  1   it does not\n" + _DATA,
-    "history": "  0   printed\n" + _DATA,
+    "history": "  0   printed (--html: every page written)\n"
+    + _DATA
+    + "  64  also (--html): no finished run of the suite, PATH for more than one suite, or\n"
+    "      a page that cannot be written    65  also: PATH is not a regular file\n",
 }
 
 
@@ -115,8 +118,23 @@ def _add_report_commands(add: Adder, config_help: str) -> None:
     p = add("history", "A row per run, ceiling candidates and served-model changes per suite.")
     p.add_argument("--config", help=config_help)
     p.add_argument("--suite", help="only this suite")
-    p.add_argument("--last", type=int, metavar="N", help="show only the last N runs")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--last",
+        type=int,
+        metavar="N",
+        help="show only the last N runs (a --html page: the last 30 unless told)",
+    )
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    out.add_argument(
+        "--html",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="write the history page instead, runs/<suite>/index.html per suite (or PATH, for "
+        "one suite), and print its path: trends over nights and a row per run linking to its "
+        "report.html",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

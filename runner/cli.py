@@ -22,6 +22,7 @@ from runner.arguments import DEFAULT_CONFIG, GRADE_THRESHOLDS, _Refused, build_p
 from runner.errors import ConfigError, DataError, ParallaxError, UsageError
 
 if TYPE_CHECKING:
+    from runner.config import LoadedConfig
     from runner.shutdown import Shutdown
 
 EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, what a shell reports of a tool whose reader went away
@@ -391,6 +392,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.last is not None and args.last < 0:
         raise UsageError("--last must be 0 or more")
     loaded = load_config(_config_path(args))
+    if args.html is not None:
+        return _history_pages(args, loaded)
     reports = [
         suite_report(
             loaded.runs_dir / name,
@@ -406,6 +409,42 @@ def cmd_history(args: argparse.Namespace) -> int:
     for report in reports:
         for note in report["notes"]:
             print(visible(f"parallax: {report['suite']}: {note}", one_line=True), file=sys.stderr)
+    return 0
+
+
+def _history_pages(args: argparse.Namespace, loaded: LoadedConfig) -> int:
+    """`history --html`: write each suite's page and print where; a suite without a finished
+    run gets no page (a note), and nothing to write at all is a usage error."""
+    from runner.history import load_history
+    from runner.reports.history_page import PAGE_RUNS, page_path, write_page
+    from runner.text import visible
+
+    names = loaded.suite_names(args.suite)
+    if args.html and len(names) > 1:
+        raise UsageError(f"--html {args.html}: a path holds one suite's page; add --suite NAME")
+    written: list[Path] = []
+    for name in names:
+        suite_dir = loaded.runs_dir / name
+        history = load_history(suite_dir, last=PAGE_RUNS if args.last is None else args.last)
+        for note in history.notes:
+            print(visible(f"parallax: {name}: {note}", one_line=True), file=sys.stderr)
+        if not history.rows:
+            if len(names) == 1:
+                raise UsageError(f"{suite_dir}: no finished run of suite {name}; no page written")
+            print(
+                visible(f"parallax: {name}: no finished run, no page", one_line=True),
+                file=sys.stderr,
+            )
+            continue
+        path = Path(args.html) if args.html else page_path(suite_dir)
+        retire_after = loaded.thresholds(name).retire_after
+        written.append(
+            write_page(name, history.rows, path, retire_after=retire_after, notes=history.notes)
+        )
+    if not written:
+        raise UsageError(f"{loaded.runs_dir}: no finished run of any suite; no page written")
+    for path in written:
+        print(path)
     return 0
 
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 import sys
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from runner.gate import GATE_CLASSES
 from runner.ledger import read_json_object
 from runner.model import SIDES, STRATA
 from runner.runs.mode import RunMode
+from runner.runs.names import started_of
 from runner.text import visible
 from runner.usage import trend, trend_line
 
@@ -54,6 +57,9 @@ class RunRow:
     paired: Mapping[str, Any] = field(default_factory=dict)  # the overall paired test
     noise_floor: Mapping[str, Any] = field(default_factory=dict)  # overall self-disagreement
     usage: Mapping[str, Any] = field(default_factory=dict)  # per side: cost, tokens, p50 (`trend`)
+    flaky: int = 0  # cases whose repeated samples disagreed
+    # per side, how many cases were called with another request than the snapshot accepted
+    request_changes: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def counts_as_night(self) -> bool:
@@ -210,7 +216,64 @@ def _row(run_dir: Path, summary: Mapping[str, Any], quiet: frozenset[str] | None
         paired=mapping_of(mapping_of(summary.get("paired")).get("overall")),
         noise_floor=mapping_of(mapping_of(summary.get("noise_floor")).get("overall")),
         usage=trend(summary),
+        flaky=len(strings_of(summary.get("flaky"))),
+        request_changes=_request_changes(mapping_of(summary.get("request_changed"))),
     )
+
+
+def _request_changes(changed: Mapping[str, Any]) -> dict[str, int]:
+    """Per side, the cases summary.json's `request_changed` groups count (unreadable: 0)."""
+    out = {}
+    for side in SIDES:
+        groups = changed.get(side)
+        out[side] = sum(
+            g["count"]
+            for g in (groups if isinstance(groups, list) else ())
+            if isinstance(g, dict) and type(g.get("count")) is int and g["count"] > 0
+        )
+    return out
+
+
+def unique_labels(forms: Sequence[Sequence[str]]) -> list[str]:
+    """Per run, the first of its label forms (shortest first) that no other run shares: two
+    runs in one minute get their seconds, two in one second their short id too. A run's last
+    form must be unique (its directory name) and is kept whatever the others are."""
+    levels = [0] * len(forms)
+    while True:
+        labels = [choices[level] for choices, level in zip(forms, levels, strict=True)]
+        counts = Counter(labels)
+        bumped = False
+        for i, label in enumerate(labels):
+            if counts[label] > 1 and levels[i] < len(forms[i]) - 1:
+                levels[i] += 1
+                bumped = True
+        if not bumped:
+            return labels
+
+
+def _started(row: RunRow) -> datetime | None:
+    """When a run started, in UTC: its summary's `started_at`, else its directory's name."""
+    try:
+        at = datetime.fromisoformat(row.started_at or "")
+    except ValueError:
+        return started_of(row.run_dir.name)
+    return at.astimezone(UTC) if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def run_labels(rows: Sequence[RunRow]) -> list[str]:
+    """The label of each run on a chart or the history page: `MM-DD HH:MM`, unique among
+    `rows` (a run in the same minute as another shows its seconds, then its short id)."""
+    forms = []
+    for row in rows:
+        name = row.run_dir.name
+        at = _started(row)
+        if at is None:
+            forms.append([name])
+            continue
+        seconds = at.strftime("%m-%d %H:%M:%S")
+        short = name.partition("-")[2] or name
+        forms.append([at.strftime("%m-%d %H:%M"), seconds, f"{seconds} {short}", name])
+    return unique_labels(forms)
 
 
 def _order(run_dir: Path) -> tuple[str, int, str]:
@@ -366,6 +429,16 @@ def _short(gate: str) -> str:
     }.get(gate, gate)
 
 
+def _text_labels(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The started column: the UTC second, with the short run id where two runs share one."""
+    forms = []
+    for run in runs:
+        started = (run.get("started_at") or run["run_id"])[:19].replace("T", " ")
+        short = run["run_id"].partition("-")[2] or run["run_id"]
+        forms.append([started, f"{started} {short}", run["run_id"]])
+    return unique_labels(forms)
+
+
 def format_text(report: Mapping[str, Any]) -> str:
     """Human-readable history of one suite: a row per run, then candidates and model changes."""
     lines = [f"suite {report['suite']}  ({report['suite_dir']})"]
@@ -373,14 +446,15 @@ def format_text(report: Mapping[str, Any]) -> str:
     if not runs:
         lines.append("  no finished runs")
     else:
-        head = f"  {'started (UTC)':<20} {'mode':<7} {'exit':>4} "
+        labels = _text_labels(runs)
+        w = max(20, *(len(label) + 1 for label in labels))  # a run id widens the column
+        head = f"  {'started (UTC)':<{w}} {'mode':<7} {'exit':>4} "
         head += " ".join(f"{_short(g):>7}" for g in GATE_CLASSES)
         head += "   reference e/m/s              candidate e/m/s              served"
         lines.append(head)
-        for run in runs:
-            started = (run.get("started_at") or run["run_id"])[:19].replace("T", " ")
+        for run, started in zip(runs, labels, strict=True):
             exit_code = run.get("exit_code")
-            line = f"  {started:<20} {(run.get('mode') or '?'):<7} "
+            line = f"  {started:<{w}} {(run.get('mode') or '?'):<7} "
             line += f"{exit_code if exit_code is not None else '?':>4} "
             line += " ".join(f"{run['gate_counts'].get(g, 0):>7}" for g in GATE_CLASSES)
             for side in SIDES:
@@ -392,13 +466,13 @@ def format_text(report: Mapping[str, Any]) -> str:
             )
             lines.append(line)
             if run.get("paired", {}).get("text"):
-                lines.append(f"  {'':<20} {run['paired']['text']}")
+                lines.append(f"  {'':<{w}} {run['paired']['text']}")
             if line := trend_line(run.get("usage") or {}):
-                lines.append(f"  {'':<20} {line}")
+                lines.append(f"  {'':<{w}} {line}")
             floor = run.get("noise_floor") or {}
             if floor.get("n"):
                 lines.append(
-                    f"  {'':<20} noise floor: reference self-disagreement "
+                    f"  {'':<{w}} noise floor: reference self-disagreement "
                     f"{floor.get('disagreeing', '?')}/{floor['n']}"
                 )
     candidates = report["ceiling_candidates"]
