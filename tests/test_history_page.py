@@ -192,6 +192,14 @@ def test_two_runs_in_one_minute_get_their_seconds(suite: Suite) -> None:
     assert expected[:4] == gate_chart
 
 
+def test_report_trends_label_two_runs_in_one_minute_apart(suite: Suite) -> None:
+    """report.html's trend, drawn by the same charts, labels each run uniquely too."""
+    page = _parse(suite.nights[-1] / "report.html")
+    expected = ["03-01 03:00", "03-02 03:00", "03-03 03:00:05", "03-03 03:00:40"]
+    actual = page.labels[0]  # the gate classes of the runs up to this one
+    assert expected == actual
+
+
 def test_gate_class_counts_are_each_runs(suite: Suite) -> None:
     """Each row shows exactly the gate classes its summary counted, zeros left out."""
     rows = _rows(suite)

@@ -136,7 +136,7 @@ def test_served_models_and_trend_in_html(hostile: Path) -> None:
     actual = (
         "cand-2-&lt;b&gt;preview&lt;/b&gt;" in page,
         "ref-1" in page,
-        len(set(re.findall(r"<title>(\d{8}T\d{6}Z-[0-9a-f]{6}): ", page))),
+        len(set(re.findall(r"<title>[^<(]*\((\d{8}T\d{6}Z-[0-9a-f]{6})\): ", page))),
     )
     assert expected == actual
 

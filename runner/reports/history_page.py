@@ -34,8 +34,8 @@ from runner.history import (
 )
 from runner.ledger import write_atomic
 from runner.model import SIDES, STRATA
-from runner.reports.charts import Chart, charts
 from runner.reports.render import content_security_policy, environment
+from runner.reports.trend import Chart, charts
 
 PAGE_NAME = "index.html"  # in runs/<suite>/, beside the run directories
 PAGE_RUNS = 30  # the runs a page shows unless `history --html --last N` says otherwise
@@ -237,7 +237,8 @@ def render_page(page: Page) -> Iterator[str]:
     css = _css()
     template = environment().get_template("history.html.j2")
     style = Markup(css)  # noqa: S704 - the package's own stylesheet, no untrusted text in it
-    return template.generate(page=page, css=style, csp=content_security_policy(styles=(css,)))
+    csp = content_security_policy(styles=(css,))  # and no script at all
+    return template.generate(page=page, style=style, script=None, csp=csp)
 
 
 def write_page(

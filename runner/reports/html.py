@@ -17,7 +17,7 @@ from markupsafe import Markup
 
 from runner import __version__, usage
 from runner.gate import GATE_CLASSES
-from runner.history import mapping_of, pass_rate_of, strings_of
+from runner.history import mapping_of, pass_rate_of, run_labels, strings_of
 from runner.model import SIDES, STRATA
 from runner.reports import trend
 from runner.reports.model import (
@@ -204,6 +204,7 @@ def context(rep: RunReport) -> dict[str, Any]:
     review = [case_card(rep, k, v) for k, v in rep.cases_in(REVIEW_ORDER)]
     counts = mapping_of(s.get("gate_counts"))
     fail_on = s.get("fail_on")
+    labels = run_labels(rep.trend)
     return {
         **page_assets(),
         "suite": rep.suite,
@@ -225,12 +226,11 @@ def context(rep: RunReport) -> dict[str, Any]:
         "candidate_changed": request_lines(s, "candidate"),
         "usage_columns": usage.COLUMNS,
         "usage_rows": usage.table(s),
-        "gates_chart": trend.gates_chart(rep.trend),
-        "strata_charts": [trend.strata_chart(rep.trend, side) for side in SIDES]
+        "gates_chart": trend.gate_chart(rep.trend, labels),
+        "strata_charts": [(side, trend.rate_chart(rep.trend, labels, side)) for side in SIDES]
         if rep.trend
         else [],
         "trend_runs": len(rep.trend),
-        "gate_classes": GATE_CLASSES,
         "retire_after": rep.retire_after,
         "ceiling": [(c, rep.quiet_runs.get(c, 0)) for c in rep.ceiling],
         "count": rep.count,

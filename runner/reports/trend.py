@@ -1,17 +1,24 @@
-"""The trend charts of a suite's recent runs, as numbers for the `trend.svg.j2` macros.
+"""Trend charts over runs, as geometry a template draws: gate classes, pass rates, noise,
+served models and usage, one column per run, oldest left. report.html's trend and the history
+page draw the same charts.
 
-The geometry is worked out here, where it can be tested as numbers; the SVG markup comes from
-the template, so a run id or a gate class in a tooltip is escaped like any other text.
+Each chart is a `Chart` of plain shapes (rectangles, polylines, dots, texts) with every
+coordinate computed here, where it can be tested as numbers; `templates/trend.svg.j2` turns
+one into an inline SVG, so model names and run ids in a tooltip or a label are escaped by the
+engine like any other text. Columns are labelled by `history.run_labels`, unique among the runs
+shown: two runs in one minute show their seconds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from runner.gate import GATE_CLASSES
 from runner.history import RunRow, mapping_of, pass_rate_of
-from runner.model import STRATA
+from runner.model import SIDES, STRATA
 
 GATE_COLOURS = {
     "new_case": "#7c8db5",
@@ -26,6 +33,10 @@ GATE_COLOURS = {
 }
 OTHER_COLOUR = "#64748b"  # a gate class added later gets a neutral grey, never a crash
 STRATUM_COLOURS = {"easy": "#10b981", "medium": "#3b82f6", "stretch": "#a855f7"}
+SIDE_COLOURS = {"reference": "#475569", "candidate": "#e11d48"}
+# one colour per distinct set of served models, in the order the sets first appear
+MODEL_COLOURS = ("#3b82f6", "#f59e0b", "#10b981", "#a855f7", "#ef4444", "#14b8a6", "#eab308")
+MAX_LABELS = 12  # beyond this many columns, every k-th is labelled (each keeps its tooltip)
 
 
 def colour(gate: str) -> str:
@@ -34,138 +45,349 @@ def colour(gate: str) -> str:
 
 
 @dataclass(frozen=True)
-class Gridline:
+class Tick:
+    """A horizontal grid line and its value, left of the plot."""
+
     y: float
-    label: str
+    text: str
 
 
 @dataclass(frozen=True)
-class Bar:
-    """One gate class's part of one run's stacked bar."""
-
+class Rect:
     x: float
     y: float
-    width: float
-    height: float
+    w: float
+    h: float
     fill: str
     title: str
 
 
 @dataclass(frozen=True)
-class Label:
-    x: float
-    text: str
-
-
-@dataclass(frozen=True)
-class GatesChart:
-    """Stacked bars of gate classes, one bar per run, oldest left."""
-
-    width: int
-    height: int
-    left: int
-    right_x: int
-    gridlines: tuple[Gridline, ...]
-    bars: tuple[Bar, ...]
-    labels: tuple[Label, ...]
-    label_y: int
-
-
-@dataclass(frozen=True)
-class Point:
+class Dot:
     x: float
     y: float
+    fill: str
     title: str
 
 
 @dataclass(frozen=True)
 class Line:
-    """One stratum's pass rate per run: a polyline where two or more runs have one."""
+    """A polyline through `points` ("x,y x,y ..."); a gap in the data starts a new Line."""
 
-    name: str
-    colour: str
-    points: tuple[Point, ...]
-
-    @property
-    def path(self) -> str:
-        return " ".join(f"{p.x:.1f},{p.y:.1f}" for p in self.points)
+    stroke: str
+    points: str
 
 
 @dataclass(frozen=True)
-class Legend:
-    x: int
-    name: str
-    colour: str
+class Label:
+    x: float
+    y: float
+    text: str
+    anchor: str = "middle"
 
 
 @dataclass(frozen=True)
-class StrataChart:
-    """One side's pass rate per stratum per run (gaps where no row was admitted)."""
+class Chart:
+    """One inline SVG: its size, grid, shapes and legend (name, colour)."""
 
-    side: str
+    label: str  # the SVG's aria-label
     width: int
     height: int
     left: int
-    right_x: int
-    gridlines: tuple[Gridline, ...]
-    lines: tuple[Line, ...]
-    legend: tuple[Legend, ...]
+    right: int
+    ticks: tuple[Tick, ...] = ()
+    rects: tuple[Rect, ...] = ()
+    lines: tuple[Line, ...] = ()
+    dots: tuple[Dot, ...] = ()
+    labels: tuple[Label, ...] = ()
+    legend: tuple[tuple[str, str], ...] = ()
+    empty: bool = False  # nothing to draw: the page says so instead
 
 
-def _label(row: RunRow) -> str:
-    stamp_ = row.started_at or row.run_id
-    return stamp_[5:16].replace("T", " ")
+@dataclass
+class _Frame:
+    """A plot area of `n` equal columns inside a `width` x `height` SVG."""
+
+    n: int
+    width: int = 1100
+    height: int = 200
+    left: int = 44
+    right: int = 10
+    top: int = 10
+    bottom: int = 34
+    labels: list[Label] = field(default_factory=list)
+
+    @property
+    def plot_h(self) -> float:
+        return self.height - self.top - self.bottom
+
+    @property
+    def slot(self) -> float:
+        return (self.width - self.left - self.right) / max(1, self.n)
+
+    def x(self, i: int) -> float:
+        """The centre of column `i`."""
+        return self.left + self.slot * (i + 0.5)
+
+    def y(self, frac: float) -> float:
+        return self.top + self.plot_h * (1 - frac)
+
+    def ticks(self, marks: Sequence[tuple[float, str]]) -> tuple[Tick, ...]:
+        """Grid lines at each (share of the height, text)."""
+        return tuple(Tick(round(self.y(frac), 1), text) for frac, text in marks)
+
+    def column_labels(self, names: Sequence[str]) -> tuple[Label, ...]:
+        step = 1 if len(names) <= MAX_LABELS + 4 else -(-len(names) // MAX_LABELS)
+        return tuple(
+            Label(round(self.x(i), 1), self.height - 14, name)
+            for i, name in enumerate(names)
+            if i % step == 0
+        )
+
+    def chart(self, label: str, **parts: Any) -> Chart:
+        return Chart(
+            label=label,
+            width=self.width,
+            height=self.height,
+            left=self.left,
+            right=self.right,
+            **parts,
+        )
 
 
-def gates_chart(rows: Sequence[RunRow], width: int = 1100, height: int = 200) -> GatesChart:
-    """The stacked bars of `rows`; the template says so when there are none."""
-    left, bottom, top = 36, 34, 10
-    plot_w, plot_h = width - left - 10, height - bottom - top
-    most = max(1, *(sum(r.gate_counts.values()) for r in rows)) if rows else 1
-    slot = plot_w / max(1, len(rows))
-    bar_w = min(42.0, slot * 0.7)
-    gridlines = tuple(
-        Gridline(top + plot_h * (1 - frac), str(round(most * frac))) for frac in (0, 0.5, 1)
-    )
-    bars: list[Bar] = []
-    labels: list[Label] = []
-    for i, row in enumerate(rows):
-        x = left + slot * i + (slot - bar_w) / 2
-        y: float = top + plot_h
+def _count_ticks(most: int) -> tuple[tuple[float, str], ...]:
+    """0, a whole half and `most`: a count axis never reads 1.5 cases."""
+    half = most // 2
+    return ((0, "0"), (half / most, str(half)), (1, str(most))) if half else ((0, "0"), (1, "1"))
+
+
+def gate_chart(rows: Sequence[RunRow], labels: Sequence[str]) -> Chart:
+    """Stacked bars of each run's gate classes."""
+    frame = _Frame(len(rows))
+    if not rows:
+        return frame.chart("gate classes per run", empty=True)
+    most = max(1, *(sum(r.gate_counts.values()) for r in rows))
+    bar_w = min(42.0, frame.slot * 0.7)
+    rects = []
+    for i, (row, name) in enumerate(zip(rows, labels, strict=True)):
+        y = frame.y(0)
         for gate in GATE_CLASSES:
             n = row.gate_counts.get(gate, 0)
             if not n:
                 continue
-            h = plot_h * n / most
+            h = frame.plot_h * n / most
             y -= h
-            bars.append(Bar(x, y, bar_w, h, colour(gate), f"{row.run_id}: {gate} {n}"))
-        if len(rows) <= 16 or i % max(1, len(rows) // 12) == 0:
-            labels.append(Label(x + bar_w / 2, _label(row)))
-    return GatesChart(
-        width, height, left, width - 10, gridlines, tuple(bars), tuple(labels), height - 14
+            rects.append(
+                Rect(
+                    round(frame.x(i) - bar_w / 2, 1),
+                    round(y, 1),
+                    round(bar_w, 1),
+                    round(h, 1),
+                    colour(gate),
+                    f"{name} ({row.run_id}): {gate} {n}",
+                )
+            )
+    return frame.chart(
+        "gate classes per run",
+        ticks=frame.ticks(_count_ticks(most)),
+        rects=tuple(rects),
+        labels=frame.column_labels(labels),
+        legend=tuple((g, colour(g)) for g in GATE_CLASSES),
     )
 
 
-def strata_chart(
-    rows: Sequence[RunRow], side: str, width: int = 540, height: int = 180
-) -> StrataChart:
-    """One line per stratum: that side's pass rate per run."""
-    left, bottom, top, right = 36, 24, 10, 10
-    plot_w, plot_h = width - left - right, height - bottom - top
-    step = plot_w / max(1, len(rows) - 1)
-    gridlines = tuple(Gridline(top + plot_h * (1 - frac), f"{frac:.0%}") for frac in (0, 0.5, 1))
-    lines = []
-    for name in STRATA:
-        points = []
-        for i, row in enumerate(rows):
-            rate = mapping_of(row.strata.get(side, {}).get(name))
-            value = pass_rate_of(rate)
-            if value is not None:
-                x = left + (step * i if len(rows) > 1 else plot_w / 2)
-                y = top + plot_h * (1 - value)
-                points.append(Point(x, y, f"{row.run_id}: {name} {value:.0%} (n={rate.get('n')})"))
-        lines.append(Line(name, STRATUM_COLOURS[name], tuple(points)))
-    legend = tuple(
-        Legend(left + 80 * i, name, STRATUM_COLOURS[name]) for i, name in enumerate(STRATA)
+def _series(
+    frame: _Frame,
+    rows: Sequence[RunRow],
+    labels: Sequence[str],
+    named: Sequence[tuple[str, str, Callable[[RunRow], tuple[float, str] | None]]],
+) -> tuple[tuple[Line, ...], tuple[Dot, ...]]:
+    """Per (name, colour, value of a run as (share of the plot's height, tooltip) or None),
+    a line broken where a run has no value, and a dot per value."""
+    lines: list[Line] = []
+    dots: list[Dot] = []
+    for name, ink, value_of in named:
+        run: list[str] = []
+        for i, (row, label) in enumerate(zip(rows, labels, strict=True)):
+            value = value_of(row)
+            if value is None:
+                if len(run) > 1:
+                    lines.append(Line(ink, " ".join(run)))
+                run = []
+                continue
+            frac, text = value
+            x, y = round(frame.x(i), 1), round(frame.y(frac), 1)
+            run.append(f"{x},{y}")
+            dots.append(Dot(x, y, ink, f"{label} ({row.run_id}): {name} {text}"))
+        if len(run) > 1:
+            lines.append(Line(ink, " ".join(run)))
+    return tuple(lines), tuple(dots)
+
+
+def _stratum_rate(side: str, stratum: str) -> Callable[[RunRow], tuple[float, str] | None]:
+    def value_of(row: RunRow) -> tuple[float, str] | None:
+        rate = mapping_of(row.strata.get(side, {}).get(stratum))
+        value = pass_rate_of(rate)
+        return None if value is None else (value, f"{value:.0%} (n={rate.get('n')})")
+
+    return value_of
+
+
+def rate_chart(rows: Sequence[RunRow], labels: Sequence[str], side: str) -> Chart:
+    """One line per stratum: `side`'s pass rate per run (gaps where no row was admitted). An
+    unstratified suite counts every case in `medium`, drawn as one line named `all`."""
+    frame = _Frame(len(rows), width=540, height=190)
+    what = f"{side} pass rates per run"
+    if not rows:
+        return frame.chart(what, empty=True)
+    stratified = any(r.stratified for r in rows)
+    strata = STRATA if stratified else ("medium",)
+    named = [
+        (name if stratified else "all", STRATUM_COLOURS[name], _stratum_rate(side, name))
+        for name in strata
+    ]
+    lines, dots = _series(frame, rows, labels, named)
+    return frame.chart(
+        what,
+        ticks=frame.ticks(((0, "0%"), (0.5, "50%"), (1, "100%"))),
+        lines=lines,
+        dots=dots,
+        labels=frame.column_labels(labels),
+        legend=tuple((name, ink) for name, ink, _ in named),
     )
-    return StrataChart(side, width, height, left, width - right, gridlines, tuple(lines), legend)
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def noise_chart(rows: Sequence[RunRow], labels: Sequence[str]) -> Chart:
+    """Per run, its flaky cases and the cases on which the reference disagreed with itself
+    (the noise floor, where the suite runs a noise check)."""
+    frame = _Frame(len(rows), height=180)
+    what = "noise floor and flaky cases per run"
+
+    def floor(row: RunRow) -> int | None:
+        return _count(row.noise_floor.get("disagreeing"))
+
+    counts = [c for r in rows for c in (r.flaky, floor(r)) if c is not None]
+    if not rows or not any(r.flaky or r.noise_floor for r in rows):
+        return frame.chart(what, empty=True)
+    most = max(1, *counts)
+
+    def flaky(row: RunRow) -> tuple[float, str]:
+        return row.flaky / most, str(row.flaky)
+
+    def disagreeing(row: RunRow) -> tuple[float, str] | None:
+        n = floor(row)
+        return None if n is None else (n / most, f"{n} of {row.noise_floor.get('n')}")
+
+    named = [
+        ("flaky cases", GATE_COLOURS["flaky"], flaky),
+        ("reference self-disagreement", SIDE_COLOURS["reference"], disagreeing),
+    ]
+    lines, dots = _series(frame, rows, labels, named)
+    return frame.chart(
+        what,
+        ticks=frame.ticks(_count_ticks(most)),
+        lines=lines,
+        dots=dots,
+        labels=frame.column_labels(labels),
+        legend=tuple((name, ink) for name, ink, _ in named),
+    )
+
+
+def served_chart(rows: Sequence[RunRow], labels: Sequence[str]) -> Chart:
+    """A lane per side, a block per run coloured by the set of models it served, the models
+    named where the set changes (and at the start)."""
+    lane_h, gap = 26, 12
+    frame = _Frame(len(rows), height=10 + len(SIDES) * (lane_h + gap) + 24, left=90, bottom=24)
+    what = "served models per run"
+    if not rows or not any(r.served_models.get(s) for r in rows for s in SIDES):
+        return frame.chart(what, empty=True)
+    fills: dict[tuple[str, ...], str] = {}
+    rects: list[Rect] = []
+    texts: list[Label] = []
+    for lane, side in enumerate(SIDES):
+        top = 10 + lane * (lane_h + gap)
+        texts.append(Label(frame.left - 8, top + lane_h / 2 + 4, side, "end"))
+        before: tuple[str, ...] | None = None
+        for i, (row, label) in enumerate(zip(rows, labels, strict=True)):
+            served = tuple(sorted(row.served_models.get(side) or ()))
+            if not served:
+                continue  # a run that served none is a gap, not a change
+            fill = fills.setdefault(served, MODEL_COLOURS[len(fills) % len(MODEL_COLOURS)])
+            models = ", ".join(served)
+            rects.append(
+                Rect(
+                    round(frame.x(i) - frame.slot / 2, 1),
+                    top,
+                    round(frame.slot, 1),
+                    lane_h,
+                    fill,
+                    f"{label} ({row.run_id}): {side} served {models}",
+                )
+            )
+            if served != before:
+                texts.append(
+                    Label(round(frame.x(i) - frame.slot / 2 + 3, 1), top - 2, models, "start")
+                )
+            before = served
+    return frame.chart(what, rects=tuple(rects), labels=(*texts, *frame.column_labels(labels)))
+
+
+def _money(value: float) -> str:
+    return f"${value:.4f}" if value < 1 else f"${value:.2f}"
+
+
+def usage_chart(rows: Sequence[RunRow], labels: Sequence[str], key: str) -> Chart:
+    """One line per side: its cost (`cost_usd`) or median latency (`latency_p50_ms`) per run,
+    gaps where it is unknown (an unpriced endpoint, missing usage)."""
+    frame = _Frame(len(rows), width=540, height=190)
+    what = {"cost_usd": "cost per run", "latency_p50_ms": "median latency per run"}[key]
+    fmt: Callable[[float], str] = _money if key == "cost_usd" else (lambda v: f"{v:g} ms")
+    values = [
+        v
+        for r in rows
+        for side in SIDES
+        if isinstance(v := mapping_of(r.usage.get(side)).get(key), int | float)
+        and not isinstance(v, bool)
+        and 0 <= v < math.inf
+    ]
+    if not values or not any(values):
+        return frame.chart(what, empty=True)
+    most = float(max(values))
+
+    def of(side: str) -> Callable[[RunRow], tuple[float, str] | None]:
+        def value_of(row: RunRow) -> tuple[float, str] | None:
+            value = mapping_of(row.usage.get(side)).get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return None
+            if not 0 <= value < math.inf:
+                return None
+            return min(1.0, value / most), fmt(float(value))
+
+        return value_of
+
+    named = [(side, SIDE_COLOURS[side], of(side)) for side in SIDES]
+    lines, dots = _series(frame, rows, labels, named)
+    return frame.chart(
+        what,
+        ticks=frame.ticks(((0, fmt(0)), (0.5, fmt(most / 2)), (1, fmt(most)))),
+        lines=lines,
+        dots=dots,
+        labels=frame.column_labels(labels),
+        legend=tuple((name, ink) for name, ink, _ in named),
+    )
+
+
+def charts(rows: Sequence[RunRow], labels: Sequence[str]) -> Mapping[str, Chart]:
+    """Every trend of the history page, by name, over `rows` (the nights, oldest first)."""
+    return {
+        "gates": gate_chart(rows, labels),
+        **{f"rates_{side}": rate_chart(rows, labels, side) for side in SIDES},
+        "noise": noise_chart(rows, labels),
+        "served": served_chart(rows, labels),
+        "cost": usage_chart(rows, labels, "cost_usd"),
+        "latency": usage_chart(rows, labels, "latency_p50_ms"),
+    }
