@@ -11,6 +11,9 @@ from faultserver import BacklogFull, FaultServer, backlog_full, refused_port
 from hypothesis import HealthCheck, settings
 from llmockkit import LlmockPool, LlmockServer, require_llmock
 
+# the `browser` fixture: Debian's chromium through Playwright, once per module
+pytest_plugins = ("browserkit",)
+
 # How long an example or its data takes is the machine's business, not a property under test:
 # no per-example deadline, and slow data generation is no failed health check.
 settings.register_profile("parallax", deadline=None, suppress_health_check=[HealthCheck.too_slow])
