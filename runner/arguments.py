@@ -133,7 +133,7 @@ def _add_report_commands(add: Adder, config_help: str) -> None:
         metavar="PATH",
         help="write the history page instead, runs/<suite>/index.html per suite (or PATH, for "
         "one suite), and print its path: trends over nights and a row per run linking to its "
-        "report.html",
+        "report.html; every finished run rewrites it",
     )
 
 

@@ -150,3 +150,17 @@ def test_bench_smoke(tmp_path: Path) -> None:
     assert stages["validate"] > 0 and stages["regrade"] > 0
     assert result["help_s"] > 0
     assert "parallax / bare" in proc.stdout
+
+
+def test_history_page_bench_smoke() -> None:
+    """bench/history_page.py runs at a tiny size and prints each figure; none is asserted."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "history_page.py"), "--runs", "3", "--cases", "5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    expected = (0, 5)
+    actual = (proc.returncode, len(proc.stdout.splitlines()))
+    assert expected == actual, proc.stderr

@@ -451,3 +451,63 @@ def test_build_page_draws_no_trend_without_nights(tmp_path: Path) -> None:
     assert expected == actual
     path = write_page("s", rows, tmp_path / "index.html", retire_after=None)
     assert _parse(path).rows[0].attrs["data-mode"] == "replay"
+
+
+def _without_stamp(path: Path) -> str:
+    return re.sub(r"Written [0-9T:+-]+\.", "", path.read_text(encoding="utf-8"))
+
+
+def test_a_finished_run_rewrites_the_page(suite: Suite, tmp_path: Path) -> None:
+    """The page a run (or replay) leaves is the page `history --html` writes afterwards."""
+    index = suite.dir / "index.html"
+    left = _without_stamp(index)  # `history --html` in the fixture wrote it; a run rewrites it
+    index.unlink()
+    with _at("2026-03-05T03:00:00"):
+        project_run = main(["replay", str(suite.nights[0]), "--config", str(suite.project.config)])
+    by_run = _without_stamp(index)
+    assert main(["history", "--html", "--config", str(suite.project.config)]) == 0
+    expected = (True, by_run, True)
+    actual = (project_run in (0, 1, 2, 3), _without_stamp(index), left != by_run)
+    assert expected == actual
+    assert len(_parse(index).rows) == len(suite.nights) + 2
+
+
+def test_a_run_reads_each_earlier_run_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its report and the history page come from one read of the window: no run dir twice."""
+    import runner.history
+
+    project = Project(tmp_path)
+    for day in (1, 2, 3):
+        _night(project, f"2026-03-0{day}T03:00:00")
+    reads: list[str] = []
+    real = runner.history.read_run
+
+    def counting(run_dir: Path) -> Any:
+        reads.append(run_dir.name)
+        return real(run_dir)
+
+    monkeypatch.setattr(runner.history, "read_run", counting)
+    last = _night(project, "2026-03-04T03:00:00")
+    expected = (sorted(p.name for p in run_dirs(project.root / "runs" / "s")), True)
+    actual = (sorted(reads), last.name in (tmp_path / "runs" / "s" / "index.html").read_text())
+    assert expected == actual
+
+
+def test_a_page_that_cannot_be_written_costs_the_run_nothing(tmp_path: Path) -> None:
+    """A folder where index.html should be: report.failed is logged, the run keeps its
+    verdict and its own reports."""
+    from structlog.testing import capture_logs
+
+    project = Project(tmp_path)
+    (tmp_path / "runs" / "s" / "index.html").mkdir(parents=True)
+    with capture_logs() as logs:
+        run_dir, code, summary = project.run()
+    failed = [e for e in logs if e["event"] == "report.failed"]
+    expected = (summary["exit_code"], 1, True, True)
+    actual = (
+        code,
+        len(failed),
+        "index.html" in failed[0]["error"],
+        (run_dir / "report.html").is_file(),
+    )
+    assert expected == actual

@@ -39,6 +39,7 @@ from runner.reports.trend import Chart, charts
 
 PAGE_NAME = "index.html"  # in runs/<suite>/, beside the run directories
 PAGE_RUNS = 30  # the runs a page shows unless `history --html --last N` says otherwise
+CEILING_SHOWN = 200  # candidates listed by id; `parallax history` lists them all
 REPORT = "report.html"
 
 
@@ -98,7 +99,8 @@ class Page:
     charts: Mapping[str, Chart]
     changes: tuple[Mapping[str, Any], ...]  # history.model_changes, oldest first, labelled
     retire_after: int | None  # None: not known (no config), no ceiling candidates shown
-    ceiling: tuple[tuple[str, int], ...]  # (case id, nights quiet)
+    ceiling: tuple[tuple[str, int], ...]  # (case id, nights quiet), the first CEILING_SHOWN
+    ceiling_total: int
     notes: tuple[str, ...]
     generated_at: str
 
@@ -205,6 +207,7 @@ def build_page(
     nights = [row for row in rows if row.counts_as_night]
     changes = model_changes(rows)
     quiet = streaks(rows)
+    ceiling = ceiling_candidates(rows, retire_after) if retire_after else []
     changed = {(c["run_id"], c["side"]) for c in changes}
     by_id = {row.run_id: label_of[row.run_dir] for row in nights}
     return Page(
@@ -218,9 +221,8 @@ def build_page(
         charts=charts(nights, [label_of[row.run_dir] for row in nights]),
         changes=tuple({**c, "label": by_id.get(c["run_id"], c["run_id"])} for c in changes),
         retire_after=retire_after,
-        ceiling=tuple((case, quiet[case]) for case in ceiling_candidates(rows, retire_after or 0))
-        if retire_after
-        else (),
+        ceiling=tuple((case, quiet[case]) for case in ceiling[:CEILING_SHOWN]),
+        ceiling_total=len(ceiling),
         notes=tuple(notes),
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )

@@ -61,6 +61,7 @@ class RunReport:
     quiet_runs: dict[str, int]
     notes: list[str] = field(default_factory=list)
     history: list[RunRow] = field(default_factory=list)  # the window read, oldest first
+    history_notes: list[str] = field(default_factory=list)  # the run dirs it could not read
     # how many cases each review gate and each unscored stamp has, shown in detail or not
     totals: dict[str, int] = field(default_factory=dict)
     count: int = 0  # cases in disagreement.json
@@ -160,9 +161,10 @@ def read_replies(
     return replies, notes
 
 
-def history_window(trend_runs: int, retire_after: int | None) -> int:
-    """How many runs back a report reads: the trend, or a full streak plus the run before."""
-    return max(trend_runs, (retire_after or 0) + 1)
+def history_window(trend_runs: int, retire_after: int | None, page_runs: int = 0) -> int:
+    """How many runs back a report reads: the trend, or a full streak plus the run before, or
+    the runs of the history page a finished run rewrites from the same window."""
+    return max(trend_runs, (retire_after or 0) + 1, page_runs)
 
 
 def _wants_detail(case: Mapping[str, Any]) -> str | None:
@@ -202,10 +204,12 @@ def build_report(
     retire_after: int | None = None,
     trend_runs: int = TREND_RUNS,
     top: int | None = HTML_TOP_CASES,
+    page_runs: int = 0,
 ) -> RunReport:
     """Read a finished run directory (and its suite's earlier runs) into a RunReport.
 
     `top` caps the cases shown in detail per section; None keeps every case (JUnit).
+    `page_runs` reads at least that many runs back, for the history page.
     """
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: no such run directory")  # as replay and promote say
@@ -226,7 +230,9 @@ def build_report(
     # a bounded window: the trend and a ceiling streak never need more, and a year of nightly
     # runs must not make every report read the whole history
     history: History = load_history(
-        run_dir.parent, until=run_dir.name, last=history_window(trend_runs, retire_after)
+        run_dir.parent,
+        until=run_dir.name,
+        last=history_window(trend_runs, retire_after, page_runs),
     )
     notes.extend(history.notes)
     ceiling = ceiling_candidates(history.rows, retire_after) if retire_after else []
@@ -242,6 +248,7 @@ def build_report(
         ceiling=ceiling,
         quiet_runs=streaks(history.rows),
         notes=notes,
+        history_notes=history.notes,
         totals=totals,
         count=count,
     )

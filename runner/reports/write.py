@@ -10,6 +10,7 @@ from runner.errors import UsageError
 from runner.files import check_writable
 from runner.history import ceiling_candidates
 from runner.ledger import write_atomic
+from runner.reports.history_page import PAGE_RUNS, page_path, write_page
 from runner.reports.html import html_parts
 from runner.reports.markdown import render_markdown
 from runner.reports.model import RunReport, build_report
@@ -17,10 +18,13 @@ from runner.reports.model import RunReport, build_report
 REPORT_FILES = ("report.html", "report.md")  # written into the run directory
 
 
-def write_reports(run_dir: Path, *, retire_after: int | None = None) -> RunReport:
-    """Render report.html and report.md into the run directory; return what was rendered."""
+def write_reports(
+    run_dir: Path, *, retire_after: int | None = None, page_runs: int = 0
+) -> RunReport:
+    """Render report.html and report.md into the run directory; return what was rendered,
+    its history window at least `page_runs` long."""
     check_writable(run_dir, REPORT_FILES, action="write its reports here")
-    rep = build_report(run_dir, retire_after=retire_after)
+    rep = build_report(run_dir, retire_after=retire_after, page_runs=page_runs)
     _write_text(run_dir / "report.html", html_parts(rep))
     _write_text(run_dir / "report.md", [render_markdown(rep)])
     return rep
@@ -34,18 +38,33 @@ def _write_text(path: Path, parts: Iterable[str]) -> None:
 
 
 def after_run(run_dir: Path, *, retire_after: int, log: Any) -> None:
-    """`run`'s last step: write the reports and raise alert.ceiling_candidates when it grew."""
+    """`run`'s last step: write the reports, rewrite the suite's history page from the window
+    the report read, and raise alert.ceiling_candidates when the list grew."""
     from runner import logs
 
     try:
-        rep = write_reports(run_dir, retire_after=retire_after)
+        rep = write_reports(run_dir, retire_after=retire_after, page_runs=PAGE_RUNS)
     except Exception as exc:  # a report must never cost the run its verdict or exit code
         log.error(  # noqa: TRY400 - a structlog event: the error goes in fields
             logs.REPORT_FAILED, error=f"{type(exc).__name__}: {exc}", run_dir=str(run_dir)
         )
         return
     rows = rep.history
-    if not rows or rows[-1].run_dir != run_dir or not rows[-1].counts_as_night:
+    if not rows or rows[-1].run_dir != run_dir:
+        return  # a newer run of the suite finished first: its page is the newer one
+    try:
+        write_page(
+            rep.suite,
+            rows[-PAGE_RUNS:],
+            page_path(run_dir.parent),
+            retire_after=retire_after,
+            notes=rep.history_notes,
+        )
+    except Exception as exc:  # nor must the history page
+        log.error(  # noqa: TRY400 - a structlog event: the error goes in fields
+            logs.REPORT_FAILED, error=f"{type(exc).__name__}: {exc}", run_dir=str(run_dir)
+        )
+    if not rows[-1].counts_as_night:
         return
     before = set(ceiling_candidates(rows[:-1], retire_after))
     now = rep.ceiling
