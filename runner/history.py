@@ -58,6 +58,8 @@ class RunRow:
     noise_floor: Mapping[str, Any] = field(default_factory=dict)  # overall self-disagreement
     usage: Mapping[str, Any] = field(default_factory=dict)  # per side: cost, tokens, p50 (`trend`)
     flaky: int = 0  # cases whose repeated samples disagreed
+    # per side: its calls, those with usage, those whose cost is unknown (missing usage is no 0)
+    calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     # per side, how many cases were called with another request than the snapshot accepted
     request_changes: Mapping[str, int] = field(default_factory=dict)
 
@@ -217,8 +219,27 @@ def _row(run_dir: Path, summary: Mapping[str, Any], quiet: frozenset[str] | None
         noise_floor=mapping_of(mapping_of(summary.get("noise_floor")).get("overall")),
         usage=trend(summary),
         flaky=len(strings_of(summary.get("flaky"))),
+        calls=_calls(mapping_of(mapping_of(summary.get("usage")).get("sides"))),
         request_changes=_request_changes(mapping_of(summary.get("request_changed"))),
     )
+
+
+def _calls(sides: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """Per side of summary.json's `usage`, how many calls, with usage, of unknown cost."""
+    out = {}
+    for side in SIDES:
+        block = mapping_of(sides.get(side))
+        counts = {
+            name: block.get(key)
+            for name, key in (
+                ("calls", "calls"),
+                ("with_usage", "calls_with_usage"),
+                ("cost_unknown", "cost_unknown_calls"),
+            )
+        }
+        if all(type(v) is int and v >= 0 for v in counts.values()):
+            out[side] = {k: int(v) for k, v in counts.items() if isinstance(v, int)}
+    return out
 
 
 def _request_changes(changed: Mapping[str, Any]) -> dict[str, int]:

@@ -511,3 +511,53 @@ def test_a_page_that_cannot_be_written_costs_the_run_nothing(tmp_path: Path) -> 
         (run_dir / "report.html").is_file(),
     )
     assert expected == actual
+
+
+def test_cost_per_side_is_a_trend_and_a_column(tmp_path: Path) -> None:
+    """With prices and usage recorded, each night's cost per side is a dot on the cost trend
+    and a figure in its row; a night without usage is a gap, not a zero."""
+    project = Project(tmp_path, BASE_CASES[:2])
+    text = project.config.read_text(encoding="utf-8")
+    text = text.replace(
+        'cassette = "ref.jsonl"\n',
+        'cassette = "ref.jsonl"\nprice = { input_per_mtok = 0.5, output_per_mtok = 1.5 }\n',
+    ).replace(
+        'cassette = "cand.jsonl"\n',
+        'cassette = "cand.jsonl"\nprice = { input_per_mtok = 3, output_per_mtok = 15 }\n',
+    )
+    project.config.write_text(text, encoding="utf-8")
+    nights = []
+    for day, tokens in ((1, 1000), (2, 2000), (3, 0)):
+        usage = {"prompt_tokens": tokens, "completion_tokens": tokens // 5}
+        row = {"completion": "ok", "usage": usage} if tokens else {"completion": "ok"}
+        project.cassettes(
+            {c["id"]: {**row, "model": "ref-1"} for c in project.cases},
+            {c["id"]: {**row, "model": "cand-1"} for c in project.cases},
+        )
+        nights.append(_night(project, f"2026-03-0{day}T03:00:00"))
+    index = tmp_path / "runs" / "s" / "index.html"
+    page = index.read_text(encoding="utf-8")
+    cost = page[page.index('aria-label="cost per run"') :]
+    cost = cost[: cost.index("</svg>")]
+    dots = re.findall(r"<title>(\d\d-\d\d \d\d:\d\d) \([^)]*\): (\w+) (\$[\d.]+)</title>", cost)
+    # 2 cases x (1000 x 0.5 + 200 x 1.5) = 0.0016; the candidate 2 x (1000 x 3 + 200 x 15) = 0.012
+    expected = [
+        ("03-01 03:00", "reference", "$0.0016"),
+        ("03-02 03:00", "reference", "$0.0032"),
+        ("03-01 03:00", "candidate", "$0.0120"),
+        ("03-02 03:00", "candidate", "$0.0240"),
+    ]
+    assert expected == dots
+    rows = {r.attrs["data-run"]: r for r in _parse(index).rows}
+    cells = [
+        re.sub(r"<[^>]+>", " ", page[page.index('data-run="' + n.name) :].split("</tr>")[0])
+        for n in nights
+    ]
+    expected_cells = [True, True, True]
+    actual_cells = [
+        "candidate: $0.0120, 2400 tokens" in cells[0],
+        "candidate: $0.0240, 4800 tokens" in cells[1],
+        "candidate: cost unknown, no usage" in cells[2],
+    ]
+    assert expected_cells == actual_cells
+    assert len(rows) == 3

@@ -152,16 +152,18 @@ def _usage(row: RunRow) -> tuple[Usage, ...]:
         figures = row.usage.get(side)
         if not isinstance(figures, Mapping):
             continue
-        cost = figures.get("cost_usd")
-        money = f"${cost:.4f}" if isinstance(cost, int | float) else "unpriced"
-        out.append(
-            Usage(
-                side,
-                money,
-                _figure(figures.get("total_tokens")),
-                _figure(figures.get("latency_p50_ms"), " ms"),
-            )
-        )
+        calls = row.calls.get(side, {})
+        cost, tokens = figures.get("cost_usd"), f"{_figure(figures.get('total_tokens'))} tokens"
+        unknown, total = calls.get("cost_unknown", 0), calls.get("calls", 0)
+        if not isinstance(cost, int | float):
+            money = "unpriced"
+        elif total and unknown >= total:
+            money = "cost unknown"  # missing usage is unknown, never $0
+        else:
+            money = f"${cost:.4f}" + (f" (+{unknown} call(s) unknown)" if unknown else "")
+        if calls and not calls.get("with_usage"):
+            tokens = "no usage"
+        out.append(Usage(side, money, tokens, _figure(figures.get("latency_p50_ms"), " ms")))
     return tuple(out)
 
 

@@ -365,7 +365,14 @@ def usage_chart(rows: Sequence[RunRow], labels: Sequence[str], key: str) -> Char
                 return None
             if not 0 <= value < math.inf:
                 return None
-            return min(1.0, value / most), fmt(float(value))
+            text = fmt(float(value))
+            if key == "cost_usd" and (calls := row.calls.get(side)):
+                unknown = calls["cost_unknown"]
+                if unknown >= calls["calls"]:
+                    return None  # no call's cost is known: a gap, never a zero
+                if unknown:
+                    text = f"at least {text} ({unknown} of {calls['calls']} call(s) unknown)"
+            return min(1.0, value / most), text
 
         return value_of
 
