@@ -162,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--retry-unscored",
         metavar="RUN_DIR",
-        help="re-call only the rows stamped transport or schema misses, into a new run dir",
+        help="re-call only the rows stamped transport or schema misses (a budget's cancelled "
+        "ones too), into a new run dir; its budget_usd counts the scored rows it copies",
     )
     p.add_argument("--junit", metavar="PATH", help="also write JUnit XML of the run(s) here")
     p.add_argument(

@@ -46,6 +46,7 @@ import anyio
 import httpx
 
 from runner import logs
+from runner.budget import Meter, refusal
 from runner.config import EndpointConfig, RetryPolicy
 from runner.errors import ConfigError
 from runner.jsontext import dumps
@@ -507,6 +508,7 @@ class HttpEndpoint:
         rng: random.Random | None = None,
         now: Callable[[], float] = anyio.current_time,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        meter: Meter | None = None,
     ) -> None:
         if cfg.kind == "recorded":
             raise ValueError(f"endpoint {name!r} is recorded, not a live HTTP endpoint")
@@ -519,6 +521,7 @@ class HttpEndpoint:
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter, not crypto
         self._now = now
         self._sleep = sleep
+        self._meter = meter  # the run's budget, when it has one
         # the endpoint's served-model header is kept too: replay reads the served model from it
         header = cfg.served_model_header
         self._kept = _KEPT_HEADERS | ({header} if header else frozenset())
@@ -577,17 +580,29 @@ class HttpEndpoint:
         """Send one case with bounded retries; transport trouble comes back as a stamp.
 
         Only cancellation propagates (the engine re-calls such pairs on resume), and a
-        ConfigError when the request could never be sent as configured.
+        ConfigError when the request could never be sent as configured. An attempt the run's
+        budget refuses is not sent, and ends the call `cancelled` (detail `budget`).
         """
         body = self._wire.body(self._cfg, self._shape, case)
         content = dumps(body)  # compact UTF-8 JSON by orjson: the stdlib was 1.6% of a call
         started_at = datetime.now(UTC).isoformat(timespec="milliseconds")
         t0 = time.monotonic()
         attempts: list[Attempt] = []
+        key = (case.id, side, sample)
+        # what each attempt holds of the run's budget: one estimate of this very body
+        estimate = (
+            0 if self._meter is None else self._meter.estimate(content, tools="tools" in body)
+        )
         n = 0
+        result: _Try | None = None
         while True:
             n += 1
-            result = await self._attempt(n, content)
+            # once the budget is spent, an attempt waits for no pacing or concurrency slot
+            spent = self._meter is not None and self._meter.exhausted
+            result = None if spent else await self._attempt(n, content, key, estimate)
+            if result is None:
+                attempts.append(refusal(n))
+                break
             attempts.append(result.attempt)
             decision = decide_retry(
                 n,
@@ -600,6 +615,8 @@ class HttpEndpoint:
             )
             if not decision.retry:
                 break
+            if self._meter is not None:  # it waits out its backoff holding nothing
+                self._meter.retried(key, result.attempt)
             await self._sleep(decision.wait)
         return Exchange(
             case_id=case.id,
@@ -612,13 +629,14 @@ class HttpEndpoint:
             request={"method": "POST", "url": self._url, "body": body},
             attempts=tuple(attempts),
             transport=str(attempts[-1].transport),
-            response=result.response,  # the final attempt's: never an earlier attempt's body
+            # the final attempt's: never an earlier attempt's body (a refused one has none)
+            response=result.response if result is not None else None,
             started_at=started_at,
             elapsed_ms=round((time.monotonic() - t0) * 1000),
             answer_pointer=self._cfg.answer_pointer if self._cfg.kind == "http-json" else None,
             served_model_header=self._cfg.served_model_header,
             stream=self._shape.stream,
-            ttft_ms=result.ttft_ms,
+            ttft_ms=result.ttft_ms if result is not None else None,
             request_sha=self._shape.request_sha,
         )
 
@@ -635,7 +653,19 @@ class HttpEndpoint:
         if slot > now:
             await self._sleep(slot - now)
 
-    async def _attempt(self, n: int, content: bytes) -> _Try:
+    async def _may_send(self, n: int, key: tuple[str, str, int], estimate: int) -> bool:
+        """Whether an attempt that has its concurrency slot goes out: a first one is not
+        sent once a stop came while it waited its turn (NotStarted), and none past the run's
+        budget (False). Reserved last, once it is sure to be sent: a call waiting its turn
+        holds nothing of the budget."""
+        if n == 1 and not may_start():
+            raise NotStarted
+        return self._meter is None or await self._meter.reserve(key, estimate)
+
+    async def _attempt(
+        self, n: int, content: bytes, key: tuple[str, str, int], estimate: int
+    ) -> _Try | None:
+        """One attempt, or None when the run's budget refused it (nothing was sent)."""
         await self._pace()
         cap = self._cfg.max_response_bytes
         status: int | None = None
@@ -651,8 +681,8 @@ class HttpEndpoint:
         except anyio.WouldBlock:
             await self._limiter.acquire()
         try:
-            if n == 1 and not may_start():  # a stop came while it waited its turn: not sent
-                raise NotStarted
+            if not await self._may_send(n, key, estimate):
+                return None
             begun = self._now()
             t0 = time.monotonic()
             try:

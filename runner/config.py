@@ -235,6 +235,7 @@ class SuiteConfig(_Strict):
         default_factory=list
     )
     alpha: float = Field(0.05, gt=0, lt=1)  # significance level of the paired test
+    budget_usd: float | None = Field(None, gt=0)  # overrides the top-level budget_usd
 
 
 class Config(_Strict):
@@ -253,6 +254,8 @@ class Config(_Strict):
     serve_misfire_grace_seconds: float = Field(600.0, ge=1)
     serve_heartbeat_seconds: float = Field(15.0, ge=0.01, le=MAX_HEARTBEAT_SECONDS)
     thresholds: Thresholds = Field(default_factory=Thresholds)
+    # the most one run of a suite may spend, in US dollars (`runner.budget`); unset: no cap
+    budget_usd: float | None = Field(None, gt=0)
     endpoints: dict[str, EndpointConfig]
     suites: dict[str, SuiteConfig]
 
@@ -294,6 +297,11 @@ class LoadedConfig:
 
     def thresholds(self, suite: str) -> Thresholds:
         return self.config.suites[suite].thresholds or self.config.thresholds
+
+    def budget_usd(self, suite: str) -> float | None:
+        """The suite's own budget, else the top-level one; None: no cap."""
+        own = self.config.suites[suite].budget_usd
+        return own if own is not None else self.config.budget_usd
 
     def endpoint(self, name: str) -> EndpointConfig:
         return self.config.endpoints[name]
@@ -450,9 +458,36 @@ def load_config(path: Path) -> LoadedConfig:
                 '"not_non_inferior" needs thresholds.non_inferiority_margin '
                 "(in the suite's own [thresholds] table when it has one)",
             )
+        _check_budget(path, config, suite_name)
     digest = hashlib.sha256(raw_bytes).hexdigest()[:16]
     shapes = {name: _shape(path, name, ep) for name, ep in config.endpoints.items()}
     return LoadedConfig(path, config, digest, shapes)
+
+
+def _check_budget(path: Path, config: Config, suite_name: str) -> None:
+    """A budget needs every call's cost bounded before it is made: a price on each endpoint
+    the suite calls, and a reply bounded by `max_tokens` (an http-json body_template sends
+    none). Without either the cap could not be kept, so it is refused, never run unlimited."""
+    suite = config.suites[suite_name]
+    if (suite.budget_usd if suite.budget_usd is not None else config.budget_usd) is None:
+        return
+    where = f"suites.{suite_name}.budget_usd" if suite.budget_usd is not None else "budget_usd"
+    for side in ("reference", "candidate"):
+        name = getattr(suite, side)
+        endpoint = config.endpoints[name]
+        if endpoint.price is None:
+            raise ConfigError(
+                path,
+                f"endpoints.{name}.price",
+                f"required by {where}: a budget cannot count the cost of a call without a price",
+            )
+        if endpoint.kind == "http-json":
+            raise ConfigError(
+                path,
+                f"endpoints.{name}.kind",
+                f"an http-json endpoint cannot run under {where}: its body_template sends no "
+                "max_tokens, so no call's cost is bounded before it is made",
+            )
 
 
 def _shape(path: Path, name: str, ep: EndpointConfig) -> Shape:

@@ -56,6 +56,7 @@ ALERT_STRATUM = "alert.stratum"
 ALERT_CEILING_CANDIDATES = "alert.ceiling_candidates"
 ALERT_SIGNIFICANT_REGRESSION = "alert.significant_regression"
 ALERT_NOT_NON_INFERIOR = "alert.not_non_inferior"  # the candidate may be worse than the margin
+ALERT_BUDGET = "alert.budget"  # budget_usd would have been passed: the calls left were not made
 # endpoint behaviour
 ENDPOINT_BACKOFF = "endpoint.backoff"  # AIMD: concurrency cut after a 429
 ENDPOINT_RECOVER = "endpoint.recover"  # AIMD: concurrency grown back

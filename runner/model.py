@@ -96,6 +96,12 @@ class Transport(StrEnum):
     CANCELLED = "cancelled"
 
 
+# The error of an attempt the run's budget kept from being sent (`runner.budget`): its call is
+# stamped `cancelled` with this detail, and the outcome row's detail reads `NOT_SENT_DETAIL`.
+BUDGET = "budget"
+NOT_SENT_DETAIL = f"{Transport.CANCELLED}: {BUDGET}"
+
+
 class Schema(StrEnum):
     """Schema stamp: only given when transport is ok; `skipped` otherwise."""
 

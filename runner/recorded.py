@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import recorded_wire as wire
+from runner.budget import Meter, refusal
 from runner.errors import DataError
 from runner.ledger import read_jsonl
 from runner.model import NOISE, SIDES, Attempt, Case, Exchange, Response, Transport
@@ -193,6 +194,7 @@ class RecordedEndpoint:
         protocol: str | None = None,
         stream: bool = False,
         request_sha: str | None = None,
+        meter: Meter | None = None,
     ) -> None:
         self.name = name
         self._suite = suite
@@ -201,6 +203,7 @@ class RecordedEndpoint:
         self._protocol = protocol or Kind.OPENAI_CHAT.value  # what recorded ones always spoke
         self._stream = stream  # the endpoint's `stream`: a row's own `stream` wins
         self._request_sha = request_sha  # the request its cassette answers, as configured
+        self._meter = meter  # the run's budget, when it has one: a cassette's usage is spent
 
     def _entry(self, case_id: str, side: str, sample: int) -> Mapping[str, Any] | None:
         """The most specific row wins: suite, then side, then sample narrow a match."""
@@ -217,21 +220,29 @@ class RecordedEndpoint:
         if entry is None and (case.completion is not None or case.completion_calls):
             entry = _fixture_reply(case)
         streamed = self._streamed(entry)
-        played = self._replay(case, entry, streamed=streamed)
+        meter = self._meter
+        # the run's budget holds the estimate of the body the live endpoint would send
+        if meter is not None and (
+            meter.exhausted
+            or not await meter.reserve((case.id, side, sample), meter.estimate_case(case))
+        ):
+            played, attempt = _Played(str(Transport.CANCELLED)), refusal(1)
+        else:
+            played = self._replay(case, entry, streamed=streamed)
+            attempt = Attempt(
+                n=1,
+                transport=played.transport,
+                elapsed_ms=0,
+                status=played.response.status if played.response is not None else None,
+                error=played.error,
+                message=played.message,
+            )
         response = played.response
         # a 2xx stream read to its end has a time to first bytes (a cassette takes no time);
         # one cut off has none, as a live read that ends in a transport error keeps none
         ttft_ms = None
         if streamed and response is not None and response.body and not response.truncated:
             ttft_ms = 0 if 200 <= response.status < 300 else None
-        attempt = Attempt(
-            n=1,
-            transport=played.transport,
-            elapsed_ms=0,
-            status=response.status if response is not None else None,
-            error=played.error,
-            message=played.message,
-        )
         return Exchange(
             case_id=case.id,
             side=side,

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runner.model import Outcome
+from runner.model import NOT_SENT_DETAIL, Outcome, Transport
 
 if TYPE_CHECKING:  # annotations only
     from runner.config import Price
@@ -51,6 +51,7 @@ class Call:
     tokens: Tokens | None
     elapsed_ms: int | None  # admitted calls only
     ttft_ms: int | None  # admitted streams only
+    sent: bool = True  # False for a call the run's budget kept from being made: no call, no cost
 
 
 def _count(value: Any) -> int | None:
@@ -89,6 +90,7 @@ def call_of(outcome: Outcome) -> Call:
         tokens=tokens_of(outcome.usage),
         elapsed_ms=outcome.elapsed_ms if admitted else None,
         ttft_ms=outcome.ttft_ms if admitted else None,
+        sent=outcome.detail != NOT_SENT_DETAIL or outcome.transport != Transport.CANCELLED,
     )
 
 
@@ -105,6 +107,8 @@ class _Tally:
     ttft: array[int] = field(default_factory=lambda: array("I"))
 
     def add(self, call: Call) -> None:
+        if not call.sent:  # counted by summary.json's `budget`, not as a call of unknown cost
+            return
         self.calls += 1
         if call.tokens is not None:
             self.with_usage += 1
@@ -135,17 +139,22 @@ def percentiles(values: array[int] | list[int]) -> dict[str, int] | None:
     return {f"p{p}": ordered[max(math.ceil(p * n / 100), 1) - 1] for p in PERCENTILES}
 
 
-def cost_usd(prompt: int, completion: int, cached: int, price: Price) -> float:
-    """The cost of these token totals at `price`, rounded to the micro-dollar."""
+def micro_usd(prompt: int, completion: int, cached: int, price: Price) -> float:
+    """The cost of these token totals at `price` in micro-dollars, unrounded (`runner.budget`
+    sums it per call)."""
     cached_rate = (
         price.input_per_mtok if price.cached_input_per_mtok is None else price.cached_input_per_mtok
     )
-    total = (
+    return (
         (prompt - cached) * price.input_per_mtok
         + cached * cached_rate
         + completion * price.output_per_mtok
     )
-    return round(total / 1_000_000, 6)
+
+
+def cost_usd(prompt: int, completion: int, cached: int, price: Price) -> float:
+    """The cost of these token totals at `price`, rounded to the micro-dollar."""
+    return round(micro_usd(prompt, completion, cached, price) / 1_000_000, 6)
 
 
 class UsageFold:

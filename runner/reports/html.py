@@ -16,6 +16,7 @@ from typing import Any
 from markupsafe import Markup
 
 from runner import __version__, usage
+from runner.budget import budget_line
 from runner.gate import GATE_CLASSES
 from runner.history import mapping_of, pass_rate_of, run_labels, strings_of
 from runner.model import SIDES, STRATA
@@ -226,6 +227,7 @@ def context(rep: RunReport) -> dict[str, Any]:
         "candidate_changed": request_lines(s, "candidate"),
         "usage_columns": usage.COLUMNS,
         "usage_rows": usage.table(s),
+        "budget_line": budget_line(s),
         "gates_chart": trend.gate_chart(rep.trend, labels),
         "strata_charts": [(side, trend.rate_chart(rep.trend, labels, side)) for side in SIDES]
         if rep.trend

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from runner import usage
+from runner.budget import budget_line
 from runner.gate import GATE_CLASSES
 from runner.history import mapping_of, strings_of
 from runner.model import SIDES
@@ -123,6 +124,18 @@ def _md_reply(rep: RunReport, case_id: str, side: str, view: Mapping[str, Any]) 
     return f"{text}<br>{calls}" if text else calls
 
 
+def _md_usage(s: Mapping[str, Any]) -> list[str]:
+    """report.md's cost and latency table, and its budget line."""
+    lines = []
+    if figures := usage.table(s):
+        lines += ["", "| " + " | ".join(usage.COLUMNS) + " |", "|---" + "|---:" * 11 + "|"]
+        lines += ["| " + " | ".join(md_text(c, 40) for c in row) + " |" for row in figures]
+        lines.append("")
+    if (budget := budget_line(s)) is not None:
+        lines.append(f"- {md_text(budget, MD_LINE_CAP - 2)}")
+    return lines
+
+
 def render_markdown(rep: RunReport) -> str:
     """A short summary for a pull-request comment or a CI step summary."""
     s = rep.summary
@@ -196,10 +209,7 @@ def render_markdown(rep: RunReport) -> str:
     }
     lines.append("- served: " + "; ".join(f"{side} {models[side] or '—'}" for side in SIDES))
     lines.extend(f"- {md_text(line, 200)}" for line in signal_lines(s))
-    if figures := usage.table(s):
-        lines += ["", "| " + " | ".join(usage.COLUMNS) + " |", "|---" + "|---:" * 11 + "|"]
-        lines += ["| " + " | ".join(md_text(c, 40) for c in row) + " |" for row in figures]
-        lines.append("")
+    lines.extend(_md_usage(s))
     if rep.ceiling:
         head = f"- ceiling candidates ({len(rep.ceiling)}): "
         ids = [md_code(c, 60) for c in rep.ceiling[:MD_TOP_CASES]]

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from runner import logs
+from runner.budget import Budget, Meter, meter_for
 from runner.config import LoadedConfig
 from runner.gate import Folds
 from runner.ledger import LedgerWriter
@@ -17,10 +18,14 @@ from runner.stamps import stamp
 from runner.suite import Suite
 
 
-def build_endpoint(loaded: LoadedConfig, endpoint_name: str, suite: str) -> Endpoint:
-    """A recorded cassette or a live client, behind the same interface."""
+def build_endpoint(
+    loaded: LoadedConfig, endpoint_name: str, suite: str, budget: Budget | None = None
+) -> Endpoint:
+    """A recorded cassette or a live client, behind the same interface, kept to the run's
+    budget when it has one."""
     cfg = loaded.endpoint(endpoint_name)
     shape = loaded.shape(endpoint_name)
+    meter = None if budget is None else meter_for(budget, cfg, shape)
     if cfg.kind == "recorded":
         from runner.recorded import RecordedEndpoint, load_cassette
 
@@ -33,20 +38,35 @@ def build_endpoint(loaded: LoadedConfig, endpoint_name: str, suite: str) -> Endp
             protocol=cfg.protocol,
             stream=cfg.stream,
             request_sha=shape.request_sha,
+            meter=meter,
         )
     from runner.client import HttpEndpoint
 
-    return HttpEndpoint(endpoint_name, cfg, loaded.api_key(endpoint_name), shape=shape)
+    return HttpEndpoint(endpoint_name, cfg, loaded.api_key(endpoint_name), shape=shape, meter=meter)
+
+
+def meters(loaded: LoadedConfig, suite: Suite, budget: Budget) -> dict[str, Meter]:
+    """Each ledger side's meter, as its endpoint charges it (the noise check's is the
+    reference's): what a resume reads the ledgers' spend back with."""
+    cfg = loaded.config.suites[suite.name]
+    names = {side: getattr(cfg, side) for side in SIDES} | {NOISE: cfg.reference}
+    return {
+        side: meter_for(budget, loaded.endpoint(name), loaded.shape(name))
+        for side, name in names.items()
+    }
 
 
 class Ledgers:
     """raw.jsonl and outcomes.jsonl, written together by the single writer task."""
 
-    def __init__(self, run_dir: Path, suite: Suite, folds: Folds) -> None:
+    def __init__(
+        self, run_dir: Path, suite: Suite, folds: Folds, budget: Budget | None = None
+    ) -> None:
         self.raw = LedgerWriter(run_dir / "raw.jsonl")
         self.outcomes = LedgerWriter(run_dir / "outcomes.jsonl")
         self.suite = suite
         self.folds = folds
+        self.budget = budget
         self.written = 0
         self.transport_misses = 0
         self.progress: ProgressBar | None = None  # a bar on a TTY, fed after every batch
@@ -55,11 +75,16 @@ class Ledgers:
         """Raw first, then outcomes: a kill between the two is healed by regrading raw."""
         self.raw.write(e.to_json() for e in batch)
         rows = []
+        budget = self.budget
         for exchange in batch:
             ref = self.suite.ref(exchange.case_id)
             if ref is None:
+                if budget is not None:
+                    budget.settle(exchange, None)
                 continue
             outcome = stamp(exchange, self.suite.fixtures.load(ref), self.suite.graders)
+            if budget is not None:  # the call's holds become what its reply says it spent
+                budget.settle(exchange, outcome.usage)
             self.transport_misses += outcome.transport != "ok"
             rows.append(outcome.to_json())
             self.folds.add(outcome, ref)
@@ -75,11 +100,15 @@ class Ledgers:
         self.outcomes.close()
 
 
-def build_endpoints(loaded: LoadedConfig, suite: Suite) -> dict[str, Endpoint]:
+def build_endpoints(
+    loaded: LoadedConfig, suite: Suite, budget: Budget | None = None
+) -> dict[str, Endpoint]:
     """The suite's endpoints by ledger side, built before its run dir is: a broken cassette
     is found while nothing exists to resume."""
     cfg = loaded.config.suites[suite.name]
-    endpoints = {side: build_endpoint(loaded, getattr(cfg, side), suite.name) for side in SIDES}
+    endpoints = {
+        side: build_endpoint(loaded, getattr(cfg, side), suite.name, budget) for side in SIDES
+    }
     if suite.noise_check:  # the reference a second, independent time: its noise floor
         endpoints[NOISE] = endpoints["reference"]
     return endpoints
@@ -103,6 +132,7 @@ async def call_all(
     *,
     endpoints: Mapping[str, Endpoint],
     shutdown: Shutdown | None = None,
+    budget: Budget | None = None,
 ) -> None:
     """Call every (case, side, sample) not yet in raw.jsonl.
 
@@ -135,7 +165,7 @@ async def call_all(
         log = logs.get_logger().bind(run_id=run_dir.name, suite=suite.name)
         log.warning(logs.RUN_STOPPING, signal=stopped.reason, grace_seconds=grace)
 
-    ledgers = Ledgers(run_dir, suite, folds)
+    ledgers = Ledgers(run_dir, suite, folds, budget)
     ledgers.progress = start_progress(suite.name, suite.refs.ids, suite.samples, done)
     try:
         with stopped.guarded(grace, on_stop=stopping):

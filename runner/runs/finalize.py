@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import logs, requestsha
+from runner.budget import Budget, alert_fields
 from runner.ceiling import detect, strata_rates
 from runner.config import LoadedConfig
 from runner.gate import (
@@ -113,7 +114,13 @@ def paired(results: Sequence[Verdict], alpha: float, margin: float | None = None
 
 
 def finalize(
-    loaded: LoadedConfig, suite: Suite, run_dir: Path, folds: Folds, log: Any
+    loaded: LoadedConfig,
+    suite: Suite,
+    run_dir: Path,
+    folds: Folds,
+    log: Any,
+    *,
+    budget: Budget | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """Gate, strata, alerts and the exit code; writes disagreement.json and summary.json."""
     snapshot = suite.snapshot
@@ -192,6 +199,7 @@ def finalize(
         side: sorted({m for v in results for m in getattr(v, side).models if m}) for side in SIDES
     }
     manifest = read_manifest(run_dir)
+    spend = budget.summary() if budget is not None else None
     summary = {
         "version": SUMMARY_VERSION,
         "run_id": run_dir.name,
@@ -235,7 +243,10 @@ def finalize(
         ),
         "fail_on": list(suite.fail_on),
         "usage": folds.usage.summary(_prices(loaded, suite), SIDES, stratified=suite.stratified),
+        "budget": spend,
     }
+    if spend is not None and (fields := alert_fields(spend)) is not None:
+        log.warning(logs.ALERT_BUDGET, **fields)  # once a run: the calls the budget cut
     if suite.noise_check:
         summary["noise_floor"] = noise_floor(results, noise)
     if not suite.stratified:

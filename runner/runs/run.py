@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import logs
+from runner.budget import Budget
 from runner.config import LoadedConfig
 from runner.errors import DataError, UsageError
 from runner.files import check_writable
@@ -17,7 +18,7 @@ from runner.lock import holds_suite_lock
 from runner.model import Endpoint
 from runner.regrade import heal
 from runner.reports.write import REPORT_FILES, after_run
-from runner.runs.calls import build_endpoints, call_all, close_endpoints
+from runner.runs.calls import build_endpoints, call_all, close_endpoints, meters
 from runner.runs.finalize import finalize
 from runner.runs.mode import RunMode
 from runner.runs.plan import resume_problem, start
@@ -89,8 +90,10 @@ async def run_suite_async(
 
     if suite is None:
         suite = prepare_suite(loaded, name)
+    limit = loaded.budget_usd(name)
+    budget = Budget(limit) if limit is not None else None
     try:
-        endpoints = build_endpoints(loaded, suite) if mode.calls else {}
+        endpoints = build_endpoints(loaded, suite, budget) if mode.calls else {}
         try:
             return await _run_prepared(
                 loaded,
@@ -100,6 +103,7 @@ async def run_suite_async(
                 parent_dir=parent_dir,
                 mode=mode,
                 shutdown=shutdown,
+                budget=budget,
             )
         finally:
             await close_endpoints(endpoints)
@@ -116,6 +120,7 @@ async def _run_prepared(
     parent_dir: Path | None,
     mode: RunMode,
     shutdown: Shutdown | None,
+    budget: Budget | None,
 ) -> tuple[Path, int, dict[str, Any]]:
     import structlog
 
@@ -160,6 +165,8 @@ async def _run_prepared(
             if parent_dir is not None and exc.path == str(run_dir / "raw.jsonl"):
                 raise DataError(parent_dir / "raw.jsonl", exc.reason, exc.line) from None
             raise
+    if budget is not None:  # what the run dir already spent counts: resumed, copied, replayed
+        budget.count_ledgers(run_dir, suite, meters(loaded, suite, budget))
     structlog.contextvars.bind_contextvars(run_id=run_dir.name, suite=name)
     log = logs.get_logger()
     try:
@@ -174,9 +181,16 @@ async def _run_prepared(
         )
         if mode.calls:
             await call_all(
-                loaded, suite, run_dir, done, folds, endpoints=endpoints, shutdown=shutdown
+                loaded,
+                suite,
+                run_dir,
+                done,
+                folds,
+                endpoints=endpoints,
+                shutdown=shutdown,
+                budget=budget,
             )
-        exit_code, summary = finalize(loaded, suite, run_dir, folds, log)
+        exit_code, summary = finalize(loaded, suite, run_dir, folds, log, budget=budget)
         del folds, done  # a run's largest structures: the reports read disagreement.json back
         after_run(run_dir, retire_after=suite.thresholds.retire_after, log=log)
         log.info(

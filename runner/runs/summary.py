@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import logs, requestsha
+from runner.budget import budget_line
 from runner.errors import DataError
 from runner.history import mapping_of, strings_of, verdict_code_of
 from runner.invocation import shown_path
@@ -65,6 +66,8 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
         gates = "not_non_inferior" in strings_of(summary.get("fail_on"))
         lines.append(f"  non-inferiority: {text}{' (gates: fail_on)' if gates else ''}")
     lines.extend(f"  {line}" for line in side_lines(summary))
+    if (budget := budget_line(summary)) is not None:
+        lines.append(f"  {budget}")
     if summary.get("parent_finished") is False:
         lines.append(
             f"  parent {summary.get('parent')} never finished: "

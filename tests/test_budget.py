@@ -1,0 +1,619 @@
+"""The run's budget: estimates, the spend rule, reservations under concurrency, and whole runs
+that the budget cuts (recorded, then against llmock), resumed, replayed and retried."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from faultserver import FaultServer
+from hypothesis import given
+from hypothesis import strategies as st
+from llmockkit import LlmockServer, Protocol
+
+from runner.budget import (
+    PICO,
+    TOOLS_ALLOWANCE,
+    Budget,
+    Meter,
+    attempt_spend,
+    budget_line,
+    meter_for,
+    refused,
+    spend_of,
+)
+from runner.client import HttpEndpoint
+from runner.config import EndpointConfig, Price, RetryPolicy, Timeouts, load_config
+from runner.errors import ConfigError
+from runner.jsontext import dumps
+from runner.model import Attempt, Case, Exchange, Transport
+from runner.protocols import wire_for
+from runner.protocols.wire import PLAIN
+from runner.usage import micro_usd
+
+RUN_TIMEOUT = 240  # seconds for a whole run subprocess: a bound on a hung run, not a timing
+PRICE = Price(input_per_mtok=10, output_per_mtok=30)
+CASE = Case(id="c", prompt="Name the SKU.", expect={}, fixture_sha="f" * 16, path="x", line=1)
+
+
+def _meter(budget: Budget, *, price: Price = PRICE, max_tokens: int = 100) -> Meter:
+    return Meter(budget, price, max_tokens, lambda case: {"prompt": case.prompt})
+
+
+def _exchange(*attempts: Attempt, side: str = "candidate", case_id: str = "c") -> Exchange:
+    return Exchange(
+        case_id=case_id,
+        side=side,
+        sample=0,
+        fixture_sha="f" * 16,
+        endpoint="e",
+        adapter="openai-chat",
+        model_alias="m",
+        request={"method": "POST", "url": "u", "body": None},
+        attempts=attempts,
+        transport=attempts[-1].transport,
+        response=None,
+        started_at="2026-12-01T00:00:00+00:00",
+        elapsed_ms=0,
+    )
+
+
+def _attempt(transport: Transport, status: int | None = None, n: int = 1) -> Attempt:
+    return Attempt(n=n, transport=str(transport), elapsed_ms=1, status=status)
+
+
+# -- the arithmetic --------------------------------------------------------------------------
+
+
+def test_an_estimate_is_a_token_per_request_byte_and_max_tokens_at_their_rates() -> None:
+    """1,000 body bytes at $10/Mtok and 100 reply tokens at $30/Mtok: $0.013, in picodollars."""
+    meter = _meter(Budget(1.0))
+    assert meter.estimate(b"x" * 1000, tools=False) == (1000 * 10 + 100 * 30) * 10**6
+    assert meter.estimate(b"x" * 1000, tools=True) == ((1000 + TOOLS_ALLOWANCE) * 10 + 3000) * 10**6
+    dear = _meter(
+        Budget(1.0), price=Price(input_per_mtok=1, output_per_mtok=2, cached_input_per_mtok=4)
+    )
+    assert dear.estimate(b"x" * 10, tools=False) == (10 * 4 + 100 * 2) * 10**6  # dearer rate
+
+
+def test_an_estimate_is_of_the_exact_body_a_case_sends() -> None:
+    """`estimate_case` measures the compact JSON body the endpoint builds for the case."""
+    meter = _meter(Budget(1.0))
+    assert meter.estimate_case(CASE) == meter.estimate(dumps({"prompt": CASE.prompt}), tools=False)
+
+
+@given(
+    prompt=st.integers(0, 10**6),
+    completion=st.integers(0, 10**5),
+    cached=st.integers(0, 10**6),
+    rates=st.tuples(*(st.floats(0, 100, allow_nan=False) for _ in range(3))),
+)
+def test_a_reply_costs_what_its_usage_says_and_never_more_than_the_estimate_bounds(
+    prompt: int, completion: int, cached: int, rates: tuple[float, float, float]
+) -> None:
+    """A reply's cost is the usage module's formula; within the estimate's bounds (no more
+    prompt tokens than bytes, no more reply tokens than max_tokens) it never passes it."""
+    cached = min(cached, prompt)
+    price = Price(input_per_mtok=rates[0], output_per_mtok=rates[1], cached_input_per_mtok=rates[2])
+    meter = _meter(Budget(1.0), price=price, max_tokens=max(completion, 1))
+    usage = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+    cost = meter.cost(usage)
+    assert cost == round(micro_usd(prompt, completion, cached, price) * 1e6)
+    assert cost <= meter.estimate(b"x" * prompt, tools=False) + 1  # +1: float rounding
+    assert meter.cost({"prompt_tokens": 3}) is None  # no completion count: unknown, not zero
+
+
+def test_the_spend_rule_is_the_cost_when_known_nothing_when_no_model_ran_else_the_estimate() -> (
+    None
+):
+    """Connect errors, 429s, 4xx and refusals are free; a 408, a 5xx, a timeout, a lost
+    connection and a 2xx without usage keep their estimate; a reply's usage is its cost."""
+    estimate = lambda: 7  # noqa: E731 - the rule asks for it lazily
+    free = [
+        _attempt(Transport.CONNECT_ERROR),
+        _attempt(Transport.RATE_LIMITED, 429),
+        _attempt(Transport.HTTP_ERROR, 400),
+        _attempt(Transport.HTTP_ERROR, 404),
+        Attempt(n=1, transport="cancelled", elapsed_ms=0, error="budget"),
+    ]
+    kept = [
+        _attempt(Transport.HTTP_ERROR, 408),
+        _attempt(Transport.HTTP_ERROR, 500),
+        _attempt(Transport.HTTP_ERROR, 529),
+        _attempt(Transport.TIMEOUT),
+        _attempt(Transport.CONNECTION_LOST, 200),
+        _attempt(Transport.TOO_LARGE, 200),
+        _attempt(Transport.OK, 200),
+    ]
+    assert [attempt_spend(a, None, estimate) for a in free] == [0] * len(free)
+    assert [attempt_spend(a, None, estimate) for a in kept] == [7] * len(kept)
+    assert attempt_spend(_attempt(Transport.OK, 200), 3, estimate) == 3
+    # a call: two retried 503s keep their estimates, the final reply its cost
+    call = _exchange(
+        _attempt(Transport.HTTP_ERROR, 503, 1),
+        _attempt(Transport.RATE_LIMITED, 429, 2),
+        _attempt(Transport.HTTP_ERROR, 503, 3),
+        _attempt(Transport.OK, 200, 4),
+    )
+    assert spend_of(call, 3, estimate) == 7 + 0 + 7 + 3
+
+
+# -- reservations ----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_attempt_that_fits_only_once_others_settle_waits_for_them() -> None:
+    """Held reservations make an attempt wait, not fail; it is refused only when nothing is
+    in flight and the spend plus its estimate would pass the limit."""
+    budget = Budget(10 / 10**6)  # 10 micro-dollars
+    meter = _meter(budget)
+    unit = PICO // 10**6  # one micro-dollar
+    assert await meter.reserve(("a", "candidate", 0), 6 * unit)
+    got: list[bool] = []
+
+    async def second() -> None:
+        got.append(await meter.reserve(("b", "candidate", 0), 6 * unit))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(second)
+        await anyio.wait_all_tasks_blocked()
+        assert got == []  # waiting: 6 + 6 > 10 while "a" holds its estimate
+        budget.settle(_exchange(_attempt(Transport.OK, 200), case_id="a"), None)
+    assert got == [False]  # "a" kept its 6 (no usage): 6 + 6 > 10 with nothing in flight
+    assert budget.exhausted and budget.spent == 6 * unit and budget.reserved == 0
+    assert budget.cut is not None and (budget.cut.spent, budget.cut.estimate) == (
+        6 * unit,
+        6 * unit,
+    )
+    assert not await meter.reserve(("c", "candidate", 0), 1)  # none starts after a refusal
+
+
+@given(
+    data=st.data(),
+    calls=st.integers(1, 60),
+    limit=st.integers(1, 400),
+    workers=st.integers(1, 64),
+)
+def test_concurrent_calls_never_spend_past_the_limit_and_stop_within_one_estimate(
+    data: st.DataObject, calls: int, limit: int, workers: int
+) -> None:
+    """Calls interleaving at random (retries, replies cheaper than their estimate, replies
+    without usage) never bring the spend past the limit, leave nothing held, and a refusal
+    comes only when the spend plus that estimate would pass it."""
+    plans = [
+        (
+            data.draw(st.integers(1, 40), label="estimate"),
+            data.draw(
+                st.lists(st.sampled_from(["503", "429", "ok", "nousage"]), min_size=1, max_size=3)
+            ),
+            data.draw(st.integers(0, 5), label="yields"),
+        )
+        for _ in range(calls)
+    ]
+    budget = Budget(limit / PICO)
+    meter = _meter(budget)
+    refusals: list[tuple[int, int]] = []
+
+    async def call(i: int) -> None:
+        estimate, outcomes, yields = plans[i]
+        key = (f"c{i}", "candidate", 0)
+        attempts: list[Attempt] = []
+        usage = None
+        for n, outcome in enumerate(outcomes, 1):
+            if not await meter.reserve(key, estimate):
+                refusals.append((budget.spent, estimate))
+                attempts.append(Attempt(n=n, transport="cancelled", elapsed_ms=0, error="budget"))
+                break
+            for _ in range(yields):
+                await anyio.lowlevel.checkpoint()
+            if outcome in ("503", "429") and n < len(outcomes):
+                status = int(outcome)
+                stamp = Transport.RATE_LIMITED if status == 429 else Transport.HTTP_ERROR
+                meter.retried(key, _attempt(stamp, status, n))
+                attempts.append(_attempt(stamp, status, n))
+                continue
+            attempts.append(_attempt(Transport.OK, 200, n))
+            if outcome != "nousage":  # a reply cheaper than its estimate
+                usage = {"prompt_tokens": 0, "completion_tokens": 0}
+            break
+        await anyio.lowlevel.checkpoint()
+        budget.settle(_exchange(*attempts, case_id=f"c{i}"), usage)
+        assert budget.spent + budget.reserved <= budget.limit
+
+    async def main() -> None:
+        limiter = anyio.CapacityLimiter(workers)
+
+        async def limited(i: int) -> None:
+            async with limiter:
+                await call(i)
+
+        async with anyio.create_task_group() as group:
+            for i in range(calls):
+                group.start_soon(limited, i)
+
+    anyio.run(main)
+    assert budget.spent <= budget.limit and budget.reserved == 0
+    assert all(spent + estimate > budget.limit for spent, estimate in refusals[:1])
+    assert budget.exhausted == bool(refusals)
+
+
+# -- the live client: retries count ------------------------------------------------------------
+
+
+def _live_cfg(base_url: str, attempts: int = 4) -> EndpointConfig:
+    return EndpointConfig(
+        kind="openai-chat",
+        base_url=base_url,
+        model="m",
+        max_tokens=100,
+        timeout=Timeouts(connect=1, read=2, write=1, pool=1),
+        deadline=5,
+        retry=RetryPolicy(attempts=attempts, backoff_base=0.01, backoff_max=0.02),
+        price=PRICE,
+    )
+
+
+def _estimate_of(cfg: EndpointConfig) -> int:
+    """The estimate of the one body the live endpoint sends for CASE."""
+    wire = wire_for(cfg.kind)
+    assert wire is not None
+    return meter_for(Budget(1.0), cfg, PLAIN).estimate_body(wire.body(cfg, PLAIN, CASE))
+
+
+async def _one_live_call(cfg: EndpointConfig, budget: Budget) -> Exchange:
+    endpoint = HttpEndpoint("e", cfg, None, meter=meter_for(budget, cfg, PLAIN))
+    try:
+        with anyio.fail_after(20):
+            exchange = await endpoint.call(CASE, "candidate", 0)
+    finally:
+        await endpoint.aclose()
+    budget.settle(exchange, None)
+    return exchange
+
+
+@pytest.mark.anyio
+async def test_each_retry_of_a_live_call_is_reserved_and_the_one_past_the_limit_is_not_sent(
+    fault_server: FaultServer,
+) -> None:
+    """Against a server that answers 500 every time, two attempts fit a budget of two and a
+    half estimates; the third is not sent and the call ends cancelled with detail budget."""
+    cfg = _live_cfg(fault_server.url("status:500"))
+    estimate = _estimate_of(cfg)
+    budget = Budget(estimate * 2.5 / PICO)
+    exchange = await _one_live_call(cfg, budget)
+    assert [a.transport for a in exchange.attempts] == ["http_error", "http_error", "cancelled"]
+    assert exchange.attempts[-1].error == "budget" and refused(exchange)
+    assert len(fault_server.received("status:500")) == 2
+    assert budget.spent == 2 * estimate  # a 5xx keeps its estimate
+    assert budget.cancelled == {"candidate": 1} and budget.reserved == 0
+
+
+@pytest.mark.anyio
+async def test_attempts_a_server_turned_away_cost_nothing(fault_server: FaultServer) -> None:
+    """Four 429s under a budget of one estimate are all sent (each fits alone) and spend 0."""
+    cfg = _live_cfg(fault_server.url("status:429:0"))
+    estimate = _estimate_of(cfg)
+    budget = Budget(estimate * 1.001 / PICO)  # one estimate (and float rounding) fits
+    exchange = await _one_live_call(cfg, budget)
+    assert [a.transport for a in exchange.attempts] == ["rate_limited"] * 4
+    assert (budget.spent, budget.reserved, budget.exhausted) == (0, 0, False)
+
+
+# -- config ----------------------------------------------------------------------------------
+
+
+def _parallax(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
+    env["NO_PROXY"] = "127.0.0.1"
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+
+
+BASE = 'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
+PRICED = "price = { input_per_mtok = 10, output_per_mtok = 30 }\n"
+SUITE = '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"\n'
+
+
+@pytest.mark.parametrize(
+    ("config", "line"),
+    [
+        (
+            BASE + "budget_usd = 1\n"
+            f'[endpoints.ref]\nkind = "recorded"\n{PRICED}'
+            '[endpoints.cand]\nkind = "recorded"\n' + SUITE,
+            "parallax.toml: endpoints.cand.price: required by budget_usd: a budget cannot "
+            "count the cost of a call without a price",
+        ),
+        (
+            BASE + f'[endpoints.ref]\nkind = "recorded"\n{PRICED}'
+            '[endpoints.cand]\nkind = "http-json"\nbase_url = "http://127.0.0.1:9"\n'
+            f'body_template = {{ q = "{{{{prompt}}}}" }}\n{PRICED}' + SUITE + "budget_usd = 2\n",
+            "parallax.toml: endpoints.cand.kind: an http-json endpoint cannot run under "
+            "suites.s.budget_usd: its body_template sends no max_tokens, so no call's cost is "
+            "bounded before it is made",
+        ),
+        (
+            BASE + "budget_usd = 0\n" + f'[endpoints.ref]\nkind = "recorded"\n{PRICED}'
+            f'[endpoints.cand]\nkind = "recorded"\n{PRICED}' + SUITE,
+            "parallax.toml: budget_usd: Input should be greater than 0",
+        ),
+    ],
+)
+def test_a_budget_that_could_not_be_kept_is_a_config_error(
+    tmp_path: Path, config: str, line: str
+) -> None:
+    """No price, or a reply no max_tokens bounds, under a budget: one line naming the key,
+    exit 78, from `validate` and `run` alike; never an unlimited run."""
+    (tmp_path / "parallax.toml").write_text(config, "utf-8")
+    (tmp_path / "f.jsonl").write_text('{"id": "a", "prompt": "hi", "expect": {}}\n', "utf-8")
+    with pytest.raises(ConfigError) as raised:
+        load_config(tmp_path / "parallax.toml")
+    assert raised.value.exit_code == 78
+    for command in ("validate", "run"):
+        done = _parallax(command, "--config", "parallax.toml", cwd=tmp_path)
+        assert done.returncode == 78, done.stderr
+        assert done.stderr.strip().splitlines()[-1].endswith(line), done.stderr
+        assert "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_suite_budget_overrides_the_top_level_one(tmp_path: Path) -> None:
+    """`budget_usd` in a suite wins over the top level's; a suite without one takes it."""
+    (tmp_path / "parallax.toml").write_text(
+        BASE
+        + "budget_usd = 5\n"
+        + f'[endpoints.ref]\nkind = "recorded"\n{PRICED}'
+        + f'[endpoints.cand]\nkind = "recorded"\n{PRICED}'
+        + SUITE
+        + "budget_usd = 0.5\n"
+        + '[suites.t]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"\n',
+        "utf-8",
+    )
+    loaded = load_config(tmp_path / "parallax.toml")
+    assert (loaded.budget_usd("s"), loaded.budget_usd("t")) == (0.5, 5)
+
+
+# -- whole runs ------------------------------------------------------------------------------
+
+CASES = 12
+USAGE = {"prompt_tokens": 20, "completion_tokens": 10}  # 20 x 10 + 10 x 30 = 500 micro-dollars
+
+
+def _recorded_suite(root: Path, budget: float) -> None:
+    rows = [{"id": f"c{i:02d}", "prompt": f"Say hi to {i}.", "expect": {}} for i in range(CASES)]
+    (root / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    cassette = [{"case_id": r["id"], "completion": "hi", "usage": USAGE} for r in rows]
+    (root / "tape.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cassette), "utf-8")
+    _write_config(root, budget)
+
+
+def _write_config(root: Path, budget: float) -> None:
+    endpoints = "".join(
+        f'[endpoints.{name}]\nkind = "recorded"\ncassette = "tape.jsonl"\nmodel = "{name}"\n'
+        f"max_tokens = 100\n{PRICED}"
+        for name in ("ref", "cand")
+    )
+    (root / "parallax.toml").write_text(
+        BASE + f"budget_usd = {budget}\n" + endpoints + SUITE, "utf-8"
+    )
+
+
+def _run_dirs(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.glob("runs/s/*/manifest.json"))
+
+
+def _summary(run_dir: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((run_dir / "summary.json").read_text("utf-8"))
+    return data
+
+
+def _events(stdout: str, event: str) -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for line in stdout.splitlines()
+        if line.startswith("{") and f'"{event}"' in line
+    ]
+
+
+def _outcomes(run_dir: Path) -> list[dict[str, Any]]:
+    lines = (run_dir / "outcomes.jsonl").read_text("utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def test_a_recorded_run_the_budget_cuts_is_incomplete_and_a_larger_budget_retry_finishes_it(
+    tmp_path: Path,
+) -> None:
+    """Calls of $0.0005 estimated at about $0.0043 each: a $0.008 budget makes 8 of the 24
+    calls, stamps the rest cancelled/budget, logs alert.budget once and exits 2; a retry
+    under the same budget makes none (it counts the rows it copies), one under $1 makes all."""
+    _recorded_suite(tmp_path, 0.008)
+    done = _parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    (run_dir,) = _run_dirs(tmp_path)
+    rows = _outcomes(run_dir)
+    cut = [r for r in rows if r["transport"] == "cancelled"]
+    made = [r for r in rows if r["transport"] == "ok"]
+    assert len(rows) == 2 * CASES and len(made) == 8 and len(cut) == 2 * CASES - 8
+    assert {r["detail"] for r in cut} == {"cancelled: budget"}
+    assert all(r["task_score"] is None and r["usage"] is None for r in cut)
+    raw = [json.loads(line) for line in (run_dir / "raw.jsonl").read_text("utf-8").splitlines()]
+    assert {(a["transport"], a["error"]) for e in raw for a in e["attempts"]} >= {
+        ("cancelled", "budget")
+    }
+    summary = _summary(run_dir)
+    block = summary["budget"]
+    spent = round(len(made) * 0.0005, 6)
+    assert (block["limit_usd"], block["spent_usd"], block["exhausted"]) == (0.008, spent, True)
+    by_side = {side: sum(r["side"] == side for r in cut) for side in ("candidate", "reference")}
+    assert block["cancelled"] == {side: n for side, n in by_side.items() if n}
+    assert (
+        block["spent_usd"] <= block["limit_usd"] < block["spent_usd"] + block["cut"]["estimate_usd"]
+    )
+    usage = summary["usage"]["sides"]
+    assert usage["reference"]["calls"] + usage["candidate"]["calls"] == len(made)  # cut: no call
+    assert usage["candidate"]["cost_unknown_calls"] == 0
+    (alert,) = _events(done.stdout, "alert.budget")
+    assert (alert["limit_usd"], alert["spent_usd"], alert["reserved_usd"]) == (0.008, spent, 0.0)
+    assert (alert["count"], alert["cancelled"]) == (len(cut), block["cancelled"])
+    assert alert["estimate_usd"] == block["cut"]["estimate_usd"] > 0.008 - spent
+    assert f"budget: ${spent:.4f} spent of $0.0080; {len(cut)} call(s) not made" in done.stderr
+    assert "cancelled (budget)" in done.stderr
+    assert f"{len(cut)} call(s) not made" in (run_dir / "report.md").read_text("utf-8")
+    assert f"{len(cut)} call(s) not made" in (run_dir / "report.html").read_text("utf-8")
+
+    again = _parallax("run", "--config", "parallax.toml", "--retry-unscored", run_dir, cwd=tmp_path)
+    assert again.returncode == 2, again.stderr
+    (same,) = [d for d in _run_dirs(tmp_path) if d != run_dir]
+    assert _summary(same)["budget"]["spent_usd"] == spent  # the copied rows' spend
+    assert sum(r["transport"] == "cancelled" for r in _outcomes(same)) == len(cut)
+
+    _write_config(tmp_path, 1.0)
+    more = _parallax("run", "--config", "parallax.toml", "--retry-unscored", run_dir, cwd=tmp_path)
+    assert more.returncode == 0, more.stderr
+    (full,) = [d for d in _run_dirs(tmp_path) if d not in (run_dir, same)]
+    assert all(r["transport"] == "ok" for r in _outcomes(full))
+    final = _summary(full)["budget"]
+    assert final == {
+        "limit_usd": 1.0,
+        "spent_usd": round(2 * CASES * 0.0005, 6),  # the copied rows' and the retry's own
+        "exhausted": False,
+        "cancelled": {},
+        "cut": None,
+    }
+    assert not _events(more.stdout, "alert.budget")
+
+
+def test_a_resume_and_a_replay_count_what_the_run_dir_already_spent(tmp_path: Path) -> None:
+    """A run killed half way is resumed to the same spend as the whole run, and so is its
+    replay, which calls nothing: the ledgers' spend is read back by the rule calls settle by."""
+    _recorded_suite(tmp_path, 1.0)
+    assert _parallax("run", "--config", "parallax.toml", cwd=tmp_path).returncode == 0
+    (whole,) = _run_dirs(tmp_path)
+    expected = _summary(whole)["budget"]
+    assert expected["spent_usd"] == round(2 * CASES * 0.0005, 6)
+    # the same run as a kill half way would have left it
+    half = tmp_path / "runs" / "s" / "20000101T000000Z-aaaaaa"
+    half.mkdir()
+    for name in ("raw.jsonl", "outcomes.jsonl"):
+        lines = (whole / name).read_text("utf-8").splitlines(keepends=True)
+        (half / name).write_text("".join(lines[: len(lines) // 2]), "utf-8")
+    manifest = json.loads((whole / "manifest.json").read_text("utf-8"))
+    manifest |= {"run_id": half.name, "finished_at": None}
+    (half / "manifest.json").write_text(json.dumps(manifest), "utf-8")
+    _write_config(tmp_path, 1.0)
+    resumed = _parallax("run", "--config", "parallax.toml", "--resume", half, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _summary(half)["budget"]["spent_usd"] == expected["spent_usd"]
+    # under a budget with room for one more call's estimate once the first half is counted,
+    # the resume cuts the rest (were the first half not counted, all twelve would fit)
+    cut_dir = tmp_path / "runs" / "s" / "20000101T000001Z-bbbbbb"
+    cut_dir.mkdir()
+    for name in ("raw.jsonl", "outcomes.jsonl"):
+        lines = (whole / name).read_text("utf-8").splitlines(keepends=True)
+        (cut_dir / name).write_text("".join(lines[: len(lines) // 2]), "utf-8")
+    (cut_dir / "manifest.json").write_text(json.dumps(manifest | {"run_id": cut_dir.name}), "utf-8")
+    _write_config(tmp_path, round(CASES * 0.0005 + 0.0045, 6))
+    short = _parallax("run", "--config", "parallax.toml", "--resume", cut_dir, cwd=tmp_path)
+    assert short.returncode == 2, short.stderr
+    block = _summary(cut_dir)["budget"]
+    assert block["spent_usd"] <= block["limit_usd"] and block["exhausted"]
+    assert sum(block["cancelled"].values()) >= CASES - 2
+    # a replay calls nothing and counts what the run dir it regrades spent
+    _write_config(tmp_path, 1.0)
+    replay = _parallax("replay", "--config", "parallax.toml", whole, cwd=tmp_path)
+    assert replay.returncode == 0, replay.stderr
+    (replayed,) = [d for d in _run_dirs(tmp_path) if d not in (whole, half, cut_dir)]
+    assert _summary(replayed)["budget"] == expected
+
+
+def test_a_live_run_against_llmock_stops_at_its_budget(
+    tmp_path: Path, llmock: LlmockServer
+) -> None:
+    """Against a real server that returns usage, a budget of a few calls' estimates cuts the
+    run (exit 2, alert.budget), and what it spent is what the served replies' usage costs."""
+    rows = [
+        {"id": f"c{i}", "prompt": f"Say hi to {i}.", "must_not_include": ["zzqq"]} for i in range(8)
+    ]
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    url = llmock.base_url(Protocol.OPENAI)
+    endpoints = "".join(
+        f'[endpoints.{name}]\nkind = "openai-chat"\nbase_url = "{url}"\n'
+        f'model = "{name}"\nconcurrency = 4\ndeadline = 30\nmax_tokens = 64\n'
+        f"retry = {{ attempts = 1 }}\n{PRICED}"
+        for name in ("b-ref", "b-cand")
+    )
+    # one estimate is about (170 bytes x 10 + 64 x 30) micro-dollars = $0.0036
+    (tmp_path / "parallax.toml").write_text(
+        BASE
+        + "budget_usd = 0.006\n"
+        + endpoints
+        + '[suites.s]\nfixtures = "f.jsonl"\nreference = "b-ref"\ncandidate = "b-cand"\n',
+        "utf-8",
+    )
+    done = _parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    (run_dir,) = _run_dirs(tmp_path)
+    rows_out = _outcomes(run_dir)
+    made = [r for r in rows_out if r["transport"] == "ok"]
+    cut = [r for r in rows_out if r["detail"] == "cancelled: budget"]
+    assert made and cut and len(made) + len(cut) == 16
+    spent = sum(
+        r["usage"]["prompt_tokens"] * 10 + r["usage"]["completion_tokens"] * 30 for r in made
+    )
+    block = _summary(run_dir)["budget"]
+    assert block["spent_usd"] == round(spent / 1e6, 6) <= 0.006
+    assert block["spent_usd"] + block["cut"]["estimate_usd"] > 0.006
+    (alert,) = _events(done.stdout, "alert.budget")
+    assert alert["count"] == len(cut)
+
+
+def test_the_budget_line_reads_a_summary_tolerantly() -> None:
+    """No budget, or a hand-edited one, prints no line; a cut one says what to do."""
+    assert budget_line({}) is None
+    assert budget_line({"budget": {"spent_usd": "x", "limit_usd": 1}}) is None
+    assert budget_line({"budget": {"spent_usd": 0.5, "limit_usd": 1, "cancelled": {}}}) == (
+        "budget: $0.5000 spent of $1.0000"
+    )
+    line = budget_line(
+        {"budget": {"spent_usd": 0.9, "limit_usd": 1, "cancelled": {"candidate": 3}}}
+    )
+    assert line is not None and "3 call(s) not made (candidate 3)" in line
+
+
+def test_the_budget_simulation_never_overshoots(tmp_path: Path) -> None:
+    """sim/budget.py drives real runs at concurrency 64 against a local server with random
+    reply sizes, latencies and faults; a small version holds the invariant: the worst
+    overshoot over the limit is at most one call's estimate (in fact none)."""
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, str(root / "sim" / "budget.py"), "--trials", "3", "--cases", "60"],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+        cwd=tmp_path,
+        env={**os.environ, "NO_PROXY": "127.0.0.1"},
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["trials"] == 3 and figures["concurrency"] == 64
+    assert figures["worst_overshoot_estimates"] <= 1
+    assert figures["worst_billed_overshoot_estimates"] <= 1
+    assert figures["cut_trials"] >= 1  # the budget did cut runs: the invariant was exercised
