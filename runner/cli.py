@@ -420,6 +420,8 @@ def _history_pages(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     from runner.text import visible
 
     names = loaded.suite_names(args.suite)
+    if args.last == 0:
+        raise UsageError("--html --last 0 would write a page of no runs; give 1 or more")
     if args.html and len(names) > 1:
         raise UsageError(f"--html {args.html}: a path holds one suite's page; add --suite NAME")
     written: list[Path] = []

@@ -410,13 +410,15 @@ def test_a_folder_in_the_way_is_one_line_and_65(
 def test_unknown_suite_and_bad_combinations_are_refused(
     suite: Suite, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """An unknown suite is a config error (78); --html with --json is a usage error (64)."""
+    """An unknown suite is a config error (78); --html with --json, or with --last 0, is a
+    usage error (64)."""
     config = str(suite.project.config)
     results = [
         _one_line(capsys, ["history", "--html", "--suite", "nope", "--config", config]),
         _one_line(capsys, ["history", "--html", "--json", "--config", config]),
+        _one_line(capsys, ["history", "--html", "--last", "0", "--config", config]),
     ]
-    expected = [(78, 1), (64, 1)]
+    expected = [(78, 1), (64, 1), (64, 1)]
     actual = [(code, len(err)) for code, err in results]
     assert expected == actual
 

@@ -3,9 +3,10 @@
 The page is what `parallax history` prints, for a person: a row per run (newest first) linking
 to that run's report, and the trends over nights of gate classes, pass rates, noise, served
 models and usage. Its links are relative and it loads nothing, so the suite's folder can be
-copied as a CI artifact and opened anywhere. `parallax history --html` writes it. Replays are
-listed, marked, but are not nights: the trends and the served-model changes leave them out, as
-`history` does.
+copied as a CI artifact and opened anywhere. `parallax history --html` writes it, and every
+finished run rewrites it (`reports.write.after_run`) from the window of runs its own report has
+read already, so keeping it current reads no run twice. Replays are listed, marked, but are not
+nights: the trends and the served-model changes leave them out, as `history` does.
 """
 
 from __future__ import annotations
