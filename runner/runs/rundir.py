@@ -80,6 +80,8 @@ def manifest_for(
             "base_url": _public_url(ep.base_url),
             "model": ep.model,
             "request_sha": loaded.shape(name).request_sha,
+            # what its tokens cost when the run was made: a report prices each case from it
+            "price": ep.price.model_dump() if ep.price is not None else None,
         }
     return {
         "version": MANIFEST_VERSION,
