@@ -354,7 +354,8 @@ def test_a_big_run_shows_the_first_cases_of_each_section_and_counts_them_all(
     assert "Needs review (5)" in page
     assert "… and 3 more, not shown in detail" in page
     assert "· 3 case(s)" in page and "… and 1 more, not shown in detail" in page
-    assert 'id="case-r1"' in page and 'id="case-r2"' not in page
+    assert '<section class="case-detail" data-id="r1"' in page
+    assert 'data-id="r2"' not in page
     assert "all 10 case(s)" in page
     assert "**Needs review (5)**" in render_markdown(rep)
     whole = build_report(run_dir, top=None)

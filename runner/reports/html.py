@@ -8,8 +8,7 @@ its style (and script) are inline and the Content Security Policy names their ex
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,9 +20,9 @@ from runner.gate import GATE_CLASSES
 from runner.history import mapping_of, pass_rate_of, run_labels, strings_of
 from runner.model import SIDES, STRATA
 from runner.reports import trend
+from runner.reports.caseview import CaseView, RunCases
 from runner.reports.model import (
     REVIEW_ORDER,
-    ReplyView,
     RunReport,
     incomplete_groups,
     signal_lines,
@@ -42,15 +41,13 @@ EXCERPT_CAP = 600  # characters of an unscored reply shown beside its stamp
 
 def page_assets(script: str = "") -> dict[str, Any]:
     """The inline style (and script) of a page and the CSP that allows exactly those."""
-    style = (
-        environment()
-        .get_template("report.css")
-        .render(
-            verdict_colours=VERDICT_COLOURS,
-            gate_colours=trend.GATE_COLOURS,
-            other_colour=trend.OTHER_COLOUR,
-        )
+    env = environment()
+    style = env.get_template("report.css").render(
+        verdict_colours=VERDICT_COLOURS,
+        gate_colours=trend.GATE_COLOURS,
+        other_colour=trend.OTHER_COLOUR,
     )
+    style += env.get_template("case.css").render()  # a case's detail (`case.html.j2`)
     return {
         "style": Markup(style),  # noqa: S704 - our own template's output, hashed as it is
         "script": Markup(script) if script else None,  # noqa: S704 - the same
@@ -58,69 +55,16 @@ def page_assets(script: str = "") -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class SideCard:
-    """One side of a case as the case template shows it."""
-
-    side: str
-    model: str
-    transport: Any
-    schema: Any
-    score: float | None
-    misses: tuple[str, ...]
-    reply: ReplyView | None
-    label: str  # what the reply block is: a reply, a raw body, a reply not admitted
-    no_reply: str  # said instead when there is no body
-
-
-@dataclass(frozen=True)
-class CaseCard:
-    """One case in detail, for the `case_detail` macro of `case.html.j2`."""
-
-    case_id: str
-    gate: str
-    stratum: str
-    detail: Any
-    disagreement: tuple[str, ...] | None  # None: not a list in disagreement.json
-    sides: tuple[SideCard, ...]
-
-
-def _strings(value: Any) -> tuple[str, ...]:
-    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
-
-
-def _side_card(rep: RunReport, case_id: str, side: str, view: Mapping[str, Any]) -> SideCard:
-    reply = rep.replies.get((case_id, side))
-    score = view.get("task_score")
-    label = "reply"
-    if reply is not None and reply.kind != "reply":
-        label = f"raw body (HTTP {reply.status})"
-    elif not view.get("admitted"):
-        label = "reply (not admitted)"
-    return SideCard(
-        side=side,
-        model=str(view.get("response_model") or "-"),
-        transport=view.get("transport"),
-        schema=view.get("schema"),
-        score=float(score) if isinstance(score, int | float) else None,
-        misses=_strings(view.get("misses")),
-        reply=reply,
-        label=label,
-        no_reply=str(view.get("detail") or view.get("transport") or "no reply"),
-    )
-
-
-def case_card(rep: RunReport, case_id: str, case: Mapping[str, Any]) -> CaseCard:
-    """What `case_detail` shows of one case of disagreement.json."""
-    delta = case.get("disagreement")
-    return CaseCard(
-        case_id=case_id,
-        gate=str(case.get("gate")),
-        stratum=str(case.get("stratum") or ""),
-        detail=case.get("detail"),
-        disagreement=_strings(delta) if isinstance(delta, list) else None,
-        sides=tuple(_side_card(rep, case_id, s, mapping_of(case.get(s))) for s in SIDES),
-    )
+def _review(rep: RunReport) -> list[CaseView]:
+    """The cases that need review, in the order `cases_in` gives them, each in full detail."""
+    shown = rep.cases_in(REVIEW_ORDER)
+    wanted = {case_id for case_id, _ in shown}
+    views: dict[str, CaseView] = {}
+    with RunCases(rep.run_dir) as cases:
+        for index, (case_id, *_) in enumerate(rep.table()):
+            if case_id in wanted:
+                views[case_id] = cases.view(index, case_id, rep.cases[case_id])
+    return [views[case_id] for case_id, _ in shown if case_id in views]
 
 
 def _strata(rep: RunReport) -> list[dict[str, Any]]:
@@ -202,7 +146,7 @@ def _table(rep: RunReport) -> Iterator[dict[str, Any]]:
 def context(rep: RunReport) -> dict[str, Any]:
     """Everything `report.html.j2` shows, the case table as an iterator."""
     s = rep.summary
-    review = [case_card(rep, k, v) for k, v in rep.cases_in(REVIEW_ORDER)]
+    review = _review(rep)
     counts = mapping_of(s.get("gate_counts"))
     fail_on = s.get("fail_on")
     labels = run_labels(rep.trend)

@@ -1,0 +1,469 @@
+"""Everything a reviewer opens a case for, built from a run directory one case at a time.
+
+A `CaseView` holds one case of disagreement.json as people review it: what each side was
+sent, what the case expected (each miss beside its expected value), both replies with a word
+diff, tool calls, the three stamps, attempts, latency, tokens and cost, the snapshot entry it
+was gated against and the raw exchange. `RunCases` opens a run once (raw.jsonl and
+outcomes.jsonl indexed by byte offset in one pass, the fixture file the manifest pins, the
+snapshot) and yields the views in disagreement.json's order, each built when asked for, so a
+20,000-case report never holds more than the case it is rendering.
+
+Nothing here trusts the run dir: a missing or edited fixture file, an unreadable raw line or a
+snapshot promoted since the run each become a note in the view, never an error.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from runner import protocols
+from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, SCHEMA_MISS, TRANSPORT_MISS
+from runner.ledger import read_json_map
+from runner.model import ROW_ERRORS, SIDES, Case, Exchange, Outcome, ToolCall
+from runner.reports.accepted import Snapshot
+from runner.reports.expected import Miss, call_text, explain, value_text
+from runner.reports.ledgerindex import LedgerIndex, Spot
+from runner.reports.requestview import RequestView, request_view
+from runner.reports.runinputs import Expectation, Found, RunInputs
+from runner.reports.wordiff import WordDiff, word_diff
+from runner.usage import Tokens, cost_usd, tokens_of
+
+RAW_FILE = "raw.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class Caps:
+    """How much of a case's text its detail keeps, in characters."""
+
+    reply: int
+    request: int
+    raw: int
+
+
+FULL = Caps(reply=6000, request=4000, raw=4000)
+BRIEF = Caps(reply=600, request=300, raw=0)  # the raw exchange: its raw.jsonl line only
+# Cases that stop a release get FULL caps always; the rest too while a run is this small.
+FULL_UP_TO = 2000
+NEEDS_LOOK = frozenset({DISAGREEMENT_CHANGED, ALIAS_SWAP, TRANSPORT_MISS, SCHEMA_MISS})
+
+
+def caps_for(gate: str, admitted: bool, cases: int) -> Caps:
+    """FULL for a case that needs review or could not be scored, or in a run of at most
+    FULL_UP_TO cases; BRIEF for the rest, so a 20,000-case page stays loadable."""
+    return FULL if gate in NEEDS_LOOK or not admitted or cases <= FULL_UP_TO else BRIEF
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptView:
+    n: int
+    transport: str
+    status: int | None
+    error: str | None
+    message: str | None
+    elapsed_ms: int
+    retry_after: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SideReply:
+    """What a side got back. `kind`: "reply" (read by its protocol), "body" (the raw body: it
+    did not read as a reply), "none" (nothing came back; `why` says what happened)."""
+
+    kind: str
+    text: str | None
+    cut: bool
+    status: int | None
+    finish_reason: str | None
+    why: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RawView:
+    """The exchange as raw.jsonl holds it: its line, cut at the cap (then see `file`:`line`)."""
+
+    text: str
+    cut: bool
+    line: int
+    size: int
+    file: str = RAW_FILE
+
+
+@dataclass(frozen=True, slots=True)
+class SampleView:
+    """One sample's stamps and score (samples > 1: sample 0 is the one shown in full)."""
+
+    sample: int
+    transport: str
+    schema: str
+    task_score: float | None
+    misses: tuple[str, ...]
+    detail: str
+    elapsed_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class UsageView:
+    """Sample 0's tokens and cost; `cost_usd` None with `note` saying why."""
+
+    tokens: Tokens | None
+    cost_usd: float | None
+    note: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SideDetail:
+    side: str
+    endpoint: str | None
+    model_alias: str | None
+    response_model: str | None
+    request_sha: str | None
+    transport: str
+    schema: str
+    task_score: float | None
+    admitted: bool
+    detail: str
+    misses: tuple[Miss, ...]
+    noise: tuple[str, ...]
+    request: RequestView | None
+    reply: SideReply
+    tool_calls: tuple[str, ...]
+    attempts: tuple[AttemptView, ...]
+    elapsed_ms: int | None
+    ttft_ms: int | None
+    stream: bool
+    usage: UsageView
+    raw: RawView | None
+    samples: tuple[SampleView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptedView:
+    """The snapshot entry the case is gated against, each key's value as JSON text."""
+
+    keys: tuple[tuple[str, str], ...] | None  # None: the snapshot has no entry for it
+    note: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CaseView:
+    id: str
+    index: int  # position in disagreement.json: the page's `c-N` / `t-N`
+    gate: str
+    detail: str
+    stratum: str | None
+    fixture_sha: str | None
+    admitted: bool
+    disagreement: tuple[str, ...] | None
+    expectation: Expectation
+    reference: SideDetail
+    candidate: SideDetail
+    diff: WordDiff | None
+    accepted: AcceptedView
+    notes: tuple[str, ...]
+
+    @property
+    def sides(self) -> tuple[SideDetail, SideDetail]:
+        return (self.reference, self.candidate)
+
+
+def _body_text(exchange: Exchange) -> str | None:
+    response = exchange.response
+    if response is None:
+        return None
+    if response.encoding == "utf-8":
+        return response.body
+    try:
+        return base64.b64decode(response.body, validate=True).decode("utf-8", "replace")
+    except (ValueError, binascii.Error):
+        return f"<{len(response.body)} bytes of base64 that do not decode>"
+
+
+def _cap(text: str, limit: int) -> tuple[str, bool]:
+    """At most `limit` characters, and whether any were cut (the detail says so)."""
+    return (text, False) if len(text) <= limit else (text[:limit], True)
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    reply: SideReply
+    calls: tuple[ToolCall, ...]
+    answer: Any
+    has_answer: bool
+    whole: str | None = None  # the reply text uncut, for the diff
+
+
+def _read(exchange: Exchange, expects_json: bool, cap: int) -> _Read:
+    """Sample 0's reply through the protocol that stamped it."""
+    response = exchange.response
+    finish = None
+    if response is None:
+        last = exchange.attempts[-1] if exchange.attempts else None
+        why = exchange.transport
+        if last is not None and (last.message or last.error):
+            why = f"{exchange.transport}: {last.message or last.error}"
+        return _Read(SideReply("none", None, False, None, None, why), (), None, False)
+    if exchange.transport == "ok":
+        read = protocols.read(
+            exchange.adapter,
+            response,
+            expects_json=expects_json,
+            answer_pointer=exchange.answer_pointer,
+        )
+        finish = read.finish_reason
+        if read.reply is not None:
+            text, cut = _cap(read.reply.text, cap)
+            view = SideReply("reply", text, cut, response.status, finish, None)
+            calls, answer = read.reply.tool_calls, read.reply.answer
+            return _Read(view, calls, answer, expects_json, read.reply.text)
+        why = f"schema {read.detail}"
+    else:
+        why = exchange.transport
+    text, cut = _cap(_body_text(exchange) or "", cap)
+    return _Read(SideReply("body", text, cut, response.status, finish, why), (), None, False)
+
+
+def _attempts(exchange: Exchange) -> tuple[AttemptView, ...]:
+    return tuple(
+        AttemptView(a.n, a.transport, a.status, a.error, a.message, a.elapsed_ms, a.retry_after)
+        for a in exchange.attempts
+    )
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+class RunCases:
+    """A run directory opened for its case details; iterate for every case's view, in
+    disagreement.json's order. Use as a context manager (it holds the ledgers open)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.inputs = RunInputs(run_dir)
+        self.raw = LedgerIndex(run_dir / RAW_FILE)
+        self.outcomes = LedgerIndex(run_dir / "outcomes.jsonl")
+        self.snapshot: Snapshot | None = self.inputs.snapshot()
+        self.count = self._count()
+        self.notes: list[str] = [*self.inputs.notes, *self.raw.problems, *self.outcomes.problems]
+        if self.snapshot is not None and self.snapshot.problem:
+            self.notes.append(self.snapshot.problem)
+
+    def _count(self) -> int:
+        summary = self.inputs.summary
+        cases = summary.get("cases") if isinstance(summary, Mapping) else None
+        return cases if isinstance(cases, int) else 0
+
+    def __enter__(self) -> RunCases:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.raw.close()
+        self.outcomes.close()
+        self.inputs.close()
+        if self.snapshot is not None:
+            self.snapshot.close()
+
+    def __iter__(self) -> Iterator[CaseView]:
+        for index, (case_id, verdict) in enumerate(
+            read_json_map(self.run_dir / "disagreement.json", "cases")
+        ):
+            yield self.view(index, case_id, verdict if isinstance(verdict, Mapping) else {})
+
+    def view(self, index: int, case_id: str, verdict: Mapping[str, Any]) -> CaseView:
+        """One case's view from its disagreement.json entry and the run's files."""
+        gate = str(verdict.get("gate"))
+        admitted = verdict.get("admitted") is True
+        caps = caps_for(gate, admitted, self.count)
+        sha = verdict.get("fixture_sha")
+        fixture_sha = sha if isinstance(sha, str) else None
+        found = self.inputs.case(case_id, fixture_sha)
+        notes = [found.note] if found.note else []
+        delta = verdict.get("disagreement")
+        moved = set(_strings(delta))
+        sides = {}
+        reads: dict[str, _Read] = {}
+        for side in SIDES:
+            block = verdict.get(side)
+            detail, read, side_notes = self._side(
+                case_id,
+                side,
+                block=block if isinstance(block, Mapping) else {},
+                found=found,
+                moved=moved,
+                caps=caps,
+            )
+            sides[side], reads[side] = detail, read
+            notes.extend(side_notes)
+        diff = None
+        ref, cand = (reads[s].whole for s in SIDES)
+        if ref is not None and cand is not None:  # two replies: a raw body is not diffed
+            diff = word_diff(ref, cand).capped(caps.reply)
+        stratum = verdict.get("stratum")
+        return CaseView(
+            id=case_id,
+            index=index,
+            gate=gate,
+            detail=str(verdict.get("detail", "")),
+            stratum=stratum if isinstance(stratum, str) else None,
+            fixture_sha=fixture_sha,
+            admitted=admitted,
+            disagreement=_strings(delta) if isinstance(delta, list) else None,
+            expectation=found.expectation(caps.request),
+            reference=sides["reference"],
+            candidate=sides["candidate"],
+            diff=diff,
+            accepted=self._accepted(case_id, caps.request),
+            notes=tuple(notes),
+        )
+
+    def _accepted(self, case_id: str, cap: int) -> AcceptedView:
+        if self.snapshot is None:
+            return AcceptedView(None, "the snapshot is not known: the run's config is not found")
+        entry = self.snapshot.entry(case_id)
+        note = self.inputs.snapshot_note(self.snapshot)
+        if entry is None:
+            return AcceptedView(None, note or "not in the snapshot")
+        keys = tuple((str(k), value_text(v, cap)) for k, v in sorted(entry.items()))
+        return AcceptedView(keys, note)
+
+    def _exchange(self, spot: Spot) -> tuple[Exchange | None, str | None]:
+        row = self.raw.row(spot)
+        if row is None:
+            return None, f"{RAW_FILE}:{spot.line}: no longer reads as an exchange"
+        try:
+            return Exchange.from_json(row), None
+        except ROW_ERRORS:
+            return None, f"{RAW_FILE}:{spot.line}: not an exchange"
+
+    def _samples(self, case_id: str, side: str) -> list[Outcome]:
+        rows = []
+        for spot in self.outcomes.spots(case_id, side):
+            row = self.outcomes.row(spot)
+            try:
+                rows.append(Outcome.from_json(row or {}))
+            except ROW_ERRORS:
+                continue
+        return rows
+
+    def _side(
+        self,
+        case_id: str,
+        side: str,
+        *,
+        block: Mapping[str, Any],
+        found: Found,
+        moved: set[str],
+        caps: Caps,
+    ) -> tuple[SideDetail, _Read, list[str]]:
+        notes: list[str] = []
+        spots = self.raw.spots(case_id, side)
+        exchange: Exchange | None = None
+        raw: RawView | None = None
+        if spots:
+            first = spots[0]
+            exchange, problem = self._exchange(first)
+            if problem:
+                notes.append(problem)
+            text, cut = _cap(self.raw.read(first).decode("utf-8", "replace"), caps.raw)
+            raw = RawView(text, cut, first.line, first.size)
+        outcomes = self._samples(case_id, side)
+        first_outcome = next((o for o in outcomes if o.sample == 0), None)
+        case = found.case
+        if exchange is None:
+            why = str(block.get("detail") or "no call was recorded")
+            read = _Read(SideReply("none", None, False, None, None, why), (), None, False)
+            request = self.inputs.stand_in(side, case, caps.request) if case else None
+        else:
+            read = _read(exchange, case.expects_json if case else False, caps.reply)
+            request = self._request(exchange, side, case, caps.request)
+        offered = tuple(t.name for t in request.tools) if request else ()
+        expect = case.expect if case is not None else None
+        misses = tuple(
+            explain(
+                code,
+                expect,
+                **({"answer": read.answer} if read.has_answer else {}),
+                calls=read.calls,
+                offered=offered,
+                moved=code in moved,
+            )
+            for code in _strings(block.get("misses"))
+        )
+        usage = first_outcome.usage if first_outcome is not None else None
+        score = block.get("task_score")
+        model = block.get("response_model")
+        return (
+            SideDetail(
+                side=side,
+                endpoint=exchange.endpoint if exchange else self.inputs.endpoint_name(side),
+                model_alias=exchange.model_alias if exchange else None,
+                response_model=model if isinstance(model, str) else None,
+                request_sha=exchange.request_sha if exchange else None,
+                transport=str(block.get("transport", "cancelled")),
+                schema=str(block.get("schema", "skipped")),
+                task_score=float(score) if isinstance(score, int | float) else None,
+                admitted=block.get("admitted") is True,
+                detail=str(block.get("detail", "")),
+                misses=misses,
+                noise=_strings(block.get("noise")),
+                request=request,
+                reply=read.reply,
+                tool_calls=tuple(call_text(c, caps.request) for c in read.calls),
+                attempts=_attempts(exchange) if exchange else (),
+                elapsed_ms=exchange.elapsed_ms if exchange else None,
+                ttft_ms=exchange.ttft_ms if exchange else None,
+                stream=exchange.stream if exchange else False,
+                usage=self._usage(side, usage, called=exchange is not None),
+                raw=raw,
+                samples=tuple(
+                    SampleView(
+                        o.sample,
+                        o.transport,
+                        o.schema,
+                        o.task_score,
+                        o.misses,
+                        o.detail,
+                        o.elapsed_ms,
+                    )
+                    for o in outcomes
+                ),
+            ),
+            read,
+            notes,
+        )
+
+    def _request(
+        self, exchange: Exchange, side: str, case: Case | None, cap: int
+    ) -> RequestView | None:
+        if exchange.request.get("body") is not None:
+            return request_view(exchange.adapter, exchange.request, cap=cap)
+        return self.inputs.stand_in(side, case, cap) if case is not None else None
+
+    def _usage(self, side: str, usage: Mapping[str, Any] | None, *, called: bool) -> UsageView:
+        tokens = tokens_of(usage)
+        price = self.inputs.price(side)
+        if not called:
+            return UsageView(None, None, "no call was recorded")
+        if tokens is None:
+            return UsageView(None, None, "unknown: the reply reported no usage")
+        if price is None:
+            return UsageView(tokens, None, "unknown: the endpoint has no price")
+        cost = cost_usd(tokens.prompt, tokens.completion, tokens.cached, price)
+        return UsageView(tokens, cost, None)
+
+
+def case_views(run_dir: Path) -> Iterator[CaseView]:
+    """Every case's view of a run, in disagreement.json's order, one at a time."""
+    with RunCases(run_dir) as cases:
+        yield from cases

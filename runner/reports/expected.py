@@ -1,0 +1,144 @@
+"""What a miss code was checked against: the expected value beside `field_mismatch:city`.
+
+A miss code names the check, not its value (the value is the case's, and may be long). A
+reviewer needs both, and what the reply had in its place: `city: expected "Paris", got
+"Lyon"`. Each built-in code (DESIGN's tables) is explained from the case's expectation and
+the reply's parsed answer and tool calls; a custom grader's code is shown as it is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runner.model import ToolCall
+
+VALUE_CAP = 300  # characters of one expected or received value
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """One miss of one side: its code, what was expected, what the reply had, and whether it
+    is in the case's disagreement (one side misses it and the other does not)."""
+
+    code: str
+    expected: str | None
+    got: str | None
+    moved: bool = False
+
+
+def value_text(value: Any, cap: int = VALUE_CAP) -> str:
+    """A JSON value as people read it: `"Paris"`, `2`, `{"a": 1}`, cut at `cap` with "…"."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= cap else text[: cap - 1] + "…"
+
+
+def call_text(call: ToolCall, cap: int = VALUE_CAP) -> str:
+    """One tool call as people read it: `get_weather({"city": "Oslo"})`."""
+    return f"{call.name}({value_text(call.arguments, cap)})"
+
+
+_ABSENT = object()
+
+
+def explain(
+    code: str,
+    expect: Mapping[str, Any] | None,
+    *,
+    answer: Any = _ABSENT,
+    calls: Sequence[ToolCall] = (),
+    offered: Sequence[str] = (),
+    moved: bool = False,
+) -> Miss:
+    """A miss code with its expected value and the reply's, where they can be told.
+
+    `expect` None: the case is not known (its fixture file is gone), so only the code shows.
+    `answer` is the reply's parsed JSON answer (absent when it had none).
+    """
+    kind, _, rest = code.partition(":")
+    expected: str | None = None
+    got: str | None = None
+    if expect is None:
+        return Miss(code, None, None, moved)
+    if kind == "missing":
+        expected = f"the reply includes {value_text(rest)} (any case)"
+    elif kind == "forbidden":
+        expected = f"the reply does not include {value_text(rest)}"
+    elif kind in ("over_budget", "too_verbose"):
+        was, _, limit = rest.partition(">")
+        unit = "characters" if kind == "over_budget" else "sentences"
+        expected, got = f"at most {limit} {unit}", f"{was} {unit}"
+    elif kind in ("regex_mismatch", "regex_forbidden", "regex_timeout"):
+        verb = {"regex_mismatch": "matches", "regex_forbidden": "does not match"}
+        expected = f"the reply {verb.get(kind, 'is searched for')} /{rest}/"
+        got = "the search timed out" if kind == "regex_timeout" else None
+    elif kind in ("field_missing", "field_mismatch"):
+        fields = expect.get("json_fields")
+        if isinstance(fields, Mapping) and rest in fields:
+            expected = f"{rest} = {value_text(fields[rest])}"
+        got = _field(answer, rest)
+    elif kind == "schema_violation":
+        expected = f"the answer fits the case's json_schema at {rest}"
+    elif kind == "empty_completion":
+        expected = "a reply with text or a tool call"
+        got = "an empty reply"
+    elif kind.startswith("tool_"):
+        expected, got = _tool(kind, rest, expect, calls, offered)
+    return Miss(code, expected, got, moved)
+
+
+def _field(answer: Any, name: str) -> str | None:
+    if answer is _ABSENT:
+        return None
+    if not isinstance(answer, Mapping):
+        return f"no JSON object ({value_text(answer, 80)})"
+    return value_text(answer[name]) if name in answer else "no such field"
+
+
+def _tool(
+    kind: str,
+    rest: str,
+    expect: Mapping[str, Any],
+    calls: Sequence[ToolCall],
+    offered: Sequence[str],
+) -> tuple[str | None, str | None]:
+    made = ", ".join(call_text(c, 120) for c in calls) or "no tool call"
+    wanted = [w for w in expect.get("tool_calls") or () if isinstance(w, Mapping)]
+    if kind == "tool_missing":
+        for want in wanted:
+            if want.get("name") == rest:
+                return f"a call {rest}({value_text(want.get('arguments', {}))})", made
+        return f"a call to {rest}", made
+    if kind in ("tool_arg_missing", "tool_arg_mismatch"):
+        # a tool's name may hold a dot: the longest name that fits is the one meant
+        for want in sorted(wanted, key=lambda w: -len(str(w.get("name")))):
+            name = str(want.get("name"))
+            fields = want.get("arguments")
+            if rest.startswith(f"{name}.") and isinstance(fields, Mapping):
+                key = rest[len(name) + 1 :]
+                if key in fields:
+                    return f"{name} called with {key} = {value_text(fields[key])}", _arg(
+                        calls, name, key
+                    )
+        return None, made
+    if kind == "tool_unexpected":
+        return "no tool call", made
+    if kind == "tool_unknown":
+        return f"calls only to offered tools ({', '.join(offered) or 'none offered'})", made
+    if kind == "tool_args_schema":
+        name, _, where = rest.partition(":")
+        return f"{name}'s arguments fit its parameters at {where}", made
+    return None, None
+
+
+def _arg(calls: Sequence[ToolCall], name: str, key: str) -> str:
+    found = [c for c in calls if c.name == name]
+    if not found:
+        return f"no call to {name}"
+    values = [value_text(c.arguments[key]) if key in c.arguments else "absent" for c in found]
+    return f"{key} = {' / '.join(values)}"

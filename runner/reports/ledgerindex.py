@@ -1,0 +1,140 @@
+"""Where each (case, side, sample) row of a ledger sits: found in one pass, read on demand.
+
+A report opens every case of a run, and a 20,000-case raw.jsonl is hundreds of megabytes of
+request and reply bodies: held as exchanges it would be the largest thing a report touches.
+So a ledger is read once for the key, line number and byte span of each row, and a case's
+rows are read again, by their span, only while its detail is built.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.jsontext import loads
+
+
+@dataclass(frozen=True, slots=True)
+class Spot:
+    """One ledger row: its 1-based line number and its bytes' span in the file."""
+
+    sample: int
+    line: int
+    offset: int
+    size: int
+
+
+class LedgerIndex:
+    """The rows of one JSONL ledger (raw.jsonl, outcomes.jsonl) by case and side.
+
+    The first row of a key is the one kept, as the gate keeps it. A line that is not a JSON
+    object with a key is skipped and counted in `problems`, never an error: a report of a
+    damaged run still shows what can be read. The rows are held in integer columns, chained
+    per case (a dict of 40,000 small objects was most of a report's memory).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.problems: list[str] = []
+        self._head: dict[str, int] = {}  # case id -> its last row's position in the columns
+        self._sides: list[str] = []
+        self._cols = {name: array("q") for name in _COLUMNS}
+        self._fd: int | None = None
+        self._scan()
+
+    def _scan(self) -> None:
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            self.problems.append(f"{self.path.name}: missing")
+            return
+        except OSError as exc:
+            self.problems.append(f"{self.path.name}: cannot read: {exc.strerror}")
+            return
+        codes: dict[str, int] = {}
+        cols = self._cols
+        for line_no, offset, raw in _lines(self._fd):
+            key = _key(raw)
+            if key is None:
+                if raw.strip() and raw.endswith(b"\n"):  # a torn last line is a kill's mark
+                    self.problems.append(f"{self.path.name}:{line_no}: not a ledger row; skipped")
+                continue
+            case_id, side, sample = key
+            code = codes.get(side)
+            if code is None:
+                code = codes[side] = len(self._sides)
+                self._sides.append(side)
+            if any(s.sample == sample for s in self._chain(case_id, code)):
+                continue
+            cols["side"].append(code)
+            cols["sample"].append(sample)
+            cols["line"].append(line_no)
+            cols["offset"].append(offset)
+            cols["size"].append(len(raw))
+            cols["next"].append(self._head.get(case_id, -1))
+            self._head[case_id] = len(cols["next"]) - 1
+
+    def _chain(self, case_id: str, code: int) -> Iterator[Spot]:
+        cols = self._cols
+        at = self._head.get(case_id, -1)
+        while at >= 0:
+            if cols["side"][at] == code:
+                yield Spot(
+                    cols["sample"][at], cols["line"][at], cols["offset"][at], cols["size"][at]
+                )
+            at = cols["next"][at]
+
+    def spots(self, case_id: str, side: str) -> list[Spot]:
+        """The rows of one case's side, by sample."""
+        if side not in self._sides:
+            return []
+        return sorted(self._chain(case_id, self._sides.index(side)), key=lambda s: s.sample)
+
+    def read(self, spot: Spot) -> bytes:
+        """A row's bytes as written (its newline stripped)."""
+        assert self._fd is not None  # a spot is only ever found in a file that was opened
+        return os.pread(self._fd, spot.size, spot.offset).rstrip(b"\r\n")
+
+    def row(self, spot: Spot) -> dict[str, Any] | None:
+        """A row parsed, or None when it no longer reads as the object it was indexed as."""
+        try:
+            value = loads(self.read(spot))
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+_COLUMNS = ("side", "sample", "line", "offset", "size", "next")
+
+
+def _lines(fd: int, chunk: int = 1 << 20) -> Iterator[tuple[int, int, bytes]]:
+    """(line number, byte offset, line with its newline) for each line of an open file."""
+    with os.fdopen(os.dup(fd), "rb", buffering=chunk) as handle:
+        offset = 0
+        for line_no, raw in enumerate(handle, 1):
+            yield line_no, offset, raw
+            offset += len(raw)
+
+
+def _key(raw: bytes) -> tuple[str, str, int] | None:
+    if not raw.strip():
+        return None
+    try:
+        row = loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(row, dict):
+        return None
+    case_id, side, sample = row.get("case_id"), row.get("side"), row.get("sample", 0)
+    if not isinstance(case_id, str) or not isinstance(side, str) or type(sample) is not int:
+        return None
+    return case_id, side, sample

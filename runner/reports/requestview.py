@@ -1,0 +1,192 @@
+"""The request one side was sent, read back from its body for people: system prompt, turns,
+tools offered and every other key (model, temperature, params), whatever the protocol.
+
+The body is the one raw.jsonl recorded, so what a reviewer reads is what the endpoint got,
+templates rendered. OpenAI's chat body keeps its system prompt as a leading turn, Anthropic's
+as `system` and its tool calls and results as content blocks: both read into the same turns.
+An http-json body is its endpoint's own template filled in, so it is shown key by key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from runner.protocols.wire import Kind
+from runner.reports.expected import value_text
+
+
+class Source(StrEnum):
+    """Where a shown request comes from."""
+
+    SENT = "sent"  # the body raw.jsonl recorded: exactly what went out
+    STANDS_IN = "stands_in"  # a recorded endpoint sent nothing: the body it stands in for
+    CASE = "case"  # neither is known: the case's own system, prompt or turns, and tools
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One turn of the conversation sent: its text, the tool calls it carries (an assistant's),
+    or the call it answers (a tool result's)."""
+
+    role: str
+    text: str
+    calls: tuple[str, ...] = ()
+    answers: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOffer:
+    name: str
+    description: str
+    parameters: str  # JSON text, capped
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    source: Source
+    method: str | None
+    url: str | None
+    system: str | None
+    turns: tuple[Turn, ...]
+    tools: tuple[ToolOffer, ...]
+    params: tuple[tuple[str, str], ...]  # the body's other keys, each value as JSON text
+    cut: bool  # some text was cut at the caps
+
+
+_WHOLE = 1 << 62  # no cap: a value's whole JSON text, which the cutter then cuts
+
+
+@dataclass
+class _Cutter:
+    cap: int
+    cut: bool = False
+
+    def __call__(self, text: str) -> str:
+        if len(text) <= self.cap:
+            return text
+        self.cut = True
+        return text[: self.cap] + "…"
+
+    def json(self, value: Any) -> str:
+        return self(value_text(value, _WHOLE))
+
+
+def _text(content: Any) -> str:
+    """A content value's text: a string, or its text parts/blocks joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, Mapping) and part.get("type") == "text"
+        )
+    return "" if content is None else value_text(content)
+
+
+def _openai_call(call: Any) -> str:
+    function = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(function, Mapping):
+        return value_text(call)
+    return f"{function.get('name')}({function.get('arguments')})"
+
+
+def _openai_turns(messages: Any, cut: _Cutter) -> tuple[str | None, list[Turn]]:
+    systems: list[str] = []
+    turns: list[Turn] = []
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, Mapping):
+            continue
+        role = str(message.get("role"))
+        text = cut(_text(message.get("content")))
+        if role == "system" and not turns:
+            systems.append(text)
+            continue
+        calls = tuple(cut(_openai_call(c)) for c in message.get("tool_calls") or ())
+        answers = message.get("tool_call_id")
+        turns.append(Turn(role, text, calls, str(answers) if answers is not None else None))
+    return ("\n\n".join(systems) if systems else None), turns
+
+
+def _anthropic_turns(messages: Any, cut: _Cutter) -> list[Turn]:
+    turns: list[Turn] = []
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, Mapping):
+            continue
+        role, content = str(message.get("role")), message.get("content")
+        if not isinstance(content, list):
+            turns.append(Turn(role, cut(_text(content))))
+            continue
+        texts: list[str] = []
+        calls: list[str] = []
+        for block in content:
+            kind = block.get("type") if isinstance(block, Mapping) else None
+            if kind == "tool_use":
+                calls.append(cut(f"{block.get('name')}({cut.json(block.get('input'))})"))
+            elif kind == "tool_result":
+                answers = str(block.get("tool_use_id"))
+                turns.append(Turn("tool", cut(_text(block.get("content"))), (), answers))
+            elif kind == "text":
+                texts.append(str(block.get("text", "")))
+            else:
+                texts.append(value_text(block))
+        if texts or calls or not content:
+            turns.append(Turn(role, cut("".join(texts)), tuple(calls)))
+    return turns
+
+
+def _tools(tools: Any, cut: _Cutter) -> tuple[ToolOffer, ...]:
+    offers = []
+    for tool in tools if isinstance(tools, list) else ():
+        if not isinstance(tool, Mapping):
+            continue
+        function = tool.get("function")
+        spec: Mapping[str, Any] = function if isinstance(function, Mapping) else tool
+        parameters = spec.get("parameters", spec.get("input_schema"))
+        offers.append(
+            ToolOffer(
+                name=str(spec.get("name")),
+                description=cut(str(spec.get("description") or "")),
+                parameters=cut.json(parameters),
+            )
+        )
+    return tuple(offers)
+
+
+def request_view(
+    adapter: str, request: Mapping[str, Any], *, cap: int, source: Source = Source.SENT
+) -> RequestView:
+    """A recorded request (`{"method", "url", "body"}`) read by its protocol; text past `cap`
+    characters per value is cut."""
+    cut = _Cutter(cap)
+    body = request.get("body")
+    body = body if isinstance(body, Mapping) else {}
+    system: str | None = None
+    turns: list[Turn] = []
+    tools: tuple[ToolOffer, ...] = ()
+    read = {"messages", "system", "tools"}
+    if adapter == Kind.OPENAI_CHAT:
+        system, turns = _openai_turns(body.get("messages"), cut)
+        tools = _tools(body.get("tools"), cut)
+    elif adapter == Kind.ANTHROPIC_MESSAGES:
+        raw_system = body.get("system")
+        system = cut(_text(raw_system)) if raw_system is not None else None
+        turns = _anthropic_turns(body.get("messages"), cut)
+        tools = _tools(body.get("tools"), cut)
+    else:  # http-json (or a protocol this version does not know): the body key by key
+        read = set()
+    params = tuple((str(k), cut.json(v)) for k, v in sorted(body.items()) if k not in read)
+    method, url = request.get("method"), request.get("url")
+    return RequestView(
+        source=source,
+        method=str(method) if method is not None else None,
+        url=str(url) if url is not None else None,
+        system=system,
+        turns=tuple(turns),
+        tools=tools,
+        params=params,
+        cut=cut.cut,
+    )

@@ -1,0 +1,239 @@
+"""What a run was made from, as far as a report can still find it: the fixture file and the
+config its manifest names, the suite's snapshot, and each side's price.
+
+A run dir outlives its inputs: it is copied off a CI machine, the fixture file is edited the
+next morning, the snapshot is promoted. So each is looked up as the manifest names it and
+checked against what the run recorded (the file's digest, each case's fixture_sha, the
+config's digest), and anything missing or moved becomes a note the case view shows, never an
+error: the request and the reply are in raw.jsonl whatever happened to the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from runner.config import LoadedConfig, Price, load_config
+from runner.errors import DataError, ParallaxError
+from runner.fixtures import CaseRefs, FixtureFile
+from runner.ledger import read_json_object
+from runner.model import SIDES, Case
+from runner.protocols import Kind, wire_for
+from runner.protocols.wire import PLAIN, plain, turns
+from runner.reports.accepted import Snapshot
+from runner.reports.expected import value_text
+from runner.reports.requestview import RequestView, Source, request_view
+from runner.runs.rundir import file_digest
+
+STAND_IN = "a recorded endpoint sends nothing: this is the request it stands in for"
+AS_WRITTEN = "nothing was sent and the config is not found: the case as written"
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """What the case expects, from its fixture row; `known` False when the row is gone."""
+
+    known: bool
+    path: str | None
+    line: int | None
+    keys: tuple[tuple[str, str], ...]  # each expectation key and its value as JSON text
+    note: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A case's row as the fixture file has it now, and what the view should say about it."""
+
+    case: Case | None
+    note: str | None
+
+    def expectation(self, cap: int) -> Expectation:
+        if self.case is None:
+            return Expectation(False, None, None, (), self.note)
+        keys = tuple((str(k), value_text(v, cap)) for k, v in sorted(self.case.expect.items()))
+        return Expectation(True, self.case.path, self.case.line, keys, self.note)
+
+
+def _object(path: Path) -> tuple[dict[str, Any], str | None]:
+    try:
+        return read_json_object(path), None
+    except DataError as exc:
+        return {}, str(exc)
+
+
+class RunInputs:
+    """The run's manifest and summary, and the inputs they name, opened once."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.notes: list[str] = []
+        self.manifest, problem = _object(run_dir / "manifest.json")
+        if problem:
+            self.notes.append(f"{problem}: the fixture file and config are not known")
+        self.summary, problem = _object(run_dir / "summary.json")
+        if problem:
+            self.notes.append(problem)
+        self._fixtures: FixtureFile | None = None
+        self._refs: CaseRefs | None = None
+        self._fixture_note: str | None = None
+        self._open_fixtures()
+        self.config = self._load_config()
+        self._prices = {side: self._price(side) for side in SIDES}
+
+    # ------------------------------------------------------------------ fixtures
+
+    def _open_fixtures(self) -> None:
+        pinned = self.manifest.get("fixtures")
+        named = pinned.get("path") if isinstance(pinned, Mapping) else None
+        if not isinstance(named, str) or "\x00" in named:
+            self._fixture_note = "manifest.json names no fixture file: the expectation is unknown"
+            return
+        path = Path(named)
+        try:
+            digest = file_digest(path)
+        except OSError:
+            self._fixture_note = (
+                f"{path} (the fixture file manifest.json names) is not there: the expectation "
+                "is unknown; the request and reply are raw.jsonl's"
+            )
+            return
+        assert isinstance(pinned, Mapping)
+        if digest != pinned.get("digest"):
+            self.notes.append(f"{path} changed since this run: a case whose row was edited says so")
+        fixtures = FixtureFile(path)
+        fixtures.KEEP = 8  # a report reads each case once: a run's cache of 2,048 is no use
+        try:
+            self._refs = fixtures.validate()
+        except ParallaxError as exc:
+            fixtures.close()
+            self._fixture_note = f"the fixture file no longer reads ({exc}): expectation unknown"
+            return
+        self._fixtures = fixtures
+
+    def case(self, case_id: str, fixture_sha: str | None) -> Found:
+        """The case's row as the fixture file has it, with a note when it is not the run's."""
+        if self._fixtures is None or self._refs is None:
+            return Found(None, self._fixture_note)
+        ref = self._refs.get(case_id)
+        where = self._fixtures.path
+        if ref is None:
+            return Found(None, f"{where} has no case {case_id!r} any more: expectation unknown")
+        try:
+            case = self._fixtures.load(ref)
+        except ParallaxError as exc:
+            return Found(None, f"{exc}: the expectation is unknown")
+        if fixture_sha is not None and ref.fixture_sha != fixture_sha:
+            return Found(
+                case,
+                f"{where}:{ref.line} was edited since this run (fixture_sha {fixture_sha} then, "
+                f"{ref.fixture_sha} now): the expectation shown is today's, the misses the run's",
+            )
+        return Found(case, None)
+
+    # ------------------------------------------------------------------ config and requests
+
+    def _load_config(self) -> LoadedConfig | None:
+        named = self.manifest.get("config")
+        path = named.get("path") if isinstance(named, Mapping) else None
+        if not isinstance(path, str) or "\x00" in path:
+            return None
+        try:
+            loaded = load_config(Path(path))
+        except ParallaxError as exc:
+            self.notes.append(
+                f"the run's config is not readable ({exc}): the snapshot entry and the "
+                "requests of recorded endpoints are not shown"
+            )
+            return None
+        if isinstance(named, Mapping) and loaded.digest != named.get("digest"):
+            self.notes.append(f"{path} changed since this run: the snapshot shown is today's")
+        return loaded
+
+    def endpoint_name(self, side: str) -> str | None:
+        endpoints = self.manifest.get("endpoints")
+        block = endpoints.get(side) if isinstance(endpoints, Mapping) else None
+        name = block.get("name") if isinstance(block, Mapping) else None
+        return name if isinstance(name, str) else None
+
+    def stand_in(self, side: str, case: Case, cap: int) -> RequestView:
+        """What a side that sent nothing (a recorded endpoint, a call never made) would have
+        sent: its endpoint's body for the case, templates rendered, from the run's config;
+        without the config, the case's own turns and tools."""
+        name = self.endpoint_name(side)
+        if self.config is not None and name in self.config.config.endpoints:
+            cfg = self.config.endpoint(name)
+            kind = (cfg.protocol or Kind.OPENAI_CHAT) if cfg.kind == "recorded" else cfg.kind
+            wire = wire_for(kind)
+            if wire is not None:
+                try:
+                    sent = wire.body(cfg, self.config.shape(name), case)
+                except ParallaxError:
+                    pass
+                else:
+                    request = {"method": None, "url": None, "body": sent}
+                    return request_view(kind, request, cap=cap, source=Source.STANDS_IN)
+        said: dict[str, Any] = {"messages": turns(PLAIN, case)}
+        if case.tools:
+            said["tools"] = plain(case.tools)
+        for key in ("tool_choice", "response_format"):
+            if getattr(case, key) is not None:
+                said[key] = plain(getattr(case, key))
+        request = {"method": None, "url": None, "body": said}
+        return request_view(Kind.OPENAI_CHAT, request, cap=cap, source=Source.CASE)
+
+    def price(self, side: str) -> Price | None:
+        """The side's price as the manifest recorded it, else as the run's config has it."""
+        return self._prices.get(side)
+
+    def _price(self, side: str) -> Price | None:
+        endpoints = self.manifest.get("endpoints")
+        block = endpoints.get(side) if isinstance(endpoints, Mapping) else None
+        if isinstance(block, Mapping) and "price" in block:
+            recorded = block["price"]
+            try:
+                return Price.model_validate(recorded) if recorded is not None else None
+            except ValueError:
+                return None
+        name = self.endpoint_name(side)
+        if self.config is not None and name in self.config.config.endpoints:
+            return self.config.endpoint(name).price
+        return None
+
+    # ------------------------------------------------------------------ snapshot
+
+    def snapshot(self) -> Snapshot | None:
+        suite = self.manifest.get("suite") or self.summary.get("suite")
+        if self.config is None or not isinstance(suite, str):
+            return None
+        return Snapshot(self.config.snapshots_dir / f"{suite}.json")
+
+    def snapshot_note(self, snapshot: Snapshot) -> str | None:
+        """Whether the snapshot's entry may not be the one this run was gated against."""
+        source, at = snapshot.head.get("promoted_from"), snapshot.head.get("promoted_at")
+        if source is not None and source == (self.manifest.get("run_id") or self.run_dir.name):
+            return "promoted from this run: the entry is what this run accepted"
+        finished = _when(self.manifest.get("finished_at"))
+        promoted = _when(at)
+        if finished is not None and promoted is not None and promoted > finished:
+            return (
+                f"promoted since this run (from {source} at {at}): the entry may not be the one "
+                "this run was gated against"
+            )
+        return None
+
+    def close(self) -> None:
+        if self._fixtures is not None:
+            self._fixtures.close()
+
+
+def _when(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None

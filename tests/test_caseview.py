@@ -1,0 +1,526 @@
+"""Case details: every case of a run opens onto its request, expectation, replies, stamps,
+cost and raw exchange, built from the run dir one case at a time."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tracemalloc
+from collections.abc import Iterator, Mapping, Sequence
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from reportkit import HOSTILE_IMG, HOSTILE_SCRIPT, Project
+
+from runner.reports.caseview import CaseView, RunCases, SideDetail, case_views
+from runner.reports.render import environment
+from runner.reports.requestview import Source, request_view
+from runner.reports.wordiff import MAX_WORDS, word_diff
+
+REPO = Path(__file__).resolve().parent.parent
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Find an order.",
+        "parameters": {"type": "object", "properties": {"id": {"type": "string"}}},
+    },
+}
+LONG = " ".join(f"word{i}" for i in range(1200))  # some 9,000 characters
+USAGE = {"prompt_tokens": 1000, "completion_tokens": 500}
+CASES = [
+    {"id": "same", "prompt": "Say ok.", "expect": {"must_include": ["ok"]}},
+    {"id": "moved", "prompt": "Say ok.", "expect": {"must_include": ["ok"]}},
+    {"id": "flaky", "prompt": "Say ok.", "expect": {"must_include": ["ok"]}},
+    {"id": "timeout", "prompt": "Say ok.", "expect": {"must_include": ["ok"]}},
+    {"id": "schema", "prompt": "Say ok.", "expect": {"must_include": ["ok"]}},
+    {"id": "edited", "prompt": "Say ok.", "expect": {"must_include": ["ok"]}},
+    {
+        "id": "city",
+        "prompt": "Capital of France as JSON.",
+        "expect": {"json_fields": {"city": "Paris"}},
+    },
+    {
+        "id": "tool",
+        "system": "Use the tools.",
+        "prompt": "Where is order 7?",
+        "tools": [TOOL],
+        "expect": {"tool_calls": [{"name": "lookup", "arguments": {"id": "7"}}]},
+    },
+    {"id": "long", "prompt": "Count.", "expect": {"must_include": ["word1"], "max_chars": 20000}},
+]
+GOOD: dict[str, dict[str, Any]] = {
+    "city": {"completion": {"city": "Paris"}},
+    "tool": {"tool_calls": [{"name": "lookup", "arguments": {"id": "7"}}]},
+    "long": {"completion": LONG},
+}
+
+
+def _cassette(path: Path, cases: Sequence[Mapping[str, Any]], rows: Mapping[str, Any]) -> None:
+    """Every case replies "ok" with usage unless `rows` says otherwise (a list: extra rows)."""
+    lines = []
+    for case in cases:
+        found = rows.get(case["id"], GOOD.get(case["id"], {"completion": "ok"}))
+        for row in found if isinstance(found, list) else [found]:
+            lines.append({"case_id": case["id"], "usage": USAGE, **row})
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def gates(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second run, three samples a side, with a case of every gate class that has a reply
+    or a reason it has none: new, edited, unchanged, flaky, changed, transport, schema."""
+    project = Project(tmp_path_factory.mktemp("gates"), CASES)
+    root = project.root
+    config = project.config.read_text(encoding="utf-8")
+    config = config.replace(
+        'cassette = "cand.jsonl"\n',
+        'cassette = "cand.jsonl"\nprice = { input_per_mtok = 2.0, output_per_mtok = 8.0 }\n',
+    ).replace('candidate = "cand"\n', 'candidate = "cand"\nsamples = 3\n')
+    project.config.write_text(config, encoding="utf-8")
+    _cassette(root / "ref.jsonl", CASES, {})
+    _cassette(root / "cand.jsonl", CASES, {})
+    first, _, _ = project.run()
+    project.promote(first)
+    cases = [dict(c) for c in CASES]
+    next(c for c in cases if c["id"] == "edited")["prompt"] = "Say ok, please."
+    cases.append({"id": "fresh", "prompt": "Say hi.", "expect": {"must_include": ["hi"]}})
+    (root / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    _cassette(root / "ref.jsonl", cases, {"fresh": {"completion": "hi there"}})
+    _cassette(
+        root / "cand.jsonl",
+        cases,
+        {
+            "moved": {"completion": "Sure thing, done."},
+            "flaky": [{"completion": "ok"}, {"completion": "nope", "sample": 1}],
+            "timeout": {"fault": "timeout"},
+            "schema": {"body": f"<html>{HOSTILE_SCRIPT}</html>"},
+            "fresh": {"completion": "hello"},
+            "city": {"completion": {"city": "Lyon"}},
+            "tool": {
+                "completion": HOSTILE_IMG,
+                "tool_calls": [
+                    {"name": "lookup", "arguments": {"id": "<b>8</b>"}},
+                    {"name": "erase", "arguments": {}},
+                ],
+            },
+            "long": {"completion": LONG.replace("word600", "changed600")},
+        },
+    )
+    second, _, _ = project.run()
+    return second
+
+
+@pytest.fixture(scope="module")
+def views(gates: Path) -> dict[str, CaseView]:
+    return {v.id: v for v in case_views(gates)}
+
+
+def _side(view: CaseView, side: str) -> SideDetail:
+    return view.reference if side == "reference" else view.candidate
+
+
+class _Node:
+    def __init__(self, tag: str, attrs: dict[str, str | None]) -> None:
+        self.tag, self.attrs = tag, attrs
+        self.children: list[_Node | str] = []
+
+    def text(self) -> str:
+        return "".join(c if isinstance(c, str) else c.text() for c in self.children)
+
+    def find(self, tag: str | None = None, **attrs: str) -> Iterator[_Node]:
+        for child in self.children:
+            if isinstance(child, _Node):
+                wanted = {k.replace("_", "-").rstrip("-"): v for k, v in attrs.items()}
+                if (tag is None or child.tag == tag) and all(
+                    v in (child.attrs.get(k) or "").split() or child.attrs.get(k) == v
+                    for k, v in wanted.items()
+                ):
+                    yield child
+                yield from child.find(tag, **attrs)
+
+    def one(self, tag: str | None = None, **attrs: str) -> _Node:
+        found = list(self.find(tag, **attrs))
+        assert len(found) == 1, (tag, attrs, len(found))
+        return found[0]
+
+
+_VOID = {"br", "img", "input", "meta", "link", "hr", "wbr"}
+
+
+class _Tree(HTMLParser):
+    """The parsed detail as a browser's tokenizer sees it (elements, attributes, text)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = _Node("#root", {})
+        self.stack = [self.root]
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        node = _Node(tag, dict(attrs))
+        self.stack[-1].children.append(node)
+        if tag not in _VOID:
+            self.stack.append(node)
+
+    def handle_endtag(self, tag: str) -> None:
+        while len(self.stack) > 1:
+            if self.stack.pop().tag == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        self.stack[-1].children.append(data)
+
+
+def _render(view: CaseView) -> str:
+    return str(environment().get_template("case.html.j2").module.case_detail(view))  # type: ignore[attr-defined]
+
+
+def _detail(view: CaseView) -> _Node:
+    tree = _Tree()
+    tree.feed(_render(view))
+    return tree.root.one("section", class_="case-detail")
+
+
+def test_every_gate_class_has_its_case(views: dict[str, CaseView]) -> None:
+    """The run under test holds each gate class the details must open."""
+    expected = {
+        "fresh": "new_case",
+        "edited": "fixture_move",
+        "same": "unchanged",
+        "flaky": "flaky",
+        "moved": "disagreement_changed",
+        "timeout": "transport_miss",
+        "schema": "schema_miss",
+    }
+    assert expected == {k: views[k].gate for k in expected}
+
+
+@pytest.mark.parametrize("case_id", ["fresh", "edited", "same", "flaky", "moved"])
+def test_a_scored_case_of_any_class_shows_both_replies(
+    views: dict[str, CaseView], case_id: str
+) -> None:
+    """new_case, fixture_move, unchanged, flaky and disagreement_changed cases show each
+    side's reply text, not only the review gates."""
+    detail = _detail(views[case_id])
+    assert detail.attrs["data-id"] == case_id
+    for side in ("reference", "candidate"):
+        column = detail.one("article", data_side=side)
+        assert column.one("div", class_="cd-reply").attrs["data-kind"] == "reply"
+        assert column.one("pre", class_="cd-text").text().strip()
+
+
+def test_a_transport_miss_says_why_there_is_no_reply(views: dict[str, CaseView]) -> None:
+    """A timed-out side has no reply, and the detail says it timed out, with its attempts."""
+    view = views["timeout"]
+    assert view.candidate.reply.kind == "none"
+    column = _detail(view).one("article", data_side="candidate")
+    assert "No reply: timeout" in column.one("p", class_="cd-none").text()
+    stamp = column.one("li", data_stamp="transport")
+    assert stamp.attrs["data-value"] == "timeout"
+    attempts = column.one("table", class_="cd-attempts").text()
+    assert "timeout" in attempts and "recorded timeout" in attempts
+
+
+def test_a_schema_miss_shows_the_body_it_got_as_text(views: dict[str, CaseView]) -> None:
+    """A body that is no reply is shown as received, escaped, with the schema detail."""
+    view = views["schema"]
+    assert view.candidate.reply.kind == "body"
+    html_text = _render(view)
+    assert "<script>" not in html_text and "&lt;script&gt;" in html_text
+    column = _detail(view).one("article", data_side="candidate")
+    assert "schema not_json" in column.one("p", class_="cd-why").text()
+    assert HOSTILE_SCRIPT in column.one("pre", class_="cd-text").text()
+    assert view.diff is None  # a raw body is not diffed against a reply
+
+
+def test_the_expected_value_is_shown_beside_its_miss(views: dict[str, CaseView]) -> None:
+    """`field_mismatch:city` is shown with the expected city and the one the reply gave."""
+    column = _detail(views["city"]).one("article", data_side="candidate")
+    miss = column.one("li", data_miss="field_mismatch:city")
+    assert 'expected city = "Paris"' in miss.one("span", class_="expected").text()
+    assert 'got "Lyon"' in miss.one("span", class_="got").text()
+    assert "moved" in (miss.attrs.get("class") or "").split()
+    expect = _detail(views["city"]).one("section", class_="cd-expect").text()
+    assert "json_fields" in expect and '"Paris"' in expect
+
+
+def test_the_diff_marks_the_changed_words(views: dict[str, CaseView]) -> None:
+    """Words only one side has are marked on that side; shared words are not."""
+    detail = _detail(views["moved"])
+    ref = detail.one("article", data_side="reference").one("pre", class_="cd-text")
+    cand = detail.one("article", data_side="candidate").one("pre", class_="cd-text")
+    assert [d.text() for d in ref.find("del")] == ["ok"]
+    assert [i.text() for i in cand.find("ins")] == ["Sure thing, done."]
+    long = _detail(views["long"]).one("article", data_side="candidate")
+    marked = [i.text().strip() for i in long.one("pre", class_="cd-text").find("ins")]
+    assert marked == ["changed600"]
+
+
+def test_a_long_reply_is_diffed_only_up_to_the_word_cap() -> None:
+    """Past MAX_WORDS words a diff stops comparing and says so; the text is kept whole."""
+    left = " ".join(f"a{i}" for i in range(MAX_WORDS * 3))
+    right = " ".join(f"b{i}" for i in range(MAX_WORDS * 3))
+    diff = word_diff(left, right)
+    assert diff.cut
+    assert "".join(p.text for p in diff.reference) == left
+    assert not diff.reference[-1].changed  # the uncompared tail
+
+
+def test_tool_calls_and_tool_misses_are_shown(views: dict[str, CaseView]) -> None:
+    """Each side's calls are listed with their arguments; each tool miss with what was wanted."""
+    detail = _detail(views["tool"])
+    ref_calls = [c.text() for c in detail.one("article", data_side="reference").find("code")]
+    assert 'lookup({"id": "7"})' in ref_calls
+    column = detail.one("article", data_side="candidate")
+    calls = [li.text() for li in column.one("ul", class_="cd-calls").find("li")]
+    assert calls == ['lookup({"id": "<b>8</b>"})', "erase({})"]
+    mismatch = column.one("li", data_miss="tool_arg_mismatch:lookup.id")
+    assert 'id = "7"' in mismatch.one("span", class_="expected").text()
+    assert 'id = "<b>8</b>"' in mismatch.one("span", class_="got").text()
+    unknown = column.one("li", data_miss="tool_unknown:erase")
+    assert "lookup" in unknown.one("span", class_="expected").text()
+    assert [b.text() for b in detail.find("b") if "8" in b.text()] == []  # stamps only
+    assert not list(detail.find("img"))
+
+
+def test_the_request_shows_system_prompt_turns_and_tools(views: dict[str, CaseView]) -> None:
+    """A recorded side shows the request it stands in for: system, user turn, tools, params."""
+    request = views["tool"].candidate.request
+    assert request is not None and request.source is Source.STANDS_IN
+    assert request.system == "Use the tools."
+    assert [(t.role, t.text) for t in request.turns] == [("user", "Where is order 7?")]
+    assert [t.name for t in request.tools] == ["lookup"]
+    assert ("model", '"cand-1"') in request.params
+    text = (
+        _detail(views["tool"])
+        .one("article", data_side="candidate")
+        .one("details", class_="cd-request")
+        .text()
+    )
+    assert "Use the tools." in text and "Find an order." in text
+
+
+def test_stamps_samples_latency_tokens_and_cost_per_side(views: dict[str, CaseView]) -> None:
+    """Each side shows its three stamps, every sample's score, its latency and tokens, and
+    the candidate's cost from its price (the reference has none: unknown, never zero)."""
+    view = views["flaky"]
+    cand = view.candidate
+    assert [s.sample for s in cand.samples] == [0, 1, 2]
+    assert [s.misses for s in cand.samples] == [(), ("missing:ok",), ()]
+    assert cand.noise == ("missing:ok",)
+    assert cand.usage.tokens is not None and cand.usage.tokens.prompt == 1000
+    assert cand.usage.cost_usd == pytest.approx(0.006)  # 1000 x $2 + 500 x $8 per million
+    assert view.reference.usage.cost_usd is None
+    detail = _detail(view)
+    column = detail.one("article", data_side="candidate")
+    assert column.one("li", data_stamp="task").one("b").text() == "0.89"  # 1, 2/3, 1
+    assert "$0.006000" in column.one("dl", class_="cd-usage").text()
+    assert "no price" in detail.one("article", data_side="reference").one("dl").text()
+    rows = column.one("table", class_="cd-samples").find("tr", data_sample="1")
+    assert "missing:ok" in next(rows).text()
+
+
+def test_the_accepted_snapshot_entry_is_shown(views: dict[str, CaseView]) -> None:
+    """A case in the snapshot shows its accepted entry; a new case says it has none."""
+    accepted = dict(views["moved"].accepted.keys or ())
+    assert accepted["candidate_misses"] == "[]"
+    assert views["fresh"].accepted.keys is None
+    assert views["fresh"].accepted.note == "not in the snapshot"
+    assert "candidate_misses" in _detail(views["moved"]).one("section", class_="cd-accepted").text()
+
+
+def test_an_edited_case_says_its_row_changed_since_the_run(gates: Path, tmp_path: Path) -> None:
+    """The fixture_move case's row is today's; a row edited after the run says so, and a
+    fixture file that is gone leaves the request and reply and says the expectation is not
+    known."""
+    copy = tmp_path / "run"
+    shutil.copytree(gates, copy)
+    fixtures = Path(json.loads((copy / "manifest.json").read_text())["fixtures"]["path"])
+    saved = fixtures.read_bytes()
+    try:
+        fixtures.write_text(saved.decode().replace('"Say ok."', '"Say OK."', 1))
+        same = {v.id: v for v in case_views(copy)}["same"]
+        assert any("was edited since this run" in n for n in same.notes)
+        fixtures.unlink()
+        gone = {v.id: v for v in case_views(copy)}["moved"]
+        assert not gone.expectation.known
+        assert gone.expectation.note is not None and "is not there" in gone.expectation.note
+        assert gone.candidate.reply.text == "Sure thing, done."
+        assert "not known" in _detail(gone).one("section", class_="cd-expect").text()
+    finally:
+        fixtures.write_bytes(saved)
+
+
+def test_a_run_copied_without_its_config_still_opens_and_is_priced(
+    gates: Path, tmp_path: Path
+) -> None:
+    """A run dir whose config is gone (copied off the CI machine) still shows each case: the
+    cost from the price the manifest recorded, the case's own turns as its request, and a
+    snapshot entry said to be unknown."""
+    copy = tmp_path / "run"
+    shutil.copytree(gates, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    assert manifest["endpoints"]["candidate"]["price"]["output_per_mtok"] == 8.0
+    assert manifest["endpoints"]["reference"]["price"] is None
+    manifest["config"]["path"] = str(tmp_path / "gone.toml")
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with RunCases(copy) as opened:
+        assert any("config is not readable" in note for note in opened.notes)
+        view = next(v for v in opened if v.id == "tool")
+    assert view.candidate.usage.cost_usd == pytest.approx(0.006)
+    request = view.candidate.request
+    assert request is not None and request.source is Source.CASE
+    assert [(t.role, t.text) for t in request.turns] == [("user", "Where is order 7?")]
+    assert request.system == "Use the tools."
+    assert view.accepted.keys is None and view.accepted.note is not None
+    assert "not known" in view.accepted.note
+
+
+def test_the_raw_exchange_link_names_its_raw_jsonl_line(
+    views: dict[str, CaseView], gates: Path
+) -> None:
+    """A raw exchange past the cap ends in a link to raw.jsonl naming the line that holds it."""
+    view = views["long"]
+    raw = view.candidate.raw
+    assert raw is not None and raw.cut
+    line = (gates / "raw.jsonl").read_text(encoding="utf-8").splitlines()[raw.line - 1]
+    row = json.loads(line)
+    assert (row["case_id"], row["side"], row["sample"]) == ("long", "candidate", 0)
+    link = _detail(view).one("article", data_side="candidate").one("a", class_="raw-link")
+    assert link.attrs["href"] == "raw.jsonl"
+    assert link.text() == f"raw.jsonl, line {raw.line}"
+    short = views["same"].reference.raw
+    assert short is not None and not short.cut
+    assert not list(_detail(views["same"]).find("a", class_="raw-link"))
+
+
+def test_untrusted_text_stays_text_and_uses_no_style_attribute(views: dict[str, CaseView]) -> None:
+    """No element comes from a reply, an argument or a body, and no detail has style=""."""
+    for view in views.values():
+        html_text = _render(view)
+        assert "style=" not in html_text
+        detail = _detail(view)
+        assert not list(detail.find("script")) and not list(detail.find("img"))
+
+
+@pytest.fixture(scope="module")
+def tools_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's tools suite (an Anthropic-shaped streamed candidate), run from a copy."""
+    from runner.config import load_config
+    from runner.runs.run import run_suite
+
+    root = tmp_path_factory.mktemp("demo")
+    for name in ("config", "fixtures", "snapshots"):
+        shutil.copytree(REPO / name, root / name)
+    run_dir, _, _ = run_suite(load_config(root / "config" / "demo.toml"), "tools")
+    return run_dir
+
+
+def test_the_demo_tools_suite_shows_streams_and_their_ttft(tools_demo: Path) -> None:
+    """A streamed Anthropic candidate shows its ttft, tokens, calls and misses; a conversation
+    case shows the tool result it carried."""
+    found = {v.id: v for v in case_views(tools_demo)}
+    quote = found["tool.quote.unknown_tool"].candidate
+    assert quote.stream and quote.ttft_ms == 0
+    assert quote.usage.tokens is not None and quote.usage.tokens.completion == 45
+    assert quote.tool_calls == ('calculate_shipping({"kg": 2, "to": "Denver"})',)
+    assert [m.code for m in quote.misses] == [
+        "tool_missing:get_shipping_quote",
+        "tool_unknown:calculate_shipping",
+    ]
+    detail = _detail(found["tool.quote.unknown_tool"]).one("article", data_side="candidate")
+    assert "ttft" in detail.one("dl", class_="cd-usage").text()
+    answered = found["tool.order.answered"].candidate.request
+    assert answered is not None
+    assert [t.role for t in answered.turns] == ["user", "assistant", "tool"]
+    assert answered.turns[1].calls == ('get_order_status({"order_id": "1842"})',)
+    assert answered.turns[2].answers == "call_1"
+
+
+def test_request_bodies_of_each_protocol_read_as_sent() -> None:
+    """The bodies the openai-chat, anthropic-messages and http-json wires build read back as
+    the same system prompt, turns, tools and params."""
+    from runner.config import EndpointConfig
+    from runner.fixtures import load_cases
+    from runner.protocols import anthropic_messages, http_json, openai_chat
+    from runner.protocols.wire import PLAIN
+
+    case = next(
+        c for c in load_cases(REPO / "fixtures" / "tools.jsonl") if c.id == "tool.order.answered"
+    )
+    for wire, kind in ((openai_chat, "openai-chat"), (anthropic_messages, "anthropic-messages")):
+        cfg = EndpointConfig(kind=kind, base_url="http://127.0.0.1:1", model="m")  # type: ignore[arg-type]
+        body = wire.body(cfg, PLAIN, case)
+        view = request_view(kind, {"method": "POST", "url": "u", "body": body}, cap=4000)
+        assert view.system is not None and view.system.startswith("You are the shop")
+        assert [t.role for t in view.turns] == ["user", "assistant", "tool"], kind
+        assert view.turns[1].calls and view.turns[1].calls[0].startswith("get_order_status(")
+        assert "shipped" in view.turns[2].text
+        assert [t.name for t in view.tools] == ["get_order_status", "get_shipping_quote"]
+        assert ("model", '"m"') in view.params
+    template = {"q": "{{prompt}}", "sys": "{{system}}", "n": 1}
+    cfg = EndpointConfig(kind="http-json", base_url="http://127.0.0.1:1", body_template=template)
+    prompt_case = next(c for c in load_cases(REPO / "fixtures" / "tools.jsonl") if c.prompt)
+    view = request_view("http-json", {"body": http_json.body(cfg, PLAIN, prompt_case)}, cap=4000)
+    assert dict(view.params)["q"] == json.dumps(prompt_case.prompt)
+
+
+def test_a_live_side_shows_the_body_it_sent(fault_server: Any, tmp_path: Path) -> None:
+    """Against a real server, the request shown is raw.jsonl's body, templates rendered."""
+    from relkit import endpoint_toml, suite_toml, write_config
+
+    from runner.config import load_config
+    from runner.runs.run import run_suite
+
+    (tmp_path / "cases.jsonl").write_text(
+        json.dumps({"id": "c1", "prompt": "word1 please", "expect": {"must_include": ["word1"]}})
+        + "\n"
+    )
+    ref = endpoint_toml("ref", fault_server.url("ok")) + 'system = "Be brief, {{ prompt }}"\n'
+    ref += "params = { seed = 7 }\n"
+    cand = endpoint_toml("cand", fault_server.url("ok", suffix="")).replace(
+        'kind = "openai-chat"', 'kind = "anthropic-messages"'
+    )
+    config = write_config(tmp_path, ref + cand, suite_toml("s"))
+    run_dir, _, _ = run_suite(load_config(config), "s")
+    view = next(iter(case_views(run_dir)))
+    ref_request, cand_request = view.reference.request, view.candidate.request
+    assert ref_request is not None and ref_request.source is Source.SENT
+    assert ref_request.system == "Be brief, word1 please"
+    assert ("seed", "7") in ref_request.params
+    assert cand_request is not None and cand_request.source is Source.SENT
+    assert cand_request.url is not None and cand_request.url.endswith("/v1/messages")
+    assert [t.text for t in cand_request.turns] == ["word1 please"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # a bound for a hung test: a 20,000-case run, then its views traced
+def test_a_20000_case_run_is_viewed_one_case_at_a_time(tmp_path: Path) -> None:
+    """Views come from an iterator, built when asked for: opening a 20,000-case run keeps its
+    ledgers indexed, not read, and walking its views holds none of the ones already seen."""
+    cases = [
+        {"id": f"c{i:05d}", "prompt": "Say ok.", "expect": {"must_include": ["ok"]}}
+        for i in range(20_000)
+    ]
+    run_dir, _, _ = Project(tmp_path, cases).run()
+    lazy = case_views(run_dir)
+    assert iter(lazy) is lazy  # a generator: nothing is built before it is asked for
+    tracemalloc.start()
+    try:
+        with RunCases(run_dir) as opened:
+            walk = iter(opened)
+            for _ in range(200):
+                next(walk)
+            settled, _ = tracemalloc.get_traced_memory()
+            for _ in range(1000):
+                next(walk)
+            after, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            rest = sum(1 for _ in walk)
+    finally:
+        tracemalloc.stop()
+    assert rest == 18_800
+    assert after - settled < 2**19, f"grew {(after - settled) / 2**20:.1f} MB over 1,000 views"
+    assert peak < 48 * 2**20, f"peak {peak / 2**20:.1f} MB"  # some 15 MB, of indexes
