@@ -8,6 +8,7 @@ directories land there and the repository is never written. Commands go through
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import os
 import shutil
@@ -395,9 +396,7 @@ def test_the_demo_s_tool_suite_grades_tool_calls_and_shows_them(
     report_md = (run_dir / "report.md").read_text(encoding="utf-8")
     assert 'calls: get\\_order\\_status({"order\\_id": "\\#1842"})' in report_md
     report_html = (run_dir / "report.html").read_text(encoding="utf-8")
-    assert "<code>calculate_shipping({&quot;kg&quot;: 2, &quot;to&quot;: &quot;Denver&quot;})" in (
-        report_html
-    )
+    assert 'calculate_shipping({"kg": 2, "to": "Denver"})' in html.unescape(report_html)
 
 
 def test_demo_run_logs_one_json_object_per_line(
