@@ -328,7 +328,8 @@ def test_the_accepted_snapshot_entry_is_shown(views: dict[str, CaseView]) -> Non
     assert accepted["candidate_misses"] == "[]"
     assert views["fresh"].accepted.keys is None
     assert views["fresh"].accepted.note == "not in the snapshot"
-    assert "candidate_misses" in _detail(views["moved"]).one("section", class_="cd-accepted").text()
+    accepted_html = _detail(views["moved"]).one("details", class_="cd-accepted").text()
+    assert "candidate_misses" in accepted_html and "disagreement []" in accepted_html
 
 
 def test_an_edited_case_says_its_row_changed_since_the_run(gates: Path, tmp_path: Path) -> None:
@@ -524,3 +525,23 @@ def test_a_20000_case_run_is_viewed_one_case_at_a_time(tmp_path: Path) -> None:
     assert rest == 18_800
     assert after - settled < 2**19, f"grew {(after - settled) / 2**20:.1f} MB over 1,000 views"
     assert peak < 48 * 2**20, f"peak {peak / 2**20:.1f} MB"  # some 15 MB, of indexes
+
+
+def test_bidi_controls_and_nuls_show_as_escapes_everywhere_in_a_detail(tmp_path: Path) -> None:
+    """A case id, prompt, reply, tool argument and model name holding bidi controls and NULs
+    render as visible escapes, never as the characters themselves."""
+    rlo = "invoice\u202egpj.exe"
+    cases = [
+        {"id": rlo, "prompt": f"say {rlo}\x00", "tools": [TOOL], "expect": {"must_include": ["ok"]}}
+    ]
+    project = Project(tmp_path, cases)
+    project.cassettes(
+        {rlo: {"completion": f"ok {rlo}\x00", "model": "ref\u202e"}},
+        {rlo: {"completion": "no", "tool_calls": [{"name": "lookup", "arguments": {"id": rlo}}]}},
+    )
+    run_dir, _, _ = project.run()
+    view = next(iter(case_views(run_dir)))
+    html_text = _render(view)
+    assert "\u202e" not in html_text and "\x00" not in html_text
+    assert "invoice\\u202egpj.exe" in html_text and "\\x00" in html_text
+    assert 'data-id="invoice\\u202egpj.exe"' in html_text

@@ -149,6 +149,11 @@ class AcceptedView:
     keys: tuple[tuple[str, str], ...] | None  # None: the snapshot has no entry for it
     note: str | None
 
+    @property
+    def disagreement(self) -> str | None:
+        """The accepted disagreement, as JSON text: the first thing a reviewer compares."""
+        return dict(self.keys or ()).get("disagreement")
+
 
 @dataclass(frozen=True, slots=True)
 class CaseView:
