@@ -512,7 +512,8 @@ def test_a_20000_case_run_is_viewed_one_case_at_a_time(tmp_path: Path) -> None:
     try:
         with RunCases(run_dir) as opened:
             walk = iter(opened)
-            for _ in range(200):
+            first = next(walk)
+            for _ in range(199):
                 next(walk)
             settled, _ = tracemalloc.get_traced_memory()
             for _ in range(1000):
@@ -523,8 +524,27 @@ def test_a_20000_case_run_is_viewed_one_case_at_a_time(tmp_path: Path) -> None:
     finally:
         tracemalloc.stop()
     assert rest == 18_800
+    brief = _detail(first)  # a case that needs no review, in a run this large, is in brief
+    assert first.compact and "compact" in (brief.attrs.get("class") or "").split()
+    assert [a.text() for a in brief.find("a", class_="raw-link")] == [
+        f"raw.jsonl, line {first.reference.raw.line}" if first.reference.raw else "",
+        f"raw.jsonl, line {first.candidate.raw.line}" if first.candidate.raw else "",
+    ]
+    assert len(_render(first)) < 1500
     assert after - settled < 2**19, f"grew {(after - settled) / 2**20:.1f} MB over 1,000 views"
     assert peak < 48 * 2**20, f"peak {peak / 2**20:.1f} MB"  # some 15 MB, of indexes
+
+
+def test_only_a_large_run_s_quiet_cases_are_in_brief() -> None:
+    """Review and unscored cases are always in full; the rest only past FULL_UP_TO cases."""
+    from runner.reports.caseview import COMPACT, FULL, FULL_UP_TO, caps_for
+
+    assert caps_for("unchanged", True, FULL_UP_TO) is FULL
+    assert caps_for("unchanged", True, FULL_UP_TO + 1) is COMPACT
+    assert caps_for("new_case", True, 20_000) is COMPACT
+    assert caps_for("new_case", False, 20_000) is FULL  # unscored
+    for gate in ("disagreement_changed", "alias_swap", "transport_miss", "schema_miss"):
+        assert caps_for(gate, gate != "transport_miss", 20_000) is FULL
 
 
 def test_bidi_controls_and_nuls_show_as_escapes_everywhere_in_a_detail(tmp_path: Path) -> None:

@@ -39,24 +39,28 @@ RAW_FILE = "raw.jsonl"
 
 @dataclass(frozen=True, slots=True)
 class Caps:
-    """How much of a case's text its detail keeps, in characters."""
+    """How much of a case its detail keeps: characters of reply, request value and raw line,
+    and whether it is `compact` (stamps, reply excerpt, misses, usage and the raw.jsonl link
+    only: no request, attempts, expectation table or snapshot entry)."""
 
     reply: int
     request: int
     raw: int
+    compact: bool = False
 
 
 FULL = Caps(reply=6000, request=4000, raw=4000)
-BRIEF = Caps(reply=600, request=300, raw=0)  # the raw exchange: its raw.jsonl line only
-# Cases that stop a release get FULL caps always; the rest too while a run is this small.
+COMPACT = Caps(reply=300, request=200, raw=0, compact=True)
+# Past this many cases, a case that neither needs review nor went unscored is COMPACT: 20,000
+# full details are some 70 MB of HTML, which no browser opens in seconds.
 FULL_UP_TO = 2000
 NEEDS_LOOK = frozenset({DISAGREEMENT_CHANGED, ALIAS_SWAP, TRANSPORT_MISS, SCHEMA_MISS})
 
 
 def caps_for(gate: str, admitted: bool, cases: int) -> Caps:
     """FULL for a case that needs review or could not be scored, or in a run of at most
-    FULL_UP_TO cases; BRIEF for the rest, so a 20,000-case page stays loadable."""
-    return FULL if gate in NEEDS_LOOK or not admitted or cases <= FULL_UP_TO else BRIEF
+    FULL_UP_TO cases; COMPACT for the rest."""
+    return FULL if gate in NEEDS_LOOK or not admitted or cases <= FULL_UP_TO else COMPACT
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +175,7 @@ class CaseView:
     diff: WordDiff | None
     accepted: AcceptedView
     notes: tuple[str, ...]
+    compact: bool = False  # built with COMPACT caps: request, attempts and snapshot left out
 
     @property
     def sides(self) -> tuple[SideDetail, SideDetail]:
@@ -324,12 +329,15 @@ class RunCases:
             fixture_sha=fixture_sha,
             admitted=admitted,
             disagreement=_strings(delta) if isinstance(delta, list) else None,
-            expectation=found.expectation(caps.request),
+            expectation=found.expectation(caps.request, keys=not caps.compact),
             reference=sides["reference"],
             candidate=sides["candidate"],
             diff=diff,
-            accepted=self._accepted(case_id, caps.request),
+            accepted=AcceptedView(None, None)
+            if caps.compact
+            else self._accepted(case_id, caps.request),
             notes=tuple(notes),
+            compact=caps.compact,
         )
 
     def _accepted(self, case_id: str, cap: int) -> AcceptedView:
@@ -388,10 +396,12 @@ class RunCases:
         if exchange is None:
             why = str(block.get("detail") or "no call was recorded")
             read = _Read(SideReply("none", None, False, None, None, why), (), None, False)
-            request = self.inputs.stand_in(side, case, caps.request) if case else None
+            request = None
+            if case is not None and not caps.compact:
+                request = self.inputs.stand_in(side, case, caps.request)
         else:
             read = _read(exchange, case.expects_json if case else False, caps.reply)
-            request = self._request(exchange, side, case, caps.request)
+            request = None if caps.compact else self._request(exchange, side, case, caps.request)
         offered = tuple(t.name for t in request.tools) if request else ()
         expect = case.expect if case is not None else None
         misses = tuple(

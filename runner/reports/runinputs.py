@@ -50,11 +50,13 @@ class Found:
     case: Case | None
     note: str | None
 
-    def expectation(self, cap: int) -> Expectation:
+    def expectation(self, cap: int, *, keys: bool = True) -> Expectation:
+        """The case's expectation keys as JSON text (none when not `keys`: a compact view)."""
         if self.case is None:
             return Expectation(False, None, None, (), self.note)
-        keys = tuple((str(k), value_text(v, cap)) for k, v in sorted(self.case.expect.items()))
-        return Expectation(True, self.case.path, self.case.line, keys, self.note)
+        items = sorted(self.case.expect.items()) if keys else ()
+        shown = tuple((str(k), value_text(v, cap)) for k, v in items)
+        return Expectation(True, self.case.path, self.case.line, shown, self.note)
 
 
 def _object(path: Path) -> tuple[dict[str, Any], str | None]:
