@@ -9,6 +9,10 @@ A **ceiling candidate** is a case that both sides passed with an empty disagreem
 the suite's last `retire_after` runs: it no longer tells anything apart and can be retired or
 made harder. Replays regrade an earlier run's replies, so they never count as a new night:
 not toward a ceiling streak, nor as a change of the served model. They are listed as runs.
+Nor does a run that a later `--retry-unscored` run retried: a night cut short by a budget or
+an outage and then completed is one night, and the retry, which holds the run's scored rows
+and the rest called again, stands for it (a retry of a retry, or a second retry of the same
+run, stands in turn). It is listed too, naming its retry.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import math
 import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -62,10 +66,12 @@ class RunRow:
     calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     # per side, how many cases were called with another request than the snapshot accepted
     request_changes: Mapping[str, int] = field(default_factory=dict)
+    parent: str | None = None  # the run dir a retry or replay started from
+    retried_by: str | None = None  # the later --retry-unscored run that stands for this night
 
     @property
     def counts_as_night(self) -> bool:
-        return RunMode.read(self.mode) not in NOT_A_NIGHT
+        return self.retried_by is None and RunMode.read(self.mode) not in NOT_A_NIGHT
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,6 +93,8 @@ class RunRow:
             "stratified": self.stratified,
             "stratum_alerts": {k: list(v) for k, v in self.stratum_alerts.items()},
             "served_models": {k: list(v) for k, v in self.served_models.items()},
+            "parent": self.parent,
+            "retried_by": self.retried_by,
             "paired": finite(self.paired),
             "noise_floor": finite(self.noise_floor),
             "usage": finite(self.usage),
@@ -221,6 +229,7 @@ def _row(run_dir: Path, summary: Mapping[str, Any], quiet: frozenset[str] | None
         flaky=len(strings_of(summary.get("flaky"))),
         calls=_calls(mapping_of(mapping_of(summary.get("usage")).get("sides"))),
         request_changes=_request_changes(mapping_of(summary.get("request_changed"))),
+        parent=_str(summary.get("parent")),
     )
 
 
@@ -327,6 +336,7 @@ def load_history(suite_dir: Path, *, until: str | None = None, last: int | None 
             history.notes.extend(notes)
             if row is not None:
                 history.rows.append(row)
+        history.rows = retried(history.rows)
         return history
     # newest first, until the window is full: a row holds every quiet case id of its night,
     # so rows outside the window are never built. A few broken directories are skipped over.
@@ -337,8 +347,24 @@ def load_history(suite_dir: Path, *, until: str | None = None, last: int | None 
         history.notes[:0] = notes
         if row is not None:
             history.rows.append(row)
-    history.rows.reverse()
+    history.rows = retried(history.rows[::-1])
     return history
+
+
+def retried(rows: Sequence[RunRow]) -> list[RunRow]:
+    """`rows` (oldest first) with `retried_by` set on each run a later `--retry-unscored` run
+    retried, to the retry that stands for its night: the last of a chain of retries, and of
+    two retries of one run the later. Only what `rows` holds is known: read up to a cut run
+    (its own report), no retry of it exists yet, so it is still that night."""
+    standing: dict[str, str] = {}  # a run dir's name -> the retry that stands for its night
+    out: list[RunRow] = []
+    for row in reversed(rows):
+        by = standing.get(row.run_dir.name)
+        if RunMode.read(row.mode) is RunMode.RETRY and row.parent:
+            by = by or standing.get(row.parent)  # its run was retried again, later
+            standing.setdefault(row.parent, by or row.run_id)
+        out.append(replace(row, retried_by=by) if by else row)
+    return out[::-1]
 
 
 def _quiet(case: Mapping[str, Any]) -> bool:
@@ -486,6 +512,11 @@ def format_text(report: Mapping[str, Any]) -> str:
                 f"{side[:3]}: {', '.join(served.get(side) or ['-'])}" for side in SIDES
             )
             lines.append(line)
+            if run.get("retried_by"):
+                lines.append(
+                    f"  {'':<{w}} retried by {run['retried_by']}: not a night, "
+                    "the retry stands for it"
+                )
             if run.get("paired", {}).get("text"):
                 lines.append(f"  {'':<{w}} {run['paired']['text']}")
             if line := trend_line(run.get("usage") or {}):

@@ -356,3 +356,103 @@ def test_ceiling_streaks_come_from_the_summary_without_the_big_map(tmp_path: Pat
     assert [row.quiet for row in history.rows] == [frozenset({"a"})] * 3
     assert ceiling_candidates(history.rows, 3) == ["a"]
     assert json.loads((run_dir / "summary.json").read_text())["quiet_cases"] == ["a"]
+
+
+def _cut_short_then_retried(project: Project) -> tuple[Path, Path, Path]:
+    """Night 1 serves cand-a; night 2's candidate (now cand-b) times out on easy-a and med-a,
+    then `parallax run --retry-unscored` of night 2 calls those two again once it answers."""
+    from runner.history import run_dirs
+
+    project.cassettes({}, {c["id"]: {"completion": "ok", "model": "cand-a"} for c in BASE_CASES})
+    first = project.run()[0]
+    cand_b = {c["id"]: {"completion": "ok", "model": "cand-b"} for c in BASE_CASES}
+    project.cassettes({}, {**cand_b, "easy-a": {"fault": "timeout"}, "med-a": {"fault": "timeout"}})
+    cut, code, _ = project.run()
+    assert code & 2  # incomplete
+    project.cassettes({}, cand_b)
+    assert main(["run", "--retry-unscored", str(cut), "--config", str(project.config)]) in (0, 1)
+    (retry,) = set(run_dirs(project.root / "runs" / "s")) - {first, cut}
+    return first, cut, retry
+
+
+def test_a_run_completed_by_a_retry_is_listed_but_the_retry_is_the_night(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A night cut short and completed by `--retry-unscored` is one night: the cut run is listed
+    with the retry that stands for it, the served-model change is dated at the retry, and each
+    case is quiet for two nights, not three (nor one for those the cut run timed out on)."""
+    project = Project(tmp_path)
+    first, cut, retry = _cut_short_then_retried(project)
+    capsys.readouterr()
+
+    main(["history", "--config", str(project.config), "--json"])
+    (suite,) = json.loads(capsys.readouterr().out)["suites"]
+    main(["history", "--config", str(project.config)])
+    text = capsys.readouterr().out
+
+    expected = (
+        [first.name, cut.name, retry.name],
+        ["run", "run", "retry"],
+        [None, retry.name, None],
+        [None, None, cut.name],
+        2,
+        [("candidate", ["cand-a"], ["cand-b"], retry.name)],
+        dict.fromkeys(["easy-a", "easy-b", "med-a", "med-b", "str-a", "str-b"], 2),
+    )
+    actual = (
+        [r["run_id"] for r in suite["runs"]],
+        [r["mode"] for r in suite["runs"]],
+        [r["retried_by"] for r in suite["runs"]],
+        [r["parent"] for r in suite["runs"]],
+        suite["nights"],
+        [(c["side"], c["from"], c["to"], c["run_id"]) for c in suite["model_changes"]],
+        {c["case_id"]: c["quiet_runs"] for c in suite["ceiling_candidates"]},
+    )
+    assert expected == actual
+    assert f"retried by {retry.name}: not a night, the retry stands for it" in text
+
+
+def test_a_run_retried_twice_leaves_the_last_retry_as_its_night(tmp_path: Path) -> None:
+    """Retrying a run again (not its retry) makes the newer retry stand for the night; the
+    earlier retry and the run are listed, neither a night."""
+    suite = tmp_path / "s"
+    for day, mode in ((1, "run"), (2, "run"), (3, "retry"), (4, "retry")):
+        run_dir = _run(suite, _name(day), cases={"c": (True, True)}, mode=mode)
+        if mode == "retry":
+            summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+            summary["parent"] = _name(2)
+            (run_dir / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    rows = load_history(suite).rows
+    expected = ([None, _name(4), _name(4), None], [True, False, False, True], {"c": 2})
+    actual = ([r.retried_by for r in rows], [r.counts_as_night for r in rows], streaks(rows))
+    assert expected == actual
+
+
+def test_a_retry_chain_leaves_its_last_run_as_the_night(tmp_path: Path) -> None:
+    """A retry of a retry completes the chain: only its last run is a night, and stands for
+    each run before it."""
+    suite = tmp_path / "s"
+    for day, mode in ((1, "run"), (2, "retry"), (3, "retry")):
+        run_dir = _run(suite, _name(day), cases={"c": (True, True)}, mode=mode)
+        if mode == "retry":
+            summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+            summary["parent"] = _name(day - 1)
+            (run_dir / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    rows = load_history(suite).rows
+    expected = ([_name(3), _name(3), None], [False, False, True])
+    actual = ([r.retried_by for r in rows], [r.counts_as_night for r in rows])
+    assert expected == actual
+
+
+def test_a_report_reads_its_own_run_as_a_night_until_a_retry_exists(tmp_path: Path) -> None:
+    """History read up to a cut run (its own report's window) counts it; read up to its retry,
+    the retry stands for it."""
+    project = Project(tmp_path)
+    _, cut, retry = _cut_short_then_retried(project)
+    suite = project.root / "runs" / "s"
+    expected = ([True, True], [True, False, True])
+    actual = (
+        [r.counts_as_night for r in load_history(suite, until=cut.name).rows],
+        [r.counts_as_night for r in load_history(suite, until=retry.name, last=3).rows],
+    )
+    assert expected == actual

@@ -563,3 +563,33 @@ def test_cost_per_side_is_a_trend_and_a_column(tmp_path: Path) -> None:
     ]
     assert expected_cells == actual_cells
     assert len(rows) == 3
+
+
+def test_a_run_its_retry_completed_is_listed_but_is_not_a_night(tmp_path: Path) -> None:
+    """A night cut short (a candidate timeout) and completed by `--retry-unscored` is one
+    night: the page lists both runs, marks the cut one as retried by the retry, and the page's
+    trends and the retry's report.html have a column for the retry only."""
+    project = Project(tmp_path)
+    _night(project, "2026-03-01T03:00:00")
+    project.cassettes({}, {"easy-a": {"fault": "timeout"}})
+    cut = _night(project, "2026-03-02T03:00:00")
+    project.cassettes({}, {})
+    with _at("2026-03-02T05:00:00"):
+        code = main(["run", "--retry-unscored", str(cut), "--config", str(project.config)])
+    assert code in (0, 1)
+    index = tmp_path / "runs" / "s" / "index.html"
+    text = index.read_text(encoding="utf-8")
+    page = _parse(index)
+    row = next(r for r in page.rows if r.attrs["data-run"] == cut.name)
+    cell = re.sub(r"<[^>]+>", " ", text[text.index(f'data-run="{cut.name}"') :].split("</td>")[0])
+    (retry,) = [str(r.attrs["data-run"]) for r in page.rows if r.attrs["data-mode"] == "retry"]
+    nights = ["03-01 03:00", "03-02 05:00"]
+    expected = ("night retried", True, True, [nights] * 3, nights)
+    actual = (
+        row.attrs["class"],
+        "retried by 03-02 05:00, not a night" in cell,
+        "2 night(s) and 1 run(s) completed by a later retry" in text,
+        page.labels[:3],  # gates, reference and candidate rates
+        _parse(tmp_path / "runs" / "s" / retry / "report.html").labels[0],
+    )
+    assert expected == actual

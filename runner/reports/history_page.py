@@ -5,8 +5,9 @@ to that run's report, and the trends over nights of gate classes, pass rates, no
 models and usage. Its links are relative and it loads nothing, so the suite's folder can be
 copied as a CI artifact and opened anywhere. `parallax history --html` writes it, and every
 finished run rewrites it (`reports.write.after_run`) from the window of runs its own report has
-read already, so keeping it current reads no run twice. Replays are listed, marked, but are not
-nights: the trends and the served-model changes leave them out, as `history` does.
+read already, so keeping it current reads no run twice. Replays, and runs a later
+`--retry-unscored` run completed, are listed, marked, but are not nights: the trends and the
+served-model changes leave them out, as `history` does.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ class RunLine:
     run: str  # the run directory's name
     label: str  # unique among the page's runs
     href: str  # relative to the page: the run's report.html
-    night: bool  # False for a replay
+    night: bool  # False for a replay and a run a later retry stands for
+    retried_by: str  # the label of the retry that stands for this run's night, or ""
     mode: str
     verdict: str
     exit_code: str
@@ -97,6 +99,7 @@ class Page:
     runs: tuple[RunLine, ...]  # newest first
     nights: int
     replays: int
+    retried: int  # runs a later --retry-unscored run stands for
     charts: Mapping[str, Chart]
     changes: tuple[Mapping[str, Any], ...]  # history.model_changes, oldest first, labelled
     retire_after: int | None  # None: not known (no config), no ceiling candidates shown
@@ -168,12 +171,15 @@ def _usage(row: RunRow) -> tuple[Usage, ...]:
     return tuple(out)
 
 
-def _line(row: RunRow, label: str, page_dir: Path, changed: set[tuple[str, str]]) -> RunLine:
+def _line(
+    row: RunRow, label: str, page_dir: Path, changed: set[tuple[str, str]], by_id: dict[str, str]
+) -> RunLine:
     return RunLine(
         run=row.run_dir.name,
         label=label,
         href=_href(row, page_dir),
         night=row.counts_as_night,
+        retried_by=by_id.get(row.retried_by, row.retried_by) if row.retried_by else "",
         mode=row.mode or "?",
         verdict=row.verdict or "?",
         exit_code="?" if row.exit_code is None else str(row.exit_code),
@@ -213,14 +219,16 @@ def build_page(
     ceiling = ceiling_candidates(rows, retire_after) if retire_after else []
     changed = {(c["run_id"], c["side"]) for c in changes}
     by_id = {row.run_id: label_of[row.run_dir] for row in nights}
+    retried = sum(1 for row in rows if row.retried_by)
     return Page(
         suite=suite,
         runs=tuple(
-            _line(row, label, page_dir, changed)
+            _line(row, label, page_dir, changed, by_id)
             for row, label in reversed(list(zip(rows, labels, strict=True)))
         ),
         nights=len(nights),
-        replays=len(rows) - len(nights),
+        replays=len(rows) - len(nights) - retried,
+        retried=retried,
         charts=charts(nights, [label_of[row.run_dir] for row in nights]),
         changes=tuple({**c, "label": by_id.get(c["run_id"], c["run_id"])} for c in changes),
         retire_after=retire_after,

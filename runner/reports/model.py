@@ -243,7 +243,8 @@ def build_report(
         manifest=manifest,
         cases=cases,
         replies=replies,
-        trend=history.rows[-trend_runs:],
+        # a run a later retry completed is that night's draft: the retry is its column
+        trend=[row for row in history.rows if not row.retried_by][-trend_runs:],
         retire_after=retire_after,
         ceiling=ceiling,
         quiet_runs=streaks(history.rows),
