@@ -4,6 +4,7 @@ cost and raw exchange, built from the run dir one case at a time."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tracemalloc
 from collections.abc import Iterator, Mapping, Sequence
@@ -12,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from reportkit import HOSTILE_IMG, HOSTILE_SCRIPT, Project
 
 from runner.reports.caseview import CaseView, RunCases, SideDetail, case_views
+from runner.reports.marks import mark
 from runner.reports.render import environment
 from runner.reports.requestview import Source, request_view
 from runner.reports.wordiff import MAX_WORDS, word_diff
@@ -50,6 +54,11 @@ CASES = [
         "expect": {"tool_calls": [{"name": "lookup", "arguments": {"id": "7"}}]},
     },
     {"id": "long", "prompt": "Count.", "expect": {"must_include": ["word1"], "max_chars": 20000}},
+    {
+        "id": "rude",
+        "prompt": "Say ok.",
+        "expect": {"must_include": ["ok"], "must_not_include": ["darn"]},
+    },
 ]
 GOOD: dict[str, dict[str, Any]] = {
     "city": {"completion": {"city": "Paris"}},
@@ -107,6 +116,7 @@ def gates(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 ],
             },
             "long": {"completion": LONG.replace("word600", "changed600")},
+            "rude": {"completion": "Oh DARN, ok."},
         },
     )
     second, _, _ = project.run()
@@ -256,6 +266,34 @@ def test_the_diff_marks_the_changed_words(views: dict[str, CaseView]) -> None:
     long = _detail(views["long"]).one("article", data_side="candidate")
     marked = [i.text().strip() for i in long.one("pre", class_="cd-text").find("ins")]
     assert marked == ["changed600"]
+
+
+def test_the_text_a_miss_is_about_is_marked_in_the_reply(views: dict[str, CaseView]) -> None:
+    """A `forbidden:` needle is marked where the reply says it; a `missing:` needle where the
+    other side's reply has it."""
+    rude = _detail(views["rude"]).one("article", data_side="candidate").one("pre", class_="cd-text")
+    assert [(m.attrs["data-miss"], m.text()) for m in rude.find("mark")] == [
+        ("forbidden:darn", "DARN")
+    ]
+    moved = (
+        _detail(views["moved"]).one("article", data_side="reference").one("pre", class_="cd-text")
+    )
+    assert [(m.attrs["data-miss"], m.text()) for m in moved.find("mark")] == [("missing:ok", "ok")]
+    assert [d.text() for d in moved.find("del")] == ["ok"]  # and the diff's mark inside it
+
+
+@given(st.text(max_size=200), st.text(max_size=200), st.lists(st.text(min_size=1, max_size=4)))
+def test_diff_and_marks_keep_every_character(left: str, right: str, found: list[str]) -> None:
+    """However the words differ and the needles fall, each side's pieces read back as its
+    reply, and a marked piece is one its needle matches."""
+    diff = word_diff(left, right)
+    for text, pieces in ((left, diff.reference), (right, diff.candidate)):
+        marked = mark(pieces, [(n, f"forbidden:{n}") for n in found])
+        assert "".join(p.text for p in marked) == text
+        for p in marked:  # a marked piece is (part of) a match of its needle
+            if p.miss is not None:
+                needle = p.miss.partition(":")[2]
+                assert re.search(re.escape(p.text), needle, re.IGNORECASE), (p, needle)
 
 
 def test_a_long_reply_is_diffed_only_up_to_the_word_cap() -> None:

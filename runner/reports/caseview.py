@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -29,9 +29,10 @@ from runner.model import ROW_ERRORS, SIDES, Case, Exchange, Outcome, ToolCall
 from runner.reports.accepted import Snapshot
 from runner.reports.expected import Miss, call_text, explain, value_text
 from runner.reports.ledgerindex import LedgerIndex, Spot
+from runner.reports.marks import mark, needles
 from runner.reports.requestview import RequestView, request_view
 from runner.reports.runinputs import Expectation, Found, RunInputs
-from runner.reports.wordiff import WordDiff, word_diff
+from runner.reports.wordiff import Piece, WordDiff, word_diff
 from runner.usage import Tokens, cost_usd, tokens_of
 
 RAW_FILE = "raw.jsonl"
@@ -144,6 +145,8 @@ class SideDetail:
     usage: UsageView
     raw: RawView | None
     samples: tuple[SampleView, ...]
+    # the reply shown, as runs of text with the diff's and the misses' marks
+    pieces: tuple[Piece, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +241,20 @@ def _read(exchange: Exchange, expects_json: bool, cap: int) -> _Read:
     return _Read(SideReply("body", text, cut, response.status, finish, why), (), None, False)
 
 
+def _with_pieces(side: SideDetail, other: SideDetail, diff: WordDiff | None) -> SideDetail:
+    """The side with its reply as pieces: the diff's, or the text whole, and where a reply
+    (not a raw body) shows a miss, marked."""
+    text = side.reply.text
+    if diff is not None:
+        pieces = diff.reference if side.side == SIDES[0] else diff.candidate
+    else:
+        pieces = (Piece(text, changed=False),) if text else ()
+    if side.reply.kind == "reply":
+        codes = needles((m.code for m in side.misses), (m.code for m in other.misses))
+        pieces = mark(pieces, codes)
+    return replace(side, pieces=pieces)
+
+
 def _attempts(exchange: Exchange) -> tuple[AttemptView, ...]:
     return tuple(
         AttemptView(a.n, a.transport, a.status, a.error, a.message, a.elapsed_ms, a.retry_after)
@@ -319,6 +336,8 @@ class RunCases:
         ref, cand = (reads[s].whole for s in SIDES)
         if ref is not None and cand is not None:  # two replies: a raw body is not diffed
             diff = word_diff(ref, cand).capped(caps.reply)
+        for side, other in (SIDES, SIDES[::-1]):
+            sides[side] = _with_pieces(sides[side], sides[other], diff)
         stratum = verdict.get("stratum")
         return CaseView(
             id=case_id,

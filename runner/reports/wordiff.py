@@ -21,10 +21,12 @@ _WORD = re.compile(r"\s+|\S+\s*")
 
 @dataclass(frozen=True, slots=True)
 class Piece:
-    """A run of text on one side, and whether the other side lacks it."""
+    """A run of text on one side, whether the other side lacks it, and the miss it shows
+    (`runner.reports.marks`), if any."""
 
     text: str
     changed: bool
+    miss: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +77,11 @@ def capped(pieces: tuple[Piece, ...], limit: int) -> tuple[Piece, ...]:
     for piece in pieces:
         if left <= 0:
             break
-        kept.append(piece if len(piece.text) <= left else Piece(piece.text[:left], piece.changed))
+        kept.append(
+            piece
+            if len(piece.text) <= left
+            else Piece(piece.text[:left], piece.changed, piece.miss)
+        )
         left -= len(piece.text)
     return tuple(kept)
 
