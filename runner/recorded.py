@@ -19,6 +19,7 @@ Cassette rows (JSONL), keyed by `case_id`, optionally narrowed by `suite`, `side
     {"case_id": "c5", "fault": "timeout"}        # any transport stamp except ok
     {"case_id": "c6", "status": 503, "body": "upstream busy"}
     {"case_id": "c7", "body": "<html>not json</html>"}   # a 200 with this raw body
+    {"case_id": "c8", "completion": "Hi", "elapsed_ms": 850}        # the call took 850 ms
 
 With no matching row, a case's own recorded `completion` (seed 000 rows) and recorded tool
 calls are the reply.
@@ -46,6 +47,7 @@ _STREAM_FAULTS = {f.value for f in StreamFault}
 _FAULTS = _TRANSPORT_FAULTS | _STREAM_FAULTS | {DISCONNECT}
 _KEYS = {"case_id", "suite", "sample", "completion", "model", "id", "system_fingerprint"}
 _KEYS |= {"fault", "status", "body", "usage", "side", "tool_calls", "finish_reason", "stream"}
+_KEYS |= {"elapsed_ms"}
 _CALL_KEYS = {"name", "arguments", "id"}
 JSON_TYPE = "application/json"
 SSE_TYPE = "text/event-stream"
@@ -128,6 +130,8 @@ def _row_problem(row: Mapping[str, Any]) -> str | None:
         return "body must be a string"
     if row.get("sample") is not None and not _is_int(row["sample"]):
         return "sample must be an integer"
+    if "elapsed_ms" in row and not (_is_int(row["elapsed_ms"]) and row["elapsed_ms"] >= 0):
+        return "elapsed_ms must be a whole number of milliseconds, 0 or more"
     suite = row.get("suite")
     if suite is not None and not isinstance(suite, str):
         return "suite must be a string (a suite name)"
@@ -232,7 +236,8 @@ class RecordedEndpoint:
             attempt = Attempt(
                 n=1,
                 transport=played.transport,
-                elapsed_ms=0,
+                # what the recorded call took, as data (a cassette itself takes no time)
+                elapsed_ms=int(entry.get("elapsed_ms", 0)) if entry is not None else 0,
                 status=played.response.status if played.response is not None else None,
                 error=played.error,
                 message=played.message,
@@ -256,7 +261,7 @@ class RecordedEndpoint:
             transport=played.transport,
             response=response,
             started_at=datetime.now(UTC).isoformat(),
-            elapsed_ms=0,
+            elapsed_ms=attempt.elapsed_ms,
             request_sha=self._request_sha,
             stream=streamed,
             ttft_ms=ttft_ms,
