@@ -59,6 +59,12 @@ PROTOCOL_KEYS: dict[str, str] = {
     "response_format": "the case's response_format",
     "output_format": "the case's response_format",
 }
+# The `fail_on` entries that answer a question only a threshold asks, and that threshold.
+GATE_THRESHOLDS = {
+    "not_non_inferior": "non_inferiority_margin",
+    "latency_regression": "latency_ratio_max",
+    "cost_regression": "cost_ratio_max",
+}
 # The endpoint keys that shape a chat request besides the case; an http-json endpoint's body
 # is its body_template, so none of them applies there.
 SHAPE_KEYS = ("system", "system_file", "user_template", "user_template_file", "params", "stream")
@@ -217,6 +223,10 @@ class Thresholds(_Strict):
     # the release question "the candidate is not worse by more than this": a fraction of cases
     # (0.02 is 2 points) the paired test's one-sided bound must stay above; unset, not asked
     non_inferiority_margin: float | None = Field(None, ge=0, lt=1)
+    # the most candidate / reference may be per case (the geometric mean's lower bound must
+    # stay under it: `runner.regressions`); 1.1 allows 10% slower or dearer; unset, not asked
+    latency_ratio_max: float | None = Field(None, gt=0)
+    cost_ratio_max: float | None = Field(None, gt=0)
 
 
 class SuiteConfig(_Strict):
@@ -231,9 +241,11 @@ class SuiteConfig(_Strict):
     timezone: Text = "UTC"
     thresholds: Thresholds | None = None  # overrides the top-level [thresholds]
     noise_check: bool = False  # call the reference a second time: its disagreement with itself
-    fail_on: list[Literal["significant_regression", "not_non_inferior"]] = Field(
-        default_factory=list
-    )
+    fail_on: list[
+        Literal[
+            "significant_regression", "not_non_inferior", "latency_regression", "cost_regression"
+        ]
+    ] = Field(default_factory=list)
     alpha: float = Field(0.05, gt=0, lt=1)  # significance level of the paired test
     budget_usd: float | None = Field(None, gt=0)  # overrides the top-level budget_usd
 
@@ -449,15 +461,26 @@ def load_config(path: Path) -> LoadedConfig:
                 raise ConfigError(
                     path, f"suites.{suite_name}.{side}", f"no endpoint named {endpoint!r}"
                 )
-        # a gate on a question nobody asked would always fire: the margin must be set
-        margin = (suite.thresholds or config.thresholds).non_inferiority_margin
-        if "not_non_inferior" in suite.fail_on and margin is None:
-            raise ConfigError(
-                path,
-                f"suites.{suite_name}.fail_on",
-                '"not_non_inferior" needs thresholds.non_inferiority_margin '
-                "(in the suite's own [thresholds] table when it has one)",
-            )
+        # a gate on a question nobody asked would always fire: its threshold must be set
+        thresholds = suite.thresholds or config.thresholds
+        for gate, threshold in GATE_THRESHOLDS.items():
+            if gate in suite.fail_on and getattr(thresholds, threshold) is None:
+                raise ConfigError(
+                    path,
+                    f"suites.{suite_name}.fail_on",
+                    f'"{gate}" needs thresholds.{threshold} '
+                    "(in the suite's own [thresholds] table when it has one)",
+                )
+        if "cost_regression" in suite.fail_on:  # an unpriced side's cost is unknown
+            for side in ("reference", "candidate"):
+                endpoint = getattr(suite, side)
+                if config.endpoints[endpoint].price is None:
+                    raise ConfigError(
+                        path,
+                        f"endpoints.{endpoint}.price",
+                        f'is needed: suites.{suite_name}.fail_on has "cost_regression", '
+                        f"which compares both sides' cost (this is the {side})",
+                    )
         _check_budget(path, config, suite_name)
     digest = hashlib.sha256(raw_bytes).hexdigest()[:16]
     shapes = {name: _shape(path, name, ep) for name, ep in config.endpoints.items()}

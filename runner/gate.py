@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from runner.model import Outcome, Schema, Transport, record
+from runner.regressions import PairFold
 from runner.text import shared
 from runner.usage import Call, UsageFold, call_of
 
 if TYPE_CHECKING:  # annotations only: the gate needs no fixture parsing
+    from runner.config import Price
     from runner.fixtures import CaseRef
 
 NEW_CASE = "new_case"
@@ -242,7 +244,7 @@ class Folds:
     row for one key, which the ledgers never hold (resume skips what raw.jsonl has).
     """
 
-    def __init__(self, samples: int) -> None:
+    def __init__(self, samples: int, prices: Mapping[str, Price | None] | None = None) -> None:
         self._samples = samples
         self._pending: dict[tuple[str, str], list[Outcome]] = {}
         self._views: dict[str, dict[str, SideView]] = {}  # side -> case id -> fold
@@ -250,6 +252,8 @@ class Folds:
         self._distinct: dict[SideView, SideView] = {}
         self._ones: dict[tuple[Any, ...], SideView] = {}  # one-row folds by what they read
         self.usage = UsageFold()  # tokens, cost and latency of the rows kept
+        # per case and side its latency and cost at `prices`, for the regression gates
+        self.pairs = PairFold(samples, prices or {})
 
     def add(self, outcome: Outcome, case: CaseRef) -> None:
         self.put(outcome.key, self.entry(outcome, case), call_of(outcome))
@@ -290,12 +294,14 @@ class Folds:
         if isinstance(entry, SideView):
             views[case_id] = self._share(entry)
             self.usage.add(side, call)
+            self.pairs.add(case_id, side, call)
             return
         rows = self._pending.setdefault((case_id, side), [])
         if any(row.sample == sample for row in rows):
             return
         rows.append(entry)
         self.usage.add(side, call)
+        self.pairs.add(case_id, side, call)
         if len(rows) == self._samples:
             views[case_id] = self._share(fold(rows))
             del self._pending[(case_id, side)]

@@ -57,6 +57,8 @@ ALERT_CEILING_CANDIDATES = "alert.ceiling_candidates"
 ALERT_SIGNIFICANT_REGRESSION = "alert.significant_regression"
 ALERT_NOT_NON_INFERIOR = "alert.not_non_inferior"  # the candidate may be worse than the margin
 ALERT_BUDGET = "alert.budget"  # budget_usd would have been passed: the calls left were not made
+ALERT_LATENCY = "alert.latency"  # per case, the candidate is slower than latency_ratio_max
+ALERT_COST = "alert.cost"  # per case, the candidate is dearer than cost_ratio_max
 # endpoint behaviour
 ENDPOINT_BACKOFF = "endpoint.backoff"  # AIMD: concurrency cut after a 429
 ENDPOINT_RECOVER = "endpoint.recover"  # AIMD: concurrency grown back

@@ -32,6 +32,8 @@ from runner.gate import (
 )
 from runner.ledger import write_json, write_json_map
 from runner.model import NOISE, SIDES, STRATA
+from runner.regressions import fired, regressions
+from runner.regressions import log_alerts as log_regressions
 from runner.runs.rundir import read_manifest
 from runner.runs.summary import SUMMARY_VERSION
 from runner.stats import Claim, describe, paired_test
@@ -157,6 +159,10 @@ def finalize(
     # undecided (no paired case) is no claim either: a release gate fails closed
     inferior = (overall["non_inferiority"] or {}).get("claim") not in (None, Claim.NON_INFERIOR)
     gate_on_inferior = inferior and "not_non_inferior" in suite.fail_on
+    # per case, slower or dearer than the limit allows (or too few pairs to rule it out)
+    ratios = regressions(folds.pairs, suite.thresholds, suite.fail_on, suite.alpha)
+    slower = fired(ratios)
+    gate_on_ratio = any(on and gate in suite.fail_on for gate, on in slower.items())
     requests = requestsha.request_changes(
         results, snapshot
     )  # a moved reference request needs review
@@ -165,6 +171,7 @@ def finalize(
         or any(stratum_alerts.values())
         or gate_on_regression
         or gate_on_inferior
+        or gate_on_ratio
         or requestsha.reference_changed(requests)
     )
     exit_code = (1 if needs_review else 0) | (2 if incomplete else 0)
@@ -194,6 +201,7 @@ def finalize(
             level=claim["level"],
             gating="not_non_inferior" in suite.fail_on,
         )
+    log_regressions(log, ratios)
     # every served call counts, whatever its stamps: a fallback that broke the schema too
     served = {
         side: sorted({m for v in results for m in getattr(v, side).models if m}) for side in SIDES
@@ -230,6 +238,8 @@ def finalize(
         "paired": tests,
         "significant_regression": regression,
         "not_non_inferior": inferior,
+        "regressions": ratios,
+        **slower,
         # both sides passed and agree: history counts these nights toward ceiling candidates
         "quiet_cases": sorted(
             v.case_id
@@ -242,7 +252,9 @@ def finalize(
             and not v.candidate.noise
         ),
         "fail_on": list(suite.fail_on),
-        "usage": folds.usage.summary(_prices(loaded, suite), SIDES, stratified=suite.stratified),
+        "usage": folds.usage.summary(
+            side_prices(loaded, suite), SIDES, stratified=suite.stratified
+        ),
         "budget": spend,
     }
     if spend is not None and (fields := alert_fields(spend)) is not None:
@@ -257,7 +269,7 @@ def finalize(
     return exit_code, summary
 
 
-def _prices(loaded: LoadedConfig, suite: Suite) -> dict[str, Any]:
+def side_prices(loaded: LoadedConfig, suite: Suite) -> dict[str, Any]:
     """Each ledger side's endpoint price; the noise check calls the reference's endpoint."""
     cfg = loaded.config.suites[suite.name]
     prices = {side: loaded.endpoint(getattr(cfg, side)).price for side in SIDES}

@@ -17,9 +17,10 @@ from runner.gate import Folds
 from runner.lock import holds_suite_lock
 from runner.model import Endpoint
 from runner.regrade import heal
+from runner.regressions import finished_fields
 from runner.reports.write import REPORT_FILES, after_run
 from runner.runs.calls import build_endpoints, call_all, close_endpoints, meters
-from runner.runs.finalize import finalize
+from runner.runs.finalize import finalize, side_prices
 from runner.runs.mode import RunMode
 from runner.runs.plan import resume_problem, start
 from runner.runs.rundir import new_run_dir, read_manifest
@@ -125,7 +126,7 @@ async def _run_prepared(
     import structlog
 
     name = suite.name
-    folds = Folds(suite.samples)
+    folds = Folds(suite.samples, side_prices(loaded, suite))
     if mode is RunMode.RESUME:
         assert resume_dir is not None
         run_dir = resume_dir
@@ -201,6 +202,7 @@ async def _run_prepared(
             admitted=summary["admitted"],
             unadmitted=summary["unadmitted"],
             **usage_fields(summary),
+            **finished_fields(summary),
         )
     finally:
         structlog.contextvars.unbind_contextvars("run_id", "suite")

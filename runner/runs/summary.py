@@ -12,6 +12,7 @@ from runner.errors import DataError
 from runner.history import mapping_of, strings_of, verdict_code_of
 from runner.invocation import shown_path
 from runner.ledger import read_json_object
+from runner.regressions import lines as regression_lines
 from runner.text import visible
 from runner.unscored import next_steps, why_lines
 from runner.usage import side_lines
@@ -68,6 +69,7 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
     lines.extend(f"  {line}" for line in side_lines(summary))
     if (budget := budget_line(summary)) is not None:
         lines.append(f"  {budget}")
+    lines.extend(f"  {line}" for line in regression_lines(summary))
     if summary.get("parent_finished") is False:
         lines.append(
             f"  parent {summary.get('parent')} never finished: "
