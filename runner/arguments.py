@@ -17,8 +17,9 @@ Adder = Callable[[str, str], "argparse.ArgumentParser"]
 
 _VERDICT = """  0   clean
   1   review needed: disagreement_changed, alias_swap, a stratum alert,
-      a significant regression or non-inferiority not shown when fail_on
-      asks for it, a reference whose request changed
+      a significant regression, non-inferiority not shown, or a latency or
+      cost regression not ruled out when fail_on asks for it, a reference
+      whose request changed
   2   incomplete: transport or schema misses (infrastructure, not quality)
   3   both 1 and 2
 """

@@ -14,7 +14,12 @@ the sides *per case*, the case as the unit, as the paired pass-rate test does:
   both sides share (a long prompt, a slow hour for both) divides out.
 - A confidence interval from a bootstrap over cases: `RESAMPLES` resamples of the paired cases
   with replacement, the geometric mean of each; the interval is their `alpha` and `1 - alpha`
-  quantiles, the two-sided `1 - 2 alpha` interval (90% at the default 0.05).
+  quantiles, the two-sided `1 - 2 alpha` interval (90% at the default 0.05). Past
+  `MAX_DRAWS` paired cases each resample draws `MAX_DRAWS` of them and its deviation from the
+  full mean is scaled by sqrt(MAX_DRAWS / n) (the m-out-of-n bootstrap, Bickel, Goetze and van
+  Zwet 1997, consistent for a mean): at 20,000 cases the interval is the one the plain
+  bootstrap gives to a few per mille, and drawing it costs a tenth as much (seconds otherwise,
+  as the stdlib draws a case at a time).
 
 The rule: **regression when the interval's lower end is above the limit** (`latency_ratio_max`,
 `cost_ratio_max`). That lower end is a one-sided `1 - alpha` bound, so a candidate truly exactly
@@ -60,6 +65,7 @@ if TYPE_CHECKING:  # annotations only
 
 MIN_PAIRS = 10
 RESAMPLES = 1000
+MAX_DRAWS = 2000  # cases drawn per resample; more are drawn m out of n (module docstring)
 _UNKNOWN = math.nan
 
 
@@ -148,11 +154,17 @@ def ratio_test(
         return RatioTest(metric, Finding.UNDECIDED, limit, level, _round(ratio), None, None, n)
     seed = int.from_bytes(hashlib.sha256(array("d", logs_).tobytes()).digest()[:8], "big")
     rng = random.Random(seed)  # noqa: S311 - resampling, no secret: it must be reproducible
-    means = sorted(math.fsum(rng.choices(logs_, k=n)) / n for _ in range(RESAMPLES))
+    centre = math.fsum(logs_) / n
+    draws = min(n, MAX_DRAWS)
+    scale = math.sqrt(draws / n)  # 1 up to MAX_DRAWS cases: the plain bootstrap
+    means = sorted(
+        centre + (math.fsum(rng.choices(logs_, k=draws)) / draws - centre) * scale
+        for _ in range(RESAMPLES)
+    )
     cut = math.ceil(alpha * RESAMPLES)
     low, high = math.exp(means[cut - 1]), math.exp(means[RESAMPLES - cut])
     finding = Finding.REGRESSION if low > limit else Finding.NO_REGRESSION
-    ratio = math.exp(math.fsum(logs_) / n)
+    ratio = math.exp(centre)
     return RatioTest(metric, finding, limit, level, _round(ratio), _round(low), _round(high), n)
 
 
@@ -267,8 +279,10 @@ def log_alerts(log: Any, block: Mapping[str, Any]) -> None:
             )
 
 
-def lines(summary: Mapping[str, Any]) -> list[str]:
-    """The stderr summary's line per test asked."""
+def lines(summary: Mapping[str, Any]) -> list[tuple[str, bool]]:
+    """For the stderr summary and the reports, per test asked its line (`latency: candidate
+    slower: ...`) and whether it fires; read tolerantly, as a summary from before the gates
+    existed, or edited by hand, may have none."""
     block = summary.get("regressions")
     if not isinstance(block, Mapping):
         return []
@@ -276,8 +290,8 @@ def lines(summary: Mapping[str, Any]) -> list[str]:
     for metric in Metric:
         test = block.get(metric.value)
         if isinstance(test, Mapping) and isinstance(text := test.get("text"), str):
-            gates = " (gates: fail_on)" if test.get("gating") else ""
-            shown.append(f"{metric.value}: {text}{gates}")
+            gates = " (gates: fail_on)" if test.get("gating") is True else ""
+            shown.append((f"{metric.value}: {text}{gates}", test.get("fires") is True))
     return shown
 
 

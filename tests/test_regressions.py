@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llmockkit import LlmockServer, Protocol
 from structlog.testing import capture_logs
 
 from runner.config import Price, Thresholds, load_config
@@ -21,6 +22,7 @@ from runner.errors import ConfigError
 from runner.gate import Folds
 from runner.model import Outcome
 from runner.regressions import (
+    MAX_DRAWS,
     MIN_PAIRS,
     Finding,
     Metric,
@@ -80,16 +82,18 @@ def test_a_slowdown_whose_interval_reaches_below_the_limit_is_not_shown() -> Non
     assert test.text.startswith("no regression shown: x1.15 per case (90% interval x0.")
 
 
-def test_the_lower_end_is_the_one_sided_bound_normal_theory_gives_on_known_data() -> None:
-    """400 cases, log ratios N(log 1.3, 0.5): the bootstrap's 5% quantile of the geometric mean
-    sits where exp(mean - 1.645 sd / sqrt(n)) puts it, within a few per mille."""
-    pairs = _noisy(400, 1.3, 0.5, seed=11)
+@pytest.mark.parametrize("n", [400, 3 * MAX_DRAWS])
+def test_the_lower_end_is_the_one_sided_bound_normal_theory_gives_on_known_data(n: int) -> None:
+    """Log ratios N(log 1.3, 0.5): the bootstrap's 5% quantile of the geometric mean sits where
+    exp(mean - 1.645 sd / sqrt(n)) puts it, within a few per mille, past MAX_DRAWS cases (drawn
+    m out of n) too."""
+    pairs = _noisy(n, 1.3, 0.5, seed=11)
     logs_ = [math.log(c / r) for r, c in pairs]
-    mean = sum(logs_) / len(logs_)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs_) / len(logs_))
+    mean = sum(logs_) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs_) / n)
     test = ratio_test(Metric.LATENCY, pairs, limit=1.1, alpha=0.05)
-    assert test.low == pytest.approx(math.exp(mean - 1.6449 * sd / 20), rel=0.005)
-    assert test.high == pytest.approx(math.exp(mean + 1.6449 * sd / 20), rel=0.005)
+    assert test.low == pytest.approx(math.exp(mean - 1.6449 * sd / math.sqrt(n)), rel=0.005)
+    assert test.high == pytest.approx(math.exp(mean + 1.6449 * sd / math.sqrt(n)), rel=0.005)
     assert test.ratio == pytest.approx(math.exp(mean), abs=1e-4)
 
 
@@ -384,6 +388,10 @@ def test_a_dearer_candidate_fails_the_cost_gate_and_replays_to_the_same_decision
         k: test[k] for k in ("finding", "ratio", "low", "high", "limit", "pairs")
     }
     assert (alert["gating"], alert["interval_level"], alert["level"]) == (True, 0.9, "warning")
+    line = f"cost: {test['text']} (gates: fail_on)"
+    markdown = "- " + line.replace("_", "\\_")  # report.md escapes Markdown's characters
+    assert markdown in (run_dir / "report.md").read_text("utf-8").splitlines()
+    assert f'<p class="alert">{line}</p>' in (run_dir / "report.html").read_text("utf-8")
     [finished] = _events(done.stdout, "run.finished")
     assert finished["regressions"]["cost"]["finding"] == "regression"
     assert finished["regressions"]["latency"] is None
@@ -523,3 +531,61 @@ def test_the_latency_simulation_catches_a_doubling_and_stays_quiet_on_noise() ->
     assert (figures["nights"], figures["power"], figures["false_alarm_rate"]) == (3, 1.0, 0.0)
     assert figures["slowdown"]["exit_1"] == 1.0  # the gate's verdict, not just the finding
     assert 0.0 <= figures["false_alarm_rate_at_limit"] <= 1.0
+
+
+def test_a_live_run_against_llmock_gates_on_the_cost_its_replies_report(
+    tmp_path: Path, llmock: LlmockServer
+) -> None:
+    """Against a real server that returns real usage, the candidate at ten times the rates
+    fails cost_ratio_max = 2 (exit 1, alert.cost); the cost ratio is the geometric mean of the
+    per-case ratios the replies' usage gives, and every case whose calls took a measurable
+    time on both sides is a latency pair."""
+    n = 12
+    rows = [
+        {"id": f"c{i:02d}", "prompt": f"Say {i}.", "must_not_include": ["zzqq"]} for i in range(n)
+    ]
+    (tmp_path / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    rates = {"live-ref": (1, 4), "live-cand": (10, 40)}
+    url = llmock.base_url(Protocol.OPENAI)
+    endpoints = "".join(
+        f'[endpoints.{name}]\nkind = "openai-chat"\nbase_url = "{url}"\n'
+        f'model = "{name}"\nconcurrency = 4\ndeadline = 30\nmax_tokens = 64\n'
+        f"retry = {{ attempts = 1 }}\n"
+        f"price = {{ input_per_mtok = {i}, output_per_mtok = {o} }}\n"
+        for name, (i, o) in rates.items()
+    )
+    (tmp_path / "parallax.toml").write_text(
+        'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
+        "[thresholds]\ncost_ratio_max = 2.0\nlatency_ratio_max = 50.0\n"
+        + endpoints
+        + '[suites.s]\nfixtures = "cases.jsonl"\nreference = "live-ref"\ncandidate = "live-cand"\n'
+        'fail_on = ["cost_regression"]\n',
+        "utf-8",
+    )
+    done = _parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    (run_dir,) = tmp_path.glob("runs/s/*/")
+    cost: dict[str, dict[str, float]] = {"reference": {}, "candidate": {}}
+    latency: dict[str, dict[str, int]] = {"reference": {}, "candidate": {}}
+    for line in (run_dir / "outcomes.jsonl").read_text("utf-8").splitlines():
+        row = json.loads(line)
+        assert row["transport"] == "ok" and row["schema"] == "ok", row
+        i, o = rates["live-ref" if row["side"] == "reference" else "live-cand"]
+        usage = row["usage"]  # what the server said
+        cost[row["side"]][row["case_id"]] = (
+            usage["prompt_tokens"] * i + usage["completion_tokens"] * o
+        ) / 1e6
+        latency[row["side"]][row["case_id"]] = row["elapsed_ms"]
+    logs_ = [
+        math.log(cost["candidate"][c] / cost["reference"][c]) for c in sorted(cost["reference"])
+    ]
+    summary = json.loads((run_dir / "summary.json").read_text("utf-8"))
+    test = summary["regressions"]["cost"]
+    assert (test["finding"], test["pairs"]) == ("regression", n)
+    assert test["ratio"] == round(math.exp(sum(logs_) / n), 4)
+    timed = [
+        c for c in latency["reference"] if latency["reference"][c] > 0 < latency["candidate"][c]
+    ]
+    assert summary["regressions"]["latency"]["pairs"] == len(timed)
+    [alert] = _events(done.stdout, "alert.cost")
+    assert (alert["ratio"], alert["pairs"], alert["gating"]) == (test["ratio"], n, True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from runner import __version__, usage
+from runner import __version__, regressions, usage
 from runner.budget import budget_line
 from runner.gate import GATE_CLASSES
 from runner.history import mapping_of, pass_rate_of, run_labels, strings_of
@@ -172,6 +172,7 @@ def context(rep: RunReport) -> dict[str, Any]:
         "usage_columns": usage.COLUMNS,
         "usage_rows": usage.table(s),
         "budget_line": budget_line(s),
+        "regressions": regressions.lines(s),
         "gates_chart": trend.gate_chart(rep.trend, labels),
         "strata_charts": [(side, trend.rate_chart(rep.trend, labels, side)) for side in SIDES]
         if rep.trend

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from runner import usage
+from runner import regressions, usage
 from runner.budget import budget_line
 from runner.gate import GATE_CLASSES
 from runner.history import mapping_of, strings_of
@@ -125,7 +125,7 @@ def _md_reply(rep: RunReport, case_id: str, side: str, view: Mapping[str, Any]) 
 
 
 def _md_usage(s: Mapping[str, Any]) -> list[str]:
-    """report.md's cost and latency table, and its budget line."""
+    """report.md's cost and latency table, its budget line and the regression gates' lines."""
     lines = []
     if figures := usage.table(s):
         lines += ["", "| " + " | ".join(usage.COLUMNS) + " |", "|---" + "|---:" * 11 + "|"]
@@ -133,6 +133,7 @@ def _md_usage(s: Mapping[str, Any]) -> list[str]:
         lines.append("")
     if (budget := budget_line(s)) is not None:
         lines.append(f"- {md_text(budget, MD_LINE_CAP - 2)}")
+    lines.extend(f"- {md_text(line, MD_LINE_CAP - 2)}" for line, _ in regressions.lines(s))
     return lines
 
 

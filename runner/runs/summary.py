@@ -69,7 +69,7 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
     lines.extend(f"  {line}" for line in side_lines(summary))
     if (budget := budget_line(summary)) is not None:
         lines.append(f"  {budget}")
-    lines.extend(f"  {line}" for line in regression_lines(summary))
+    lines.extend(f"  {line}" for line, _ in regression_lines(summary))
     if summary.get("parent_finished") is False:
         lines.append(
             f"  parent {summary.get('parent')} never finished: "
