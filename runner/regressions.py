@@ -36,12 +36,12 @@ cleared, as non-inferiority treats its own.
 The resamples are drawn from a generator seeded with a digest of the log ratios in case-id
 order, so the run, its resume and its replay, which hold the same exchanges, draw the same
 resamples and reach the same decision, whatever their run ids (a replay has its own) and in
-whatever order the calls came back. Money and time are summed with `math.fsum`, exact whatever
-the order and the Python version.
+whatever order the calls came back. The log ratios are summed with `math.fsum`, exact
+whatever the order and the Python version.
 
-Per case and side a fold keeps one float per metric as rows are written (at 20,000 cases a
-few hundred kilobytes), for run, resume and replay alike; with repeated samples, a side's
-values only until its last sample is in.
+Per case and side a fold keeps one float per metric as rows are written (1.6 MB at 20,000
+cases, the slot index included), for run, resume and replay alike; with repeated samples, a
+side's values only until its last sample is in.
 """
 
 from __future__ import annotations
