@@ -353,6 +353,9 @@ class Verdict:
     reference: SideView
     candidate: SideView
     disagreement: list[str] | None = field(default=None)
+    # the sides whose stable misses left the ones the snapshot accepted for them, whatever the
+    # gate class: a report's "which side moved", and the frozen path's alert
+    moved: tuple[str, ...] = ()
 
     @property
     def admitted(self) -> bool:
@@ -366,6 +369,7 @@ class Verdict:
             "detail": self.detail,
             "admitted": self.admitted,
             "disagreement": self.disagreement,
+            "moved": list(self.moved),
             "reference": self.reference.to_json(),
             "candidate": self.candidate.to_json(),
         }
@@ -419,8 +423,18 @@ def classify(
         else None
     )
 
+    sides = (("reference", reference), ("candidate", candidate))
+    # a side is compared with the snapshot only on the same test and when it was scored
+    moved = (
+        tuple(side for side, view in sides if view.admitted and moved_from(view, accepted, side))
+        if accepted is not None and accepted.get("fixture_sha") == fixture_sha
+        else ()
+    )
+
     def verdict(gate: str, detail: str) -> Verdict:
-        return Verdict(case_id, stratum, fixture_sha, gate, detail, reference, candidate, delta)
+        return Verdict(
+            case_id, stratum, fixture_sha, gate, detail, reference, candidate, delta, moved
+        )
 
     if accepted is None:
         return verdict(NEW_CASE, "not in the snapshot")
@@ -430,18 +444,13 @@ def classify(
     if unscored is not None:
         return verdict(*unscored)
     models = accepted.get("models") or {}
-    for side, view in (("reference", reference), ("candidate", candidate)):
+    for side, view in sides:
         was = models.get(side)
         if drifted(view, was):
             served = ", ".join(str(m) for m in view.models)
             return verdict(ALIAS_SWAP, f"{side}: accepted {was}, served {served}")
     assert delta is not None
     if delta != list(accepted.get("disagreement") or []):
-        moved = [
-            side
-            for side, view in (("reference", reference), ("candidate", candidate))
-            if moved_from(view, accepted, side)
-        ]
         who = " and ".join(moved) if moved else "neither side's misses"
         return verdict(
             DISAGREEMENT_CHANGED,
@@ -449,7 +458,7 @@ def classify(
         )
     grown = {
         side: sorted(set(view.noise) - set(accepted.get(f"{side}_noise") or []))
-        for side, view in (("reference", reference), ("candidate", candidate))
+        for side, view in sides
     }
     if any(grown.values()):
         shown = "; ".join(f"{side}: {', '.join(m)}" for side, m in grown.items() if m)

@@ -492,6 +492,18 @@ def test_the_same_delta_from_moved_misses_is_unchanged() -> None:
     )
 
 
+def test_the_sides_whose_misses_moved_are_recorded_whatever_the_gate() -> None:
+    """disagreement.json names the sides that left the accepted misses: both on an unchanged
+    delta, none for a new or an edited case, none for a side that was not scored."""
+    both = judge(ok_view(["shared"]), ok_view(["shared"], model="model-cand"), accepted([], []))
+    new = judge(ok_view(["a"]), ok_view(), None)
+    edited = judge(ok_view(["a"]), ok_view(), accepted(fixture_sha="other"))
+    down = judge(ok_view(["a"]), timeout_view(), accepted([], ["b"]))
+    expected = (["reference", "candidate"], [], [], ["reference"])
+    actual = tuple(v.to_json()["moved"] for v in (both, new, edited, down))
+    assert expected == actual
+
+
 def test_an_accepted_delta_that_persists_is_unchanged() -> None:
     """Rule 7: a non-empty delta equal to the snapshot's is unchanged."""
     snapshot = accepted([], ["missing:SKU-9"])

@@ -27,7 +27,6 @@ from runner.gate import (
     disagreement,
     drifted,
     fold,
-    moved_from,
     unscored_by,
 )
 from runner.ledger import write_json, write_json_map
@@ -276,13 +275,6 @@ def side_prices(loaded: LoadedConfig, suite: Suite) -> dict[str, Any]:
     return prices | {NOISE: prices["reference"]}
 
 
-def _reference_moved(verdict: Verdict, accepted: Mapping[str, Any] | None) -> bool:
-    reference = verdict.reference  # scored, whatever happened to the candidate's call
-    if not reference.admitted or not accepted or accepted.get("fixture_sha") != verdict.fixture_sha:
-        return False
-    return moved_from(reference, accepted, "reference")
-
-
 def _grader_failed(view: SideView) -> bool:
     return any(m.startswith("grader_error:") for m in (*view.misses, *view.noise))
 
@@ -310,7 +302,7 @@ def _log_alerts(
     # The frozen path is not frozen whatever the gate: a reference whose stable misses left the
     # accepted ones moved even when the candidate moved alike (`unchanged`) or a served model
     # changed first (`alias_swap`).
-    moved = [v.case_id for v in results if _reference_moved(v, snapshot.get(v.case_id))]
+    moved = [v.case_id for v in results if "reference" in v.moved]
     if moved:
         log.warning(
             logs.ALERT_REFERENCE_MOVED, reason="misses_moved", count=len(moved), case_ids=moved
