@@ -81,7 +81,7 @@ def _body(rep: RunReport, case_id: str, case: Mapping[str, Any]) -> str:
             f"{', '.join(map(str, misses)) or '(none)'}"
         )
     for side in SIDES:
-        reply = rep.replies.get((case_id, side))
+        reply = rep.reply(case_id, side)
         if reply is not None and reply.text is not None:
             text = reply.text[:REPLY_CAP] + ("…" if len(reply.text) > REPLY_CAP else "")
             label = "reply" if reply.kind == "reply" else f"raw body (HTTP {reply.status})"
@@ -106,10 +106,11 @@ def testsuite(rep: RunReport) -> ET.Element:
         prop.set("name", name)
         prop.set("value", xml_safe(value))
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for case_id, gate, stratum, detail in rep.table():  # every case; details where kept
-        case = rep.cases.get(case_id) or {"gate": gate, "detail": detail}
+    for case_id, case in rep.every_case():
+        gate, detail, stratum = str(case.get("gate")), str(case.get("detail")), case.get("stratum")
+        group = stratum if isinstance(stratum, str) and stratum else "case"
         tc = ET.SubElement(suite, "testcase")
-        tc.set("classname", xml_safe(f"parallax.{rep.suite}.{stratum or 'case'}"))
+        tc.set("classname", xml_safe(f"parallax.{rep.suite}.{group}"))
         tc.set("name", xml_safe(case_id))
         counts["tests"] += 1
         # a new or edited case that could not be scored is an error, typed by its stamp
@@ -169,7 +170,7 @@ def write_junit(run_dirs: Sequence[Path], path: Path) -> Path:
     Missing folders are made, as CI report paths (`reports/parallax.xml`) usually name one
     that no step has created yet.
     """
-    data = junit_xml([build_report(d, top=None) for d in run_dirs])
+    data = junit_xml([build_report(d) for d in run_dirs])
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, [data])

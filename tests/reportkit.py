@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +119,99 @@ def hostile_project(root: Path) -> tuple[Project, Path]:
     )
     second, _, _ = project.run()
     return project, second
+
+
+VOID = frozenset(
+    [
+        "area",
+        "base",
+        "br",
+        "col",
+        "embed",
+        "hr",
+        "img",
+        "input",
+        "link",
+        "meta",
+        "source",
+        "track",
+        "wbr",
+    ]
+)  # elements with no end tag
+
+
+class Node:
+    """One element of a parsed page: its tag, attributes, children and text."""
+
+    def __init__(self, tag: str, attrs: dict[str, str | None]) -> None:
+        self.tag = tag
+        self.attrs = attrs
+        self.children: list[Node | str] = []
+
+    def get(self, name: str) -> str | None:
+        return self.attrs.get(name)
+
+    @property
+    def classes(self) -> list[str]:
+        return (self.attrs.get("class") or "").split()
+
+    def text(self) -> str:
+        """The text inside, as a reader sees it (entities decoded)."""
+        return "".join(c if isinstance(c, str) else c.text() for c in self.children)
+
+    def elements(self) -> list[Node]:
+        """Every element under this one, in document order."""
+        found: list[Node] = []
+        for child in self.children:
+            if isinstance(child, Node):
+                found.append(child)
+                found.extend(child.elements())
+        return found
+
+    def find(self, tag: str | None = None, **attrs: str) -> list[Node]:
+        """The elements under this one with this tag (any when None) and attribute values
+        (`class_` matches one class)."""
+        want = {k.rstrip("_").replace("_", "-"): v for k, v in attrs.items()}
+        return [
+            e
+            for e in self.elements()
+            if (tag is None or e.tag == tag)
+            and all((v in e.classes) if k == "class" else e.get(k) == v for k, v in want.items())
+        ]
+
+    def one(self, tag: str | None = None, **attrs: str) -> Node:
+        [found] = self.find(tag, **attrs)
+        return found
+
+
+class _TreeBuilder(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = Node("#document", {})
+        self.stack = [self.root]
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        node = Node(tag, dict(attrs))
+        self.stack[-1].children.append(node)
+        if tag not in VOID:
+            self.stack.append(node)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.stack[-1].children.append(Node(tag, dict(attrs)))
+
+    def handle_endtag(self, tag: str) -> None:
+        for at in range(len(self.stack) - 1, 0, -1):
+            if self.stack[at].tag == tag:
+                del self.stack[at:]
+                return
+
+    def handle_data(self, data: str) -> None:
+        self.stack[-1].children.append(data)
+
+
+def parse_page(text: str) -> Node:
+    """A report page as a tree, parsed the way html.parser tokenizes it."""
+    builder = _TreeBuilder()
+    builder.feed(text)
+    builder.close()
+    return builder.root

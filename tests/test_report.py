@@ -178,14 +178,22 @@ def test_md_text_caps_length() -> None:
 
 
 def test_clean_run_says_nothing_moved(tmp_path: Path) -> None:
-    """A run identical to its snapshot renders a clean verdict and no review cards."""
+    """A run identical to its snapshot renders a clean verdict, says so in words, and lists
+    no reason and no review card."""
     project = Project(tmp_path, UNSTRATIFIED)
     first, _, _ = project.run()
     project.promote(first)
     run_dir, code, _ = project.run()
     page = _html(build_report(run_dir))
-    expected = (0, True, True)
-    actual = (code, "Nothing moved against the accepted snapshot." in page, "CLEAN" in page)
+    tags = _tags(page)
+    expected = (0, ["clean"], True, [], 0)
+    actual = (
+        code,
+        [a.get("data-verdict") for t, a in tags if a.get("id") == "verdict"],
+        "Nothing needs review: every case is as the accepted snapshot has it" in page,
+        [a for t, a in tags if a.get("class") == "reason"],
+        page.count("<section class=\"case-detail\"") - page.count("<template"),
+    )
     assert expected == actual
 
 
@@ -300,8 +308,8 @@ def test_an_unknown_gate_class_still_renders(hostile: Path, tmp_path: Path) -> N
     path = run_dir / "disagreement.json"
     path.write_text(path.read_text().replace('"gate":"unchanged"', '"gate":"brand_new_class"'))
     page = _html(build_report(run_dir, top=None))
-    tagged = [a for _, a in _tags(page) if a.get("data-gate") == "brand_new_class"]
-    assert len(tagged) == 6  # each case that had it, in the table of all
+    rows = [a for t, a in _tags(page) if t == "tr" and a.get("data-gate") == "brand_new_class"]
+    assert len(rows) == 6  # each case that had it, in the table of all
 
 
 def _synthetic_run(root: Path, gates: dict[str, str]) -> Path:
@@ -336,10 +344,12 @@ def _synthetic_run(root: Path, gates: dict[str, str]) -> Path:
     return run_dir
 
 
-def test_a_big_run_shows_the_first_cases_of_each_section_and_counts_them_all(
+def test_a_big_run_lists_every_case_and_caps_only_the_details_shown_without_script(
     tmp_path: Path,
 ) -> None:
-    """Past `top` cases a section says how many more there are; the table and JUnit keep all."""
+    """Every case is a row of the table with its detail in a <template>; only the review
+    cases readable without JavaScript stop at `top` a gate, saying how many more there are;
+    JUnit keeps every case whatever `top` is."""
     from runner.junit import junit_xml
 
     gates = {f"r{i}": "disagreement_changed" for i in range(5)}
@@ -349,18 +359,20 @@ def test_a_big_run_shows_the_first_cases_of_each_section_and_counts_them_all(
     rep = build_report(run_dir, top=2)
     expected_kept = ["r0", "r1", "t0", "t1"]
     assert expected_kept == sorted(rep.cases)
-    assert len(gates) == rep.count == len(list(rep.table()))
+    assert len(gates) == rep.count == len(list(rep.every_case()))
     page = _html(rep)
-    assert "Needs review (5)" in page
-    assert "… and 3 more, not shown in detail" in page
-    assert "· 3 case(s)" in page and "… and 1 more, not shown in detail" in page
-    assert '<section class="case-detail" data-id="r1"' in page
-    assert 'data-id="r2"' not in page
-    assert "all 10 case(s)" in page
+    tags = _tags(page)
+    assert [a["data-id"] for t, a in tags if t == "tr" and a.get("class") == "case"] == sorted(
+        gates
+    )
+    assert [a["id"] for t, a in tags if t == "template"] == [f"t-{i}" for i in range(len(gates))]
+    noscript = page[page.index("<noscript>") : page.index("</noscript>")]
+    assert "Needs review (5)" in noscript
+    assert noscript.count('<section class="case-detail"') == 2
+    assert "… and 3 more, not shown here" in noscript
+    assert "… and" not in page.replace(noscript, "")  # no section of the page is cut
     assert "**Needs review (5)**" in render_markdown(rep)
-    whole = build_report(run_dir, top=None)
-    assert sorted(gates) == sorted(whole.cases)
-    xml = junit_xml([whole])
+    xml = junit_xml([rep])
     assert xml.count(b"<testcase") == len(gates)
     assert xml.count(b"<failure") == 5 and xml.count(b"<error") == 3
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from markupsafe import escape
+from reportkit import parse_page
 
 from runner.config import load_config
 from runner.reports.markdown import md_text
@@ -167,7 +168,13 @@ def test_a_reference_prompt_edit_is_the_frozen_path_moving(tmp_path: Path) -> No
     line = f"request changed (reference): request_sha {sha['reference']} -> {now} on 3 case(s)"
     assert line in proc.stderr
     assert md_text(line, 200) in (second / "report.md").read_text()
-    assert escape(line) in (second / "report.html").read_text()
+    page = parse_page((second / "report.html").read_text())
+    [reason] = page.find("li", data_reason="request_changed")
+    assert reason.get("data-weight") == "review"
+    assert reason.text() == (
+        f"3 the reference's request changed on 3 cases — request_sha {sha['reference']} -> "
+        f"{now}: the frozen path moved"
+    )
     # once reviewed and promoted, the new request is the accepted one
     assert parallax(root, "promote", second).returncode == 0
     proc, _ = run(root)

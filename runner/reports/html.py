@@ -8,9 +8,12 @@ its style (and script) are inline and the Content Security Policy names their ex
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from markupsafe import Markup
 
@@ -21,14 +24,19 @@ from runner.history import mapping_of, pass_rate_of, run_labels, strings_of
 from runner.model import SIDES, STRATA
 from runner.reports import trend
 from runner.reports.caseview import CaseView, RunCases
-from runner.reports.model import (
-    REVIEW_ORDER,
-    RunReport,
-    incomplete_groups,
-    signal_lines,
-)
+from runner.reports.model import REVIEW_ORDER, RunReport, signal_lines
 from runner.reports.render import content_security_policy, environment
-from runner.requestsha import REFERENCE, request_lines
+from runner.reports.verdict import (
+    MOVED,
+    Kind,
+    Marks,
+    headline,
+    marks_of,
+    reasons,
+    said,
+)
+from runner.requestsha import request_lines
+from runner.text import visible
 
 VERDICT_COLOURS = {
     "clean": "#047857",
@@ -36,7 +44,7 @@ VERDICT_COLOURS = {
     "incomplete": "#475569",
     "review+incomplete": "#be123c",
 }
-EXCERPT_CAP = 600  # characters of an unscored reply shown beside its stamp
+MISS_OPTIONS = 200  # the most common miss codes offered by the table's miss filter
 
 
 def page_assets(script: str = "") -> dict[str, Any]:
@@ -61,9 +69,9 @@ def _review(rep: RunReport) -> list[CaseView]:
     wanted = {case_id for case_id, _ in shown}
     views: dict[str, CaseView] = {}
     with RunCases(rep.run_dir) as cases:
-        for index, (case_id, *_) in enumerate(rep.table()):
+        for index, (case_id, case) in enumerate(rep.every_case()):
             if case_id in wanted:
-                views[case_id] = cases.view(index, case_id, rep.cases[case_id])
+                views[case_id] = cases.view(index, case_id, case)
     return [views[case_id] for case_id, _ in shown if case_id in views]
 
 
@@ -94,32 +102,6 @@ def _strata(rep: RunReport) -> list[dict[str, Any]]:
     return cards
 
 
-def _incomplete(rep: RunReport) -> list[dict[str, Any]]:
-    groups = []
-    for stamp_, rows in incomplete_groups(rep).items():
-        cases = []
-        for case_id, case in rows:
-            cells = []
-            for side in SIDES:
-                view = mapping_of(case.get(side))
-                reply = rep.replies.get((case_id, side))
-                excerpt = None
-                if reply is not None and reply.text and not view.get("admitted"):
-                    excerpt = reply.text[:EXCERPT_CAP]
-                cells.append(
-                    {
-                        "transport": view.get("transport"),
-                        "schema": view.get("schema"),
-                        "detail": view.get("detail"),
-                        "excerpt": excerpt,
-                    }
-                )
-            cases.append({"id": case_id, "gate": str(case.get("gate")), "cells": cells})
-        total = rep.totals.get(stamp_, len(rows))
-        groups.append({"stamp": stamp_, "total": total, "hidden": total - len(rows), "rows": cases})
-    return groups
-
-
 def _models(rep: RunReport) -> list[dict[str, Any]]:
     served = mapping_of(rep.summary.get("served_models"))
     endpoints = mapping_of(rep.manifest.get("endpoints"))
@@ -138,26 +120,71 @@ def _models(rep: RunReport) -> list[dict[str, Any]]:
     return rows
 
 
-def _table(rep: RunReport) -> Iterator[dict[str, Any]]:
-    for case_id, gate, stratum, detail in rep.table():
-        yield {"id": case_id, "gate": gate, "stratum": stratum or "", "detail": detail}
+@dataclass(frozen=True)
+class CaseRow:
+    """One row of the case table and, in its `<template>`, the case in detail."""
+
+    index: int  # the case's place in disagreement.json: the row is `c-N`, its detail `t-N`
+    case_id: str
+    gate: str
+    stratum: str
+    marks: Marks
+    detail: Any
+    view: CaseView
+
+    @property
+    def href(self) -> str:
+        """`#case=ID`, the id as the page shows it (hidden characters as escapes)."""
+        return "#" + urlencode({"case": visible(self.case_id)})
+
+    @property
+    def delta(self) -> str:
+        """The candidate's task score minus the reference's, or empty when either has none."""
+        return "" if self.marks.delta is None else f"{self.marks.delta:.3f}"
+
+
+def rows(rep: RunReport) -> Iterator[CaseRow]:
+    """Every case of the run, whatever its class, one at a time as the page is written."""
+    with RunCases(rep.run_dir) as cases:
+        for index, (case_id, case) in enumerate(rep.every_case()):
+            yield CaseRow(
+                index=index,
+                case_id=case_id,
+                gate=str(case.get("gate")),
+                stratum=str(case.get("stratum") or ""),
+                marks=marks_of(case),
+                detail=case.get("detail"),
+                view=cases.view(index, case_id, case),
+            )
+
+
+def _options(counts: Counter[str], order: Sequence[str] = ()) -> list[tuple[str, int]]:
+    """A filter's choices with their counts: `order` first, then the rest by count."""
+    known = [(v, counts[v]) for v in order if counts[v]]
+    rest = [(v, n) for v, n in counts.items() if v not in order and n]
+    return known + sorted(rest, key=lambda vn: (-vn[1], vn[0]))
 
 
 def context(rep: RunReport) -> dict[str, Any]:
     """Everything `report.html.j2` shows, the case table as an iterator."""
     s = rep.summary
+    verdict = str(s.get("verdict") or "unknown")
     review = _review(rep)
     counts = mapping_of(s.get("gate_counts"))
     fail_on = s.get("fail_on")
     labels = run_labels(rep.trend)
+    found = reasons(s, rep.tally)
+    tally = rep.tally
     return {
         **page_assets(),
         "suite": rep.suite,
-        "verdict": str(s.get("verdict") or "unknown"),
+        "verdict": verdict,
+        "headline": headline(verdict),
+        "reasons": found,
+        "said": said(verdict, found),
         "s": s,
         "run_id": s.get("run_id") or rep.run_dir.name,
         "gate_chips": [(g, counts.get(g, 0)) for g in GATE_CLASSES],
-        "moved": request_lines(s, REFERENCE),
         "review": review,
         "review_total": rep.total(REVIEW_ORDER),
         "review_hidden": rep.total(REVIEW_ORDER) - len(review),
@@ -166,7 +193,7 @@ def context(rep: RunReport) -> dict[str, Any]:
         "signal": signal_lines(s),
         "significant": bool(s.get("significant_regression")),
         "significant_gates": isinstance(fail_on, list) and "significant_regression" in fail_on,
-        "incomplete": _incomplete(rep),
+        "unscored": [r for r in found if r.kind is Kind.UNSCORED],
         "models": _models(rep),
         "candidate_changed": request_lines(s, "candidate"),
         "usage_columns": usage.COLUMNS,
@@ -181,7 +208,11 @@ def context(rep: RunReport) -> dict[str, Any]:
         "retire_after": rep.retire_after,
         "ceiling": [(c, rep.quiet_runs.get(c, 0)) for c in rep.ceiling],
         "count": rep.count,
-        "cases": _table(rep),
+        "filter_gates": _options(tally.gates, GATE_CLASSES),
+        "filter_strata": _options(tally.strata, STRATA),
+        "filter_moved": [(m, n) for m in MOVED if (n := tally.moved_count(m))],
+        "filter_misses": _options(tally.misses)[:MISS_OPTIONS],
+        "rows": rows(rep),
         "retired": [str(r) for r in strings_of(s.get("retired"))],
         "notes": rep.notes,
         "version": __version__,

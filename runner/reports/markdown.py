@@ -18,6 +18,7 @@ from runner.gate import GATE_CLASSES
 from runner.history import mapping_of, strings_of
 from runner.model import SIDES
 from runner.reports.model import REVIEW_ORDER, RunReport, incomplete_groups, signal_lines
+from runner.reports.verdict import Weight, reasons
 from runner.requestsha import request_lines
 from runner.text import visible
 
@@ -27,6 +28,7 @@ MD_CALLS_CAP = 100  # of that, the reply's tool calls; its text keeps the rest
 MD_ID_CAP = 80  # characters of a case id, a model or a misses list in a Markdown line
 MD_LINE_CAP = 800  # no Markdown line longer than this: a review row's cells add up to less
 MD_TOP_CASES = 10
+MD_WHY_CAP = 200  # characters of one of the verdict's reasons
 
 # each character that could open HTML or Markdown, or end a table cell, and its escape
 _MD_SPECIAL = str.maketrans(
@@ -93,19 +95,19 @@ def md_code(value: Any, cap: int = MD_ID_CAP) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def _md_list(items: Sequence[str], budget: int, total: int | None = None) -> str:
-    """Items joined by ", " within `budget` characters, then "and N more" for the rest
+def _md_list(items: Sequence[str], budget: int, total: int | None = None, sep: str = ", ") -> str:
+    """Items joined by `sep` within `budget` characters, then "and N more" for the rest
     (`total` counts items not passed in too)."""
     count = len(items) if total is None else total
     shown: list[str] = []
     for item in items:
         rest = count - len(shown) - 1
         more = f" and {rest} more" if rest else ""
-        if shown and len(", ".join([*shown, item])) + len(more) > budget:
+        if shown and len(sep.join([*shown, item])) + len(more) > budget:
             break
         shown.append(item)
     rest = count - len(shown)
-    return ", ".join(shown) + (f" and {rest} more" if rest else "")
+    return sep.join(shown) + (f" and {rest} more" if rest else "")
 
 
 def _md_misses(misses: Any) -> str:
@@ -114,7 +116,7 @@ def _md_misses(misses: Any) -> str:
 
 
 def _md_reply(rep: RunReport, case_id: str, side: str, view: Mapping[str, Any]) -> str:
-    reply = rep.replies.get((case_id, side))
+    reply = rep.reply(case_id, side)
     if reply is None or reply.text is None:
         return f"*{md_text(view.get('detail') or 'no reply', 80)}*"
     if not reply.tool_calls:
@@ -137,8 +139,8 @@ def _md_usage(s: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def render_markdown(rep: RunReport) -> str:
-    """A short summary for a pull-request comment or a CI step summary."""
+def _md_head(rep: RunReport) -> list[str]:
+    """The verdict, the run, and the verdict's reasons: a red run's review list may be empty."""
     s = rep.summary
     verdict = str(s.get("verdict") or "unknown")
     icon = {"clean": "✅", "review": "🟠", "incomplete": "⚪", "review+incomplete": "🔴"}
@@ -151,6 +153,17 @@ def render_markdown(rep: RunReport) -> str:
         "unadmitted",
         "",
     ]
+    gating = [r for r in reasons(s, rep.tally) if r.weight is not Weight.NOTE]
+    if gating:
+        why = _md_list([md_text(r.text, MD_WHY_CAP) for r in gating], MD_LINE_CAP - 9, sep="; ")
+        lines += [f"**Why:** {why}", ""]
+    return lines
+
+
+def render_markdown(rep: RunReport) -> str:
+    """A short summary for a pull-request comment or a CI step summary."""
+    s = rep.summary
+    lines = _md_head(rep)
     counts = mapping_of(s.get("gate_counts"))
     shown = [g for g in GATE_CLASSES if counts.get(g)]
     if shown:

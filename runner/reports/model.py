@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +18,10 @@ from typing import Any
 from runner.errors import DataError, UsageError
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, SCHEMA_MISS, TRANSPORT_MISS
 from runner.history import History, RunRow, ceiling_candidates, load_history, mapping_of, streaks
-from runner.ledger import read_json_map, read_json_object, read_jsonl
+from runner.ledger import decode_line, read_json_map, read_json_object
 from runner.model import ROW_ERRORS, SIDES, STRATA, Exchange, Response
 from runner.protocols import read
+from runner.reports.verdict import Tally
 
 TREND_RUNS = 14
 REPLY_CAP = 6000  # characters of a reply kept for the HTML report
@@ -54,7 +55,7 @@ class RunReport:
     summary: Mapping[str, Any]
     manifest: Mapping[str, Any]
     cases: Mapping[str, Mapping[str, Any]]  # the cases shown in detail (all when uncapped)
-    replies: dict[tuple[str, str], ReplyView]
+    replies: Replies
     trend: list[RunRow]
     retire_after: int | None
     ceiling: list[str]
@@ -66,18 +67,18 @@ class RunReport:
     totals: dict[str, int] = field(default_factory=dict)
     count: int = 0  # cases in disagreement.json
 
-    def table(self) -> Iterator[tuple[str, str, str | None, str]]:
-        """Every case as (id, gate, stratum, detail), read again from disagreement.json as it
-        is written out: at 20,000 cases, held as a list it was the largest part of a report."""
+    tally: Tally = field(default_factory=Tally)  # counts over every case, for the verdict
+
+    def every_case(self) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """Every case of disagreement.json, read again as it is written out: at 20,000 cases,
+        held as a list it was the largest part of a report."""
         for case_id, case in read_json_map(self.run_dir / "disagreement.json", "cases"):
             if isinstance(case, dict):
-                stratum = case.get("stratum")
-                yield (
-                    case_id,
-                    str(case.get("gate")),
-                    stratum if isinstance(stratum, str) else None,
-                    str(case.get("detail")),
-                )
+                yield case_id, case
+
+    def reply(self, case_id: str, side: str) -> ReplyView | None:
+        """What one side said for one case (sample 0), read from raw.jsonl now."""
+        return self.replies.get(case_id, side)
 
     @property
     def suite(self) -> str:
@@ -133,32 +134,59 @@ def reply_of(exchange: Exchange) -> ReplyView:
     return ReplyView(text=text, kind="body", truncated=cut, status=response.status)
 
 
-def read_replies(
-    run_dir: Path, wanted: Collection[str] | None = None
-) -> tuple[dict[tuple[str, str], ReplyView], list[str]]:
-    """Sample 0's reply per (case, side) from raw.jsonl; unreadable rows become notes."""
-    replies: dict[tuple[str, str], ReplyView] = {}
-    notes: list[str] = []
-    path = run_dir / "raw.jsonl"
-    if not path.exists():
-        return replies, [f"{path.name}: missing; replies are not shown"]
-    if wanted is not None and not wanted:
-        return replies, notes
-    try:
-        for line_no, row in read_jsonl(path):
-            if not isinstance(row, dict) or row.get("sample", 0) != 0:
-                continue
-            if wanted is not None and row.get("case_id") not in wanted:
-                continue
-            try:
-                exchange = Exchange.from_json(row)
-            except ROW_ERRORS:
-                notes.append(f"{path.name}:{line_no}: not an exchange; skipped")
-                continue
-            replies[(exchange.case_id, exchange.side)] = reply_of(exchange)
-    except DataError as exc:
-        notes.append(f"{exc}; replies after it are not shown")
-    return replies, notes
+class Replies:
+    """Where sample 0 of each (case, side) sits in raw.jsonl, each read back when shown.
+
+    One pass records byte offsets, so a 20,000-case page renders every case's replies without
+    holding them: the reply is parsed through its adapter as its row is rendered.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.at: dict[tuple[str, str], tuple[int, int]] = {}  # (offset, line number)
+        self.notes: list[str] = []
+        if not path.exists():
+            self.notes.append(f"{path.name}: missing; replies are not shown")
+            return
+        try:
+            self._index()
+        except DataError as exc:
+            self.notes.append(f"{exc}; replies after it are not shown")
+
+    def _index(self) -> None:
+        offset = 0
+        with self.path.open("rb") as handle:
+            for line_no, raw in enumerate(handle, start=1):
+                start, offset = offset, offset + len(raw)
+                if not raw.strip():
+                    continue
+                try:
+                    row = decode_line(self.path, line_no, raw)
+                except DataError:
+                    if not raw.endswith(b"\n"):  # a killed writer's torn last line
+                        return
+                    raise
+                if not isinstance(row, dict) or row.get("sample", 0) != 0:
+                    continue
+                case_id, side = row.get("case_id"), row.get("side")
+                if isinstance(case_id, str) and isinstance(side, str):
+                    self.at[(case_id, side)] = (start, line_no)  # the last row of a key wins
+
+    def get(self, case_id: str, side: str) -> ReplyView | None:
+        """The reply of one side of one case, or None when raw.jsonl has no row for it."""
+        found = self.at.get((case_id, side))
+        if found is None:
+            return None
+        start, line_no = found
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(start)
+                raw = handle.readline()
+            exchange = Exchange.from_json(decode_line(self.path, line_no, raw))
+        except (OSError, DataError, *ROW_ERRORS):
+            self.notes.append(f"{self.path.name}:{line_no}: not an exchange; skipped")
+            return None
+        return reply_of(exchange)
 
 
 def history_window(trend_runs: int, retire_after: int | None, page_runs: int = 0) -> int:
@@ -177,25 +205,25 @@ def _wants_detail(case: Mapping[str, Any]) -> str | None:
 
 def read_cases(
     path: Path, top: int | None
-) -> tuple[dict[str, Mapping[str, Any]], dict[str, int], int]:
-    """Stream disagreement.json: the cases to show in detail, section totals, the case count.
+) -> tuple[dict[str, Mapping[str, Any]], dict[str, int], Tally]:
+    """Stream disagreement.json: the cases to show in detail, section totals, the tally.
 
     With `top`, each review gate and each unscored stamp keeps its first `top` cases by id
     (the map is sorted by id), so a report's memory does not grow with the suite.
     """
     cases: dict[str, Mapping[str, Any]] = {}
     totals: dict[str, int] = {}
-    count = 0
+    tally = Tally()
     for case_id, case in read_json_map(path, "cases"):
         if not isinstance(case, dict):
             continue
-        count += 1
+        tally.add(case)
         section = _wants_detail(case)
         if section is not None:
             totals[section] = totals.get(section, 0) + 1
         if top is None or (section is not None and totals[section] <= top):
             cases[case_id] = case
-    return cases, totals, count
+    return cases, totals, tally
 
 
 def build_report(
@@ -223,10 +251,9 @@ def build_report(
     path = run_dir / "disagreement.json"
     if not path.exists():
         raise DataError(path, "no such file: not a finished parallax run")
-    cases, totals, count = read_cases(path, top)
-    # replies are shown only for the cases that need review and the unscored ones
-    wanted = {k for k, v in cases.items() if _wants_detail(v) is not None}
-    replies, notes = read_replies(run_dir, wanted)
+    cases, totals, tally = read_cases(path, top)
+    replies = Replies(run_dir / "raw.jsonl")
+    notes = replies.notes  # a row found unreadable while the page renders adds its note too
     # a bounded window: the trend and a ceiling streak never need more, and a year of nightly
     # runs must not make every report read the whole history
     history: History = load_history(
@@ -251,7 +278,8 @@ def build_report(
         notes=notes,
         history_notes=history.notes,
         totals=totals,
-        count=count,
+        count=tally.cases,
+        tally=tally,
     )
 
 

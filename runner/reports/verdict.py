@@ -1,0 +1,394 @@
+"""Why a run is clean, needs review or is incomplete: the verdict's reasons, in words.
+
+A verdict word alone sends the person on call hunting: `REVIEW+INCOMPLETE` over an empty review
+list, because the reason was a candidate stratum alert shown small further down. Each reason
+here says what happened, on how many cases, and names the view of the case table that shows
+them (a URL fragment the page's filters read), from summary.json and one pass over
+disagreement.json (`Tally`), so the report needs nothing but the run directory.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlencode
+
+from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, FIXTURE_MOVE, FLAKY, NEW_CASE
+from runner.history import mapping_of, strings_of
+from runner.model import SIDES
+from runner.requestsha import REFERENCE
+
+DRIFT_SHOWN = 3  # served-model changes named in the alias drift reason
+CODE_CAP = 200  # characters of one miss code kept for the table's filter
+MOVED = ("reference", "candidate", "both")  # the table's `moved` filter: `both` is in the others
+
+
+class Kind(StrEnum):
+    """What a reason is about: `data-reason` on the page."""
+
+    DISAGREEMENT_CHANGED = "disagreement_changed"
+    REFERENCE_MOVED = "reference_moved"
+    REQUEST_CHANGED = "request_changed"
+    ALIAS_DRIFT = "alias_drift"
+    STRATUM_ALERT = "stratum_alert"
+    SIGNIFICANT_REGRESSION = "significant_regression"
+    NOT_NON_INFERIOR = "not_non_inferior"
+    UNSCORED = "unscored"
+    NEW_CASE = "new_case"
+    FIXTURE_MOVE = "fixture_move"
+    FLAKY = "flaky"
+
+
+class Weight(StrEnum):
+    """What a reason does to the exit code: the review bit, the incomplete bit, or nothing."""
+
+    REVIEW = "review"
+    INCOMPLETE = "incomplete"
+    NOTE = "note"
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One reason, its count, and the table view (filter pairs) that shows its cases."""
+
+    kind: Kind
+    weight: Weight
+    count: int
+    text: str
+    view: tuple[tuple[str, str], ...] = ()
+    side: str | None = None
+    note: str = ""  # what it means, said after the reason on the page
+
+    @property
+    def href(self) -> str:
+        """The fragment of that view, in URLSearchParams form (`#` alone: every case)."""
+        return "#" + urlencode(self.view)
+
+
+@dataclass(frozen=True)
+class Marks:
+    """What the case table says about one case, beyond its gate class and stratum."""
+
+    moved: str  # "reference", "candidate", "both" or "": whose misses left the accepted ones
+    misses: tuple[str, ...]  # each side's miss codes and the stamp of an unscored side
+    stamps: tuple[tuple[str, str], ...]  # (side, stamp code) of each side left unscored
+    delta: float | None  # candidate task score minus reference task score
+
+
+def _code(text: str) -> str:
+    """A miss code as one token of a space-separated attribute."""
+    return "_".join(text.split())[:CODE_CAP]
+
+
+def stamp_code(view: Mapping[str, Any]) -> str | None:
+    """`transport:timeout` or `schema:not_json` for a side left unscored, else None."""
+    transport = view.get("transport")
+    if transport not in (None, "ok"):
+        return _code(f"transport:{transport}")
+    if view.get("admitted", True) is not False and view.get("schema") in (None, "ok"):
+        return None
+    detail = str(view.get("detail") or view.get("schema"))
+    return _code(f"schema:{detail.split(':', maxsplit=1)[0]}")
+
+
+def _score(view: Mapping[str, Any]) -> float | None:
+    score = view.get("task_score")
+    return float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None
+
+
+def marks_of(case: Mapping[str, Any]) -> Marks:
+    """The table's marks of one case of disagreement.json (a hand-edited one reads as empty)."""
+    moved_sides = [s for s in SIDES if s in strings_of(case.get("moved"))]
+    moved = "both" if len(moved_sides) == len(SIDES) else "".join(moved_sides)
+    views = {side: mapping_of(case.get(side)) for side in SIDES}
+    stamps = tuple((s, code) for s, v in views.items() if (code := stamp_code(v)) is not None)
+    codes = {_code(m) for v in views.values() for m in strings_of(v.get("misses")) if m.strip()}
+    codes.update(code for _, code in stamps)
+    ref, cand = _score(views["reference"]), _score(views["candidate"])
+    delta = cand - ref if ref is not None and cand is not None else None
+    return Marks(moved, tuple(sorted(codes)), stamps, delta)
+
+
+@dataclass
+class Tally:
+    """Counts over every case of disagreement.json, gathered as it is read once."""
+
+    gates: Counter[str] = field(default_factory=Counter)
+    strata: Counter[str] = field(default_factory=Counter)
+    moved: Counter[str] = field(default_factory=Counter)  # per side; "both" counts for each
+    misses: Counter[str] = field(default_factory=Counter)
+    stamps: dict[str, Counter[str]] = field(default_factory=dict)  # code -> cases per side
+    stamped: Counter[str] = field(default_factory=Counter)  # code -> cases, either side
+    drift: Counter[str] = field(default_factory=Counter)  # alias_swap details
+    both: int = 0  # cases on which both sides moved
+    cases: int = 0
+
+    def moved_count(self, moved: str) -> int:
+        """How many cases the `moved` filter shows for this choice."""
+        return self.both if moved == "both" else self.moved[moved]
+
+    def add(self, case: Mapping[str, Any]) -> None:
+        marks = marks_of(case)
+        gate = str(case.get("gate"))
+        self.cases += 1
+        self.gates[gate] += 1
+        self.strata[str(case.get("stratum") or "")] += 1
+        for side in SIDES:
+            self.moved[side] += marks.moved in (side, "both")
+        self.both += marks.moved == "both"
+        self.misses.update(marks.misses)
+        for side, code in marks.stamps:
+            self.stamps.setdefault(code, Counter())[side] += 1
+        self.stamped.update({code for _, code in marks.stamps})
+        if gate == ALIAS_SWAP:
+            self.drift[str(case.get("detail"))] += 1
+
+
+def _int(value: Any) -> int:
+    """A count read from a run's JSON; anything but an integer reads as 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def plural(n: int, word: str) -> str:
+    """`1 case`, `3 cases`."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _changes(summary: Mapping[str, Any], tally: Tally) -> list[Reason]:
+    reasons = []
+    if n := tally.gates[DISAGREEMENT_CHANGED]:
+        reasons.append(
+            Reason(
+                Kind.DISAGREEMENT_CHANGED,
+                Weight.REVIEW,
+                n,
+                f"disagreement changed on {plural(n, 'case')}",
+                (("gate", DISAGREEMENT_CHANGED),),
+                note="the two sides no longer differ as the accepted snapshot says",
+            )
+        )
+    if n := tally.moved[REFERENCE]:
+        reasons.append(
+            Reason(
+                Kind.REFERENCE_MOVED,
+                Weight.REVIEW,
+                n,
+                f"the reference moved on {plural(n, 'case')}",
+                (("moved", REFERENCE),),
+                REFERENCE,
+                note="its own misses left the accepted ones: the frozen path is not frozen",
+            )
+        )
+    changed = mapping_of(summary.get("request_changed"))
+    for side in SIDES:
+        groups = changed.get(side)
+        for group in map(mapping_of, groups if isinstance(groups, list) else ()):
+            n = _int(group.get("count"))
+            ids = strings_of(group.get("case_ids"))
+            what = (
+                "the frozen path moved"
+                if side == REFERENCE
+                else "the change under test, not gated on by itself"
+            )
+            reasons.append(
+                Reason(
+                    Kind.REQUEST_CHANGED,
+                    Weight.REVIEW if side == REFERENCE else Weight.NOTE,
+                    n,
+                    f"the {side}'s request changed on {plural(n, 'case')}",
+                    (("case", str(ids[0])),) if len(ids) == 1 else (),
+                    side,
+                    note=f"request_sha {group.get('from')} -> {group.get('to')}: {what}",
+                )
+            )
+    if n := tally.gates[ALIAS_SWAP]:
+        shown = "; ".join(
+            f"{detail} ({count})" for detail, count in tally.drift.most_common(DRIFT_SHOWN)
+        )
+        more = len(tally.drift) - DRIFT_SHOWN
+        reasons.append(
+            Reason(
+                Kind.ALIAS_DRIFT,
+                Weight.REVIEW,
+                n,
+                f"a served model changed on {plural(n, 'case')}",
+                (("gate", ALIAS_SWAP),),
+                note=shown + (f"; and {more} more" if more > 0 else ""),
+            )
+        )
+    return reasons
+
+
+_STRATUM_OF = {
+    "easy_regression": "easy",
+    "medium_regression": "medium",
+    "stretch_too_easy": "stretch",
+}
+
+
+def _stratum_alerts(summary: Mapping[str, Any]) -> list[Reason]:
+    reasons = []
+    alerts = mapping_of(summary.get("stratum_alerts"))
+    strata = mapping_of(summary.get("strata"))
+    for side in SIDES:
+        rates = mapping_of(strata.get(side))
+        for alert in strings_of(alerts.get(side)):
+            name = _STRATUM_OF.get(alert)
+            rate = mapping_of(rates.get(name)) if name else {}
+            n, passed = _int(rate.get("n")), _int(rate.get("passed"))
+            if alert == "stretch_too_easy":
+                count, words = passed, f"it passed {passed} of {n} stretch cases"
+            elif name:
+                count, words = n - passed, f"it failed {n - passed} of {n} {name} cases"
+            else:
+                count, words = _suite_alert(alert, rates)
+            view = (("stratum", name), ("sort", "delta")) if name else ()
+            reasons.append(
+                Reason(
+                    Kind.STRATUM_ALERT,
+                    Weight.REVIEW,
+                    count,
+                    f"stratum alert {alert} on the {side}",
+                    view,
+                    side,
+                    note=words,
+                )
+            )
+    return reasons
+
+
+def _suite_alert(alert: str, rates: Mapping[str, Any]) -> tuple[int, str]:
+    """The count and the words of an alert about the strata together."""
+
+    def size(name: str) -> int:
+        rate = mapping_of(rates.get(name))
+        return sum(v for k in ("n", "unadmitted") if isinstance(v := rate.get(k), int))
+
+    names = [str(name) for name in rates]
+    if alert == "missing_stratum":
+        empty = [name for name in names if size(name) == 0]
+        return len(empty), f"no case in {', '.join(empty) or 'a stratum'}"
+    if alert == "thin_stratum":
+        thin = [name for name in names if size(name) == 1]
+        return len(thin), f"only one case in {', '.join(thin) or 'a stratum'}"
+    if alert == "ceiling":
+        total = sum(size(name) for name in names)
+        return total, f"it passed (nearly) every case of every stratum ({total} cases)"
+    return 0, "see the strata below"
+
+
+def _tests(summary: Mapping[str, Any]) -> list[Reason]:
+    reasons = []
+    fail_on = strings_of(summary.get("fail_on"))
+    overall = mapping_of(mapping_of(summary.get("paired")).get("overall"))
+    lost = _int(overall.get("ref_only"))
+    for key, kind, words, text in (
+        (
+            "significant_regression",
+            Kind.SIGNIFICANT_REGRESSION,
+            "significant regression",
+            overall.get("text"),
+        ),
+        (
+            "not_non_inferior",
+            Kind.NOT_NON_INFERIOR,
+            "not shown non-inferior",
+            mapping_of(overall.get("non_inferiority")).get("text"),
+        ),
+    ):
+        if summary.get(key) is not True:
+            continue
+        gating = key in fail_on
+        reasons.append(
+            Reason(
+                kind,
+                Weight.REVIEW if gating else Weight.NOTE,
+                lost,
+                f"{words} ({'gating: fail_on' if gating else 'reported, not gated on'})",
+                (("sort", "delta"),),
+                note=f"{text or 'see the paired test below'}; the candidate failed {lost} of "
+                "the cases the reference passed",
+            )
+        )
+    return reasons
+
+
+def _unscored(tally: Tally) -> list[Reason]:
+    reasons = []
+    for code, n in sorted(tally.stamped.items(), key=lambda kv: (-kv[1], kv[0])):
+        sides = tally.stamps[code]
+        on = ", ".join(f"{side} {sides[side]}" for side in SIDES if sides[side])
+        reasons.append(
+            Reason(
+                Kind.UNSCORED,
+                Weight.INCOMPLETE,
+                n,
+                f"{plural(n, 'case')} unscored: {code}",
+                (("miss", code),),
+                note=f"{on}; not compared: an infrastructure problem, not a quality one",
+            )
+        )
+    return reasons
+
+
+def _notes(tally: Tally) -> list[Reason]:
+    reasons = []
+    for gate, kind, words in (
+        (NEW_CASE, Kind.NEW_CASE, "not in the snapshot yet: review their replies, then promote"),
+        (FIXTURE_MOVE, Kind.FIXTURE_MOVE, "edited since the snapshot: review, then promote"),
+        (FLAKY, Kind.FLAKY, "stable misses as accepted, with new noise between samples"),
+    ):
+        if n := tally.gates[gate]:
+            reasons.append(
+                Reason(
+                    kind,
+                    Weight.NOTE,
+                    n,
+                    f"{gate} on {plural(n, 'case')}",
+                    (("gate", gate),),
+                    note=words,
+                )
+            )
+    return reasons
+
+
+def reasons(summary: Mapping[str, Any], tally: Tally) -> list[Reason]:
+    """Every reason of the verdict: the review ones, the incomplete ones, then the notes."""
+    found = [
+        *_changes(summary, tally),
+        *_stratum_alerts(summary),
+        *_tests(summary),
+        *_unscored(tally),
+        *_notes(tally),
+    ]
+    order = list(Weight)
+    return sorted(found, key=lambda r: order.index(r.weight))
+
+
+HEADLINES = {
+    "clean": "Clean",
+    "review": "Needs review",
+    "incomplete": "Incomplete",
+    "review+incomplete": "Needs review, and incomplete",
+}
+CLEAN_WORDS = (
+    "Nothing needs review: every case is as the accepted snapshot has it, every case was "
+    "scored, and no stratum alert was raised."
+)
+
+
+def said(verdict: str, found: list[Reason]) -> str:
+    """Words under the headline when no reason of the list explains the verdict."""
+    if any(r.weight is not Weight.NOTE for r in found):
+        return ""
+    if verdict == "clean":
+        return CLEAN_WORDS
+    return f"summary.json says {verdict} for a reason this report does not name: see summary.json."
+
+
+def headline(verdict: str) -> str:
+    """The verdict in words, as the top of the page says it."""
+    return HEADLINES.get(verdict, f"Verdict {verdict}")

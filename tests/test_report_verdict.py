@@ -1,0 +1,286 @@
+"""The top of report.html says why the verdict is what it is, and the case table holds every
+case with what its filters read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote_plus
+
+import pytest
+from reportkit import BASE_CASES, Node, Project, hostile_project, parse_page
+
+from runner.reports.html import html_parts
+from runner.reports.model import build_report
+from runner.reports.verdict import Kind, Tally, Weight, reasons, said
+
+
+def _page(run_dir: Path) -> Node:
+    return parse_page((run_dir / "report.html").read_text(encoding="utf-8"))
+
+
+def _reasons(page: Node) -> list[tuple[str, str | None, str, str, str | None]]:
+    """(kind, side, count, text, href) of each reason, in the order the page lists them."""
+    found = []
+    for li in page.one("ul", id="reasons").find("li", class_="reason"):
+        link = li.one("a")
+        found.append(
+            (
+                str(li.get("data-reason")),
+                li.get("data-side"),
+                link.one("b").text(),
+                link.text(),
+                link.get("href"),
+            )
+        )
+    return found
+
+
+def _cases(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    doc = json.loads((run_dir / "disagreement.json").read_text(encoding="utf-8"))
+    return list(doc["cases"].items())
+
+
+@pytest.fixture(scope="module")
+def first_night(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A suite's first run (every case new) whose only trouble is a candidate easy failure."""
+    project = Project(tmp_path_factory.mktemp("first"), BASE_CASES)
+    project.cassettes({}, {"easy-a": {"completion": "no", "model": "cand-1"}})
+    run_dir, code, _ = project.run()
+    assert code == 1
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _, run_dir = hostile_project(tmp_path_factory.mktemp("hostile"))
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def moved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """After a promote: the reference alone misses on med-a, the candidate alone on med-b,
+    and both alike on str-a (the disagreement stays empty there)."""
+    project = Project(tmp_path_factory.mktemp("moved"), BASE_CASES)
+    first, _, _ = project.run()
+    project.promote(first)
+    no = {"completion": "no"}
+    project.cassettes(
+        {"med-a": {**no, "model": "ref-1"}, "str-a": {**no, "model": "ref-1"}},
+        {"med-b": {**no, "model": "cand-1"}, "str-a": {**no, "model": "cand-1"}},
+    )
+    run_dir, _, _ = project.run()
+    return run_dir
+
+
+def test_the_verdict_is_the_first_thing_on_the_page(first_night: Path) -> None:
+    """`<header id="verdict">` opens <main>, with the verdict in words and its reasons."""
+    page = _page(first_night)
+    main = page.one("main")
+    header = main.elements()[0]
+    expected = ("header", "verdict", "review", "Needs review")
+    actual = (
+        header.tag,
+        header.get("id"),
+        header.get("data-verdict"),
+        header.one("div", class_="word").text(),
+    )
+    assert expected == actual
+    assert header.find("ul", id="reasons")
+
+
+def test_a_candidate_stratum_alert_is_said_at_the_top_not_under_an_empty_review_list(
+    first_night: Path,
+) -> None:
+    """The issue's banner: a run red only for a candidate easy_regression names that alert,
+    its count and a link to the easy cases at the top, and says nowhere "Needs review (0)"
+    or "Nothing moved"."""
+    page = _page(first_night)
+    alerts = [r for r in _reasons(page) if r[0] == "stratum_alert" and r[1] == "candidate"]
+    expected = [
+        (
+            "stratum_alert",
+            "candidate",
+            "1",
+            "1 stratum alert easy_regression on the candidate",
+            "#stratum=easy&sort=delta",
+        )
+    ]
+    actual = [r for r in alerts if "easy_regression" in r[3]]
+    assert expected == actual
+    text = page.text()
+    assert "Needs review (0)" not in text and "Nothing moved" not in text
+
+
+def test_a_first_run_lists_its_new_cases_as_a_note_and_shows_every_reply(
+    first_night: Path,
+) -> None:
+    """Every case of a first run is new: the page says so with a link, and each case's detail
+    holds both sides' replies, the candidate's "no" included."""
+    page = _page(first_night)
+    [note] = [r for r in _reasons(page) if r[0] == "new_case"]
+    assert note == ("new_case", None, "6", "6 new_case on 6 cases", "#gate=new_case")
+    [li] = page.find("li", data_reason="new_case")
+    assert li.get("data-weight") == "note"
+    replies = {
+        template.get("id"): [pre.text() for pre in template.find("pre", class_="cd-text")]
+        for template in page.find("template")
+    }
+    index = str(page.one("tr", data_id="easy-a").get("id")).removeprefix("c-")
+    assert replies.pop(f"t-{index}") == ["ok", "no"]
+    assert list(replies.values()) == [["ok", "ok"]] * 5
+
+
+def test_each_reason_of_a_hostile_run_has_its_count_and_link(hostile: Path) -> None:
+    """Disagreement changed, alias drift, each unscored stamp and the stratum alerts, each
+    with its count and the filter that shows its cases; review reasons before incomplete."""
+    page = _page(hostile)
+    found = {(kind, side, href): count for kind, side, count, _, href in _reasons(page)}
+    for key, count in {
+        ("disagreement_changed", None, "#gate=disagreement_changed"): "5",
+        ("alias_drift", None, "#gate=alias_swap"): "1",
+        ("unscored", None, "#miss=transport%3Atimeout"): "1",
+        ("unscored", None, "#miss=schema%3Anot_json"): "1",
+        ("stratum_alert", "candidate", "#stratum=medium&sort=delta"): "5",
+    }.items():
+        assert found.get(key) == count, (key, found)
+    weights = [li.get("data-weight") for li in page.find("li", class_="reason")]
+    assert weights == sorted(weights, key=["review", "incomplete", "note"].index)
+    assert page.one("header", id="verdict").get("data-verdict") == "review+incomplete"
+
+
+def test_which_side_moved_is_marked_and_the_reference_moving_is_a_reason(moved: Path) -> None:
+    """data-moved says whose misses left the accepted ones, the two sides alike included
+    (a case whose disagreement stayed empty), and the reference moving is a reason."""
+    page = _page(moved)
+    marks = {row.get("data-id"): row.get("data-moved") for row in page.find("tr", class_="case")}
+    assert (marks["med-a"], marks["med-b"], marks["str-a"], marks["easy-a"]) == (
+        "reference",
+        "candidate",
+        "both",
+        "",
+    )
+    [reason] = [r for r in _reasons(page) if r[0] == "reference_moved"]
+    assert reason == (
+        "reference_moved",
+        "reference",
+        "2",
+        "2 the reference moved on 2 cases",
+        "#moved=reference",
+    )
+
+
+def test_every_case_is_a_row_with_its_marks_and_its_detail(hostile: Path) -> None:
+    """Each case of disagreement.json, in its order, is row c-N with its gate, stratum, moved
+    side, miss codes and score delta, a link that opens it, and its detail in template t-N."""
+    page = _page(hostile)
+    rows = page.one("table", id="cases").find("tr", class_="case")
+    cases = _cases(hostile)
+    assert [r.get("data-id") for r in rows] == [case_id for case_id, _ in cases]
+    for index, ((case_id, case), row) in enumerate(zip(cases, rows, strict=True)):
+        ref, cand = case["reference"], case["candidate"]
+        delta = (
+            f"{cand['task_score'] - ref['task_score']:.3f}"
+            if ref["task_score"] is not None and cand["task_score"] is not None
+            else ""
+        )
+        misses = sorted({*ref["misses"], *cand["misses"]})
+        assert (
+            row.get("id"),
+            row.get("data-gate"),
+            row.get("data-stratum"),
+            row.get("data-delta"),
+        ) == (
+            f"c-{index}",
+            case["gate"],
+            case["stratum"] or "",
+            delta,
+        )
+        assert set(misses) <= set((row.get("data-miss") or "").split())
+        assert row.one("a", class_="open").get("href") == f"#case={quote_plus(case_id)}"
+        detail = page.one("template", id=f"t-{index}").one("section", class_="case-detail")
+        assert detail.get("data-id") == case_id
+    timeout = page.one("tr", data_id="timeout")
+    assert "transport:timeout" in (timeout.get("data-miss") or "").split()
+
+
+def test_review_cases_read_without_script(hostile: Path) -> None:
+    """The review cases' details are also in <noscript>, outside any <template>."""
+    page = _page(hostile)
+    [noscript] = page.find("noscript")
+    shown = [s.get("data-id") for s in noscript.find("section", class_="case-detail")]
+    expected = [
+        "hostile-img",
+        "hostile-long",
+        "hostile-pipes",
+        "hostile-script",
+        "hostile-table",
+        "alias",
+    ]
+    assert expected == shown
+
+
+def test_report_md_says_why_in_one_line(hostile: Path) -> None:
+    """report.md names the verdict's reasons under its first lines, within the line cap."""
+    lines = (hostile / "report.md").read_text(encoding="utf-8").splitlines()
+    [why] = [line for line in lines if line.startswith("**Why:** ")]
+    assert why.startswith(
+        "**Why:** disagreement changed on 5 cases; a served model changed on 1 case"
+    )
+    assert "unscored: transport:timeout" in why or "and 1 more" in why
+
+
+def _summary(**fields: Any) -> dict[str, Any]:
+    overall = {
+        "text": "overall: candidate worse",
+        "ref_only": 7,
+        "non_inferiority": {"text": "inferior"},
+    }
+    return {"paired": {"overall": overall}, **fields}
+
+
+@pytest.mark.parametrize(
+    ("fail_on", "weight"), [(["significant_regression"], Weight.REVIEW), ([], Weight.NOTE)]
+)
+def test_a_significant_regression_gates_only_when_fail_on_says_so(
+    fail_on: list[str], weight: Weight
+) -> None:
+    """The regression is a review reason under fail_on and a note otherwise, with the cases
+    the candidate lost as its count and the table sorted by delta as its link."""
+    [reason] = reasons(_summary(significant_regression=True, fail_on=fail_on), Tally())
+    expected = (Kind.SIGNIFICANT_REGRESSION, weight, 7, "#sort=delta")
+    assert expected == (reason.kind, reason.weight, reason.count, reason.href)
+
+
+def test_not_non_inferior_is_a_reason() -> None:
+    """A claim that could not be made is named with the words of the test."""
+    [reason] = reasons(_summary(not_non_inferior=True, fail_on=["not_non_inferior"]), Tally())
+    assert (reason.kind, reason.weight, "inferior" in reason.note) == (
+        Kind.NOT_NON_INFERIOR,
+        Weight.REVIEW,
+        True,
+    )
+
+
+def test_a_verdict_without_a_known_reason_says_so() -> None:
+    """A clean run says why it is clean; a red one whose reason this report does not know
+    sends the reader to summary.json instead of showing nothing."""
+    assert said("clean", []).startswith("Nothing needs review")
+    assert "summary.json" in said("review", [])
+    assert (
+        said(
+            "review",
+            reasons(
+                _summary(significant_regression=True, fail_on=["significant_regression"]), Tally()
+            ),
+        )
+        == ""
+    )
+
+
+def test_the_page_is_written_in_pieces(hostile: Path) -> None:
+    """html_parts is a stream: its first piece is the page's head, not the whole page."""
+    parts = html_parts(build_report(hostile))
+    first = next(iter(parts))
+    assert "<!doctype html>" in first and 'id="cases"' not in first
