@@ -76,10 +76,25 @@ def test_no_injected_element_exists_in_the_dom(browser: Browser, report: Path) -
     assert expected == actual
 
 
+# each case's detail waits in a <template> until it is opened: its <pre>s, as the browser
+# parsed them, and anything injected there
+_TEMPLATE_FACTS = """() => {
+  const parts = [...document.querySelectorAll('template')].map((t) => t.content);
+  return {
+    pre: parts.flatMap((c) => [...c.querySelectorAll('pre')].map((e) => e.textContent)),
+    injected: parts.flatMap((c) => [...c.querySelectorAll('script, img, iframe, #injected')])
+      .length,
+  };
+}"""
+
+
 def test_replies_show_as_text(browser: Browser, report: Path) -> None:
-    """Each hostile reply is the text content of a <pre>, character for character."""
+    """Each hostile reply is the text content of a <pre> in its case's detail, character for
+    character, and no element came out of one."""
     with browser.open(report) as tab:
-        shown = tab.page.locator("pre").all_text_contents()
+        facts = tab.page.evaluate(_TEMPLATE_FACTS)
+    shown = facts["pre"]
+    assert facts["injected"] == 0
     expected = [True, True, True, True]
     actual = [
         any(s in text for text in shown)
