@@ -192,7 +192,7 @@ def test_clean_run_says_nothing_moved(tmp_path: Path) -> None:
         [a.get("data-verdict") for t, a in tags if a.get("id") == "verdict"],
         "Nothing needs review: every case is as the accepted snapshot has it" in page,
         [a for t, a in tags if a.get("class") == "reason"],
-        page.count("<section class=\"case-detail\"") - page.count("<template"),
+        page.count('<section class="case-detail"') - page.count("<template"),
     )
     assert expected == actual
 
