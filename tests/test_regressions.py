@@ -589,3 +589,56 @@ def test_a_live_run_against_llmock_gates_on_the_cost_its_replies_report(
     assert summary["regressions"]["latency"]["pairs"] == len(timed)
     [alert] = _events(done.stdout, "alert.cost")
     assert (alert["ratio"], alert["pairs"], alert["gating"]) == (test["ratio"], n, True)
+
+
+def _worked_example(root: Path) -> None:
+    """The README's worked example: 40 cases, a small model and a large one at two prices."""
+    rng = random.Random(7)
+    cases, rows = [], []
+    for i in range(40):
+        case_id = f"q{i:02d}"
+        cases.append(
+            {"id": case_id, "prompt": f"Question {i}?", "expect": {"must_include": ["answer"]}}
+        )
+        prompt, completion = rng.randint(300, 900), rng.randint(60, 200)
+        base = 700 * math.exp(rng.gauss(0, 0.5))
+        for side, tokens, speed in (
+            ("reference", completion, 1.0),
+            ("candidate", round(completion * rng.uniform(1.1, 1.6)), 0.8),
+        ):
+            rows.append(
+                {
+                    "case_id": case_id,
+                    "side": side,
+                    "completion": "the answer",
+                    "elapsed_ms": round(base * speed * math.exp(rng.gauss(0, 0.25))),
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": tokens},
+                }
+            )
+    (root / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), "utf-8")
+    _cassette(root, rows)
+    (root / "parallax.toml").write_text(
+        'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
+        "[thresholds]\nlatency_ratio_max = 1.2\ncost_ratio_max = 3.0\n"
+        '[endpoints.small]\nkind = "recorded"\nmodel = "small-model"\ncassette = "cassette.jsonl"\n'
+        "price = { input_per_mtok = 0.5, output_per_mtok = 1.5 }\n"
+        '[endpoints.large]\nkind = "recorded"\nmodel = "large-model"\ncassette = "cassette.jsonl"\n'
+        "price = { input_per_mtok = 3, output_per_mtok = 15 }\n"
+        '[suites.qa]\nfixtures = "cases.jsonl"\nreference = "small"\ncandidate = "large"\n'
+        'fail_on = ["latency_regression", "cost_regression"]\n',
+        "utf-8",
+    )
+
+
+def test_the_readme_worked_example_prints_what_the_readme_shows(tmp_path: Path) -> None:
+    """The README's two models at two prices: the run exits 1 on cost, and every usage and
+    gate line the README shows is the one the stderr summary prints."""
+    _worked_example(tmp_path)
+    done = _parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    readme = (ROOT / "README.md").read_text("utf-8")
+    shown = readme[readme.index("parallax · qa: REVIEW (exit 1)") :].split("```")[0]
+    lines = [line for line in shown.splitlines() if line.strip() and line.strip() != "..."]
+    assert len(lines) == 8
+    printed = done.stderr.splitlines()
+    assert [line for line in lines if line not in printed] == []
