@@ -391,7 +391,11 @@ def test_a_dearer_candidate_fails_the_cost_gate_and_replays_to_the_same_decision
     line = f"cost: {test['text']} (gates: fail_on)"
     markdown = "- " + line.replace("_", "\\_")  # report.md escapes Markdown's characters
     assert markdown in (run_dir / "report.md").read_text("utf-8").splitlines()
-    assert f'<p class="alert">{line}</p>' in (run_dir / "report.html").read_text("utf-8")
+    html = (run_dir / "report.html").read_text("utf-8")
+    assert f'<p class="alert">{line}</p>' in html
+    # the verdict's reasons at the top name the gate that made the run need review
+    assert '<li class="reason" data-reason="cost_regression" data-weight="review">' in html
+    assert "cost regression (gating: fail_on)" in html
     [finished] = _events(done.stdout, "run.finished")
     assert finished["regressions"]["cost"]["finding"] == "regression"
     assert finished["regressions"]["latency"] is None

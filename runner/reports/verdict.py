@@ -36,6 +36,8 @@ class Kind(StrEnum):
     STRATUM_ALERT = "stratum_alert"
     SIGNIFICANT_REGRESSION = "significant_regression"
     NOT_NON_INFERIOR = "not_non_inferior"
+    LATENCY_REGRESSION = "latency_regression"
+    COST_REGRESSION = "cost_regression"
     UNSCORED = "unscored"
     NEW_CASE = "new_case"
     FIXTURE_MOVE = "fixture_move"
@@ -316,6 +318,32 @@ def _tests(summary: Mapping[str, Any]) -> list[Reason]:
     return reasons
 
 
+def _ratios(summary: Mapping[str, Any]) -> list[Reason]:
+    """The latency and cost gates asked and not cleared (`runner.regressions`)."""
+    reasons = []
+    block = mapping_of(summary.get("regressions"))
+    for metric, kind in (("latency", Kind.LATENCY_REGRESSION), ("cost", Kind.COST_REGRESSION)):
+        test = mapping_of(block.get(metric))
+        if test.get("fires") is not True:
+            continue
+        gating = test.get("gating") is True
+        words = (
+            f"{metric} regression"
+            if test.get("finding") == "regression"
+            else f"{metric} regression not ruled out"
+        )
+        reasons.append(
+            Reason(
+                kind,
+                Weight.REVIEW if gating else Weight.NOTE,
+                _int(test.get("pairs")),
+                f"{words} ({'gating: fail_on' if gating else 'reported, not gated on'})",
+                note=str(test.get("text") or "see Cost and latency below"),
+            )
+        )
+    return reasons
+
+
 def _unscored(tally: Tally) -> list[Reason]:
     reasons = []
     for code, n in sorted(tally.stamped.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -361,6 +389,7 @@ def reasons(summary: Mapping[str, Any], tally: Tally) -> list[Reason]:
         *_changes(summary, tally),
         *_stratum_alerts(summary),
         *_tests(summary),
+        *_ratios(summary),
         *_unscored(tally),
         *_notes(tally),
     ]
