@@ -543,18 +543,20 @@ def test_a_resume_and_a_replay_count_what_the_run_dir_already_spent(tmp_path: Pa
     assert _summary(replayed)["budget"] == expected
 
 
+@pytest.mark.parametrize("protocol", [Protocol.OPENAI, Protocol.ANTHROPIC])
 def test_a_live_run_against_llmock_stops_at_its_budget(
-    tmp_path: Path, llmock: LlmockServer
+    tmp_path: Path, llmock: LlmockServer, protocol: Protocol
 ) -> None:
     """Against a real server that returns usage, a budget of a few calls' estimates cuts the
     run (exit 2, alert.budget), and what it spent is what the served replies' usage costs."""
+    kind = {Protocol.OPENAI: "openai-chat", Protocol.ANTHROPIC: "anthropic-messages"}[protocol]
     rows = [
         {"id": f"c{i}", "prompt": f"Say hi to {i}.", "must_not_include": ["zzqq"]} for i in range(8)
     ]
     (tmp_path / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
-    url = llmock.base_url(Protocol.OPENAI)
+    url = llmock.base_url(protocol)
     endpoints = "".join(
-        f'[endpoints.{name}]\nkind = "openai-chat"\nbase_url = "{url}"\n'
+        f'[endpoints.{name}]\nkind = "{kind}"\nbase_url = "{url}"\n'
         f'model = "{name}"\nconcurrency = 4\ndeadline = 30\nmax_tokens = 64\n'
         f"retry = {{ attempts = 1 }}\n{PRICED}"
         for name in ("b-ref", "b-cand")
@@ -575,7 +577,9 @@ def test_a_live_run_against_llmock_stops_at_its_budget(
     cut = [r for r in rows_out if r["detail"] == "cancelled: budget"]
     assert made and cut and len(made) + len(cut) == 16
     spent = sum(
-        r["usage"]["prompt_tokens"] * 10 + r["usage"]["completion_tokens"] * 30 for r in made
+        r["usage"].get("prompt_tokens", r["usage"].get("input_tokens")) * 10
+        + r["usage"].get("completion_tokens", r["usage"].get("output_tokens")) * 30
+        for r in made
     )
     block = _summary(run_dir)["budget"]
     assert block["spent_usd"] == round(spent / 1e6, 6) <= 0.006
