@@ -417,6 +417,31 @@ def test_a_run_copied_without_its_config_still_opens_and_is_priced(
     assert "not known" in view.accepted.note
 
 
+def test_a_run_with_a_broken_or_missing_raw_ledger_still_opens(gates: Path, tmp_path: Path) -> None:
+    """A raw.jsonl line that is no exchange, or no raw.jsonl at all, leaves each case its
+    stamps and expectation, and says why its reply is not shown."""
+    copy = tmp_path / "run"
+    shutil.copytree(gates, copy)
+    raw = copy / "raw.jsonl"
+    lines = raw.read_text(encoding="utf-8").splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if '"case_id":"same"' in line)
+    lines[at] = lines[at].replace('"attempts":[', '"attempts":7,"x":[', 1)
+    raw.write_text("".join(lines), encoding="utf-8")
+    broken = {v.id: v for v in case_views(copy)}["same"]
+    side = next(s for s in broken.sides if s.reply.kind == "none")
+    assert side.reply.why == f"raw.jsonl:{at + 1} does not read as an exchange"
+    assert f"raw.jsonl:{at + 1}: not an exchange" in broken.notes
+    raw.unlink()
+    with RunCases(copy) as opened:
+        assert "raw.jsonl: missing" in opened.notes
+        gone = next(v for v in opened if v.id == "city")
+    assert gone.candidate.reply.kind == "none"
+    assert gone.candidate.reply.why == "raw.jsonl is not in the run dir (field_mismatch:city)"
+    assert [m.code for m in gone.candidate.misses] == ["field_mismatch:city"]
+    assert 'city = "Paris"' in (gone.candidate.misses[0].expected or "")
+    assert gone.candidate.transport == "ok" and gone.candidate.raw is None
+
+
 def test_the_raw_exchange_link_names_its_raw_jsonl_line(
     views: dict[str, CaseView], gates: Path
 ) -> None:

@@ -414,6 +414,10 @@ class RunCases:
         case = found.case
         if exchange is None:
             why = str(block.get("detail") or "no call was recorded")
+            if not self.raw.opened:
+                why = f"{RAW_FILE} is not in the run dir ({why})"
+            elif spots:
+                why = f"{RAW_FILE}:{spots[0].line} does not read as an exchange"
             read = _Read(SideReply("none", None, False, None, None, why), (), None, False)
             request = None
             if case is not None and not caps.compact:

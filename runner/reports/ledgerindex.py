@@ -46,6 +46,11 @@ class LedgerIndex:
         self._fd: int | None = None
         self._scan()
 
+    @property
+    def opened(self) -> bool:
+        """Whether the ledger was there to be read."""
+        return self._fd is not None
+
     def _scan(self) -> None:
         try:
             self._fd = os.open(self.path, os.O_RDONLY)
