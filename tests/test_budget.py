@@ -621,3 +621,75 @@ def test_the_budget_simulation_never_overshoots(tmp_path: Path) -> None:
     assert figures["worst_overshoot_estimates"] <= 1
     assert figures["worst_billed_overshoot_estimates"] <= 1
     assert figures["cut_trials"] >= 1  # the budget did cut runs: the invariant was exercised
+
+
+def _worked_example(root: Path, budget: float) -> None:
+    """The README's budget example: three cases whose request bodies are 400 bytes, replies
+    of 100 prompt and 200 completion tokens, two prices, max_tokens 256."""
+    models = ("m-ref", "m-cnd")  # one length: both sides' bodies are the same size
+    prices = (
+        "{ input_per_mtok = 0.5, output_per_mtok = 1.5 }",
+        "{ input_per_mtok = 3, output_per_mtok = 15 }",
+    )
+    endpoints = "".join(
+        f'[endpoints.{m}]\nkind = "recorded"\nmodel = "{m}"\ncassette = "tape.jsonl"\n'
+        f"max_tokens = 256\nprice = {p}\n"
+        for m, p in zip(models, prices, strict=True)
+    )
+    (root / "parallax.toml").write_text(
+        BASE
+        + f"budget_usd = {budget}\n"
+        + endpoints
+        + '[suites.s]\nfixtures = "f.jsonl"\nreference = "m-ref"\ncandidate = "m-cnd"\n',
+        "utf-8",
+    )
+    wire = wire_for("openai-chat")
+    assert wire is not None
+    cfg = EndpointConfig(kind="recorded", model="m-ref", max_tokens=256)
+    rows = []
+    for i in range(3):
+        prompt = f"Question {i}: "
+        case = Case(id=f"c{i}", prompt=prompt, expect={}, fixture_sha="f" * 16, path="x", line=1)
+        size = len(dumps(wire.body(cfg, PLAIN, case)))
+        rows.append({"id": f"c{i}", "prompt": prompt + "x" * (400 - size), "expect": {}})
+    (root / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    usage = {"prompt_tokens": 100, "completion_tokens": 200}
+    (root / "tape.jsonl").write_text(
+        "".join(
+            json.dumps({"case_id": r["id"], "completion": "hi", "usage": usage}) + "\n"
+            for r in rows
+        ),
+        "utf-8",
+    )
+
+
+def test_the_readme_budget_example_spends_what_the_readme_says(tmp_path: Path) -> None:
+    """The README's worked example: under $0.01 the third candidate call is cut at $0.00765
+    (or $0.0073 when its turn came before the third reference call's); a retry under $0.02
+    makes what was cut and reports $0.01095."""
+    _worked_example(tmp_path, 0.01)
+    loaded = load_config(tmp_path / "parallax.toml")
+    for name, estimate in (("m-ref", 584), ("m-cnd", 5040)):
+        meter = meter_for(Budget(1.0), loaded.endpoint(name), loaded.shape(name))
+        case = Case(
+            id="c0",
+            prompt=json.loads((tmp_path / "f.jsonl").read_text("utf-8").splitlines()[0])["prompt"],
+            expect={},
+            fixture_sha="f" * 16,
+            path="x",
+            line=1,
+        )
+        assert len(dumps(meter.body(case))) == 400
+        assert meter.estimate_case(case) == estimate * 10**6  # micro-dollars, in picodollars
+    done = _parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    (run_dir,) = _run_dirs(tmp_path)
+    block = _summary(run_dir)["budget"]
+    assert block["spent_usd"] in (0.00765, 0.0073)
+    assert block["cancelled"] in ({"candidate": 1}, {"candidate": 1, "reference": 1})
+    assert block["cut"]["estimate_usd"] == 0.00504
+    _worked_example(tmp_path, 0.02)
+    again = _parallax("run", "--config", "parallax.toml", "--retry-unscored", run_dir, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    (retried,) = [d for d in _run_dirs(tmp_path) if d != run_dir]
+    assert _summary(retried)["budget"]["spent_usd"] == 0.01095
