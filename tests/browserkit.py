@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from playwright.sync_api import ConsoleMessage, Dialog, Page, Request, Route
 
 T = TypeVar("T")
+WAIT_MS = 15_000  # the longest a page action may take: a local file, a loaded machine
 CHROMIUM_NAMES = ("chromium", "chromium-browser")
 _CSP_LISTENER = """
 document.addEventListener('securitypolicyviolation', (e) => {
@@ -177,6 +178,7 @@ class Browser:
             viewport={"width": width, "height": height},
             service_workers="block",
         )
+        context.set_default_timeout(WAIT_MS)
         try:
             tab = Tab(context.new_page(), allowed={urldefrag(url).url}, javascript=javascript)
             context.expose_function("__parallaxCspViolation", tab._on_violation)

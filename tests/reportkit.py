@@ -215,3 +215,57 @@ def parse_page(text: str) -> Node:
     builder.feed(text)
     builder.close()
     return builder.root
+
+
+# Each payload is a case's id, prompt, system prompt, candidate reply, called tool name, tool
+# argument and served model name at once (hostile_inputs_project). A payload that ran would set
+# window[PWNED]; one that broke out of its element would add an <img>, <script> or <a>.
+PWNED = "parallaxPwned"
+HOSTILE_INPUTS = {
+    "script": f"<script>window.{PWNED}='script'</script>",
+    "img": f"<img src=x onerror=\"window.{PWNED}='img'\">",
+    "template": f"</template><img src=x onerror=\"window.{PWNED}='template'\">",
+    "noscript": f"</noscript><img src=x onerror=\"window.{PWNED}='noscript'\">",
+    "script-end": f"</script><script>window.{PWNED}='script-end'</script>",
+    "link": f'<a id="injected" href="javascript:window.{PWNED}=\'link\'">click</a>',
+    "url": f"javascript:window.{PWNED}='url'",
+    "bidi": "invoice\u202egpj.exe \u2066isolated\u2069",
+    "nul": "before\x00after",
+}
+HOSTILE_TOOL = {
+    "type": "function",
+    "function": {"name": "lookup", "parameters": {"type": "object"}},
+}
+
+
+def hostile_inputs_project(root: Path) -> tuple[Project, Path, Path]:
+    """Two runs of a suite whose inputs and outputs are all hostile text; the second run's dir
+    and the suite's history page (`history --html`) after it.
+
+    Every HOSTILE_INPUTS payload is one case's id, prompt and system prompt; in the second run
+    the candidate replies with it and calls a tool named by it with it as the argument (the
+    case's disagreement changed), and every other case's candidate serves a model named by it
+    (alias_swap).
+    """
+    cases = [
+        {"id": text, "system": text, "prompt": text, "tools": [HOSTILE_TOOL],
+         "expect": {"must_include": ["ok"]}}
+        for text in HOSTILE_INPUTS.values()
+    ]  # fmt: skip
+    project = Project(root, cases)
+    first, _, _ = project.run()
+    project.promote(first)
+    candidate = {
+        text: {
+            "completion": text,
+            "tool_calls": [{"name": text, "arguments": {"q": text}}],
+            "model": f"cand-{text}" if n % 2 else "cand-1",
+        }
+        for n, text in enumerate(HOSTILE_INPUTS.values())
+    }
+    project.cassettes({}, candidate)
+    second, _, _ = project.run()
+    from runner.cli import main
+
+    assert main(["history", "--html", "--config", str(project.config)]) == 0
+    return project, second, root / "runs" / "s" / "index.html"

@@ -10,13 +10,25 @@ a folder to keep a screenshot for a human to look at.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from browserkit import Browser, Tab, in_thread
-from reportkit import HOSTILE_IMG, HOSTILE_PIPES, HOSTILE_SCRIPT, HOSTILE_TABLE, hostile_project
+from reportkit import (
+    HOSTILE_IMG,
+    HOSTILE_INPUTS,
+    HOSTILE_PIPES,
+    HOSTILE_SCRIPT,
+    HOSTILE_TABLE,
+    PWNED,
+    hostile_inputs_project,
+    hostile_project,
+)
 
 from runner.reports.render import source_hash
+from runner.text import visible
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -109,4 +121,155 @@ def test_page_structure_survives_a_closing_table(browser: Browser, report: Path)
         headings = tab.page.locator("main h2").all_inner_texts()
     expected = [True, True, True]
     actual = [h in headings for h in ("Served models", "Trend", "Ceiling candidates")]
+    assert expected == actual
+
+
+# ------------------------------------------------ hostile inputs: ids, prompts, tools, models
+
+# everything in the DOM that would show a payload escaped its text: the global a script sets,
+# elements that load or run something, handlers, link targets, and the raw characters
+# text.visible turns into escapes (a parser drops a raw NUL from text and makes it U+FFFD in
+# an attribute, so only its escape shown as text proves it was handled: see below)
+_INERT_FACTS = f"""() => {{
+  const all = (s) => [...document.querySelectorAll(s)];
+  const html = document.documentElement.outerHTML;
+  return {{
+    pwned: window.{PWNED} ?? null,
+    loaders: all('img, iframe, frame, object, embed, link, base, video, audio, source')
+      .map((e) => e.tagName.toLowerCase()),
+    scripts: all('script').map((e) => e.textContent),
+    injected: all('#injected').length,
+    handlers: all('*').flatMap((e) => [...e.attributes]
+      .filter((a) => a.name.startsWith('on')).map((a) => e.tagName + ' ' + a.name)),
+    hrefs: all('[href], [src], [action], [formaction]')
+      .map((e) => e.getAttribute('href') ?? e.getAttribute('src') ?? e.getAttribute('action')
+        ?? e.getAttribute('formaction')),
+    raw: [...html.matchAll(/[\\u202a-\\u202e\\u2066-\\u2069\\u200e\\u200f\\u061c\\u0000\\ufffd]/g)]
+      .map((m) => m[0].codePointAt(0).toString(16)),
+    csp: document.querySelector('meta[http-equiv="Content-Security-Policy"]')?.content ?? '',
+  }};
+}}"""
+
+
+@dataclass(frozen=True)
+class Hostile:
+    """The hostile-inputs run's report.html, its suite's history page, and the case ids."""
+
+    report: Path
+    history: Path
+    run_dir: Path
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Hostile:
+    _, run_dir, history = in_thread(hostile_inputs_project, tmp_path_factory.mktemp("inputs"))
+    return Hostile(run_dir / "report.html", history, run_dir)
+
+
+def _inert(tab: Tab, *, allowed_hrefs: Callable[[str], bool]) -> dict[str, object]:
+    """What of the page is not its own; every list empty, every count zero, when inert."""
+    facts = tab.page.evaluate(_INERT_FACTS)
+    assert isinstance(facts, dict)
+    csp = str(facts["csp"])
+    return {
+        "pwned": facts["pwned"],
+        "loaders": facts["loaders"],
+        "foreign scripts": [s for s in facts["scripts"] if source_hash(s) not in csp],
+        "injected": facts["injected"],
+        "handlers": facts["handlers"],
+        "foreign links": [h for h in facts["hrefs"] if not allowed_hrefs(h)],
+        "raw characters": facts["raw"],
+    }
+
+
+INERT = {
+    "pwned": None,
+    "loaders": [],
+    "foreign scripts": [],
+    "injected": 0,
+    "handlers": [],
+    "foreign links": [],
+    "raw characters": [],
+}
+
+
+def _report_link(href: str) -> bool:
+    """report.html links only to its own views and to raw.jsonl beside it."""
+    return href.startswith("#") or href == "raw.jsonl"
+
+
+def _history_link(href: str) -> bool:
+    """The history page links only to a run's report.html beside it."""
+    parts = href.split("/")
+    return len(parts) == 2 and parts[1] == "report.html" and ":" not in href
+
+
+def test_hostile_inputs_stay_inert_without_javascript(browser: Browser, hostile: Hostile) -> None:
+    """Without JavaScript the review cases are expanded in the page itself (inside
+    <noscript>, which a payload's `</noscript>` must not close): still nothing injected."""
+    with browser.open(hostile.report, javascript=False) as tab:
+        actual = _inert(tab, allowed_hrefs=_report_link)
+        shown = tab.page.locator("section.case-detail").count()
+    expected = (INERT, True)
+    assert expected == (actual, shown > 0)
+
+
+def test_escapes_are_what_a_reader_sees(browser: Browser, hostile: Hostile) -> None:
+    """The bidi and NUL case ids read as their escapes in the case table."""
+    with browser.open(hostile.report) as tab:
+        ids = tab.page.locator("tr.case a.open").all_inner_texts()
+    expected = [True, True]
+    actual = ["invoice\\u202egpj.exe \\u2066isolated\\u2069" in ids, "before\\x00after" in ids]
+    assert expected == actual
+
+
+def test_hostile_inputs_stay_inert_in_the_history_page(browser: Browser, hostile: Hostile) -> None:
+    """The suite's history page, which names the hostile served models, runs and injects
+    nothing, with and without JavaScript."""
+    with browser.open(hostile.history) as tab:
+        with_script = _inert(tab, allowed_hrefs=_history_link)
+        models = tab.page.locator("code.model").all_text_contents()
+        tab.screenshot("history-hostile-inputs")
+    with browser.open(hostile.history, javascript=False) as tab:
+        without = _inert(tab, allowed_hrefs=_history_link)
+    shown = {f"cand-{visible(t)}" for n, t in enumerate(HOSTILE_INPUTS.values()) if n % 2}
+    assert (INERT, INERT, set()) == (with_script, without, shown - set(models))
+
+
+# ------------------------------------------------ following links, and no JavaScript
+
+
+def _shown_ids(tab: Tab) -> list[str]:
+    return [str(r.get_attribute("data-id")) for r in tab.page.locator("tr.case:visible").all()]
+
+
+def test_a_history_run_link_opens_that_run_s_report(browser: Browser, hostile: Hostile) -> None:
+    """The history page's newest run links to that run's report.html, which says the same
+    verdict the row does."""
+    with browser.open(hostile.history) as tab:
+        row = tab.page.locator("tr.night").first
+        said = row.get_attribute("data-verdict")
+        url = tab.follow("tr.night >> nth=0 >> a.run")
+        verdict = tab.page.locator("#verdict").get_attribute("data-verdict")
+    expected = (hostile.report.as_uri(), "review", "review")
+    assert expected == (url, said, verdict)
+
+
+def test_without_javascript_the_verdict_and_every_case_show(
+    browser: Browser, hostile: Hostile
+) -> None:
+    """With JavaScript off the page still shows the verdict, its reasons and every case's
+    row, and the filters, which need the script, stay hidden."""
+    with browser.open(hostile.report, javascript=False) as tab:
+        page = tab.page
+        actual = (
+            page.locator("#verdict").is_visible(),
+            page.locator("#verdict").get_attribute("data-verdict"),
+            page.locator("#reasons li.reason:visible").count() > 0,
+            sorted(_shown_ids(tab)),
+            page.locator("#filters").is_visible(),
+        )
+        tab.screenshot("report-without-javascript", full_page=True)
+    every = sorted(map(visible, HOSTILE_INPUTS.values()))
+    expected = (True, "review", True, every, False)
     assert expected == actual
