@@ -221,6 +221,28 @@ def test_a_scored_case_of_any_class_shows_both_replies(
         assert column.one("pre", class_="cd-text").text().strip()
 
 
+def test_report_html_holds_every_case_s_detail_in_its_row_s_template(gates: Path) -> None:
+    """The run's report.html has, for each case row `c-N`, a template `t-N` holding that
+    case's detail, whatever its class, with a reply or the reason there is none."""
+    tree = _Tree()
+    tree.feed((gates / "report.html").read_text(encoding="utf-8"))
+    rows = {r.attrs["id"]: r for r in tree.root.find("tr", class_="case")}
+    templates = {t.attrs["id"]: t for t in tree.root.find("template")}
+    assert len(rows) == len(CASES) + 1  # and the new one
+    gates_seen = set()
+    for row_id, row in rows.items():
+        template = templates[row_id.replace("c-", "t-", 1)]
+        detail = template.one("section", class_="case-detail")
+        assert detail.attrs["data-id"] == row.attrs["data-id"]
+        gates_seen.add(row.attrs["data-gate"])
+        for side in ("reference", "candidate"):
+            reply = detail.one("article", data_side=side).one("div", class_="cd-reply")
+            shown = reply.text().strip()
+            assert shown, (row.attrs["data-id"], side)
+    assert {"new_case", "fixture_move", "unchanged", "flaky", "transport_miss"} <= gates_seen
+    assert {"schema_miss", "disagreement_changed"} <= gates_seen
+
+
 def test_a_transport_miss_says_why_there_is_no_reply(views: dict[str, CaseView]) -> None:
     """A timed-out side has no reply, and the detail says it timed out, with its attempts."""
     view = views["timeout"]
