@@ -32,6 +32,7 @@ from runner.gate import (
 )
 from runner.ledger import write_atomic
 from runner.model import SIDES
+from runner.reports.caseview import CaseView, RunCases
 from runner.reports.model import RunReport, build_report
 from runner.text import visible
 
@@ -67,7 +68,7 @@ def _unscored(case: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _body(rep: RunReport, case_id: str, case: Mapping[str, Any]) -> str:
+def _body(found: CaseView, case: Mapping[str, Any]) -> str:
     lines = [f"gate: {case.get('gate')}", f"detail: {case.get('detail')}"]
     if isinstance(case.get("disagreement"), list):
         delta = ", ".join(map(str, case["disagreement"]))
@@ -80,9 +81,9 @@ def _body(rep: RunReport, case_id: str, case: Mapping[str, Any]) -> str:
             f"{view.get('transport')} · schema {view.get('schema')} · misses "
             f"{', '.join(map(str, misses)) or '(none)'}"
         )
-    for side in SIDES:
-        reply = rep.reply(case_id, side)
-        if reply is not None and reply.text is not None:
+    for side, detail in zip(SIDES, found.sides, strict=True):
+        reply = detail.reply
+        if reply.text is not None:
             text = reply.text[:REPLY_CAP] + ("…" if len(reply.text) > REPLY_CAP else "")
             label = "reply" if reply.kind == "reply" else f"raw body (HTTP {reply.status})"
             lines += [f"--- {side} {label} ---", text]
@@ -106,29 +107,34 @@ def testsuite(rep: RunReport) -> ET.Element:
         prop.set("name", name)
         prop.set("value", xml_safe(value))
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for case_id, case in rep.every_case():
-        gate, detail, stratum = str(case.get("gate")), str(case.get("detail")), case.get("stratum")
-        group = stratum if isinstance(stratum, str) and stratum else "case"
-        tc = ET.SubElement(suite, "testcase")
-        tc.set("classname", xml_safe(f"parallax.{rep.suite}.{group}"))
-        tc.set("name", xml_safe(case_id))
-        counts["tests"] += 1
-        # a new or edited case that could not be scored is an error, typed by its stamp
-        unscored = None if gate in ERROR else _unscored(case)
-        kind = gate if unscored is None else unscored[0]
-        why = "" if unscored is None else f"; unscored: {unscored[1]}"
-        message = xml_safe(f"{gate}: {detail}{why}")
-        if gate in FAILURE:
-            child = ET.SubElement(tc, "failure", message=message, type=gate)
-            child.text = _body(rep, case_id, case)
-            counts["failures"] += 1
-        elif kind in ERROR:
-            child = ET.SubElement(tc, "error", message=message, type=kind)
-            child.text = _body(rep, case_id, case)
-            counts["errors"] += 1
-        elif gate in SKIPPED:
-            ET.SubElement(tc, "skipped", message=message)
-            counts["skipped"] += 1
+    with RunCases(rep.run_dir) as cases:  # every case's detail, read as it is written
+        for index, (case_id, case) in enumerate(rep.every_case()):
+            gate, detail, stratum = (
+                str(case.get("gate")),
+                str(case.get("detail")),
+                case.get("stratum"),
+            )
+            group = stratum if isinstance(stratum, str) and stratum else "case"
+            tc = ET.SubElement(suite, "testcase")
+            tc.set("classname", xml_safe(f"parallax.{rep.suite}.{group}"))
+            tc.set("name", xml_safe(case_id))
+            counts["tests"] += 1
+            # a new or edited case that could not be scored is an error, typed by its stamp
+            unscored = None if gate in ERROR else _unscored(case)
+            kind = gate if unscored is None else unscored[0]
+            why = "" if unscored is None else f"; unscored: {unscored[1]}"
+            message = xml_safe(f"{gate}: {detail}{why}")
+            if gate in FAILURE:
+                child = ET.SubElement(tc, "failure", message=message, type=gate)
+                child.text = _body(cases.view(index, case_id, case), case)
+                counts["failures"] += 1
+            elif kind in ERROR:
+                child = ET.SubElement(tc, "error", message=message, type=kind)
+                child.text = _body(cases.view(index, case_id, case), case)
+                counts["errors"] += 1
+            elif gate in SKIPPED:
+                ET.SubElement(tc, "skipped", message=message)
+                counts["skipped"] += 1
     if summary.get("stratified"):
         alerts = _as_mapping(summary.get("stratum_alerts"))
         for side in SIDES:

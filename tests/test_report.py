@@ -272,15 +272,20 @@ def test_report_without_a_reachable_config_still_renders(hostile: Path, tmp_path
 
 
 def test_markdown_of_a_run_with_unreadable_raw_still_renders(hostile: Path, tmp_path: Path) -> None:
-    """A broken raw.jsonl costs the replies, not the report: the note says so."""
+    """A broken raw.jsonl costs the replies, not the report: a note, under the table, says so."""
     import shutil
 
     copy = tmp_path / "s" / hostile.name
     shutil.copytree(hostile, copy)
     (copy / "raw.jsonl").write_text("{broken\n{}\n", encoding="utf-8")
     rep = build_report(copy)
-    expected = (True, True)
-    actual = (any("raw.jsonl" in n for n in rep.notes), "parallax" in render_markdown(rep))
+    markdown, page = render_markdown(rep), _html(rep)
+    expected = (True, True, True)
+    actual = (
+        any("raw.jsonl" in n for n in rep.notes),
+        "parallax" in markdown,
+        "raw.jsonl:1" in page,
+    )
     assert expected == actual
 
 

@@ -284,3 +284,17 @@ def test_the_page_is_written_in_pieces(hostile: Path) -> None:
     parts = html_parts(build_report(hostile))
     first = next(iter(parts))
     assert "<!doctype html>" in first and 'id="cases"' not in first
+
+
+def test_a_latency_gate_that_fires_is_a_reason_in_its_own_words() -> None:
+    """A latency or cost gate asked and not cleared is named with its figures: a review reason
+    under fail_on, a note otherwise; one that cleared is not a reason."""
+    block = {
+        "latency": {"fires": True, "gating": True, "pairs": 40, "text": "candidate slower: x1.31"},
+        "cost": {"fires": False, "gating": True, "pairs": 40, "text": "no regression shown"},
+    }
+    found = reasons({"regressions": block}, Tally())
+    expected = [(Kind.LATENCY_REGRESSION, Weight.REVIEW, 40, "candidate slower: x1.31")]
+    assert expected == [(r.kind, r.weight, r.count, r.note) for r in found]
+    block["latency"]["gating"] = False
+    assert [r.weight for r in reasons({"regressions": block}, Tally())] == [Weight.NOTE]

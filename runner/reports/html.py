@@ -66,12 +66,7 @@ def page_assets(script: str = "") -> dict[str, Any]:
 def _review(rep: RunReport) -> list[CaseView]:
     """The cases that need review, in the order `cases_in` gives them, each in full detail."""
     shown = rep.cases_in(REVIEW_ORDER)
-    wanted = {case_id for case_id, _ in shown}
-    views: dict[str, CaseView] = {}
-    with RunCases(rep.run_dir) as cases:
-        for index, (case_id, case) in enumerate(rep.every_case()):
-            if case_id in wanted:
-                views[case_id] = cases.view(index, case_id, case)
+    views = rep.views({case_id for case_id, _ in shown})
     return [views[case_id] for case_id, _ in shown if case_id in views]
 
 
@@ -146,6 +141,7 @@ class CaseRow:
 def rows(rep: RunReport) -> Iterator[CaseRow]:
     """Every case of the run, whatever its class, one at a time as the page is written."""
     with RunCases(rep.run_dir) as cases:
+        rep.note(cases.notes)  # shown under the table, which is written by then
         for index, (case_id, case) in enumerate(rep.every_case()):
             yield CaseRow(
                 index=index,

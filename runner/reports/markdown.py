@@ -17,6 +17,7 @@ from runner.budget import budget_line
 from runner.gate import GATE_CLASSES
 from runner.history import mapping_of, strings_of
 from runner.model import SIDES
+from runner.reports.caseview import CaseView
 from runner.reports.model import REVIEW_ORDER, RunReport, incomplete_groups, signal_lines
 from runner.reports.verdict import Weight, reasons
 from runner.requestsha import request_lines
@@ -115,14 +116,15 @@ def _md_misses(misses: Any) -> str:
     return _md_list([md_text(m, MD_MISS_CAP) for m in items], MD_ID_CAP) or "—"
 
 
-def _md_reply(rep: RunReport, case_id: str, side: str, view: Mapping[str, Any]) -> str:
-    reply = rep.reply(case_id, side)
-    if reply is None or reply.text is None:
+def _md_reply(found: CaseView | None, side: str, view: Mapping[str, Any]) -> str:
+    detail = None if found is None else dict(zip(SIDES, found.sides, strict=True))[side]
+    if detail is None or detail.reply.text is None:
         return f"*{md_text(view.get('detail') or 'no reply', 80)}*"
-    if not reply.tool_calls:
-        return md_text(reply.text) or "*(empty)*"
-    calls = "calls: " + md_text(", ".join(reply.tool_calls), MD_CALLS_CAP)
-    text = md_text(reply.text, MD_REPLY_CAP - MD_CALLS_CAP - len("<br>calls: "))
+    text = detail.reply.text
+    if not detail.tool_calls:
+        return md_text(text) or "*(empty)*"
+    calls = "calls: " + md_text(", ".join(detail.tool_calls), MD_CALLS_CAP)
+    text = md_text(text, MD_REPLY_CAP - MD_CALLS_CAP - len("<br>calls: "))
     return f"{text}<br>{calls}" if text else calls
 
 
@@ -183,6 +185,7 @@ def render_markdown(rep: RunReport) -> str:
             "| case | gate | detail | reference | candidate |",
             "|---|---|---|---|---|",
         ]
+        views = rep.views({case_id for case_id, _ in review[:MD_TOP_CASES]})
         for case_id, case in review[:MD_TOP_CASES]:
             # at most 80 + 40 + 160 + 2 x (160 + 12 + 80) characters, under MD_LINE_CAP
             cells = [
@@ -193,7 +196,7 @@ def render_markdown(rep: RunReport) -> str:
             for side in SIDES:
                 view = mapping_of(case.get(side))
                 cells.append(
-                    f"{_md_reply(rep, case_id, side, view)}<br>misses: "
+                    f"{_md_reply(views.get(case_id), side, view)}<br>misses: "
                     f"{_md_misses(view.get('misses'))}"
                 )
             lines.append("| " + " | ".join(cells) + " |")

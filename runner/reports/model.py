@@ -7,10 +7,7 @@ copied CI artifact. This module only reads; `html.py` and `markdown.py` render w
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,33 +15,15 @@ from typing import Any
 from runner.errors import DataError, UsageError
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, SCHEMA_MISS, TRANSPORT_MISS
 from runner.history import History, RunRow, ceiling_candidates, load_history, mapping_of, streaks
-from runner.ledger import decode_line, read_json_map, read_json_object
-from runner.model import ROW_ERRORS, SIDES, STRATA, Exchange, Response
-from runner.protocols import read
+from runner.ledger import read_json_map, read_json_object
+from runner.model import SIDES, STRATA
+from runner.reports.caseview import CaseView, RunCases
 from runner.reports.verdict import Tally
 
 TREND_RUNS = 14
-REPLY_CAP = 6000  # characters of a reply kept for the HTML report
-CALL_CAP = 1000  # characters of one tool call (name and arguments) in report.html
 HTML_TOP_CASES = 200  # cases shown in detail per section of report.html; all are in its table
 REVIEW_ORDER = (DISAGREEMENT_CHANGED, ALIAS_SWAP)
 INCOMPLETE_ORDER = (TRANSPORT_MISS, SCHEMA_MISS)
-
-
-@dataclass(frozen=True)
-class ReplyView:
-    """What one side said for one case (sample 0), as text for a report."""
-
-    text: str | None  # the reply text, or the raw body when it did not parse
-    kind: str  # "reply" (parsed), "body" (raw body, schema failed), "none" (no body)
-    truncated: bool = False
-    status: int | None = None
-    tool_calls: tuple[str, ...] = ()  # each `name(arguments as JSON)`, as the reply made them
-
-
-def call_text(name: str, arguments: Mapping[str, Any]) -> str:
-    """One tool call as people read it: `get_weather({"city": "Oslo"})`."""
-    return f"{name}({json.dumps(arguments, ensure_ascii=False, sort_keys=True)})"
 
 
 @dataclass
@@ -55,7 +34,6 @@ class RunReport:
     summary: Mapping[str, Any]
     manifest: Mapping[str, Any]
     cases: Mapping[str, Mapping[str, Any]]  # the cases shown in detail (all when uncapped)
-    replies: Replies
     trend: list[RunRow]
     retire_after: int | None
     ceiling: list[str]
@@ -76,9 +54,22 @@ class RunReport:
             if isinstance(case, dict):
                 yield case_id, case
 
-    def reply(self, case_id: str, side: str) -> ReplyView | None:
-        """What one side said for one case (sample 0), read from raw.jsonl now."""
-        return self.replies.get(case_id, side)
+    def views(self, wanted: Collection[str]) -> dict[str, CaseView]:
+        """The detail of each case in `wanted`, built in one pass over the run's files (the
+        files' problems join the notes)."""
+        found: dict[str, CaseView] = {}
+        if not wanted:
+            return found
+        with RunCases(self.run_dir) as cases:
+            self.note(cases.notes)
+            for index, (case_id, case) in enumerate(self.every_case()):
+                if case_id in wanted:
+                    found[case_id] = cases.view(index, case_id, case)
+        return found
+
+    def note(self, notes: Iterable[str]) -> None:
+        """Add notes on what could not be read, each once."""
+        self.notes.extend(n for n in notes if n not in self.notes)
 
     @property
     def suite(self) -> str:
@@ -97,96 +88,6 @@ class RunReport:
 
 def _load_object(path: Path) -> dict[str, Any]:
     return read_json_object(path, missing="no such file: not a finished parallax run")
-
-
-def _body_text(response: Response) -> str:
-    if response.encoding == "utf-8":
-        return response.body
-    try:
-        return base64.b64decode(response.body, validate=True).decode("utf-8", "replace")
-    except (ValueError, binascii.Error):
-        return f"<{len(response.body)} bytes of base64 that do not decode>"
-
-
-def _cap(text: str, limit: int) -> tuple[str, bool]:
-    return (text, False) if len(text) <= limit else (text[:limit], True)
-
-
-def reply_of(exchange: Exchange) -> ReplyView:
-    """The reply text of one exchange, through the same adapter that stamped it."""
-    response = exchange.response
-    if response is None:
-        return ReplyView(text=None, kind="none")
-    if exchange.transport == "ok":
-        reply = read(
-            exchange.adapter,
-            response,
-            expects_json=False,
-            answer_pointer=exchange.answer_pointer,
-        ).reply
-        if reply is not None:
-            text, cut = _cap(reply.text, REPLY_CAP)
-            calls = tuple(
-                _cap(call_text(c.name, c.arguments), CALL_CAP)[0] for c in reply.tool_calls
-            )
-            return ReplyView(text, "reply", cut, response.status, calls)
-    text, cut = _cap(_body_text(response), REPLY_CAP)
-    return ReplyView(text=text, kind="body", truncated=cut, status=response.status)
-
-
-class Replies:
-    """Where sample 0 of each (case, side) sits in raw.jsonl, each read back when shown.
-
-    One pass records byte offsets, so a 20,000-case page renders every case's replies without
-    holding them: the reply is parsed through its adapter as its row is rendered.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.at: dict[tuple[str, str], tuple[int, int]] = {}  # (offset, line number)
-        self.notes: list[str] = []
-        if not path.exists():
-            self.notes.append(f"{path.name}: missing; replies are not shown")
-            return
-        try:
-            self._index()
-        except DataError as exc:
-            self.notes.append(f"{exc}; replies after it are not shown")
-
-    def _index(self) -> None:
-        offset = 0
-        with self.path.open("rb") as handle:
-            for line_no, raw in enumerate(handle, start=1):
-                start, offset = offset, offset + len(raw)
-                if not raw.strip():
-                    continue
-                try:
-                    row = decode_line(self.path, line_no, raw)
-                except DataError:
-                    if not raw.endswith(b"\n"):  # a killed writer's torn last line
-                        return
-                    raise
-                if not isinstance(row, dict) or row.get("sample", 0) != 0:
-                    continue
-                case_id, side = row.get("case_id"), row.get("side")
-                if isinstance(case_id, str) and isinstance(side, str):
-                    self.at[(case_id, side)] = (start, line_no)  # the last row of a key wins
-
-    def get(self, case_id: str, side: str) -> ReplyView | None:
-        """The reply of one side of one case, or None when raw.jsonl has no row for it."""
-        found = self.at.get((case_id, side))
-        if found is None:
-            return None
-        start, line_no = found
-        try:
-            with self.path.open("rb") as handle:
-                handle.seek(start)
-                raw = handle.readline()
-            exchange = Exchange.from_json(decode_line(self.path, line_no, raw))
-        except (OSError, DataError, *ROW_ERRORS):
-            self.notes.append(f"{self.path.name}:{line_no}: not an exchange; skipped")
-            return None
-        return reply_of(exchange)
 
 
 def history_window(trend_runs: int, retire_after: int | None, page_runs: int = 0) -> int:
@@ -252,8 +153,7 @@ def build_report(
     if not path.exists():
         raise DataError(path, "no such file: not a finished parallax run")
     cases, totals, tally = read_cases(path, top)
-    replies = Replies(run_dir / "raw.jsonl")
-    notes = replies.notes  # a row found unreadable while the page renders adds its note too
+    notes: list[str] = []
     # a bounded window: the trend and a ceiling streak never need more, and a year of nightly
     # runs must not make every report read the whole history
     history: History = load_history(
@@ -269,7 +169,6 @@ def build_report(
         summary=summary,
         manifest=manifest,
         cases=cases,
-        replies=replies,
         # a run a later retry completed is that night's draft: the retry is its column
         trend=[row for row in history.rows if not row.retried_by][-trend_runs:],
         retire_after=retire_after,

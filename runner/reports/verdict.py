@@ -282,6 +282,10 @@ def _suite_alert(alert: str, rates: Mapping[str, Any]) -> tuple[int, str]:
     return 0, "see the strata below"
 
 
+def _gating(gating: bool) -> str:
+    return "gating: fail_on" if gating else "reported, not gated on"
+
+
 def _tests(summary: Mapping[str, Any]) -> list[Reason]:
     reasons = []
     fail_on = strings_of(summary.get("fail_on"))
@@ -309,7 +313,7 @@ def _tests(summary: Mapping[str, Any]) -> list[Reason]:
                 kind,
                 Weight.REVIEW if gating else Weight.NOTE,
                 lost,
-                f"{words} ({'gating: fail_on' if gating else 'reported, not gated on'})",
+                f"{words} ({_gating(gating)})",
                 (("sort", "delta"),),
                 note=f"{text or 'see the paired test below'}; the candidate failed {lost} of "
                 "the cases the reference passed",
@@ -337,7 +341,7 @@ def _ratios(summary: Mapping[str, Any]) -> list[Reason]:
                 kind,
                 Weight.REVIEW if gating else Weight.NOTE,
                 _int(test.get("pairs")),
-                f"{words} ({'gating: fail_on' if gating else 'reported, not gated on'})",
+                f"{words} ({_gating(gating)})",
                 note=str(test.get("text") or "see Cost and latency below"),
             )
         )
