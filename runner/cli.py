@@ -193,7 +193,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    from runner.fixtures import FixtureFile
+    from runner.fixtures.load import FixtureFile
     from runner.runs.rundir import config_for_run, read_manifest
     from runner.snapshot import promote
 
@@ -218,7 +218,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 
 def cmd_pin(args: argparse.Namespace) -> int:
-    from runner.fixtures import pin_lines
+    from runner.fixtures.load import pin_lines
 
     for line in pin_lines(_existing_file(args.file)):
         print(line)
@@ -238,7 +238,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
     from runner.ceiling import detect, strata_rates
     from runner.config import Thresholds
-    from runner.fixtures import load_cases
+    from runner.fixtures.load import load_cases
     from runner.grading import check_case, grade, load_graders
     from runner.model import Reply
     from runner.protocols.message import read_answer

@@ -23,7 +23,7 @@ from runner.usage import Call, UsageFold, call_of
 
 if TYPE_CHECKING:  # annotations only: the gate needs no fixture parsing
     from runner.config import Price
-    from runner.fixtures import CaseRef
+    from runner.fixtures.refs import CaseRef
 
 NEW_CASE = "new_case"
 FIXTURE_MOVE = "fixture_move"

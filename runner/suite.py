@@ -13,7 +13,8 @@ from typing import Any
 from runner.config import LoadedConfig, Thresholds
 from runner.errors import ConfigError, DataError
 from runner.files import file_problem
-from runner.fixtures import CaseRef, CaseRefs, FixtureFile
+from runner.fixtures.load import FixtureFile
+from runner.fixtures.refs import CaseRef, CaseRefs
 from runner.grading import GraderSet, check_case, load_graders
 from runner.model import SIDES, Case
 from runner.protocols.wire import Shape, turns

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from runner import fixtures
+from runner.fixtures import validate
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -185,7 +185,7 @@ def test_bad_row_deep_in_a_large_file_exits_65(tmp_path: Path, kind: str, comman
         f'{{"id": "p{n:05}", "prompt": "{pad}", "expect": {{"must_include": ["x"]}}}}\n'
         for n in range(6000)
     ).encode()
-    assert len(good) > fixtures.PARALLEL_BYTES
+    assert len(good) > validate.PARALLEL_BYTES
     data, line, words = BAD_FIXTURES[kind]
     config = project(tmp_path, fixture=good + data)
     message = one_line_error(parallax(command, "--config", config, cwd=tmp_path), 65)

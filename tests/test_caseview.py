@@ -529,7 +529,7 @@ def test_request_bodies_of_each_protocol_read_as_sent() -> None:
     """The bodies the openai-chat, anthropic-messages and http-json wires build read back as
     the same system prompt, turns, tools and params."""
     from runner.config import EndpointConfig
-    from runner.fixtures import load_cases
+    from runner.fixtures.load import load_cases
     from runner.protocols import anthropic_messages, http_json, openai_chat
     from runner.protocols.wire import PLAIN
 

@@ -15,9 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner import fixtures
 from runner.errors import DataError, FixtureError, ParallaxError
-from runner.fixtures import CaseRef, FixtureFile, fixture_sha, load_cases, pin_lines
+from runner.fixtures import validate
+from runner.fixtures.load import FixtureFile, load_cases, pin_lines
+from runner.fixtures.pin import fixture_sha
+from runner.fixtures.refs import CaseRef, CaseRefs, RefFields
 from runner.grading import GraderSet, check_case
 from runner.model import Case, ToolCall
 
@@ -566,11 +568,11 @@ def _validated(path: Path, *, chunk: int | None) -> tuple[str, Any]:
     pools: list[int] = []
     with pytest.MonkeyPatch.context() as patch:
         if chunk is not None:
-            real = fixtures.ordered
-            patch.setattr(fixtures, "PARALLEL_BYTES", 0)
-            patch.setattr(fixtures, "CHUNK_LINES", chunk)
-            patch.setattr(fixtures, "available", lambda: 2)
-            patch.setattr(fixtures, "ordered", lambda *a: pools.append(1) or real(*a))
+            real = validate.ordered
+            patch.setattr(validate, "PARALLEL_BYTES", 0)
+            patch.setattr(validate, "CHUNK_LINES", chunk)
+            patch.setattr(validate, "available", lambda: 2)
+            patch.setattr(validate, "ordered", lambda *a: pools.append(1) or real(*a))
         try:
             result: tuple[str, Any] = ("refs", list(FixtureFile(path).validate(check)))
         except ParallaxError as exc:
@@ -626,10 +628,10 @@ REF_FIELDS = st.tuples(
 
 
 @given(rows=st.lists(REF_FIELDS, max_size=12))
-def test_case_refs_give_back_each_case_as_added(rows: list[fixtures.RefFields]) -> None:
+def test_case_refs_give_back_each_case_as_added(rows: list[RefFields]) -> None:
     """Columns in, the same refs out: by position, by id, in order; a second id is refused
     with the first one's line."""
-    refs = fixtures.CaseRefs()
+    refs = CaseRefs()
     kept: dict[str, CaseRef] = {}
     for row in rows:
         first = refs.add(row)
@@ -657,9 +659,9 @@ def test_an_error_found_stops_the_validating_workers_at_once(tmp_path: Path) -> 
     rows[2] = WORKER_ROWS["bad_json"](2)
     path = write(tmp_path, "\n".join(rows) + "\n")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(fixtures, "PARALLEL_BYTES", 0)
-        patch.setattr(fixtures, "CHUNK_LINES", 1)
-        patch.setattr(fixtures, "available", lambda: 2)
+        patch.setattr(validate, "PARALLEL_BYTES", 0)
+        patch.setattr(validate, "CHUNK_LINES", 1)
+        patch.setattr(validate, "available", lambda: 2)
         with pytest.raises(FixtureError, match=":3: invalid JSON") as info:
             FixtureFile(path).validate()
     assert info.traceback  # the validation's frames are still held here
@@ -783,9 +785,9 @@ def test_a_tools_file_changed_after_validating_in_workers_stops_the_run(tmp_path
     )
     fixtures_file = FixtureFile(path)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(fixtures, "PARALLEL_BYTES", 0)
-        patch.setattr(fixtures, "CHUNK_LINES", 1)
-        patch.setattr(fixtures, "available", lambda: 2)
+        patch.setattr(validate, "PARALLEL_BYTES", 0)
+        patch.setattr(validate, "CHUNK_LINES", 1)
+        patch.setattr(validate, "available", lambda: 2)
         refs = fixtures_file.validate()
     edited = {**WEATHER, "function": {**WEATHER["function"], "description": "Weather."}}
     (tmp_path / "tools.json").write_text(json.dumps([edited]), encoding="utf-8")

@@ -24,7 +24,7 @@ from runner.cli import main
 from runner.config import load_config
 from runner.diff import diff_ledgers
 from runner.errors import ConfigError, DataError, ParallaxError, UsageError
-from runner.fixtures import load_cases
+from runner.fixtures.load import load_cases
 from runner.ledger import read_jsonl
 from runner.recorded import load_cassette
 from runner.regrade import read_exchanges, read_outcomes

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.fixtures import CaseRef
+from runner.fixtures.refs import CaseRef
 from runner.gate import (
     ALIAS_SWAP,
     DISAGREEMENT_CHANGED,

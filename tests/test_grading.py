@@ -13,7 +13,7 @@ import pytest
 
 from runner import grading
 from runner.errors import ConfigError, FixtureError
-from runner.fixtures import load_cases
+from runner.fixtures.load import load_cases
 from runner.grading import (
     BUILTIN_KEYS,
     GraderSet,

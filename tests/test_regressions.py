@@ -209,7 +209,7 @@ def test_with_samples_a_case_is_its_median_over_samples() -> None:
 
 def test_the_gate_folds_keep_the_first_row_of_a_key_once() -> None:
     """Folds hands each kept row to the pair fold: a second row for one key changes nothing."""
-    from runner.fixtures import CaseRef
+    from runner.fixtures.refs import CaseRef
 
     folds = Folds(1, PRICES)
     ref = CaseRef("a", None, "f", 1, 0, 0, b"")

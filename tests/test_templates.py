@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner.errors import ConfigError, FixtureError
-from runner.fixtures import fixture_sha
+from runner.fixtures.pin import fixture_sha
 from runner.templates import PromptTemplate, _jinja, load_template, request_sha
 
 KEY = "endpoints.candidate.user_template"

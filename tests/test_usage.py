@@ -132,7 +132,7 @@ def test_strata_and_ratios_are_per_stratum_and_overall() -> None:
 
 def test_folds_count_a_second_row_for_one_key_once() -> None:
     """The usage fold keeps what the gate keeps: the first row of a (case, side, sample)."""
-    from runner.fixtures import CaseRef
+    from runner.fixtures.refs import CaseRef
 
     folds = Folds(1)
     ref = CaseRef("c1", None, "f", 1, 0, 0, b"")

@@ -18,7 +18,8 @@ from typing import Any
 
 from runner.config import LoadedConfig, Price, load_config
 from runner.errors import DataError, ParallaxError
-from runner.fixtures import CaseRefs, FixtureFile
+from runner.fixtures.load import FixtureFile
+from runner.fixtures.refs import CaseRefs
 from runner.ledger import read_json_object
 from runner.model import SIDES, Case
 from runner.protocols import Kind, wire_for
