@@ -179,49 +179,47 @@ class PairFold:
         self._samples = samples
         self._prices = {side: prices.get(side) for side in SIDES}
         self._slots: dict[str, int] = {}  # case id -> index into the arrays
-        self._values = {(side, metric): array("d") for side in SIDES for metric in Metric}
+        # per side (latency, cost) by slot; NaN until known (`array` keeps a double a value)
+        self._values = {side: (array("d"), array("d")) for side in SIDES}
         self._pending: dict[tuple[str, str], list[tuple[float, float]]] = {}
 
     def add(self, case_id: str, side: str, call: Call) -> None:
         """One kept row's call (the first of its case, side and sample: `Folds.put`)."""
         if side not in self._prices:  # the noise check's side is no candidate
             return
-        value = self._value(side, call)
-        if self._samples == 1:
-            self._set(case_id, side, value)
-            return
-        rows = self._pending.setdefault((case_id, side), [])
-        rows.append(value)
-        if len(rows) == self._samples:
+        latency, cost = self._value(side, call)
+        if self._samples > 1:
+            rows = self._pending.setdefault((case_id, side), [])
+            rows.append((latency, cost))
+            if len(rows) < self._samples:
+                return
             del self._pending[(case_id, side)]
             latency, cost = _median([v[0] for v in rows]), _median([v[1] for v in rows])
-            self._set(case_id, side, (latency, cost))
+        slot = self._slots.get(case_id)
+        if slot is None:
+            slot = self._slots[case_id] = len(self._slots)
+            for latencies, costs in self._values.values():
+                latencies.append(_UNKNOWN)
+                costs.append(_UNKNOWN)
+        latencies, costs = self._values[side]
+        latencies[slot], costs[slot] = latency, cost
 
     def _value(self, side: str, call: Call) -> tuple[float, float]:
         """(latency, cost) of one call; NaN where unknown, and both for an unadmitted call."""
         if call.elapsed_ms is None:  # not admitted: the case is no pair
             return _UNKNOWN, _UNKNOWN
-        price = self._prices[side]
-        cost = (
-            _UNKNOWN
-            if price is None or call.tokens is None
-            else micro_usd(call.tokens.prompt, call.tokens.completion, call.tokens.cached, price)
-            / 1_000_000  # unrounded: a small call rounded to the micro-dollar would skew it
-        )
-        return float(call.elapsed_ms), cost
-
-    def _set(self, case_id: str, side: str, value: tuple[float, float]) -> None:
-        slot = self._slots.get(case_id)
-        if slot is None:
-            slot = self._slots[case_id] = len(self._slots)
-            for values in self._values.values():
-                values.append(_UNKNOWN)
-        for metric, figure in zip(Metric, value, strict=True):
-            self._values[(side, metric)][slot] = figure
+        price, tokens = self._prices[side], call.tokens
+        if price is None or tokens is None:
+            return call.elapsed_ms, _UNKNOWN
+        # in dollars, unrounded: a small call rounded to the micro-dollar would skew its ratio
+        cost = micro_usd(tokens.prompt, tokens.completion, tokens.cached, price) / 1_000_000
+        return call.elapsed_ms, cost
 
     def pairs(self, metric: Metric) -> list[tuple[float, float]]:
-        """(reference, candidate) per case with both values known and above zero, by case id."""
-        ref, cand = (self._values[(side, metric)] for side in SIDES)
+        """(reference, candidate) per case with both values known and above zero, by case id:
+        milliseconds, or dollars."""
+        which = 0 if metric is Metric.LATENCY else 1
+        ref, cand = (self._values[side][which] for side in SIDES)
         found = []
         for case_id in sorted(self._slots):
             slot = self._slots[case_id]
