@@ -17,13 +17,14 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from runner import protocols
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, SCHEMA_MISS, TRANSPORT_MISS
+from runner.jsontext import loads
 from runner.ledger import read_json_map
 from runner.model import ROW_ERRORS, SIDES, Case, Exchange, Outcome, ToolCall
 from runner.reports.accepted import Snapshot
@@ -241,18 +242,31 @@ def _read(exchange: Exchange, expects_json: bool, cap: int) -> _Read:
     return _Read(SideReply("body", text, cut, response.status, finish, why), (), None, False)
 
 
-def _with_pieces(side: SideDetail, other: SideDetail, diff: WordDiff | None) -> SideDetail:
-    """The side with its reply as pieces: the diff's, or the text whole, and where a reply
-    (not a raw body) shows a miss, marked."""
-    text = side.reply.text
+def _pieces(
+    side: Mapping[str, Any], other: Mapping[str, Any], diff: WordDiff | None
+) -> tuple[Piece, ...]:
+    """A side's reply (SideDetail's fields) as pieces: the diff's, or the text whole, and
+    where a reply (not a raw body) shows a miss, marked."""
+    reply: SideReply = side["reply"]
     if diff is not None:
-        pieces = diff.reference if side.side == SIDES[0] else diff.candidate
+        pieces = diff.reference if side["side"] == SIDES[0] else diff.candidate
     else:
-        pieces = (Piece(text, changed=False),) if text else ()
-    if side.reply.kind == "reply":
-        codes = needles((m.code for m in side.misses), (m.code for m in other.misses))
-        pieces = mark(pieces, codes)
-    return replace(side, pieces=pieces)
+        pieces = (Piece(reply.text, changed=False),) if reply.text else ()
+    if reply.kind != "reply":
+        return pieces
+    own: tuple[Miss, ...] = side["misses"]
+    theirs: tuple[Miss, ...] = other["misses"]
+    return mark(pieces, needles((m.code for m in own), (m.code for m in theirs)))
+
+
+def _offered(case: Case) -> tuple[str, ...]:
+    """The names of the tools a case offers (OpenAI-style, as the fixture loader checked)."""
+    names = []
+    for tool in case.tools:
+        function = tool.get("function")
+        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+            names.append(function["name"])
+    return tuple(names)
 
 
 def _attempts(exchange: Exchange) -> tuple[AttemptView, ...]:
@@ -318,7 +332,7 @@ class RunCases:
         notes = [found.note] if found.note else []
         delta = verdict.get("disagreement")
         moved = set(_strings(delta))
-        sides = {}
+        sides: dict[str, dict[str, Any]] = {}
         reads: dict[str, _Read] = {}
         for side in SIDES:
             block = verdict.get(side)
@@ -336,8 +350,10 @@ class RunCases:
         ref, cand = (reads[s].whole for s in SIDES)
         if ref is not None and cand is not None:  # two replies: a raw body is not diffed
             diff = word_diff(ref, cand).capped(caps.reply)
-        for side, other in (SIDES, SIDES[::-1]):
-            sides[side] = _with_pieces(sides[side], sides[other], diff)
+        ref_side, cand_side = (
+            SideDetail(**sides[side], pieces=_pieces(sides[side], sides[other], diff))
+            for side, other in (SIDES, SIDES[::-1])
+        )
         stratum = verdict.get("stratum")
         return CaseView(
             id=case_id,
@@ -349,8 +365,8 @@ class RunCases:
             admitted=admitted,
             disagreement=_strings(delta) if isinstance(delta, list) else None,
             expectation=found.expectation(caps.request, keys=not caps.compact),
-            reference=sides["reference"],
-            candidate=sides["candidate"],
+            reference=ref_side,
+            candidate=cand_side,
             diff=diff,
             accepted=AcceptedView(None, None)
             if caps.compact
@@ -369,9 +385,10 @@ class RunCases:
         keys = tuple((str(k), value_text(v, cap)) for k, v in sorted(entry.items()))
         return AcceptedView(keys, note)
 
-    def _exchange(self, spot: Spot) -> tuple[Exchange | None, str | None]:
-        row = self.raw.row(spot)
-        if row is None:
+    def _exchange(self, spot: Spot, line: bytes) -> tuple[Exchange | None, str | None]:
+        try:
+            row = loads(line)
+        except ValueError:  # the file changed since it was indexed
             return None, f"{RAW_FILE}:{spot.line}: no longer reads as an exchange"
         try:
             return Exchange.from_json(row), None
@@ -397,18 +414,21 @@ class RunCases:
         found: Found,
         moved: set[str],
         caps: Caps,
-    ) -> tuple[SideDetail, _Read, list[str]]:
+    ) -> tuple[dict[str, Any], _Read, list[str]]:
+        """A side's detail as SideDetail's fields (all but `pieces`, which need both sides),
+        its reply as read, and the notes it adds to the case."""
         notes: list[str] = []
         spots = self.raw.spots(case_id, side)
         exchange: Exchange | None = None
         raw: RawView | None = None
         if spots:
             first = spots[0]
-            exchange, problem = self._exchange(first)
+            line = self.raw.read(first)
+            exchange, problem = self._exchange(first, line)
             if problem:
                 notes.append(problem)
-            text, cut = _cap(self.raw.read(first).decode("utf-8", "replace"), caps.raw)
-            raw = RawView(text, cut, first.line, first.size)
+            text, cut = _cap(line[: caps.raw * 4].decode("utf-8", "replace"), caps.raw)
+            raw = RawView(text, cut or len(line) > caps.raw * 4, first.line, first.size)
         outcomes = self._samples(case_id, side)
         first_outcome = next((o for o in outcomes if o.sample == 0), None)
         case = found.case
@@ -425,7 +445,7 @@ class RunCases:
         else:
             read = _read(exchange, case.expects_json if case else False, caps.reply)
             request = None if caps.compact else self._request(exchange, side, case, caps.request)
-        offered = tuple(t.name for t in request.tools) if request else ()
+        offered = _offered(case) if case is not None else ()
         expect = case.expect if case is not None else None
         misses = tuple(
             explain(
@@ -442,29 +462,29 @@ class RunCases:
         score = block.get("task_score")
         model = block.get("response_model")
         return (
-            SideDetail(
-                side=side,
-                endpoint=exchange.endpoint if exchange else self.inputs.endpoint_name(side),
-                model_alias=exchange.model_alias if exchange else None,
-                response_model=model if isinstance(model, str) else None,
-                request_sha=exchange.request_sha if exchange else None,
-                transport=str(block.get("transport", "cancelled")),
-                schema=str(block.get("schema", "skipped")),
-                task_score=float(score) if isinstance(score, int | float) else None,
-                admitted=block.get("admitted") is True,
-                detail=str(block.get("detail", "")),
-                misses=misses,
-                noise=_strings(block.get("noise")),
-                request=request,
-                reply=read.reply,
-                tool_calls=tuple(call_text(c, caps.request) for c in read.calls),
-                attempts=_attempts(exchange) if exchange else (),
-                elapsed_ms=exchange.elapsed_ms if exchange else None,
-                ttft_ms=exchange.ttft_ms if exchange else None,
-                stream=exchange.stream if exchange else False,
-                usage=self._usage(side, usage, called=exchange is not None),
-                raw=raw,
-                samples=tuple(
+            {
+                "side": side,
+                "endpoint": exchange.endpoint if exchange else self.inputs.endpoint_name(side),
+                "model_alias": exchange.model_alias if exchange else None,
+                "response_model": model if isinstance(model, str) else None,
+                "request_sha": exchange.request_sha if exchange else None,
+                "transport": str(block.get("transport", "cancelled")),
+                "schema": str(block.get("schema", "skipped")),
+                "task_score": float(score) if isinstance(score, int | float) else None,
+                "admitted": block.get("admitted") is True,
+                "detail": str(block.get("detail", "")),
+                "misses": misses,
+                "noise": _strings(block.get("noise")),
+                "request": request,
+                "reply": read.reply,
+                "tool_calls": tuple(call_text(c, caps.request) for c in read.calls),
+                "attempts": _attempts(exchange) if exchange else (),
+                "elapsed_ms": exchange.elapsed_ms if exchange else None,
+                "ttft_ms": exchange.ttft_ms if exchange else None,
+                "stream": exchange.stream if exchange else False,
+                "usage": self._usage(side, usage, called=exchange is not None),
+                "raw": raw,
+                "samples": tuple(
                     SampleView(
                         o.sample,
                         o.transport,
@@ -476,7 +496,7 @@ class RunCases:
                     )
                     for o in outcomes
                 ),
-            ),
+            },
             read,
             notes,
         )
