@@ -554,7 +554,8 @@ def test_request_bodies_of_each_protocol_read_as_sent() -> None:
 
 
 def test_a_live_side_shows_the_body_it_sent(fault_server: Any, tmp_path: Path) -> None:
-    """Against a real server, the request shown is raw.jsonl's body, templates rendered."""
+    """Against a real server, the request shown is raw.jsonl's body, templates rendered, and
+    the tokens are the server's, priced by the endpoint's price; a stream shows its ttft."""
     from relkit import endpoint_toml, suite_toml, write_config
 
     from runner.config import load_config
@@ -564,11 +565,12 @@ def test_a_live_side_shows_the_body_it_sent(fault_server: Any, tmp_path: Path) -
         json.dumps({"id": "c1", "prompt": "word1 please", "expect": {"must_include": ["word1"]}})
         + "\n"
     )
-    ref = endpoint_toml("ref", fault_server.url("ok")) + 'system = "Be brief, {{ prompt }}"\n'
-    ref += "params = { seed = 7 }\n"
+    ref = endpoint_toml("ref", fault_server.url("sse")) + 'system = "Be brief, {{ prompt }}"\n'
+    ref += "params = { seed = 7 }\nstream = true\n"
     cand = endpoint_toml("cand", fault_server.url("ok", suffix="")).replace(
         'kind = "openai-chat"', 'kind = "anthropic-messages"'
     )
+    cand += "price = { input_per_mtok = 3.0, output_per_mtok = 15.0 }\n"
     config = write_config(tmp_path, ref + cand, suite_toml("s"))
     run_dir, _, _ = run_suite(load_config(config), "s")
     view = next(iter(case_views(run_dir)))
@@ -579,6 +581,16 @@ def test_a_live_side_shows_the_body_it_sent(fault_server: Any, tmp_path: Path) -
     assert cand_request is not None and cand_request.source is Source.SENT
     assert cand_request.url is not None and cand_request.url.endswith("/v1/messages")
     assert [t.text for t in cand_request.turns] == ["word1 please"]
+    tokens = view.candidate.usage.tokens  # the server's own usage, priced as the run was
+    assert tokens is not None and tokens.prompt > 0 and tokens.completion > 0
+    expected = (tokens.prompt * 3.0 + tokens.completion * 15.0) / 1e6
+    assert view.candidate.usage.cost_usd == pytest.approx(expected)
+    assert view.reference.usage.cost_usd is None  # no price: unknown, never $0
+    assert view.reference.elapsed_ms is not None and view.reference.attempts[0].status == 200
+    assert view.reference.stream and view.reference.ttft_ms is not None
+    assert ("stream", "true") in ref_request.params
+    usage = _detail(view).one("article", data_side="reference").one("dl", class_="cd-usage")
+    assert f"{view.reference.ttft_ms} ms" in usage.text() and "ttft" in usage.text()
 
 
 @pytest.mark.slow
