@@ -662,3 +662,27 @@ def test_bidi_controls_and_nuls_show_as_escapes_everywhere_in_a_detail(tmp_path:
     assert "\u202e" not in html_text and "\x00" not in html_text
     assert "invoice\\u202egpj.exe" in html_text and "\\x00" in html_text
     assert 'data-id="invoice\\u202egpj.exe"' in html_text
+
+
+def test_every_attempt_of_a_retried_call_is_shown(fault_server: Any, tmp_path: Path) -> None:
+    """A call that got a 503 and was retried lists both attempts: stamp, status and time."""
+    from relkit import endpoint_toml, suite_toml, write_config
+
+    from runner.config import load_config
+    from runner.runs.run import run_suite
+
+    (tmp_path / "cases.jsonl").write_text(
+        json.dumps({"id": "c1", "prompt": "word1", "expect": {"must_include": ["word1"]}}) + "\n"
+    )
+    endpoints = endpoint_toml("ref", fault_server.url("flaky:1", "ref"))
+    endpoints += endpoint_toml("cand", fault_server.url("ok"))
+    run_dir, _, _ = run_suite(load_config(write_config(tmp_path, endpoints, suite_toml("s"))), "s")
+    view = next(iter(case_views(run_dir)))
+    attempts = view.reference.attempts
+    assert [(a.n, a.transport, a.status) for a in attempts] == [
+        (1, "http_error", 503),
+        (2, "ok", 200),
+    ]
+    table = _detail(view).one("article", data_side="reference").one("table", class_="cd-attempts")
+    cells = [[td.text() for td in tr.find("td")] for tr in table.find("tr")][1:]
+    assert [c[:3] for c in cells] == [["1", "http_error", "503"], ["2", "ok", "200"]]
