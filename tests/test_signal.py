@@ -328,6 +328,7 @@ def test_a_candidate_3_points_worse_is_non_inferior_at_5_points_not_at_1(tmp_pat
         json.loads(line) for line in proc.stdout.splitlines() if '"alert.not_non_inferior"' in line
     ]
     assert (alert["claim"], alert["margin"], alert["gating"]) == ("not_non_inferior", 0.01, True)
+    assert (alert["level"], alert["interval_level"]) == ("warning", 0.95)
     assert alert["bound"] == pytest.approx(-0.046792, abs=1e-6)
     (run_dir,) = run_dirs(tmp_path / "runs" / "s")
     summary = read(run_dir, "summary.json")

@@ -197,7 +197,7 @@ def finalize(
             claim=claim["claim"],
             bound=claim["bound"],
             margin=claim["margin"],
-            level=claim["level"],
+            interval_level=claim["level"],  # `level` is the log line's own
             gating="not_non_inferior" in suite.fail_on,
         )
     log_regressions(log, ratios)
