@@ -43,7 +43,7 @@ from typing import Any, Protocol
 from runner import grading
 from runner.model import Grade
 
-__all__ = ["TOOL_KEYS", "ToolCallLike", "grade_tools", "tool_expect_problem"]
+__all__ = ["TOOL_KEYS", "ToolCallLike", "grade_tools", "offered_tools", "tool_expect_problem"]
 
 TOOL_KEYS: tuple[str, ...] = ("tool_calls", "no_tool_calls", "tool_args_schema")
 _CALL_KEYS = frozenset({"name", "arguments"})
@@ -71,7 +71,7 @@ def grade_tools(
     """
     misses: list[str] = []
     checks = passed = 0
-    offered = _offered(tools)
+    offered = offered_tools(tools)
     for want, got in _pairs(expect.get("tool_calls") or (), calls):
         name, fields = want["name"], want.get("arguments", {})
         checks += 1 + len(fields)
@@ -113,7 +113,7 @@ def tool_expect_problem(
     for key in ("no_tool_calls", "tool_args_schema"):
         if key in expect and not isinstance(expect[key], bool):
             return f"{key!r} must be true or false"
-    offered = _offered(tools)
+    offered = offered_tools(tools)
     if expect.get("tool_args_schema") is True and not offered:
         return "'tool_args_schema' needs the case to offer tools"
     if "tool_calls" not in expect:
@@ -142,7 +142,7 @@ def tool_expect_problem(
     return None
 
 
-def _offered(tools: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any] | None]:
+def offered_tools(tools: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any] | None]:
     """Each offered tool's name and its `parameters` schema (None: it declares none)."""
     return {tool["function"]["name"]: tool["function"].get("parameters") for tool in tools}
 

@@ -34,6 +34,7 @@ from runner.reports.marks import mark, needles
 from runner.reports.requestview import RequestView, request_view
 from runner.reports.runinputs import Expectation, Found, RunInputs
 from runner.reports.wordiff import Piece, WordDiff, word_diff
+from runner.toolgrade import offered_tools
 from runner.usage import Tokens, cost_usd, tokens_of
 
 RAW_FILE = "raw.jsonl"
@@ -259,16 +260,6 @@ def _pieces(
     return mark(pieces, needles((m.code for m in own), (m.code for m in theirs)))
 
 
-def _offered(case: Case) -> tuple[str, ...]:
-    """The names of the tools a case offers (OpenAI-style, as the fixture loader checked)."""
-    names = []
-    for tool in case.tools:
-        function = tool.get("function")
-        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
-            names.append(function["name"])
-    return tuple(names)
-
-
 def _attempts(exchange: Exchange) -> tuple[AttemptView, ...]:
     return tuple(
         AttemptView(a.n, a.transport, a.status, a.error, a.message, a.elapsed_ms, a.retry_after)
@@ -445,7 +436,7 @@ class RunCases:
         else:
             read = _read(exchange, case.expects_json if case else False, caps.reply)
             request = None if caps.compact else self._request(exchange, side, case, caps.request)
-        offered = _offered(case) if case is not None else ()
+        offered = tuple(offered_tools(case.tools)) if case is not None else ()
         expect = case.expect if case is not None else None
         misses = tuple(
             explain(
