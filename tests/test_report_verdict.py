@@ -93,9 +93,9 @@ def test_the_verdict_is_the_first_thing_on_the_page(first_night: Path) -> None:
 def test_a_candidate_stratum_alert_is_said_at_the_top_not_under_an_empty_review_list(
     first_night: Path,
 ) -> None:
-    """The issue's banner: a run red only for a candidate easy_regression names that alert,
-    its count and a link to the easy cases at the top, and says nowhere "Needs review (0)"
-    or "Nothing moved"."""
+    """A run red for a candidate easy_regression names that alert first, with its count and a
+    link to the easy cases, at the top, and says nowhere "Needs review (0)" or "Nothing
+    moved"."""
     page = _page(first_night)
     alerts = [r for r in _reasons(page) if r[0] == "stratum_alert" and r[1] == "candidate"]
     expected = [
@@ -109,6 +109,7 @@ def test_a_candidate_stratum_alert_is_said_at_the_top_not_under_an_empty_review_
     ]
     actual = [r for r in alerts if "easy_regression" in r[3]]
     assert expected == actual
+    assert "easy_regression" in _reasons(page)[0][3]  # before the suite's ceiling alerts
     text = page.text()
     assert "Needs review (0)" not in text and "Nothing moved" not in text
 

@@ -21,7 +21,7 @@ from runner.reports.caseview import CaseView, RunCases
 from runner.reports.verdict import Tally
 
 TREND_RUNS = 14
-HTML_TOP_CASES = 200  # cases shown in detail per section of report.html; all are in its table
+HTML_TOP_CASES = 200  # review cases per gate shown in full without JavaScript; all are in the table
 REVIEW_ORDER = (DISAGREEMENT_CHANGED, ALIAS_SWAP)
 INCOMPLETE_ORDER = (TRANSPORT_MISS, SCHEMA_MISS)
 
@@ -137,7 +137,8 @@ def build_report(
 ) -> RunReport:
     """Read a finished run directory (and its suite's earlier runs) into a RunReport.
 
-    `top` caps the cases shown in detail per section; None keeps every case (JUnit).
+    `top` caps the cases kept in `cases` per review gate and unscored stamp (report.md and the
+    page without JavaScript show those); None keeps every case.
     `page_runs` reads at least that many runs back, for the history page.
     """
     if not run_dir.is_dir():

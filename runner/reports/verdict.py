@@ -232,7 +232,7 @@ _STRATUM_OF = {
 
 
 def _stratum_alerts(summary: Mapping[str, Any]) -> list[Reason]:
-    reasons = []
+    ranked: list[tuple[bool, Reason]] = []
     alerts = mapping_of(summary.get("stratum_alerts"))
     strata = mapping_of(summary.get("strata"))
     for side in SIDES:
@@ -248,18 +248,22 @@ def _stratum_alerts(summary: Mapping[str, Any]) -> list[Reason]:
             else:
                 count, words = _suite_alert(alert, rates)
             view = (("stratum", name), ("sort", "delta")) if name else ()
-            reasons.append(
-                Reason(
-                    Kind.STRATUM_ALERT,
-                    Weight.REVIEW,
-                    count,
-                    f"stratum alert {alert} on the {side}",
-                    view,
-                    side,
-                    note=words,
+            ranked.append(
+                (
+                    not alert.endswith("_regression"),
+                    Reason(
+                        Kind.STRATUM_ALERT,
+                        Weight.REVIEW,
+                        count,
+                        f"stratum alert {alert} on the {side}",
+                        view,
+                        side,
+                        note=words,
+                    ),
                 )
             )
-    return reasons
+    # a regression is the news; a suite too easy to measure (ceiling, stretch_too_easy) after it
+    return [r for _, r in sorted(ranked, key=lambda rank_reason: rank_reason[0])]
 
 
 def _suite_alert(alert: str, rates: Mapping[str, Any]) -> tuple[int, str]:
