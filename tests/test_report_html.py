@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 from reportkit import hostile_project
@@ -80,3 +81,27 @@ def test_no_element_has_a_style_attribute_or_a_handler(hostile: _Page) -> None:
         if name == "style" or name.startswith("on")
     ]
     assert expected == actual
+
+
+def test_a_large_page_is_written_without_holding_it(tmp_path: Path) -> None:
+    """At 4,000 cases the page is written piece by piece: rendering it never holds as much
+    memory as half the page it writes, so no list of case views and no joined string."""
+    import tracemalloc
+
+    from test_report import _synthetic_run
+
+    from runner.reports.html import html_parts
+    from runner.reports.model import build_report
+
+    gates = {
+        f"c{i:05d}": "disagreement_changed" if i % 5 == 0 else "unchanged" for i in range(4000)
+    }
+    rep = build_report(_synthetic_run(tmp_path, gates))
+    tracemalloc.start()
+    try:
+        size = sum(len(part) for part in html_parts(rep))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert size > 8_000_000  # every case with its detail
+    assert peak < size / 2, (peak, size)

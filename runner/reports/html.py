@@ -133,6 +133,11 @@ class CaseRow:
         return "#" + urlencode({"case": visible(self.case_id)})
 
     @property
+    def miss(self) -> str:
+        """The miss codes and unscored stamps, space-separated: the `miss` filter's tokens."""
+        return " ".join(self.marks.misses)
+
+    @property
     def delta(self) -> str:
         """The candidate's task score minus the reference's, or empty when either has none."""
         return "" if self.marks.delta is None else f"{self.marks.delta:.3f}"
