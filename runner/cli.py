@@ -340,7 +340,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if endpoint.cassette:
             load_cassette(loaded.resolve(endpoint.cassette))
         elif endpoint.kind != "recorded":
-            from runner.client import request_problem
+            from runner.client.endpoint import request_problem
 
             problem = request_problem(endpoint)
             if problem:

@@ -6,8 +6,8 @@ that `runner.client` is written against and lets aiohttp's C-parsed, LIFO keep-a
 the bytes.
 
 Exception map: every aiohttp exception becomes the httpx exception a `httpx.AsyncHTTPTransport`
-raises for the same socket event, in `map_aiohttp_exception` only, so `client.classify` (the one
-place a stamp is decided) never sees an aiohttp class. Most specific first::
+raises for the same socket event, in `map_aiohttp_exception` only, so `client.stamp.classify`
+(the one place a stamp is decided) never sees an aiohttp class. Most specific first::
 
     ConnectionTimeoutError (connect, incl. waiting for a pooled connection) -> ConnectTimeout
     SocketTimeoutError, ServerTimeoutError, a bare TimeoutError            -> ReadTimeout

@@ -28,7 +28,7 @@ from runner.budget import (
     refused,
     spend_of,
 )
-from runner.client import HttpEndpoint
+from runner.client.endpoint import HttpEndpoint
 from runner.config import EndpointConfig, Price, RetryPolicy, Timeouts, load_config
 from runner.errors import ConfigError
 from runner.jsontext import dumps

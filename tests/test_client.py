@@ -17,17 +17,10 @@ import pytest
 from faultserver import BacklogFull, FaultServer
 from structlog.testing import capture_logs
 
-from runner import client, logs
-from runner.client import (
-    CONFIG_ERRORS,
-    NOT_TRANSPORT,
-    HttpEndpoint,
-    RetryDecision,
-    classify,
-    decide_retry,
-    parse_retry_after,
-    request_problem,
-)
+from runner import logs
+from runner.client.endpoint import MESSAGE_CHARS, HttpEndpoint, request_problem
+from runner.client.retry import RetryDecision, decide_retry, parse_retry_after
+from runner.client.stamp import CONFIG_ERRORS, NOT_TRANSPORT, BodyTooLarge, classify
 from runner.config import EndpointConfig, RetryPolicy, Timeouts
 from runner.errors import ConfigError
 from runner.model import Case, Exchange, Transport
@@ -612,7 +605,7 @@ async def test_error_message_is_scrubbed_and_truncated() -> None:
     assert attempt.message is not None
     assert KEY not in attempt.message
     assert "***" in attempt.message
-    assert len(attempt.message) <= client.MESSAGE_CHARS
+    assert len(attempt.message) <= MESSAGE_CHARS
 
 
 @pytest.mark.anyio
@@ -729,7 +722,7 @@ def test_recorded_endpoint_is_refused() -> None:
         (httpx.CloseError("c"), Transport.CONNECTION_LOST),
         (httpx.RemoteProtocolError("r"), Transport.CONNECTION_LOST),
         (httpx.DecodingError("d"), Transport.CONNECTION_LOST),
-        (client._BodyTooLarge(1024), Transport.TOO_LARGE),
+        (BodyTooLarge(1024), Transport.TOO_LARGE),
         (asyncio.CancelledError(), Transport.CANCELLED),
     ],
 )

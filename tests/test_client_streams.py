@@ -12,7 +12,8 @@ import anyio
 import httpx
 import pytest
 
-from runner.client import HttpEndpoint, decide_retry
+from runner.client.endpoint import HttpEndpoint
+from runner.client.retry import decide_retry
 from runner.config import EndpointConfig, RetryPolicy, Timeouts
 from runner.grading import GraderSet
 from runner.model import Case, Exchange, Outcome

@@ -24,7 +24,7 @@ from llmockkit import (
     tool_call,
 )
 
-from runner.client import HttpEndpoint
+from runner.client.endpoint import HttpEndpoint
 from runner.config import EndpointConfig, RetryPolicy, Timeouts
 from runner.grading import GraderSet
 from runner.jsontext import dumps

@@ -12,7 +12,7 @@ import anyio
 import httpx
 import pytest
 
-from runner.client import HttpEndpoint
+from runner.client.endpoint import HttpEndpoint
 from runner.config import EndpointConfig
 from runner.errors import FixtureError
 from runner.model import Case, Exchange

@@ -15,7 +15,8 @@ import pytest
 from aiohttp import client_exceptions, http_exceptions
 from faultserver import FaultServer
 
-from runner.client import CONFIG_ERRORS, HttpEndpoint, classify
+from runner.client.endpoint import HttpEndpoint
+from runner.client.stamp import CONFIG_ERRORS, classify
 from runner.config import EndpointConfig, RetryPolicy, Timeouts
 from runner.errors import ConfigError
 from runner.model import Case, Exchange, Transport

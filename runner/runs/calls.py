@@ -40,7 +40,7 @@ def build_endpoint(
             request_sha=shape.request_sha,
             meter=meter,
         )
-    from runner.client import HttpEndpoint
+    from runner.client.endpoint import HttpEndpoint
 
     return HttpEndpoint(endpoint_name, cfg, loaded.api_key(endpoint_name), shape=shape, meter=meter)
 

@@ -1,0 +1,390 @@
+"""`HttpEndpoint`: a live endpoint behind `model.Endpoint`, one case in, one Exchange out.
+
+An attempt goes from its pacing and concurrency slot through the run's budget to the wire and
+back into an `Attempt` row; the retry loop obeys `retry.decide_retry`, the stamp is
+`stamp.classify`'s, and AIMD shrinks the concurrency on 429s. `request_problem` checks, for
+`parallax validate`, that a request could be sent at all.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import anyio
+import httpx
+
+from runner import logs
+from runner.budget import Meter, refusal
+from runner.client.body import read_body
+from runner.client.record import KEPT_HEADERS, body_text, kept_headers, plain_headers
+from runner.client.retry import decide_retry, retry_after_of
+from runner.client.stamp import CAUGHT, CONFIG_ERRORS, BodyTooLarge, classify
+from runner.config import EndpointConfig
+from runner.errors import ConfigError
+from runner.jsontext import dumps
+from runner.model import Attempt, Case, Exchange, Response, Transport
+from runner.protocols import Wire, is_event_stream, stream_end, wire_for
+from runner.protocols.wire import PLAIN, Shape
+from runner.shutdown import NotStarted, may_start
+
+MESSAGE_CHARS = 300
+
+
+def request_problem(cfg: EndpointConfig) -> str | None:
+    """Why no request to this endpoint could be sent, or None: for `parallax validate`."""
+    wire = _wire(cfg)
+    try:
+        url = httpx.URL(wire.url(cfg))
+        if url.scheme not in ("http", "https"):
+            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
+        httpx.Request("POST", url, headers=wire.headers(cfg, None))
+    except CONFIG_ERRORS as exc:
+        return f"{type(exc).__name__}: {exc}"
+    except UnicodeEncodeError as exc:  # a header value httpx cannot put on the wire
+        return f"header not encodable: {exc}"
+    return None
+
+
+def _wire(cfg: EndpointConfig) -> Wire:
+    wire = wire_for(cfg.kind)
+    if wire is None:
+        raise ValueError(f"a {cfg.kind} endpoint is not a live HTTP endpoint")
+    return wire
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """An attempt's stamp and what it records as the error: an exception's class name and
+    message, or what a 2xx stream that arrived whole but did not end as one should says."""
+
+    stamp: Transport
+    error: str | None
+    message: str | None
+    in_band: bool = False  # an error event inside a 2xx stream: retried as a 5xx
+
+
+def _error_name(exc: BaseException | None) -> str | None:
+    return type(exc).__name__.lstrip("_") if exc is not None else None
+
+
+@dataclass(slots=True)
+class _Try:
+    """The outcome of one attempt before it is frozen into an Attempt."""
+
+    attempt: Attempt
+    stamp: Transport
+    response: Response | None
+    ttft_ms: int | None = None
+    in_band: bool = False  # an error event inside a 2xx stream: retried as a 5xx
+
+
+class HttpEndpoint:
+    """A live endpoint (openai-chat, anthropic-messages, http-json) behind `model.Endpoint`.
+
+    One AsyncClient per endpoint (connection reuse across thousands of calls), a capacity
+    limiter shrunk on 429 and grown back on success (AIMD), and optional even pacing for
+    `rpm`. The secret lives only in the client's default headers, never in an Exchange.
+
+    `now` and `sleep` are the loop clock the pacing, the retry waits and AIMD go by; a test
+    passes a fake pair to read the start times and waits the endpoint decided on.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        cfg: EndpointConfig,
+        api_key: str | None,
+        *,
+        shape: Shape = PLAIN,
+        transport: httpx.AsyncBaseTransport | None = None,
+        rng: random.Random | None = None,
+        now: Callable[[], float] = anyio.current_time,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        meter: Meter | None = None,
+    ) -> None:
+        if cfg.kind == "recorded":
+            raise ValueError(f"endpoint {name!r} is recorded, not a live HTTP endpoint")
+        self.name = name
+        self._cfg = cfg
+        self._shape = shape
+        self._wire = _wire(cfg)
+        self._streams = self._wire.fold_stream is not None
+        self._url = self._wire.url(cfg)
+        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter, not crypto
+        self._now = now
+        self._sleep = sleep
+        self._meter = meter  # the run's budget, when it has one
+        # the endpoint's served-model header is kept too: replay reads the served model from it
+        header = cfg.served_model_header
+        self._kept = KEPT_HEADERS | ({header} if header else frozenset())
+        logs.register_secret(api_key)
+        # Request headers as httpx.AsyncClient would send them, built once. Requests go straight
+        # to the transport: the client's cookie jar, auth flow and redirect loop are all unused
+        # here and cost more CPU per call than the HTTP exchange itself (bench/RESULTS.md).
+        self._headers = httpx.Headers(
+            {
+                "Accept": "*/*",
+                "Accept-Encoding": "gzip, deflate",
+                "Connection": "keep-alive",
+                "User-Agent": "parallax",
+                **self._wire.headers(cfg, api_key),
+            }
+        ).raw  # raw pairs: httpx.Request copies them faster than a Headers object
+        t = cfg.timeout
+        self._extensions = {
+            "timeout": httpx.Timeout(
+                connect=t.connect, read=t.read, write=t.write, pool=t.pool
+            ).as_dict()
+        }
+        if transport is None:  # httpx's own pool costs milliseconds of CPU per call (bench/)
+            from runner.transport import AiohttpTransport
+
+            transport = AiohttpTransport(limit=cfg.concurrency)
+        self._transport = transport
+        self._parsed_url: httpx.URL | None = None
+        self._max_limit = cfg.concurrency
+        self._limit = cfg.concurrency
+        self._limiter = anyio.CapacityLimiter(cfg.concurrency)
+        self._streak = 0  # successes since the last change of the limit
+        self._last_cut = -math.inf  # loop time of the last multiplicative decrease
+        self._interval = 60.0 / cfg.rpm if cfg.rpm else 0.0
+        self._next_start = -math.inf
+        self._log = logs.get_logger()
+
+    @property
+    def limit(self) -> int:
+        """The current AIMD concurrency limit (at most `cfg.concurrency`)."""
+        return self._limit
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+    def _request(self, content: bytes) -> httpx.Request:
+        """One POST as httpx.AsyncClient would build it (InvalidURL surfaces here)."""
+        url = self._parsed_url
+        if url is None:
+            url = self._parsed_url = httpx.URL(self._url)
+        return httpx.Request(
+            "POST", url, headers=self._headers, content=content, extensions=self._extensions
+        )
+
+    async def call(self, case: Case, side: str, sample: int) -> Exchange:
+        """Send one case with bounded retries; transport trouble comes back as a stamp.
+
+        Only cancellation propagates (the engine re-calls such pairs on resume), and a
+        ConfigError when the request could never be sent as configured. An attempt the run's
+        budget refuses is not sent, and ends the call `cancelled` (detail `budget`).
+        """
+        body = self._wire.body(self._cfg, self._shape, case)
+        content = dumps(body)  # compact UTF-8 JSON by orjson: the stdlib was 1.6% of a call
+        started_at = datetime.now(UTC).isoformat(timespec="milliseconds")
+        t0 = time.monotonic()
+        attempts: list[Attempt] = []
+        key = (case.id, side, sample)
+        # what each attempt holds of the run's budget: one estimate of this very body
+        estimate = (
+            0 if self._meter is None else self._meter.estimate(content, tools="tools" in body)
+        )
+        n = 0
+        result: _Try | None = None
+        while True:
+            n += 1
+            # once the budget is spent, an attempt waits for no pacing or concurrency slot
+            spent = self._meter is not None and self._meter.exhausted
+            result = None if spent else await self._attempt(n, content, key, estimate)
+            if result is None:
+                attempts.append(refusal(n))
+                break
+            attempts.append(result.attempt)
+            decision = decide_retry(
+                n,
+                result.stamp,
+                result.attempt.status,
+                result.attempt.retry_after,
+                self._cfg.retry,
+                self._rng,
+                in_band=result.in_band,
+            )
+            if not decision.retry:
+                break
+            if self._meter is not None:  # it waits out its backoff holding nothing
+                self._meter.retried(key, result.attempt)
+            await self._sleep(decision.wait)
+        return Exchange(
+            case_id=case.id,
+            side=side,
+            sample=sample,
+            fixture_sha=case.fixture_sha,
+            endpoint=self.name,
+            adapter=self._cfg.kind,
+            model_alias=self._cfg.model,
+            request={"method": "POST", "url": self._url, "body": body},
+            attempts=tuple(attempts),
+            transport=str(attempts[-1].transport),
+            # the final attempt's: never an earlier attempt's body (a refused one has none)
+            response=result.response if result is not None else None,
+            started_at=started_at,
+            elapsed_ms=round((time.monotonic() - t0) * 1000),
+            answer_pointer=self._cfg.answer_pointer if self._cfg.kind == "http-json" else None,
+            served_model_header=self._cfg.served_model_header,
+            stream=self._shape.stream,
+            ttft_ms=result.ttft_ms if result is not None else None,
+            request_sha=self._shape.request_sha,
+        )
+
+    async def _pace(self) -> None:
+        """Evenly spaced start times for `rpm`: reserve the next slot, then sleep until it.
+
+        Reserving before sleeping needs no lock: nothing awaits between read and write.
+        """
+        if not self._interval:
+            return
+        now = self._now()
+        slot = max(now, self._next_start)
+        self._next_start = slot + self._interval
+        if slot > now:
+            await self._sleep(slot - now)
+
+    async def _may_send(self, n: int, key: tuple[str, str, int], estimate: int) -> bool:
+        """Whether an attempt that has its concurrency slot goes out: a first one is not
+        sent once a stop came while it waited its turn (NotStarted), and none past the run's
+        budget (False). Reserved last, once it is sure to be sent: a call waiting its turn
+        holds nothing of the budget."""
+        if n == 1 and not may_start():
+            raise NotStarted
+        return self._meter is None or await self._meter.reserve(key, estimate)
+
+    async def _attempt(
+        self, n: int, content: bytes, key: tuple[str, str, int], estimate: int
+    ) -> _Try | None:
+        """One attempt, or None when the run's budget refused it (nothing was sent)."""
+        await self._pace()
+        cap = self._cfg.max_response_bytes
+        status: int | None = None
+        headers: dict[str, str] | None = None
+        buf = bytearray()
+        truncated = False
+        first: float | None = None
+        exc: BaseException | None = None
+        # The limiter's fast path: `async with` would add two event-loop round trips per call
+        # even when a token is free; acquire_nowait refuses to jump a queue of waiters.
+        try:
+            self._limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            await self._limiter.acquire()
+        try:
+            if not await self._may_send(n, key, estimate):
+                return None
+            begun = self._now()
+            t0 = time.monotonic()
+            try:
+                with anyio.fail_after(self._cfg.deadline):
+                    resp = await self._transport.handle_async_request(self._request(content))
+                    try:
+                        status, headers = resp.status_code, plain_headers(resp.headers)
+                        truncated, first = await read_body(resp, headers, cap, buf)
+                        if truncated and 200 <= status < 300:
+                            raise BodyTooLarge(cap)  # an oversized error page keeps its stamp
+                    finally:
+                        await resp.aclose()
+            except CONFIG_ERRORS as err:
+                raise ConfigError(
+                    f"endpoint {self.name!r}", None, f"{type(err).__name__}: {err}"
+                ) from err
+            except CAUGHT as err:
+                exc = err
+                if status is not None and not isinstance(err, BodyTooLarge):
+                    truncated = True  # the body stopped short of what the server meant
+            elapsed_ms = round((time.monotonic() - t0) * 1000)
+        finally:
+            self._limiter.release()
+        # An error status is the server's answer: a body that then breaks off or will not
+        # decode is kept as far as it came, and the stamp (so the retry and AIMD) follows the
+        # status. Only a 2xx needs its whole body to be graded.
+        answered_error = status is not None and not 200 <= status < 300
+        verdict = _Verdict(
+            classify(None if answered_error else exc, status), _error_name(exc), self._message(exc)
+        )
+        response = None
+        ttft_ms: int | None = None
+        if status is not None and headers is not None:
+            response = self._response(status, headers, buf, truncated)
+            # a stream read to its end (a transport error wins) is folded once for how it
+            # ended; the stored text is what a replay sees, so it is what decides
+            if verdict.stamp is Transport.OK and self._streams and is_event_stream(headers):
+                ttft_ms = None if first is None else round((first - t0) * 1000)
+                verdict = self._stream_end(response) or verdict
+        self._adjust(verdict.stamp, begun)
+        attempt = Attempt(
+            n=n,
+            transport=str(verdict.stamp),
+            elapsed_ms=elapsed_ms,
+            status=status,
+            error=verdict.error,
+            message=verdict.message,
+            retry_after=retry_after_of(headers) if headers is not None else None,
+        )
+        return _Try(attempt, verdict.stamp, response, ttft_ms, verdict.in_band)
+
+    def _response(
+        self, status: int, headers: dict[str, str], buf: bytearray, truncated: bool
+    ) -> Response:
+        """The response as it is recorded: secrets scrubbed, allow-listed headers only."""
+        text, encoding = body_text(logs.scrub_bytes(bytes(buf)))  # an echoed key too
+        kept = {
+            logs.scrub_name(k): logs.scrub_text(v)
+            for k, v in kept_headers(headers, self._kept).items()
+        }
+        return Response(status, kept, text, encoding, truncated)
+
+    def _stream_end(self, response: Response) -> _Verdict | None:
+        """How a 2xx stream that arrived whole ended, when that is a transport failure
+        (`protocols.stream_end`); a stream not in UTF-8 is read later, as `not_utf8`."""
+        if response.encoding != "utf-8":
+            return None
+        ended = stream_end(self._wire.kind, response.body)
+        if ended is None:
+            return None
+        in_band = ended.transport is Transport.HTTP_ERROR
+        return _Verdict(ended.transport, ended.error, ended.message, in_band=in_band)
+
+    def _message(self, exc: BaseException | None) -> str | None:
+        if exc is None:
+            return None
+        text = str(exc)
+        if not text and isinstance(exc, TimeoutError):
+            text = f"attempt exceeded the {self._cfg.deadline:g}s deadline"
+        if not text:
+            return None
+        if len(text) > MESSAGE_CHARS:
+            text = text[: MESSAGE_CHARS - 3] + "..."
+        return logs.scrub_text(text)
+
+    def _adjust(self, stamp: Transport, begun: float) -> None:
+        """AIMD on the capacity limiter: halve on 429, +1 after a window of successes.
+
+        A 429 from an attempt that began before the last cut reflects the old limit, so a
+        burst of concurrent 429s halves the limit once, not once per reply.
+        """
+        if stamp == Transport.RATE_LIMITED:
+            self._streak = 0
+            if begun < self._last_cut or self._limit == 1:
+                return
+            old, self._limit = self._limit, max(1, self._limit // 2)
+            self._limiter.total_tokens = self._limit
+            self._last_cut = self._now()
+            self._log.warning(logs.ENDPOINT_BACKOFF, endpoint=self.name, old=old, new=self._limit)
+            return
+        if stamp != Transport.OK or self._limit >= self._max_limit:
+            return
+        self._streak += 1
+        if self._streak >= self._limit:
+            old, self._limit = self._limit, self._limit + 1
+            self._streak = 0
+            self._limiter.total_tokens = self._limit
+            self._log.info(logs.ENDPOINT_RECOVER, endpoint=self.name, old=old, new=self._limit)
