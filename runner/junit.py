@@ -32,7 +32,7 @@ from runner.gate import (
 )
 from runner.ledger import write_atomic
 from runner.model import SIDES
-from runner.reports.caseview import CaseView, RunCases
+from runner.reports.caseview import CaseView
 from runner.reports.model import RunReport, build_report
 from runner.text import visible
 
@@ -107,34 +107,34 @@ def testsuite(rep: RunReport) -> ET.Element:
         prop.set("name", name)
         prop.set("value", xml_safe(value))
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    with RunCases(rep.run_dir) as cases:  # every case's detail, read as it is written
-        for index, (case_id, case) in enumerate(rep.every_case()):
-            gate, detail, stratum = (
-                str(case.get("gate")),
-                str(case.get("detail")),
-                case.get("stratum"),
-            )
-            group = stratum if isinstance(stratum, str) and stratum else "case"
-            tc = ET.SubElement(suite, "testcase")
-            tc.set("classname", xml_safe(f"parallax.{rep.suite}.{group}"))
-            tc.set("name", xml_safe(case_id))
-            counts["tests"] += 1
-            # a new or edited case that could not be scored is an error, typed by its stamp
-            unscored = None if gate in ERROR else _unscored(case)
-            kind = gate if unscored is None else unscored[0]
-            why = "" if unscored is None else f"; unscored: {unscored[1]}"
-            message = xml_safe(f"{gate}: {detail}{why}")
-            if gate in FAILURE:
-                child = ET.SubElement(tc, "failure", message=message, type=gate)
-                child.text = _body(cases.view(index, case_id, case), case)
-                counts["failures"] += 1
-            elif kind in ERROR:
-                child = ET.SubElement(tc, "error", message=message, type=kind)
-                child.text = _body(cases.view(index, case_id, case), case)
-                counts["errors"] += 1
-            elif gate in SKIPPED:
-                ET.SubElement(tc, "skipped", message=message)
-                counts["skipped"] += 1
+    cases = rep.details()  # every case's detail, read as it is written
+    for index, (case_id, case) in enumerate(rep.every_case()):
+        gate, detail, stratum = (
+            str(case.get("gate")),
+            str(case.get("detail")),
+            case.get("stratum"),
+        )
+        group = stratum if isinstance(stratum, str) and stratum else "case"
+        tc = ET.SubElement(suite, "testcase")
+        tc.set("classname", xml_safe(f"parallax.{rep.suite}.{group}"))
+        tc.set("name", xml_safe(case_id))
+        counts["tests"] += 1
+        # a new or edited case that could not be scored is an error, typed by its stamp
+        unscored = None if gate in ERROR else _unscored(case)
+        kind = gate if unscored is None else unscored[0]
+        why = "" if unscored is None else f"; unscored: {unscored[1]}"
+        message = xml_safe(f"{gate}: {detail}{why}")
+        if gate in FAILURE:
+            child = ET.SubElement(tc, "failure", message=message, type=gate)
+            child.text = _body(cases.view(index, case_id, case), case)
+            counts["failures"] += 1
+        elif kind in ERROR:
+            child = ET.SubElement(tc, "error", message=message, type=kind)
+            child.text = _body(cases.view(index, case_id, case), case)
+            counts["errors"] += 1
+        elif gate in SKIPPED:
+            ET.SubElement(tc, "skipped", message=message)
+            counts["skipped"] += 1
     if summary.get("stratified"):
         alerts = _as_mapping(summary.get("stratum_alerts"))
         for side in SIDES:
@@ -176,7 +176,12 @@ def write_junit(run_dirs: Sequence[Path], path: Path) -> Path:
     Missing folders are made, as CI report paths (`reports/parallax.xml`) usually name one
     that no step has created yet.
     """
-    data = junit_xml([build_report(d) for d in run_dirs])
+    reports = [build_report(d) for d in run_dirs]
+    try:
+        data = junit_xml(reports)
+    finally:
+        for rep in reports:
+            rep.close()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, [data])

@@ -23,7 +23,7 @@ from runner.gate import GATE_CLASSES
 from runner.history import mapping_of, pass_rate_of, run_labels, strings_of
 from runner.model import SIDES, STRATA
 from runner.reports import trend
-from runner.reports.caseview import CaseView, RunCases
+from runner.reports.caseview import CaseView
 from runner.reports.model import REVIEW_ORDER, RunReport, signal_lines
 from runner.reports.render import content_security_policy, environment
 from runner.reports.verdict import (
@@ -145,18 +145,17 @@ class CaseRow:
 
 def rows(rep: RunReport) -> Iterator[CaseRow]:
     """Every case of the run, whatever its class, one at a time as the page is written."""
-    with RunCases(rep.run_dir) as cases:
-        rep.note(cases.notes)  # shown under the table, which is written by then
-        for index, (case_id, case) in enumerate(rep.every_case()):
-            yield CaseRow(
-                index=index,
-                case_id=case_id,
-                gate=str(case.get("gate")),
-                stratum=str(case.get("stratum") or ""),
-                marks=marks_of(case),
-                detail=case.get("detail"),
-                view=cases.view(index, case_id, case),
-            )
+    cases = rep.details()
+    for index, (case_id, case) in enumerate(rep.every_case()):
+        yield CaseRow(
+            index=index,
+            case_id=case_id,
+            gate=str(case.get("gate")),
+            stratum=str(case.get("stratum") or ""),
+            marks=marks_of(case),
+            detail=case.get("detail"),
+            view=cases.view(index, case_id, case),
+        )
 
 
 def _options(counts: Counter[str], order: Sequence[str] = ()) -> list[tuple[str, int]]:

@@ -46,6 +46,7 @@ class RunReport:
     count: int = 0  # cases in disagreement.json
 
     tally: Tally = field(default_factory=Tally)  # counts over every case, for the verdict
+    _details: RunCases | None = field(default=None, repr=False)
 
     def every_case(self) -> Iterator[tuple[str, Mapping[str, Any]]]:
         """Every case of disagreement.json, read again as it is written out: at 20,000 cases,
@@ -54,17 +55,35 @@ class RunReport:
             if isinstance(case, dict):
                 yield case_id, case
 
+    def details(self) -> RunCases:
+        """The run's case details, its ledgers indexed once for every page a report writes
+        (`close` ends it); the files' problems join the notes."""
+        if self._details is None:
+            self._details = RunCases(self.run_dir)
+            self.note(self._details.notes)
+        return self._details
+
+    def close(self) -> None:
+        """Close the ledgers `details` opened."""
+        if self._details is not None:
+            self._details.close()
+            self._details = None
+
+    def __enter__(self) -> RunReport:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
     def views(self, wanted: Collection[str]) -> dict[str, CaseView]:
-        """The detail of each case in `wanted`, built in one pass over the run's files (the
-        files' problems join the notes)."""
+        """The detail of each case in `wanted`, in one pass over disagreement.json."""
         found: dict[str, CaseView] = {}
         if not wanted:
             return found
-        with RunCases(self.run_dir) as cases:
-            self.note(cases.notes)
-            for index, (case_id, case) in enumerate(self.every_case()):
-                if case_id in wanted:
-                    found[case_id] = cases.view(index, case_id, case)
+        cases = self.details()
+        for index, (case_id, case) in enumerate(self.every_case()):
+            if case_id in wanted:
+                found[case_id] = cases.view(index, case_id, case)
         return found
 
     def note(self, notes: Iterable[str]) -> None:

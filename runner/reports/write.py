@@ -24,9 +24,9 @@ def write_reports(
     """Render report.html and report.md into the run directory; return what was rendered,
     its history window at least `page_runs` long."""
     check_writable(run_dir, REPORT_FILES, action="write its reports here")
-    rep = build_report(run_dir, retire_after=retire_after, page_runs=page_runs)
-    _write_text(run_dir / "report.html", html_parts(rep))
-    _write_text(run_dir / "report.md", [render_markdown(rep)])
+    with build_report(run_dir, retire_after=retire_after, page_runs=page_runs) as rep:
+        _write_text(run_dir / "report.html", html_parts(rep))
+        _write_text(run_dir / "report.md", [render_markdown(rep)])
     return rep
 
 
