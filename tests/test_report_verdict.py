@@ -299,3 +299,21 @@ def test_a_latency_gate_that_fires_is_a_reason_in_its_own_words() -> None:
     assert expected == [(r.kind, r.weight, r.count, r.note) for r in found]
     block["latency"]["gating"] = False
     assert [r.weight for r in reasons({"regressions": block}, Tally())] == [Weight.NOTE]
+
+
+def test_both_sides_moving_alike_is_a_note_under_a_clean_verdict(tmp_path: Path) -> None:
+    """Both sides newly missing alike leave the disagreement as accepted: the run is clean,
+    says so, and lists the reference's move as a note, not as a reason for review."""
+    project = Project(tmp_path, BASE_CASES)
+    first, _, _ = project.run()
+    project.promote(first)
+    project.cassettes(
+        {"str-a": {"completion": "no", "model": "ref-1"}},
+        {"str-a": {"completion": "no", "model": "cand-1"}},
+    )
+    run_dir, code, _ = project.run()
+    page = _page(run_dir)
+    [li] = page.find("li", data_reason="reference_moved")
+    assert (code, page.one("header", id="verdict").get("data-verdict")) == (0, "clean")
+    assert li.get("data-weight") == "note"
+    assert page.one("p", class_="said").text().startswith("Nothing needs review")

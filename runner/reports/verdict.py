@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlencode
 
-from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, FIXTURE_MOVE, FLAKY, NEW_CASE
+from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, FIXTURE_MOVE, FLAKY, NEW_CASE, REVIEW
 from runner.history import mapping_of, strings_of
 from runner.model import SIDES
 from runner.requestsha import REFERENCE
@@ -121,6 +121,8 @@ class Tally:
     gates: Counter[str] = field(default_factory=Counter)
     strata: Counter[str] = field(default_factory=Counter)
     moved: Counter[str] = field(default_factory=Counter)  # per side; "both" counts for each
+    # of those, the cases a review gate holds: the moves the verdict stands on
+    moved_in_review: Counter[str] = field(default_factory=Counter)
     misses: Counter[str] = field(default_factory=Counter)
     stamps: dict[str, Counter[str]] = field(default_factory=dict)  # code -> cases per side
     stamped: Counter[str] = field(default_factory=Counter)  # code -> cases, either side
@@ -140,6 +142,7 @@ class Tally:
         self.strata[str(case.get("stratum") or "")] += 1
         for side in SIDES:
             self.moved[side] += marks.moved in (side, "both")
+            self.moved_in_review[side] += marks.moved in (side, "both") and gate in REVIEW
         self.both += marks.moved == "both"
         self.misses.update(marks.misses)
         for side, code in marks.stamps:
@@ -173,15 +176,18 @@ def _changes(summary: Mapping[str, Any], tally: Tally) -> list[Reason]:
             )
         )
     if n := tally.moved[REFERENCE]:
+        # moved alike on both sides, the disagreement stays as accepted: alerted, not gated
+        gated = tally.moved_in_review[REFERENCE] > 0
         reasons.append(
             Reason(
                 Kind.REFERENCE_MOVED,
-                Weight.REVIEW,
+                Weight.REVIEW if gated else Weight.NOTE,
                 n,
                 f"the reference moved on {plural(n, 'case')}",
                 (("moved", REFERENCE),),
                 REFERENCE,
-                note="its own misses left the accepted ones: the frozen path is not frozen",
+                note="its own misses left the accepted ones: the frozen path is not frozen"
+                + ("" if gated else " (the candidate moved alike, so no gate class changed)"),
             )
         )
     changed = mapping_of(summary.get("request_changed"))
