@@ -372,9 +372,11 @@ def test_a_big_run_lists_every_case_and_caps_only_the_details_shown_without_scri
     )
     assert [a["id"] for t, a in tags if t == "template"] == [f"t-{i}" for i in range(len(gates))]
     noscript = page[page.index("<noscript>") : page.index("</noscript>")]
-    assert "Needs review (5)" in noscript
-    assert noscript.count('<section class="case-detail"') == 2
-    assert "… and 3 more, not shown here" in noscript
+    review, unscored = noscript.split('<section id="unscored">')
+    assert "Needs review (5)" in review and "Unscored (3)" in unscored
+    assert review.count('<section class="case-detail"') == 2
+    assert unscored.count('<section class="case-detail"') == 2
+    assert "… and 3 more, not shown here" in review and "… and 1 more" in unscored
     assert "… and" not in page.replace(noscript, "")  # no section of the page is cut
     assert "**Needs review (5)**" in render_markdown(rep)
     xml = junit_xml([rep])

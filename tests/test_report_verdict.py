@@ -207,10 +207,16 @@ def test_every_case_is_a_row_with_its_marks_and_its_detail(hostile: Path) -> Non
 
 
 def test_review_cases_read_without_script(hostile: Path) -> None:
-    """The review cases' details are also in <noscript>, outside any <template>."""
+    """The details of the cases that need review, then of the unscored ones, are also in
+    <noscript>, outside any <template>."""
     page = _page(hostile)
     [noscript] = page.find("noscript")
-    shown = [s.get("data-id") for s in noscript.find("section", class_="case-detail")]
+    review, unscored = noscript.one("section", id="review"), noscript.one("section", id="unscored")
+    assert [s.get("data-id") for s in unscored.find("section", class_="case-detail")] == [
+        "schema",
+        "timeout",
+    ]
+    shown = [s.get("data-id") for s in review.find("section", class_="case-detail")]
     expected = [
         "hostile-img",
         "hostile-long",

@@ -24,7 +24,7 @@ from runner.history import mapping_of, pass_rate_of, run_labels, strings_of
 from runner.model import SIDES, STRATA
 from runner.reports import trend
 from runner.reports.caseview import CaseView
-from runner.reports.model import REVIEW_ORDER, RunReport, signal_lines
+from runner.reports.model import REVIEW_ORDER, RunReport, incomplete_groups, signal_lines
 from runner.reports.render import content_security_policy, environment
 from runner.reports.verdict import (
     MOVED,
@@ -63,11 +63,19 @@ def page_assets(script: str = "") -> dict[str, Any]:
     }
 
 
-def _review(rep: RunReport) -> list[CaseView]:
-    """The cases that need review, in the order `cases_in` gives them, each in full detail."""
-    shown = rep.cases_in(REVIEW_ORDER)
-    views = rep.views({case_id for case_id, _ in shown})
-    return [views[case_id] for case_id, _ in shown if case_id in views]
+def _no_script(rep: RunReport) -> tuple[list[CaseView], list[CaseView], int]:
+    """The cases shown in full without JavaScript, each in detail: those that need review in
+    the order `cases_in` gives them, the unscored ones by stamp then id, and how many cases
+    are unscored in all (only the first `top` of each stamp are kept)."""
+    review = [case_id for case_id, _ in rep.cases_in(REVIEW_ORDER)]
+    groups = incomplete_groups(rep)
+    unscored = [case_id for rows in groups.values() for case_id, _ in rows]
+    views = rep.views({*review, *unscored})
+    return (
+        [views[c] for c in review if c in views],
+        [views[c] for c in unscored if c in views],
+        rep.total(list(groups)),
+    )
 
 
 def _strata(rep: RunReport) -> list[dict[str, Any]]:
@@ -169,7 +177,7 @@ def context(rep: RunReport) -> dict[str, Any]:
     """Everything `report.html.j2` shows, the case table as an iterator."""
     s = rep.summary
     verdict = str(s.get("verdict") or "unknown")
-    review = _review(rep)
+    review, unscored, unscored_total = _no_script(rep)
     counts = mapping_of(s.get("gate_counts"))
     fail_on = s.get("fail_on")
     labels = run_labels(rep.trend)
@@ -188,6 +196,8 @@ def context(rep: RunReport) -> dict[str, Any]:
         "review": review,
         "review_total": rep.total(REVIEW_ORDER),
         "review_hidden": rep.total(REVIEW_ORDER) - len(review),
+        "unscored_cases": unscored,
+        "unscored_total": unscored_total,
         "strata": _strata(rep),
         "strata_note": s.get("strata_note"),
         "signal": signal_lines(s),
