@@ -25,7 +25,7 @@ from reportkit import (
 from structlog.testing import capture_logs
 
 from runner.cli import main
-from runner.reports.html import html_parts
+from runner.reports.html import html_parts, report_script
 from runner.reports.markdown import MD_LINE_CAP, md_text, render_markdown
 from runner.reports.model import RunReport, build_report
 
@@ -65,18 +65,18 @@ def test_run_writes_both_reports(hostile: Path) -> None:
 
 
 def test_html_has_no_element_from_a_reply(hostile: Path) -> None:
-    """No script, img, or injected element comes out of a reply; only the report's own tags."""
-    tags = _tags((hostile / "report.html").read_text(encoding="utf-8"))
-    expected: tuple[list[str], list[str]] = ([], [])
+    """No script, img, or injected element comes out of a reply; only the report's own tags,
+    whose one script is report.js."""
+    text = (hostile / "report.html").read_text(encoding="utf-8")
+    tags = _tags(text)
+    expected: tuple[list[str], list[str], list[str]] = (["script"], [], [])
     actual = (
-        [
-            tag
-            for tag, attrs in tags
-            if tag in ("script", "img", "iframe") or attrs.get("id") == "injected"
-        ],
+        [tag for tag, _ in tags if tag == "script"],
+        [tag for tag, attrs in tags if tag in ("img", "iframe") or attrs.get("id") == "injected"],
         [tag for tag, attrs in tags if any(k.startswith("on") for k in attrs)],
     )
     assert expected == actual
+    assert f"<script>{report_script()}</script>" in text
 
 
 def test_html_shows_replies_as_escaped_text(hostile: Path) -> None:
@@ -510,7 +510,7 @@ def test_html_shows_each_side_s_tool_calls_and_tool_misses(tool_run: Path) -> No
     assert "<code>find({})</code>" in html_text
     for miss in ("tool_arg_mismatch:lookup.id", "tool_missing:lookup", "tool_unknown:find"):
         assert f"<code>{miss}</code>" in html_text
-    assert not [t for t, _ in _tags(html_text) if t == "script"]
+    assert [t for t, _ in _tags(html_text) if t == "script"] == ["script"]  # report.js
 
 
 def test_markdown_shows_each_side_s_tool_calls_in_its_review_cell(tool_run: Path) -> None:

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 from urllib.parse import urlencode
 
@@ -45,6 +46,16 @@ VERDICT_COLOURS = {
     "review+incomplete": "#be123c",
 }
 MISS_OPTIONS = 200  # the most common miss codes offered by the table's miss filter
+ROW_GROUP = 200  # case rows per <tbody>: the browser skips laying out the groups off screen
+
+
+@cache
+def report_script() -> str:
+    """report.js, report.html's one inline script (filters, search, sort, the open case),
+    exactly as it is inlined and hashed into the page's Content Security Policy."""
+    env = environment()
+    assert env.loader is not None  # environment() has a PackageLoader
+    return env.loader.get_source(env, "report.js")[0]
 
 
 def page_assets(script: str = "") -> dict[str, Any]:
@@ -125,7 +136,7 @@ def _models(rep: RunReport) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class CaseRow:
-    """One row of the case table and, in its `<template>`, the case in detail."""
+    """One row of the case table; the case in detail is its `<template>` (see `details`)."""
 
     index: int  # the case's place in disagreement.json: the row is `c-N`, its detail `t-N`
     case_id: str
@@ -133,7 +144,6 @@ class CaseRow:
     stratum: str
     marks: Marks
     detail: Any
-    view: CaseView
 
     @property
     def href(self) -> str:
@@ -153,7 +163,6 @@ class CaseRow:
 
 def rows(rep: RunReport) -> Iterator[CaseRow]:
     """Every case of the run, whatever its class, one at a time as the page is written."""
-    cases = rep.details()
     for index, (case_id, case) in enumerate(rep.every_case()):
         yield CaseRow(
             index=index,
@@ -162,8 +171,16 @@ def rows(rep: RunReport) -> Iterator[CaseRow]:
             stratum=str(case.get("stratum") or ""),
             marks=marks_of(case),
             detail=case.get("detail"),
-            view=cases.view(index, case_id, case),
         )
+
+
+def details(rep: RunReport) -> Iterator[tuple[int, CaseView]]:
+    """Every case's detail with its index, for the `<template>`s at the end of the page: after
+    the script, so the table is shown and filtered while the browser still parses them (at
+    20,000 cases they are most of the page)."""
+    cases = rep.details()
+    for index, (case_id, case) in enumerate(rep.every_case()):
+        yield index, cases.view(index, case_id, case)
 
 
 def _options(counts: Counter[str], order: Sequence[str] = ()) -> list[tuple[str, int]]:
@@ -174,7 +191,7 @@ def _options(counts: Counter[str], order: Sequence[str] = ()) -> list[tuple[str,
 
 
 def context(rep: RunReport) -> dict[str, Any]:
-    """Everything `report.html.j2` shows, the case table as an iterator."""
+    """Everything `report.html.j2` shows, the case table and the details as iterators."""
     s = rep.summary
     verdict = str(s.get("verdict") or "unknown")
     review, unscored, unscored_total = _no_script(rep)
@@ -184,7 +201,7 @@ def context(rep: RunReport) -> dict[str, Any]:
     found = reasons(s, rep.tally)
     tally = rep.tally
     return {
-        **page_assets(),
+        **page_assets(report_script()),
         "suite": rep.suite,
         "verdict": verdict,
         "headline": headline(verdict),
@@ -223,6 +240,8 @@ def context(rep: RunReport) -> dict[str, Any]:
         "filter_moved": [(m, n) for m in MOVED if (n := tally.moved_count(m))],
         "filter_misses": _options(tally.misses)[:MISS_OPTIONS],
         "rows": rows(rep),
+        "row_group": ROW_GROUP,
+        "details": details(rep),
         "retired": [str(r) for r in strings_of(s.get("retired"))],
         "notes": rep.notes,
         "version": __version__,

@@ -1,0 +1,356 @@
+"""report.html's filters, search, sort and open case, driven in Debian's chromium.
+
+One run through the whole pipeline (recorded endpoints, a promoted first run, then a second run
+in which the candidate moved on one case, the reference on another, both on a third, a case
+timed out and one is new) gives a page with every control something to do. Each test loads it
+in a fresh browser context through tests/browserkit.py, which fails the test on any console
+error, page error, request or CSP violation, and checks what a person would see.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+from browserkit import Browser, Tab, in_thread
+from reportkit import BASE_CASES, Project
+
+from runner.reports.html import report_script
+from runner.reports.render import source_hash
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+ODD_ID = "odd id/&=#?+"  # every character a fragment or a query treats specially
+CASES = [
+    *BASE_CASES,
+    {"id": "timeout", "stratum": "easy", "prompt": "Say ok.", "expect": {"must_include": ["ok"]}},
+]
+NEW = [{"id": ODD_ID, "stratum": "medium", "prompt": "Say ok.", "expect": {"must_include": ["ok"]}}]
+
+
+def _project(root: Path) -> Path:
+    project = Project(root, CASES)
+    first, _, _ = project.run()
+    project.promote(first)
+    project.cases = [*CASES, *NEW]
+    project._write_jsonl("cases.jsonl", project.cases)
+    project.cassettes(
+        {
+            "med-a": {"completion": "nope", "model": "ref-1"},
+            "str-a": {"completion": "nope", "model": "ref-1"},
+        },
+        {
+            "easy-a": {"completion": "Nope, the Fjord Express left.", "model": "cand-1"},
+            "str-a": {"completion": "nope", "model": "cand-1"},
+            "timeout": {"fault": "timeout"},
+            ODD_ID: {"completion": "ok, from the odd one", "model": "cand-1"},
+        },
+    )
+    second, _, _ = project.run()
+    return second / "report.html"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return in_thread(_project, tmp_path_factory.mktemp("filters"))
+
+
+def shown(tab: Tab) -> list[str]:
+    """The ids of the case rows a person sees, top to bottom."""
+    ids: list[str] = tab.page.eval_on_selector_all(
+        "#cases tr.case", "rows => rows.filter((r) => r.checkVisibility()).map((r) => r.dataset.id)"
+    )
+    return ids
+
+
+def fragment(tab: Tab) -> dict[str, list[str]]:
+    return parse_qs(tab.page.evaluate("location.hash").lstrip("#"))
+
+
+def rows(tab: Tab, attribute: str) -> dict[str, str]:
+    """Each case row's id and one of its data-* attributes."""
+    found: dict[str, str] = tab.page.eval_on_selector_all(
+        "#cases tr.case",
+        f"rows => Object.fromEntries(rows.map((r) => [r.dataset.id, r.dataset.{attribute}]))",
+    )
+    return found
+
+
+def wait_for_count(tab: Tab, count: int) -> None:
+    """Until `#shown` says `count` cases are shown (a search waits for typing to pause)."""
+    tab.page.wait_for_function(
+        "(n) => document.getElementById('shown').textContent.startsWith(`${n} of`)", arg=count
+    )
+
+
+def count_line(tab: Tab) -> str:
+    return str(tab.page.text_content("#shown"))
+
+
+def test_without_javascript_every_case_shows_and_the_form_stays_hidden(
+    browser: Browser, report: Path
+) -> None:
+    """With scripts off, the filters form is hidden and every case of the run is in the table."""
+    with browser.open(report, javascript=False) as tab:
+        assert not tab.page.is_visible("#filters")
+        assert sorted(shown(tab)) == sorted(c["id"] for c in [*CASES, *NEW])
+
+
+def test_the_script_shows_the_form_and_how_many_cases_it_shows(
+    browser: Browser, report: Path
+) -> None:
+    """With the script, the form is visible and says that all cases are shown."""
+    with browser.open(report) as tab:
+        assert tab.page.is_visible("#filters")
+        assert count_line(tab) == "8 of 8 cases"
+        assert len(shown(tab)) == 8
+
+
+def test_each_filter_shows_exactly_its_cases_and_writes_the_fragment(
+    browser: Browser, report: Path
+) -> None:
+    """Choosing a gate class, a stratum, a side that moved or a miss code shows just the rows
+    that carry it, says how many, and keeps the choice in the fragment."""
+    with browser.open(report) as tab:
+        gates, strata = rows(tab, "gate"), rows(tab, "stratum")
+        moved, misses = rows(tab, "moved"), rows(tab, "miss")
+        tab.page.select_option("select[name=gate]", "disagreement_changed")
+        expected = sorted(k for k, g in gates.items() if g == "disagreement_changed")
+        assert sorted(shown(tab)) == expected
+        assert {"easy-a", "med-a"} <= set(expected)
+        assert count_line(tab) == f"{len(expected)} of 8 cases"
+        assert fragment(tab) == {"gate": ["disagreement_changed"]}
+        tab.page.select_option("select[name=gate]", "")
+
+        tab.page.select_option("select[name=stratum]", "easy")
+        assert sorted(shown(tab)) == sorted(k for k, s in strata.items() if s == "easy")
+        assert sorted(shown(tab)) == ["easy-a", "easy-b", "timeout"]
+        tab.page.select_option("select[name=stratum]", "")
+
+        tab.page.select_option("select[name=moved]", "reference")  # alone or with the other
+        assert sorted(shown(tab)) == sorted(
+            k for k, m in moved.items() if m in ("reference", "both")
+        )
+        assert sorted(shown(tab)) == ["med-a", "str-a"]
+        tab.page.select_option("select[name=moved]", "both")
+        assert shown(tab) == ["str-a"]
+        tab.page.select_option("select[name=moved]", "")
+
+        tab.page.select_option("select[name=miss]", "missing:ok")
+        assert sorted(shown(tab)) == sorted(
+            k for k, m in misses.items() if "missing:ok" in m.split()
+        )
+        assert fragment(tab) == {"miss": ["missing:ok"]}
+        tab.page.select_option("select[name=miss]", "")
+
+        tab.page.check("input[name=changed]")
+        assert sorted(shown(tab)) == sorted(k for k, g in gates.items() if g != "unchanged")
+        assert fragment(tab) == {"changed": ["1"]}
+        tab.page.uncheck("input[name=changed]")
+        assert len(shown(tab)) == 8
+        assert tab.page.evaluate("location.hash") == ""
+
+
+def test_a_search_finds_ids_and_replies_whatever_the_case(browser: Browser, report: Path) -> None:
+    """Free text matches case ids and what the sides replied, case-insensitively."""
+    with browser.open(report) as tab:
+        tab.page.fill("input[name=q]", "fjord EXPRESS")
+        wait_for_count(tab, 1)
+        assert shown(tab) == ["easy-a"]
+        assert fragment(tab) == {"q": ["fjord EXPRESS"]}
+        tab.page.fill("input[name=q]", "MED-")
+        wait_for_count(tab, 2)
+        assert sorted(shown(tab)) == ["med-a", "med-b"]
+        tab.page.fill("input[name=q]", "no such words anywhere")
+        wait_for_count(tab, 0)
+        assert shown(tab) == []
+
+
+def test_sorting_by_delta_id_and_class_reorders_the_rows(browser: Browser, report: Path) -> None:
+    """By score delta the candidate's worst losses come first and unscored cases last; by id
+    the rows are in id order; by class they follow the class filter's order."""
+    with browser.open(report) as tab:
+        tab.page.select_option("select[name=sort]", "delta")
+        deltas = [rows(tab, "delta")[k] for k in shown(tab)]
+        scored = [float(d) for d in deltas if d]
+        assert scored == sorted(scored)
+        assert scored[0] < 0
+        assert deltas[-1] == ""  # the timed-out case has no score delta
+        assert fragment(tab) == {"sort": ["delta"]}
+        tab.page.select_option("select[name=sort]", "id")
+        assert shown(tab) == sorted(shown(tab))
+        tab.page.select_option("select[name=sort]", "class")
+        order = tab.page.eval_on_selector_all(
+            "select[name=gate] option", "options => options.map((o) => o.value)"
+        )
+        gates = rows(tab, "gate")
+        ranks = [order.index(gates[k]) for k in shown(tab)]
+        assert ranks == sorted(ranks)
+
+
+def test_a_fragment_restores_the_whole_view(browser: Browser, report: Path) -> None:
+    """Loading a link with filters, a search, a sort and a case shows that view: the controls
+    say so, only matching rows show and the case is open; changing a control then rewrites
+    the fragment in place, adding no history entry."""
+    view = "gate=disagreement_changed&stratum=easy&q=FJORD&sort=delta&case=easy-a"
+    with browser.open(report, fragment=view) as tab:
+        page = tab.page
+        assert page.input_value("select[name=gate]") == "disagreement_changed"
+        assert page.input_value("select[name=stratum]") == "easy"
+        assert page.input_value("input[name=q]") == "FJORD"
+        assert page.input_value("select[name=sort]") == "delta"
+        assert shown(tab) == ["easy-a"]
+        assert count_line(tab) == "1 of 8 cases"
+        assert page.get_attribute("tr.detail section.case-detail", "data-id") == "easy-a"
+        before = page.evaluate("history.length")
+        page.select_option("select[name=stratum]", "")
+        assert fragment(tab) == {
+            "gate": ["disagreement_changed"],
+            "q": ["FJORD"],
+            "sort": ["delta"],
+            "case": ["easy-a"],
+        }
+        assert page.evaluate("history.length") == before
+
+
+def test_a_case_fragment_opens_that_case_and_scrolls_to_it(browser: Browser, report: Path) -> None:
+    """`#case=ID` (the id URL-encoded, whatever characters it has) opens the clone of that
+    case's template right after its row and brings the row into view."""
+    with browser.open(report, fragment="case=odd+id%2F%26%3D%23%3F%2B", height=300) as tab:
+        detail = tab.page.locator("tr.detail")
+        assert detail.count() == 1
+        assert detail.locator("section.case-detail").get_attribute("data-id") == ODD_ID
+        row_id = tab.page.evaluate("document.querySelector('tr.detail').previousElementSibling.id")
+        assert tab.page.get_attribute(f"#{row_id}", "data-id") == ODD_ID
+        assert tab.page.is_visible(f"#{row_id}")
+        box: dict[str, Any] | None = tab.page.locator(f"#{row_id}").bounding_box()
+        assert box is not None and 0 <= box["y"] < 300
+
+
+def test_opening_a_case_by_its_link_and_closing_it(browser: Browser, report: Path) -> None:
+    """Clicking a case's link opens its detail under the row and names it in the fragment;
+    clicking it again closes it; opening another closes the first."""
+    with browser.open(report) as tab:
+        page = tab.page
+        page.click("tr.case[data-id='med-a'] a.open")
+        assert page.locator("tr.detail").count() == 1
+        assert page.get_attribute("tr.detail section.case-detail", "data-id") == "med-a"
+        assert page.get_attribute("tr.case[data-id='med-a'] a.open", "aria-expanded") == "true"
+        assert fragment(tab) == {"case": ["med-a"]}
+        page.click("tr.case[data-id='easy-a'] a.open")
+        assert page.locator("tr.detail").count() == 1
+        assert page.get_attribute("tr.detail section.case-detail", "data-id") == "easy-a"
+        page.click("tr.case[data-id='easy-a'] a.open")
+        assert page.locator("tr.detail").count() == 0
+        assert page.evaluate("location.hash") == ""
+
+
+def test_a_reason_link_shows_exactly_the_cases_it_counts(browser: Browser, report: Path) -> None:
+    """Following a verdict reason's link filters the table to its cases, as many as it says,
+    and sets the controls to match; following it again from another view does the same."""
+    with browser.open(report) as tab:
+        page = tab.page
+        reason = page.locator("#reasons li.reason[data-reason='disagreement_changed']")
+        count = int(str(reason.locator(".count").text_content()))
+        page.select_option("select[name=sort]", "id")
+        reason.locator("a").click()
+        page.wait_for_function("() => location.hash.includes('gate=')")
+        assert page.input_value("select[name=gate]") == "disagreement_changed"
+        assert len(shown(tab)) == count
+        assert count_line(tab) == f"{count} of 8 cases"
+        page.select_option("select[name=gate]", "")
+        reason.locator("a").click()
+        wait_for_count(tab, count)
+        assert len(shown(tab)) == count
+
+
+EXACT = ("disagreement_changed", "reference_moved", "unscored", "new_case", "alias_drift")
+
+
+def test_each_counting_reason_links_to_exactly_its_cases(browser: Browser, report: Path) -> None:
+    """A reason that counts cases (changed, reference moved, unscored, new) links to a view of
+    the table that shows exactly that many."""
+    with browser.open(report) as tab:
+        page = tab.page
+        reasons = page.eval_on_selector_all(
+            "#reasons li.reason",
+            "items => items.map((li) => [li.dataset.reason, li.querySelector('a').hash, "
+            "Number(li.querySelector('.count').textContent)])",
+        )
+        kinds = {kind for kind, _, _ in reasons}
+        assert {"disagreement_changed", "reference_moved", "unscored", "new_case"} <= kinds
+        for kind, hash_, count in reasons:
+            if kind in EXACT:
+                page.evaluate("(h) => { location.hash = h; }", hash_)
+                wait_for_count(tab, count)
+                assert len(shown(tab)) == count, kind
+
+
+def _many(root: Path) -> Path:
+    """450 cases, the candidate failing every 50th: three row groups of up to 200."""
+    cases = [
+        {
+            "id": f"m-{i:03d}",
+            "stratum": "easy",
+            "prompt": "Say ok.",
+            "expect": {"must_include": ["ok"]},
+        }
+        for i in range(450)
+    ]
+    project = Project(root, cases)
+    first, _, _ = project.run()
+    project.promote(first)
+    project.cassettes(
+        {}, {f"m-{i:03d}": {"completion": "nope", "model": "cand-1"} for i in range(0, 450, 50)}
+    )
+    second, _, _ = project.run()
+    return second / "report.html"
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return in_thread(_many, tmp_path_factory.mktemp("many"))
+
+
+GROUPS = """() => Array.from(document.querySelectorAll("#cases tbody"), (body) => [
+  body.checkVisibility(),
+  Array.from(body.querySelectorAll("tr.case")).filter((r) => r.checkVisibility()).length,
+])"""
+
+
+def test_a_filter_fills_the_first_row_groups_and_hides_the_empty_ones(
+    browser: Browser, many: Path
+) -> None:
+    """A long table comes in row groups; the cases a filter shows fill them from the top, in
+    order, and a group left with none is hidden whole, so no blank stretch of page is left
+    where filtered rows were; clearing the filter shows every row in its group again."""
+    with browser.open(many) as tab:
+        page = tab.page
+        assert page.evaluate(GROUPS) == [[True, 200], [True, 200], [True, 50]]
+        page.select_option("select[name=gate]", "disagreement_changed")
+        assert shown(tab) == [f"m-{i:03d}" for i in range(0, 450, 50)]
+        assert page.evaluate(GROUPS) == [[True, 9], [False, 0], [False, 0]]
+        page.select_option("select[name=gate]", "")
+        assert shown(tab) == [f"m-{i:03d}" for i in range(450)]
+        assert page.evaluate(GROUPS) == [[True, 200], [True, 200], [True, 50]]
+
+
+def test_the_script_is_inline_hashed_and_cannot_fetch_or_run_text(report: Path) -> None:
+    """report.html's one script is report.js, allowed by its hash and nothing else, and the
+    script names no API that makes a request, evaluates text or parses markup."""
+    page = report.read_text(encoding="utf-8")
+    script = report_script()
+    assert page.count("<script") == 1
+    assert f"<script>{script}</script>" in page
+    csp = page.split('http-equiv="Content-Security-Policy" content="', 1)[1].split('"', 1)[0]
+    assert f"script-src {source_hash(script)};".replace("'", "&#39;") in csp
+    assert "connect-src &#39;none&#39;" in csp
+    forbidden = (
+        "fetch", "XMLHttpRequest", "WebSocket", "EventSource", "sendBeacon", "import(",
+        "eval(", "Function(", "innerHTML", "outerHTML", "insertAdjacentHTML", "document.write",
+        "DOMParser", "createContextualFragment", "srcdoc", "window.open", "postMessage",
+        "</script", "<!--",
+    )  # fmt: skip
+    assert [name for name in forbidden if name in script] == []
