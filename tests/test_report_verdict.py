@@ -323,3 +323,28 @@ def test_both_sides_moving_alike_is_a_note_under_a_clean_verdict(tmp_path: Path)
     assert (code, page.one("header", id="verdict").get("data-verdict")) == (0, "clean")
     assert li.get("data-weight") == "note"
     assert page.one("p", class_="said").text().startswith("Nothing needs review")
+
+
+def test_the_filters_choices_come_with_their_counts(hostile: Path) -> None:
+    """The page's filters are offered the gate classes, strata, moved sides and miss codes the
+    run has, each with how many cases it shows; a case without a stratum is no choice."""
+    from runner.reports.html import context
+
+    with build_report(hostile) as rep:
+        found = context(rep)
+    assert dict(found["filter_gates"]) == {
+        "transport_miss": 1,
+        "schema_miss": 1,
+        "alias_swap": 1,
+        "disagreement_changed": 5,
+        "unchanged": 6,
+    }
+    assert [v for v, _ in found["filter_gates"]][:2] == ["transport_miss", "schema_miss"]
+    assert dict(found["filter_strata"]) == {"easy": 2, "medium": 10, "stretch": 2}
+    assert dict(found["filter_moved"]) == {"candidate": 5}
+    misses = dict(found["filter_misses"])
+    assert (misses["missing:ok"], misses["transport:timeout"], misses["schema:not_json"]) == (
+        5,
+        1,
+        1,
+    )

@@ -186,7 +186,7 @@ def details(rep: RunReport) -> Iterator[tuple[int, CaseView]]:
 def _options(counts: Counter[str], order: Sequence[str] = ()) -> list[tuple[str, int]]:
     """A filter's choices with their counts: `order` first, then the rest by count."""
     known = [(v, counts[v]) for v in order if counts[v]]
-    rest = [(v, n) for v, n in counts.items() if v not in order and n]
+    rest = [(v, n) for v, n in counts.items() if v not in order and v and n]  # "": no stratum
     return known + sorted(rest, key=lambda vn: (-vn[1], vn[0]))
 
 
