@@ -105,3 +105,22 @@ def test_a_large_page_is_written_without_holding_it(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert size > 8_000_000  # every case with its detail
     assert peak < size / 2, (peak, size)
+
+
+def test_an_unreadable_raw_ledger_is_noted_on_a_page_with_nothing_to_review(
+    tmp_path: Path,
+) -> None:
+    """A clean run whose raw.jsonl is broken still says so under the table: the ledger is
+    read before the page's notes are written, not only when a case needs review."""
+    from reportkit import UNSTRATIFIED, Project
+
+    from runner.reports.html import html_parts
+    from runner.reports.model import build_report
+
+    project = Project(tmp_path, UNSTRATIFIED)
+    run_dir, _, _ = project.run()
+    (run_dir / "raw.jsonl").write_text("{broken\n", encoding="utf-8")
+    with build_report(run_dir) as rep:
+        page = "".join(html_parts(rep))
+    notes = page[page.index("</table>") :]
+    assert "raw.jsonl:1" in notes

@@ -194,6 +194,7 @@ def context(rep: RunReport) -> dict[str, Any]:
     """Everything `report.html.j2` shows, the case table and the details as iterators."""
     s = rep.summary
     verdict = str(s.get("verdict") or "unknown")
+    rep.details()  # indexed now: what it could not read is noted before the notes are shown
     review, unscored, unscored_total = _no_script(rep)
     counts = mapping_of(s.get("gate_counts"))
     fail_on = s.get("fail_on")
