@@ -164,3 +164,29 @@ def test_history_page_bench_smoke() -> None:
     expected = (0, 5)
     actual = (proc.returncode, len(proc.stdout.splitlines()))
     assert expected == actual, proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_report_scale_smoke(tmp_path: Path) -> None:
+    """bench/report_scale.py builds a run with every gate class through the pipeline, writes
+    its figures and, where chromium runs, every browser figure with the page reporting no
+    problem; no timing is asserted."""
+    out, results = tmp_path / "scale.json", tmp_path / "RESULTS.md"
+    results.write_text("# Results\n\nkept\n")
+    argv = [sys.executable, str(ROOT / "bench" / "report_scale.py"), "--n", "300"]
+    argv += ["--loads", "1", "--renders", "1", "--json", str(out), "--results", str(results)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=170, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert (row["n"], row["rows"], row["templates"]) == (300, 298, 298)  # 2 retired
+    assert row["html_bytes"] > 0
+    assert row["render_s"] > 0
+    if "skipped" not in row:
+        assert row["problems"] == []
+        assert row["shown"].endswith("of 298 cases")
+        for key in ("dcl_ms", "load_ms", "script_ready_ms", "filter_ms", "sort_ms", "open_ms"):
+            assert row[key] > 0, key
+    text = results.read_text()
+    assert text.startswith("# Results\n\nkept\n")
+    assert text.count("## report.html at scale") == 1
