@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint typecheck check clean
+.PHONY: demo test lint typecheck check clean screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ demo: $(VENV)/.runtime
 	@$(BIN)/parallax run --config config/demo.toml; code=$$?; \
 	  if [ $$code -gt 3 ]; then exit $$code; fi; \
 	  echo "demo finished: exit $$code (0 clean, 1 review, 2 incomplete, 3 both)"
+
+## screenshots: the demo's reports and history pages as PNGs in docs/screenshots/ (needs chromium)
+screenshots: $(VENV)/.dev
+	rm -f docs/screenshots/*.png
+	PARALLAX_ARTIFACTS=docs/screenshots $(BIN)/python tests/screenshots.py
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .

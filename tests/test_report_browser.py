@@ -151,6 +151,25 @@ _INERT_FACTS = f"""() => {{
 }}"""
 
 
+# the opened case's parts, as text, for the case whose data-id is the argument
+_DETAIL = """(id) => {
+  const found = [...document.querySelectorAll('tr.detail section.case-detail')]
+    .find((s) => s.dataset.id === id);
+  if (!found) return null;
+  const text = (sel) => [...found.querySelectorAll(sel)].map((e) => e.textContent.trim());
+  const cand = '.cd-side[data-side="candidate"] ';
+  return {
+    id: text('.cd-head strong'),
+    system: text(cand + '.cd-turn[data-role="system"] pre'),
+    prompt: text(cand + '.cd-turn[data-role="user"] pre'),
+    reply: text(cand + '.cd-text'),
+    calls: text(cand + '.cd-calls code'),
+    served: text(cand + '.cd-meta code'),
+    row: found.closest('tr.detail').previousElementSibling.dataset.id,
+  };
+}"""
+
+
 @dataclass(frozen=True)
 class Hostile:
     """The hostile-inputs run's report.html, its suite's history page, and the case ids."""
@@ -204,6 +223,31 @@ def _history_link(href: str) -> bool:
     return len(parts) == 2 and parts[1] == "report.html" and ":" not in href
 
 
+def _open_every_case(tab: Tab) -> list[dict[str, object] | None]:
+    """Click each case's link as a person would; what each opened case shows."""
+    rows = tab.page.locator("tr.case")
+    shown = []
+    for n in range(rows.count()):
+        row = rows.nth(n)
+        row.locator("a.open").click()
+        shown.append(tab.page.evaluate(_DETAIL, row.get_attribute("data-id")))
+    return shown
+
+
+def test_hostile_inputs_stay_inert_in_the_report(browser: Browser, hostile: Hostile) -> None:
+    """Payloads in case ids, prompts, system prompts, replies, tool calls and model names run
+    nothing and add no element, link or raw control character, before and after every case
+    is opened; no console error, request or CSP violation (the harness fails on those)."""
+    with browser.open(hostile.report) as tab:
+        before = _inert(tab, allowed_hrefs=_report_link)
+        opened = _open_every_case(tab)
+        after = _inert(tab, allowed_hrefs=_report_link)
+        tab.screenshot("report-hostile-inputs")
+    expected = (INERT, INERT, len(HOSTILE_INPUTS), [])
+    actual = (before, after, len(opened), [o for o in opened if o is None])
+    assert expected == actual
+
+
 def test_hostile_inputs_stay_inert_without_javascript(browser: Browser, hostile: Hostile) -> None:
     """Without JavaScript the review cases are expanded in the page itself (inside
     <noscript>, which a payload's `</noscript>` must not close): still nothing injected."""
@@ -212,6 +256,36 @@ def test_hostile_inputs_stay_inert_without_javascript(browser: Browser, hostile:
         shown = tab.page.locator("section.case-detail").count()
     expected = (INERT, True)
     assert expected == (actual, shown > 0)
+
+
+def test_hostile_inputs_show_as_text_in_an_opened_case(browser: Browser, hostile: Hostile) -> None:
+    """Opening a case shows its id, system prompt, prompt, reply, tool call and served model
+    as the text they are, a bidi control or NUL as its escape."""
+    with browser.open(hostile.report) as tab:
+        opened = {str(o["row"]): o for o in _open_every_case(tab) if o is not None}
+    expected = {}
+    actual = {}
+    for n, text in enumerate(HOSTILE_INPUTS.values()):
+        shown = visible(text)
+        expected[shown] = {
+            "id": [shown],
+            "system": [shown],
+            "prompt": [shown],
+            "reply": [shown],
+            "call names the tool": True,
+            "served": True,
+        }
+        got = opened.get(shown) or {}
+        calls = got.get("calls") or [""]
+        actual[shown] = {
+            "id": got.get("id"),
+            "system": got.get("system"),
+            "prompt": got.get("prompt"),
+            "reply": got.get("reply"),
+            "call names the tool": str(calls[0]).startswith(shown + "("),
+            "served": (f"cand-{shown}" if n % 2 else "cand-1") in (got.get("served") or []),
+        }
+    assert expected == actual
 
 
 def test_escapes_are_what_a_reader_sees(browser: Browser, hostile: Hostile) -> None:
@@ -241,6 +315,38 @@ def test_hostile_inputs_stay_inert_in_the_history_page(browser: Browser, hostile
 
 def _shown_ids(tab: Tab) -> list[str]:
     return [str(r.get_attribute("data-id")) for r in tab.page.locator("tr.case:visible").all()]
+
+
+def test_a_reason_link_shows_exactly_its_cases(browser: Browser, hostile: Hostile) -> None:
+    """Following the verdict's disagreement reason and its alias drift reason each leaves
+    exactly the cases of that gate class in the table, as many as the reason says."""
+    texts = list(HOSTILE_INPUTS.values())
+    expected = {
+        "disagreement_changed": sorted(visible(t) for t in texts[0::2]),
+        "alias_drift": sorted(visible(t) for t in texts[1::2]),
+    }
+    actual = {}
+    counts = {}
+    with browser.open(hostile.report) as tab:
+        for kind in expected:
+            reason = tab.page.locator(f'#reasons li.reason[data-reason="{kind}"]')
+            counts[kind] = int(reason.locator(".count").inner_text())
+            reason.locator("a").click()
+            actual[kind] = sorted(_shown_ids(tab))
+    assert (expected, {k: len(v) for k, v in expected.items()}) == (actual, counts)
+
+
+def test_a_case_opened_is_a_link_that_opens_it_again(browser: Browser, hostile: Hostile) -> None:
+    """Opening a case puts it in the URL; loading that URL shows the same case opened."""
+    case_id = visible(HOSTILE_INPUTS["bidi"])
+    with browser.open(hostile.report) as tab:
+        tab.page.locator("tr.case").filter(has_text=case_id).locator("a.open").click()
+        fragment = tab.page.evaluate("location.hash").removeprefix("#")
+    with browser.open(hostile.report, fragment=fragment) as tab:
+        tab.page.locator("tr.detail section.case-detail").first.wait_for()
+        shown = tab.page.evaluate(_DETAIL, case_id)
+    assert shown is not None
+    assert ([case_id], case_id) == (shown["id"], shown["row"])
 
 
 def test_a_history_run_link_opens_that_run_s_report(browser: Browser, hostile: Hostile) -> None:
