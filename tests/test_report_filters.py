@@ -226,7 +226,8 @@ def test_a_case_fragment_opens_that_case_and_scrolls_to_it(browser: Browser, rep
         assert tab.page.get_attribute(f"#{row_id}", "data-id") == ODD_ID
         assert tab.page.is_visible(f"#{row_id}")
         box: dict[str, Any] | None = tab.page.locator(f"#{row_id}").bounding_box()
-        assert box is not None and 0 <= box["y"] < 300
+        assert box is not None
+        assert -1 < box["y"] < 300  # at the top of the viewport, give or take a subpixel
 
 
 def test_opening_a_case_by_its_link_and_closing_it(browser: Browser, report: Path) -> None:
