@@ -6,8 +6,9 @@ writes each suite's history page, then opens the pages in Debian's chromium
 (tests/browserkit.py) and writes into `$PARALLAX_ARTIFACTS` (the Makefile: docs/screenshots/)
 per suite: `<suite>-top.png` (the verdict and the first cases), `<suite>-filtered.png` (the
 view the verdict's first reason links to), `<suite>-case.png` (the first case of that view,
-opened) and `<suite>-history.png`. A page that logs an error, makes a request or breaks its
-Content Security Policy stops the script, as it fails a browser test.
+opened, with the requests unfolded) and `<suite>-history.png`. A page that logs an error,
+makes a request or breaks its Content Security Policy stops the script, as it fails a browser
+test.
 """
 
 from __future__ import annotations
@@ -55,11 +56,15 @@ def report_views(browser: Browser, run_dir: Path) -> None:
         href = reasons.first.get_attribute("href") if reasons.count() else None
     fragment = (href or "#changed=1").removeprefix("#")
     with browser.open(page, fragment=fragment, width=WIDTH, height=HEIGHT) as tab:
-        _to_top(tab, "#filters")
         tab.screenshot(f"{suite}-filtered")
         row = tab.page.locator("tr.case:visible").first
         row.locator("a.open").click()
-        tab.page.locator("tr.detail .case-detail").first.wait_for()
+        detail = tab.page.locator("tr.detail .case-detail").first
+        detail.wait_for()
+        # what each side was sent, folded by default, is what a reviewer opens first
+        detail.locator("details.cd-request").evaluate_all(
+            "(all) => all.forEach((d) => { d.open = true; })"
+        )
         _to_top(tab, "tr.case:visible")
         tab.screenshot(f"{suite}-case")
 
