@@ -232,6 +232,8 @@ HOSTILE_INPUTS = {
     "bidi": "invoice\u202egpj.exe \u2066isolated\u2069",
     "nul": "before\x00after",
 }
+# a case both sides keep passing, so the history page lists its id among the ceiling candidates
+HOSTILE_QUIET = f"quiet </li></ul><img src=x onerror=\"window.{PWNED}='ceiling'\">\u202e"
 HOSTILE_TOOL = {
     "type": "function",
     "function": {"name": "lookup", "parameters": {"type": "object"}},
@@ -245,13 +247,14 @@ def hostile_inputs_project(root: Path) -> tuple[Project, Path, Path]:
     Every HOSTILE_INPUTS payload is one case's id, prompt and system prompt; in the second run
     the candidate replies with it and calls a tool named by it with it as the argument (the
     case's disagreement changed), and every other case's candidate serves a model named by it
-    (alias_swap).
+    (alias_swap). The case HOSTILE_QUIET passes on both sides in both runs: a ceiling candidate.
     """
     cases = [
         {"id": text, "system": text, "prompt": text, "tools": [HOSTILE_TOOL],
          "expect": {"must_include": ["ok"]}}
         for text in HOSTILE_INPUTS.values()
     ]  # fmt: skip
+    cases.append({"id": HOSTILE_QUIET, "prompt": HOSTILE_QUIET, "expect": {"must_include": ["ok"]}})
     project = Project(root, cases)
     first, _, _ = project.run()
     project.promote(first)

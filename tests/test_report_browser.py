@@ -20,6 +20,7 @@ from reportkit import (
     HOSTILE_IMG,
     HOSTILE_INPUTS,
     HOSTILE_PIPES,
+    HOSTILE_QUIET,
     HOSTILE_SCRIPT,
     HOSTILE_TABLE,
     PWNED,
@@ -243,7 +244,7 @@ def test_hostile_inputs_stay_inert_in_the_report(browser: Browser, hostile: Host
         opened = _open_every_case(tab)
         after = _inert(tab, allowed_hrefs=_report_link)
         tab.screenshot("report-hostile-inputs")
-    expected = (INERT, INERT, len(HOSTILE_INPUTS), [])
+    expected = (INERT, INERT, len(HOSTILE_INPUTS) + 1, [])
     actual = (before, after, len(opened), [o for o in opened if o is None])
     assert expected == actual
 
@@ -298,16 +299,19 @@ def test_escapes_are_what_a_reader_sees(browser: Browser, hostile: Hostile) -> N
 
 
 def test_hostile_inputs_stay_inert_in_the_history_page(browser: Browser, hostile: Hostile) -> None:
-    """The suite's history page, which names the hostile served models, runs and injects
-    nothing, with and without JavaScript."""
+    """The suite's history page, which names the hostile served models and a hostile case id
+    among its ceiling candidates, runs and injects nothing, with and without JavaScript, and
+    shows them as text."""
     with browser.open(hostile.history) as tab:
         with_script = _inert(tab, allowed_hrefs=_history_link)
-        models = tab.page.locator("code.model").all_text_contents()
+        models = set(tab.page.locator("code.model").all_text_contents())
+        ceiling = tab.page.locator("li.ceiling code").all_text_contents()
         tab.screenshot("history-hostile-inputs")
     with browser.open(hostile.history, javascript=False) as tab:
         without = _inert(tab, allowed_hrefs=_history_link)
-    shown = {f"cand-{visible(t)}" for n, t in enumerate(HOSTILE_INPUTS.values()) if n % 2}
-    assert (INERT, INERT, set()) == (with_script, without, shown - set(models))
+    served = {f"cand-{visible(t)}" for n, t in enumerate(HOSTILE_INPUTS.values()) if n % 2}
+    expected = (INERT, INERT, set(), [visible(HOSTILE_QUIET)])
+    assert expected == (with_script, without, served - models, ceiling)
 
 
 # ------------------------------------------------ following links, and no JavaScript
@@ -376,6 +380,6 @@ def test_without_javascript_the_verdict_and_every_case_show(
             page.locator("#filters").is_visible(),
         )
         tab.screenshot("report-without-javascript", full_page=True)
-    every = sorted(map(visible, HOSTILE_INPUTS.values()))
+    every = sorted(map(visible, [*HOSTILE_INPUTS.values(), HOSTILE_QUIET]))
     expected = (True, "review", True, every, False)
     assert expected == actual
