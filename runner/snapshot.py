@@ -333,7 +333,7 @@ def calls_at(run_dir: Path) -> datetime | None:
         ):
             current = current.parent / parent
             continue
-        started = _aware(manifest.get("started_at"))
+        started = aware_time(manifest.get("started_at"))
         return started if started is not None else started_of(current.name)
     return None
 
@@ -341,14 +341,14 @@ def calls_at(run_dir: Path) -> datetime | None:
 def snapshot_calls_at(doc: Mapping[str, Any]) -> datetime | None:
     """When the calls of the run a snapshot was promoted from were made; a version 1 snapshot
     knows only that run's name, which begins with its start."""
-    found = _aware(doc.get("promoted_calls_at"))
+    found = aware_time(doc.get("promoted_calls_at"))
     if found is not None:
         return found
     named = doc.get("promoted_from")
     return started_of(named) if doc.get("version") == 1 and isinstance(named, str) else None
 
 
-def _aware(value: Any) -> datetime | None:
+def aware_time(value: Any) -> datetime | None:
     """An ISO-8601 time with its zone, or None (hand-edited, naive or not a time at all)."""
     if not isinstance(value, str):
         return None

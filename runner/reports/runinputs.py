@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from runner.reports.accepted import Snapshot
 from runner.reports.expected import value_text
 from runner.reports.requestview import RequestView, Source, request_view
 from runner.runs.rundir import file_digest
+from runner.snapshot import aware_time
 
 STAND_IN = "a recorded endpoint sends nothing: this is the request it stands in for"
 AS_WRITTEN = "nothing was sent and the config is not found: the case as written"
@@ -218,8 +218,8 @@ class RunInputs:
         source, at = snapshot.head.get("promoted_from"), snapshot.head.get("promoted_at")
         if source is not None and source == (self.manifest.get("run_id") or self.run_dir.name):
             return "promoted from this run: the entry is what this run accepted"
-        finished = _when(self.manifest.get("finished_at"))
-        promoted = _when(at)
+        finished = aware_time(self.manifest.get("finished_at"))
+        promoted = aware_time(at)
         if finished is not None and promoted is not None and promoted > finished:
             return (
                 f"promoted since this run (from {source} at {at}): the entry may not be the one "
@@ -230,13 +230,3 @@ class RunInputs:
     def close(self) -> None:
         if self._fixtures is not None:
             self._fixtures.close()
-
-
-def _when(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else None
