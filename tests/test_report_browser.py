@@ -353,6 +353,23 @@ def test_a_case_opened_is_a_link_that_opens_it_again(browser: Browser, hostile: 
     assert ([case_id], case_id) == (shown["id"], shown["row"])
 
 
+def test_searching_for_a_payload_finds_its_case_and_runs_nothing(
+    browser: Browser, hostile: Hostile
+) -> None:
+    """Typing each payload into the search box, as the page shows it, leaves exactly its case
+    in the table and puts it in the URL; the page stays inert."""
+    searched = "(q) => new URLSearchParams(location.hash.slice(1)).get('q') === q"
+    found = {}
+    with browser.open(hostile.report) as tab:
+        for text in HOSTILE_INPUTS.values():
+            tab.page.fill("input[name=q]", visible(text))
+            tab.page.wait_for_function(searched, arg=visible(text))
+            found[visible(text)] = _shown_ids(tab)
+        after = _inert(tab, allowed_hrefs=_report_link)
+    expected = {visible(t): [visible(t)] for t in HOSTILE_INPUTS.values()}
+    assert (expected, INERT) == (found, after)
+
+
 def test_a_history_run_link_opens_that_run_s_report(browser: Browser, hostile: Hostile) -> None:
     """The history page's newest run links to that run's report.html, which says the same
     verdict the row does."""
