@@ -114,8 +114,8 @@ class Tab:
         assert href is not None, f"{selector} has no href"
         target = urldefrag(urljoin(self.page.url, href)).url
         self.allowed.add(target)
-        link.click()
-        self.page.wait_for_load_state("load")
+        with self.page.expect_navigation(wait_until="load"):
+            link.click()
         return self.page.url
 
     def screenshot(self, name: str, *, full_page: bool = False) -> Path | None:
