@@ -65,6 +65,11 @@ class Protocol(Enum):
         """Headers a real client of this protocol sends (llmock checks none of them)."""
         return {"anthropic-version": "2023-06-01"} if self is Protocol.ANTHROPIC else {}
 
+    @property
+    def kind(self) -> str:
+        """The `kind` of a parallax endpoint that speaks this protocol."""
+        return "openai-chat" if self is Protocol.OPENAI else "anthropic-messages"
+
 
 class ToolMode(Enum):
     """`--tool-mode`: `auto` answers a request that offers tools with a generated call."""
@@ -268,6 +273,31 @@ class LlmockServer:
     def base_url(self, protocol: Protocol) -> str:
         """The `base_url` of a parallax endpoint of that protocol pointed at this server."""
         return self.origin + protocol.base_path
+
+    def endpoint_toml(
+        self,
+        name: str,
+        protocol: Protocol,
+        *,
+        concurrency: int = 2,
+        price: tuple[float, float] | None = None,
+        extra: str = "",
+    ) -> str:
+        """A live parallax endpoint `name` at this server, whose model is its name too
+        (behaviours match on the model): one attempt, as a retry would hide a scripted fault;
+        `price` is (input, output) $/Mtok."""
+        priced = (
+            ""
+            if price is None
+            else f"price = {{ input_per_mtok = {price[0]}, output_per_mtok = {price[1]} }}\n"
+        )
+        return (
+            f"[endpoints.{name}]\n"
+            f'kind = "{protocol.kind}"\nbase_url = "{self.base_url(protocol)}"\n'
+            f'model = "{name}"\nconcurrency = {concurrency}\ndeadline = 30\nmax_tokens = 64\n'
+            "retry = { attempts = 1 }\n"
+            f"{priced}{extra}"
+        )
 
     # lifecycle --------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 PARALLAX = [sys.executable, "-m", "runner"]
+RUN_TIMEOUT = 240  # seconds for a whole run subprocess: a bound on a hung run, not a timing
 # Every test secret starts with this, so the session-wide check (conftest.py) can find a leak.
 SECRET_PREFIX = "sk-paralleak-"
 # what the session-wide scan (conftest.py) looks for: this prefix and the older test keys, in
@@ -28,6 +29,22 @@ SECRET_PREFIX = "sk-paralleak-"
 SECRET = re.compile(rb"sk-(?:paralleak|test|live)-[A-Za-z0-9-]{4,}", re.IGNORECASE)
 
 FIGURES: dict[str, Counter[str]] = {}
+
+
+def run_parallax(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`parallax ...` in `cwd` as a user runs it: none of the session's PARALLAX_ variables,
+    and loopback kept off any proxy, as the servers it calls are local."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
+    env["NO_PROXY"] = "127.0.0.1"
+    return subprocess.run(
+        [*PARALLAX, *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
 
 
 def start_serve(config: Path, *flags: str) -> subprocess.Popen[str]:

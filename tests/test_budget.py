@@ -16,6 +16,7 @@ from faultserver import FaultServer
 from hypothesis import given
 from hypothesis import strategies as st
 from llmockkit import LlmockServer, Protocol
+from relkit import RUN_TIMEOUT, run_parallax
 
 from runner.budget import (
     PICO,
@@ -37,7 +38,6 @@ from runner.protocols import wire_for
 from runner.protocols.wire import PLAIN
 from runner.usage import micro_usd
 
-RUN_TIMEOUT = 240  # seconds for a whole run subprocess: a bound on a hung run, not a timing
 PRICE = Price(input_per_mtok=10, output_per_mtok=30)
 CASE = Case(id="c", prompt="Name the SKU.", expect={}, fixture_sha="f" * 16, path="x", line=1)
 
@@ -312,20 +312,6 @@ async def test_attempts_a_server_turned_away_cost_nothing(fault_server: FaultSer
 # -- config ----------------------------------------------------------------------------------
 
 
-def _parallax(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
-    env["NO_PROXY"] = "127.0.0.1"
-    return subprocess.run(
-        [sys.executable, "-m", "runner", *map(str, args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-        check=False,
-    )
-
-
 BASE = 'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
 PRICED = "price = { input_per_mtok = 10, output_per_mtok = 30 }\n"
 SUITE = '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"\n'
@@ -367,7 +353,7 @@ def test_a_budget_that_could_not_be_kept_is_a_config_error(
         load_config(tmp_path / "parallax.toml")
     assert raised.value.exit_code == 78
     for command in ("validate", "run"):
-        done = _parallax(command, "--config", "parallax.toml", cwd=tmp_path)
+        done = run_parallax(command, "--config", "parallax.toml", cwd=tmp_path)
         assert done.returncode == 78, done.stderr
         assert done.stderr.strip().splitlines()[-1].endswith(line), done.stderr
         assert "Traceback" not in done.stderr
@@ -444,7 +430,7 @@ def test_a_recorded_run_the_budget_cuts_is_incomplete_and_a_larger_budget_retry_
     calls, stamps the rest cancelled/budget, logs alert.budget once and exits 2; a retry
     under the same budget makes none (it counts the rows it copies), one under $1 makes all."""
     _recorded_suite(tmp_path, 0.008)
-    done = _parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     (run_dir,) = _run_dirs(tmp_path)
     rows = _outcomes(run_dir)
@@ -478,14 +464,18 @@ def test_a_recorded_run_the_budget_cuts_is_incomplete_and_a_larger_budget_retry_
     assert f"{len(cut)} call(s) not made" in (run_dir / "report.md").read_text("utf-8")
     assert f"{len(cut)} call(s) not made" in (run_dir / "report.html").read_text("utf-8")
 
-    again = _parallax("run", "--config", "parallax.toml", "--retry-unscored", run_dir, cwd=tmp_path)
+    again = run_parallax(
+        "run", "--config", "parallax.toml", "--retry-unscored", run_dir, cwd=tmp_path
+    )
     assert again.returncode == 2, again.stderr
     (same,) = [d for d in _run_dirs(tmp_path) if d != run_dir]
     assert _summary(same)["budget"]["spent_usd"] == spent  # the copied rows' spend
     assert sum(r["transport"] == "cancelled" for r in _outcomes(same)) == len(cut)
 
     _write_config(tmp_path, 1.0)
-    more = _parallax("run", "--config", "parallax.toml", "--retry-unscored", run_dir, cwd=tmp_path)
+    more = run_parallax(
+        "run", "--config", "parallax.toml", "--retry-unscored", run_dir, cwd=tmp_path
+    )
     assert more.returncode == 0, more.stderr
     (full,) = [d for d in _run_dirs(tmp_path) if d not in (run_dir, same)]
     assert all(r["transport"] == "ok" for r in _outcomes(full))
@@ -504,7 +494,7 @@ def test_a_resume_and_a_replay_count_what_the_run_dir_already_spent(tmp_path: Pa
     """A run killed half way is resumed to the same spend as the whole run, and so is its
     replay, which calls nothing: the ledgers' spend is read back by the rule calls settle by."""
     _recorded_suite(tmp_path, 1.0)
-    assert _parallax("run", "--config", "parallax.toml", cwd=tmp_path).returncode == 0
+    assert run_parallax("run", "--config", "parallax.toml", cwd=tmp_path).returncode == 0
     (whole,) = _run_dirs(tmp_path)
     expected = _summary(whole)["budget"]
     assert expected["spent_usd"] == round(2 * CASES * 0.0005, 6)
@@ -518,7 +508,7 @@ def test_a_resume_and_a_replay_count_what_the_run_dir_already_spent(tmp_path: Pa
     manifest |= {"run_id": half.name, "finished_at": None}
     (half / "manifest.json").write_text(json.dumps(manifest), "utf-8")
     _write_config(tmp_path, 1.0)
-    resumed = _parallax("run", "--config", "parallax.toml", "--resume", half, cwd=tmp_path)
+    resumed = run_parallax("run", "--config", "parallax.toml", "--resume", half, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert _summary(half)["budget"]["spent_usd"] == expected["spent_usd"]
     # under a budget with room for one more call's estimate once the first half is counted,
@@ -530,14 +520,14 @@ def test_a_resume_and_a_replay_count_what_the_run_dir_already_spent(tmp_path: Pa
         (cut_dir / name).write_text("".join(lines[: len(lines) // 2]), "utf-8")
     (cut_dir / "manifest.json").write_text(json.dumps(manifest | {"run_id": cut_dir.name}), "utf-8")
     _write_config(tmp_path, round(CASES * 0.0005 + 0.0045, 6))
-    short = _parallax("run", "--config", "parallax.toml", "--resume", cut_dir, cwd=tmp_path)
+    short = run_parallax("run", "--config", "parallax.toml", "--resume", cut_dir, cwd=tmp_path)
     assert short.returncode == 2, short.stderr
     block = _summary(cut_dir)["budget"]
     assert block["spent_usd"] <= block["limit_usd"] and block["exhausted"]
     assert sum(block["cancelled"].values()) >= CASES - 2
     # a replay calls nothing and counts what the run dir it regrades spent
     _write_config(tmp_path, 1.0)
-    replay = _parallax("replay", "--config", "parallax.toml", whole, cwd=tmp_path)
+    replay = run_parallax("replay", "--config", "parallax.toml", whole, cwd=tmp_path)
     assert replay.returncode == 0, replay.stderr
     (replayed,) = [d for d in _run_dirs(tmp_path) if d not in (whole, half, cut_dir)]
     assert _summary(replayed)["budget"] == expected
@@ -549,16 +539,12 @@ def test_a_live_run_against_llmock_stops_at_its_budget(
 ) -> None:
     """Against a real server that returns usage, a budget of a few calls' estimates cuts the
     run (exit 2, alert.budget), and what it spent is what the served replies' usage costs."""
-    kind = {Protocol.OPENAI: "openai-chat", Protocol.ANTHROPIC: "anthropic-messages"}[protocol]
     rows = [
         {"id": f"c{i}", "prompt": f"Say hi to {i}.", "must_not_include": ["zzqq"]} for i in range(8)
     ]
     (tmp_path / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
-    url = llmock.base_url(protocol)
     endpoints = "".join(
-        f'[endpoints.{name}]\nkind = "{kind}"\nbase_url = "{url}"\n'
-        f'model = "{name}"\nconcurrency = 4\ndeadline = 30\nmax_tokens = 64\n'
-        f"retry = {{ attempts = 1 }}\n{PRICED}"
+        llmock.endpoint_toml(name, protocol, concurrency=4, price=(10, 30))
         for name in ("b-ref", "b-cand")
     )
     # one estimate is about (170 bytes x 10 + 64 x 30) micro-dollars = $0.0036
@@ -569,7 +555,7 @@ def test_a_live_run_against_llmock_stops_at_its_budget(
         + '[suites.s]\nfixtures = "f.jsonl"\nreference = "b-ref"\ncandidate = "b-cand"\n',
         "utf-8",
     )
-    done = _parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     (run_dir,) = _run_dirs(tmp_path)
     rows_out = _outcomes(run_dir)
@@ -681,7 +667,7 @@ def test_the_readme_budget_example_spends_what_the_readme_says(tmp_path: Path) -
         )
         assert len(dumps(meter.body(case))) == 400
         assert meter.estimate_case(case) == estimate * 10**6  # micro-dollars, in picodollars
-    done = _parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     (run_dir,) = _run_dirs(tmp_path)
     block = _summary(run_dir)["budget"]
@@ -689,7 +675,9 @@ def test_the_readme_budget_example_spends_what_the_readme_says(tmp_path: Path) -
     assert block["cancelled"] in ({"candidate": 1}, {"candidate": 1, "reference": 1})
     assert block["cut"]["estimate_usd"] == 0.00504
     _worked_example(tmp_path, 0.02)
-    again = _parallax("run", "--config", "parallax.toml", "--retry-unscored", run_dir, cwd=tmp_path)
+    again = run_parallax(
+        "run", "--config", "parallax.toml", "--retry-unscored", run_dir, cwd=tmp_path
+    )
     assert again.returncode == 0, again.stderr
     (retried,) = [d for d in _run_dirs(tmp_path) if d != run_dir]
     assert _summary(retried)["budget"]["spent_usd"] == 0.01095

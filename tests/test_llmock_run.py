@@ -14,9 +14,6 @@ write the same outcomes and disagreement bytes with no server to ask.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,16 +36,15 @@ from llmockkit import (
     stream_fault,
     tool_call,
 )
+from relkit import RUN_TIMEOUT, run_parallax
 
 from runner.history import run_dirs
 
-KINDS = {Protocol.OPENAI: "openai-chat", Protocol.ANTHROPIC: "anthropic-messages"}
 PREFIX = {Protocol.OPENAI: "oa", Protocol.ANTHROPIC: "an"}
 TOOL_FINISH = {Protocol.OPENAI: "tool_calls", Protocol.ANTHROPIC: "tool_use"}
 TEXT_FINISH = {Protocol.OPENAI: "stop", Protocol.ANTHROPIC: "end_turn"}
 STALL_SECONDS = 4.0  # far longer than the stalled side's read timeout
 STALL_READ_TIMEOUT = 1.0
-RUN_TIMEOUT = 240  # seconds for the whole run subprocess: a bound on a hung run, not a timing
 
 # echo: a text reply repeats the conversation's text ("Hello! You said: ..."), so text keys can
 # be checked (the default style names the model, which differs per side)
@@ -259,17 +255,6 @@ def _suites() -> list[Suite]:
     ]
 
 
-def _endpoint(name: str, server: LlmockServer, protocol: Protocol, extra: str = "") -> str:
-    """One live endpoint at llmock: one attempt (a retry would hide the scripted fault)."""
-    return (
-        f"[endpoints.{name}]\n"
-        f'kind = "{KINDS[protocol]}"\nbase_url = "{server.base_url(protocol)}"\n'
-        f'model = "{name}"\nconcurrency = 2\ndeadline = 30\nmax_tokens = 64\n'
-        "retry = { attempts = 1 }\n"
-        f"{extra}"
-    )
-
-
 def write_project(root: Path, server: LlmockServer, protocol: Protocol) -> list[Suite]:
     """The config, fixtures and tools file of one protocol's run; scripts the candidates."""
     prefix = PREFIX[protocol]
@@ -279,12 +264,12 @@ def write_project(root: Path, server: LlmockServer, protocol: Protocol) -> list[
     reference = f"{prefix}-ref"
     parts = [
         'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n',
-        _endpoint(reference, server, protocol),
+        server.endpoint_toml(reference, protocol),
     ]
     for suite in suites:
         candidate = f"{prefix}-{suite.name}"
         stream = "stream = true\n" if suite.streamed else ""
-        parts.append(_endpoint(candidate, server, protocol, stream + suite.candidate_toml))
+        parts.append(server.endpoint_toml(candidate, protocol, extra=stream + suite.candidate_toml))
         (root / f"{suite.name}.jsonl").write_text(
             "".join(json.dumps(case) + "\n" for case in suite.cases), encoding="utf-8"
         )
@@ -304,20 +289,6 @@ def _match(model: str, behaviour: Behavior) -> dict[str, Any]:
     return Match(model=model, stream=stream).to_json()
 
 
-def parallax(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
-    env["NO_PROXY"] = "127.0.0.1"
-    return subprocess.run(
-        [sys.executable, "-m", "runner", *map(str, args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-        check=False,
-    )
-
-
 def outcomes(run_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
     rows = [json.loads(line) for line in (run_dir / "outcomes.jsonl").read_text().splitlines()]
     return {(row["case_id"], row["side"]): row for row in rows}
@@ -330,7 +301,7 @@ def only_run_dir(root: Path, suite: str) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(RUN_TIMEOUT * 2)
-@pytest.mark.parametrize("protocol", list(Protocol), ids=lambda p: KINDS[p])
+@pytest.mark.parametrize("protocol", list(Protocol), ids=lambda p: p.kind)
 def test_a_live_run_against_llmock_stamps_every_tool_and_stream_case_and_replays_byte_identical(
     tmp_path: Path, llmock_pool: LlmockPool, protocol: Protocol
 ) -> None:
@@ -340,7 +311,7 @@ def test_a_live_run_against_llmock_stamps_every_tool_and_stream_case_and_replays
     byte-identical outcomes and disagreement."""
     llmock = llmock_pool.get(ECHO)
     suites = write_project(tmp_path, llmock, protocol)
-    run = parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    run = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
     assert "Traceback" not in run.stderr, run.stderr
     assert run.returncode in (0, 1, 2, 3), run.stderr
     for suite in suites:
@@ -368,7 +339,7 @@ def test_a_live_run_against_llmock_stamps_every_tool_and_stream_case_and_replays
     served = len(llmock.requests())
     for suite in suites:
         source = only_run_dir(tmp_path, suite.name)
-        replay = parallax("replay", source, cwd=tmp_path)
+        replay = run_parallax("replay", source, cwd=tmp_path)
         assert "Traceback" not in replay.stderr, replay.stderr
         replayed = next(d for d in run_dirs(tmp_path / "runs" / suite.name) if d != source)
         for name in ("outcomes.jsonl", "disagreement.json"):

@@ -33,7 +33,6 @@ from runner.protocols import read
 from runner.protocols.wire import Shape
 from runner.stamps import stamp
 
-KIND = {Protocol.OPENAI: "openai-chat", Protocol.ANTHROPIC: "anthropic-messages"}
 FINISH = {Protocol.OPENAI: ("stop", "tool_calls"), Protocol.ANTHROPIC: ("end_turn", "tool_use")}
 NONE = GraderSet.empty()
 ONCE = RetryPolicy(attempts=1)
@@ -119,7 +118,7 @@ async def test_a_text_reply_is_ok_with_its_finish_reason(
     """A plain reply, whole or streamed: ok/ok, the model echoed, its finish reason; a stream
     has a time to first bytes, and OpenAI's reports usage since parallax asks for it."""
     the_case = case()
-    exchange = await call(llmock.base_url(protocol), KIND[protocol], the_case, stream=stream)
+    exchange = await call(llmock.base_url(protocol), protocol.kind, the_case, stream=stream)
     row = graded(exchange, the_case)
     assert (row.transport, row.schema, row.tool_calls) == ("ok", "ok", ())
     assert (row.response_model, row.finish_reason) == ("cand-live", FINISH[protocol][0])
@@ -141,7 +140,7 @@ async def test_offered_tools_get_a_call_whose_arguments_parse(
     """tool_mode auto answers with a call generated from the tool's schema: the row names
     it, the graders get its arguments as an object."""
     the_case = case(tools=TOOLS)
-    exchange = await call(llmock.base_url(protocol), KIND[protocol], the_case, stream=stream)
+    exchange = await call(llmock.base_url(protocol), protocol.kind, the_case, stream=stream)
     row = graded(exchange, the_case)
     assert (row.schema, row.tool_calls, row.finish_reason) == (
         "ok",
@@ -163,7 +162,7 @@ async def test_a_scripted_call_arrives_exactly(
     llmock.script(tool_call("get_weather", {"city": "Oslo", "days": 3}))
     choice = {"type": "function", "function": {"name": "get_weather"}}
     the_case = case(tools=TOOLS, tool_choice=choice)
-    exchange = await call(llmock.base_url(protocol), KIND[protocol], the_case, stream=stream)
+    exchange = await call(llmock.base_url(protocol), protocol.kind, the_case, stream=stream)
     graded(exchange, the_case)
     calls = reply_of(exchange, the_case).tool_calls
     assert [(c.name, c.arguments) for c in calls] == [("get_weather", {"city": "Oslo", "days": 3})]
@@ -182,7 +181,7 @@ async def test_malformed_arguments_are_tool_args_not_json(
     llmock sends `input: {}`, a valid call with no arguments."""
     llmock.script(break_tool_call(ToolFault.MALFORMED_ARGUMENTS))
     the_case = case(tools=TOOLS)
-    exchange = await call(llmock.base_url(protocol), KIND[protocol], the_case, stream=stream)
+    exchange = await call(llmock.base_url(protocol), protocol.kind, the_case, stream=stream)
     row = graded(exchange, the_case)
     assert row.transport == "ok"
     assert row.tool_calls == ("get_weather",)
@@ -201,7 +200,7 @@ async def test_a_call_to_a_tool_not_offered_is_passed_through(
     """An unknown tool's name is recorded as called; judging it is the graders' business."""
     llmock.script(break_tool_call(ToolFault.UNKNOWN_TOOL))
     the_case = case(tools=TOOLS)
-    exchange = await call(llmock.base_url(protocol), KIND[protocol], the_case, stream=stream)
+    exchange = await call(llmock.base_url(protocol), protocol.kind, the_case, stream=stream)
     row = graded(exchange, the_case)
     assert (row.schema, row.tool_calls) == ("ok", (UNKNOWN_TOOL_NAME,))
 
@@ -218,7 +217,7 @@ async def test_structured_output_is_a_json_answer(
         "json_schema": {"name": "weather", "strict": True, "schema": ANSWER_SCHEMA},
     }
     the_case = case(response_format=response_format, expect={"json_schema": ANSWER_SCHEMA})
-    exchange = await call(llmock.base_url(protocol), KIND[protocol], the_case, stream=stream)
+    exchange = await call(llmock.base_url(protocol), protocol.kind, the_case, stream=stream)
     row = graded(exchange, the_case)
     assert (row.schema, row.task_score) == ("ok", 1.0)
     assert set(reply_of(exchange, the_case).answer) >= set(ANSWER_SCHEMA["required"])
@@ -230,7 +229,7 @@ async def test_ttft_is_the_wait_for_the_first_bytes(
 ) -> None:
     """A stream whose first event is held back has at least that ttft (a lower bound only)."""
     llmock.script(slow_first_token(0.3))
-    exchange = await call(llmock.base_url(protocol), KIND[protocol], case(), stream=True)
+    exchange = await call(llmock.base_url(protocol), protocol.kind, case(), stream=True)
     assert exchange.ttft_ms is not None
     assert exchange.ttft_ms >= 250
     assert graded(exchange, case()).ttft_ms == exchange.ttft_ms
@@ -246,7 +245,7 @@ async def test_a_disconnected_stream_is_connection_lost_and_retried(
     """The connection dropped mid-stream: connection_lost (the exception wins), retried."""
     llmock.script(stream_fault(StreamFault.DISCONNECT, after_chunks=2, times=None))
     exchange = await call(
-        llmock.base_url(protocol), KIND[protocol], case(), stream=True, retry=TWICE
+        llmock.base_url(protocol), protocol.kind, case(), stream=True, retry=TWICE
     )
     assert [t for t, _ in attempts(exchange)] == ["connection_lost"] * 2
     row = graded(exchange, case())
@@ -260,7 +259,7 @@ async def test_a_truncated_stream_is_connection_lost_stream_truncated(
     """A body that ends cleanly with no finish event is a lost connection, retried."""
     llmock.script(stream_fault(StreamFault.TRUNCATE, after_chunks=2, times=None))
     exchange = await call(
-        llmock.base_url(protocol), KIND[protocol], case(), stream=True, retry=TWICE
+        llmock.base_url(protocol), protocol.kind, case(), stream=True, retry=TWICE
     )
     assert attempts(exchange) == [("connection_lost", "stream_truncated")] * 2
     row = graded(exchange, case())
@@ -276,7 +275,7 @@ async def test_a_malformed_stream_is_a_schema_fail(
     stream_malformed, not retried."""
     llmock.script(stream_fault(StreamFault.MALFORMED, after_chunks=2, times=None))
     exchange = await call(
-        llmock.base_url(protocol), KIND[protocol], case(), stream=True, retry=TWICE
+        llmock.base_url(protocol), protocol.kind, case(), stream=True, retry=TWICE
     )
     assert attempts(exchange) == [("ok", None)]
     row = graded(exchange, case())
@@ -291,7 +290,7 @@ async def test_a_stall_past_the_read_timeout_is_a_timeout(
     llmock.script(stream_fault(StreamFault.STALL, after_chunks=2, stall_seconds=5, times=None))
     exchange = await call(
         llmock.base_url(protocol),
-        KIND[protocol],
+        protocol.kind,
         case(),
         stream=True,
         retry=TWICE,
@@ -316,7 +315,7 @@ async def test_a_stream_that_drips_forever_is_stopped_by_the_deadline(
     """Bytes keep coming, so no read times out: the attempt's deadline ends it as timeout."""
     exchange = await call(
         fault_url(fault_server, "ssedrip", protocol),
-        KIND[protocol],
+        protocol.kind,
         case(),
         stream=True,
         read_timeout=5,
@@ -335,7 +334,7 @@ async def test_an_error_event_in_a_stream_is_an_http_error_retried_like_a_5xx(
     the one graded."""
     broken = await call(
         fault_url(fault_server, "sseerror", protocol),
-        KIND[protocol],
+        protocol.kind,
         case(),
         stream=True,
         retry=TWICE,
@@ -344,7 +343,7 @@ async def test_an_error_event_in_a_stream_is_an_http_error_retried_like_a_5xx(
     assert graded(broken, case()).detail.startswith("http_error: HTTP 200: stream_error:overloaded")
     healed = await call(
         fault_url(fault_server, "seq:sseerror+sse", protocol),
-        KIND[protocol],
+        protocol.kind,
         case(),
         stream=True,
         retry=TWICE,

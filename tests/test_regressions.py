@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 from llmockkit import LlmockServer, Protocol
+from relkit import RUN_TIMEOUT, run_parallax
 from structlog.testing import capture_logs
 
 from runner.config import Price, Thresholds, load_config
@@ -35,7 +35,6 @@ from runner.runs.run import run_suite
 from runner.usage import call_of
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN_TIMEOUT = 240  # a bound on a hung run, not a timing
 
 
 def _noisy(n: int, ratio: float, sigma: float, seed: int) -> list[tuple[float, float]]:
@@ -325,20 +324,6 @@ def _cassette(root: Path, rows: list[dict[str, Any]]) -> None:
     (root / "cassette.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
 
 
-def _parallax(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
-    env["NO_PROXY"] = "127.0.0.1"
-    return subprocess.run(
-        [sys.executable, "-m", "runner", *map(str, args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-        check=False,
-    )
-
-
 def _events(stdout: str, name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if f'"{name}"' in line]
 
@@ -367,7 +352,7 @@ def test_a_dearer_candidate_fails_the_cost_gate_and_replays_to_the_same_decision
         top="[thresholds]\ncost_ratio_max = 2.0\n",
         suite='fail_on = ["cost_regression"]',
     )
-    done = _parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     (run_dir,) = tmp_path.glob("runs/s/*/")
     summary = json.loads((run_dir / "summary.json").read_text("utf-8"))
@@ -400,7 +385,7 @@ def test_a_dearer_candidate_fails_the_cost_gate_and_replays_to_the_same_decision
     assert finished["regressions"]["cost"]["finding"] == "regression"
     assert finished["regressions"]["latency"] is None
 
-    replay = _parallax("replay", "--config", "parallax.toml", run_dir, cwd=tmp_path)
+    replay = run_parallax("replay", "--config", "parallax.toml", run_dir, cwd=tmp_path)
     assert replay.returncode == 1, replay.stderr
     (again,) = (p for p in tmp_path.glob("runs/s/*/") if p != run_dir)
     replayed = json.loads((again / "summary.json").read_text("utf-8"))
@@ -550,13 +535,9 @@ def test_a_live_run_against_llmock_gates_on_the_cost_its_replies_report(
     ]
     (tmp_path / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
     rates = {"live-ref": (1, 4), "live-cand": (10, 40)}
-    url = llmock.base_url(Protocol.OPENAI)
     endpoints = "".join(
-        f'[endpoints.{name}]\nkind = "openai-chat"\nbase_url = "{url}"\n'
-        f'model = "{name}"\nconcurrency = 4\ndeadline = 30\nmax_tokens = 64\n'
-        f"retry = {{ attempts = 1 }}\n"
-        f"price = {{ input_per_mtok = {i}, output_per_mtok = {o} }}\n"
-        for name, (i, o) in rates.items()
+        llmock.endpoint_toml(name, Protocol.OPENAI, concurrency=4, price=price)
+        for name, price in rates.items()
     )
     (tmp_path / "parallax.toml").write_text(
         'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
@@ -566,7 +547,7 @@ def test_a_live_run_against_llmock_gates_on_the_cost_its_replies_report(
         'fail_on = ["cost_regression"]\n',
         "utf-8",
     )
-    done = _parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     (run_dir,) = tmp_path.glob("runs/s/*/")
     cost: dict[str, dict[str, float]] = {"reference": {}, "candidate": {}}
@@ -638,7 +619,7 @@ def test_the_readme_worked_example_prints_what_the_readme_shows(tmp_path: Path) 
     """The README's two models at two prices: the run exits 1 on cost, and every usage and
     gate line the README shows is the one the stderr summary prints."""
     _worked_example(tmp_path)
-    done = _parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     readme = (ROOT / "README.md").read_text("utf-8")
     shown = readme[readme.index("parallax · qa: REVIEW (exit 1)") :].split("```")[0]

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from llmockkit import LlmockServer, Protocol
+from relkit import run_parallax
 
 from runner.config import Price, load_config
 from runner.errors import ConfigError
 from runner.gate import Folds
 from runner.model import Outcome
 from runner.usage import Call, Tokens, UsageFold, call_of, cost_usd, percentiles, tokens_of
-
-RUN_TIMEOUT = 240  # a bound on a hung run, not a timing
 
 
 def _outcome(side: str = "candidate", **fields: Any) -> Outcome:
@@ -161,20 +157,6 @@ def test_a_price_table_without_output_is_refused_naming_the_key(tmp_path: Path) 
         assert raised.value.exit_code == 78
 
 
-def _parallax(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
-    env["NO_PROXY"] = "127.0.0.1"
-    return subprocess.run(
-        [sys.executable, "-m", "runner", *map(str, args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-        check=False,
-    )
-
-
 def _summary(root: Path) -> dict[str, Any]:
     (path,) = root.glob("runs/s/*/summary.json")
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
@@ -219,7 +201,7 @@ def test_a_recorded_run_sums_cassette_usage_and_prices_each_side(tmp_path: Path)
         '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"\n',
         "utf-8",
     )
-    done = _parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
     assert done.returncode in (0, 1), done.stderr
     sides = _summary(tmp_path)["usage"]["sides"]
     ref, cand = sides["reference"], sides["candidate"]
@@ -245,7 +227,7 @@ def test_a_recorded_run_sums_cassette_usage_and_prices_each_side(tmp_path: Path)
     assert "| reference | 2 | 2 | 4000 | 800 | 0 | 0.0032 | 0 |" in report
     assert "| candidate / reference |  |  |  |  |  | 15.0000 |" in report
     assert "<h2>Cost and latency</h2>" in (run_dir / "report.html").read_text("utf-8")
-    history = _parallax("history", "--config", "parallax.toml", cwd=tmp_path)
+    history = run_parallax("history", "--config", "parallax.toml", cwd=tmp_path)
     assert "usage: reference $0.0032, 4800 tokens, p50 0 ms; candidate $0.0480" in history.stdout
 
 
@@ -254,13 +236,9 @@ def test_a_live_run_against_llmock_takes_tokens_and_cost_from_the_replies(
     tmp_path: Path, llmock: LlmockServer, protocol: Protocol
 ) -> None:
     """Against a real server the summary's tokens are the replies' usage, priced per side."""
-    kind = {Protocol.OPENAI: "openai-chat", Protocol.ANTHROPIC: "anthropic-messages"}[protocol]
     (tmp_path / "f.jsonl").write_text("".join(json.dumps(c) + "\n" for c in TEXT_CASES), "utf-8")
     endpoints = "".join(
-        f'[endpoints.{name}]\nkind = "{kind}"\nbase_url = "{llmock.base_url(protocol)}"\n'
-        f'model = "{name}"\nconcurrency = 2\ndeadline = 30\nmax_tokens = 64\n'
-        f"retry = {{ attempts = 1 }}\nprice = {{ input_per_mtok = {rate}, "
-        f"output_per_mtok = {rate * 4} }}\n"
+        llmock.endpoint_toml(name, protocol, price=(rate, rate * 4))
         for name, rate in (("u-ref", 1), ("u-cand", 2))
     )
     (tmp_path / "parallax.toml").write_text(
@@ -269,7 +247,7 @@ def test_a_live_run_against_llmock_takes_tokens_and_cost_from_the_replies(
         + '[suites.s]\nfixtures = "f.jsonl"\nreference = "u-ref"\ncandidate = "u-cand"\n',
         "utf-8",
     )
-    done = _parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
     assert done.returncode in (0, 1, 2, 3), done.stderr
     (raw,) = tmp_path.glob("runs/s/*/raw.jsonl")
     said: dict[str, list[int]] = {"reference": [0, 0], "candidate": [0, 0]}
@@ -290,7 +268,7 @@ def test_a_live_run_against_llmock_takes_tokens_and_cost_from_the_replies(
         assert block["cost_usd"] == round((prompt * rate + completion * rate * 4) / 1e6, 6)
         assert block["latency_ms"] is not None
     (source,) = (raw.parent,)
-    replay = _parallax("replay", "--config", "parallax.toml", source, cwd=tmp_path)
+    replay = run_parallax("replay", "--config", "parallax.toml", source, cwd=tmp_path)
     assert "Traceback" not in replay.stderr, replay.stderr
     (again,) = (p for p in tmp_path.glob("runs/s/*/summary.json") if p.parent != source)
     replayed = json.loads(again.read_text("utf-8"))["usage"]
