@@ -23,21 +23,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import io
 import json
 import math
 import random
-import shutil
 import socket
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from simkit import print_figures, run_night
 
 CONCURRENCY = 64
 PRICES = {"sim-ref": (0.5, 1.5), "sim-cand": (3.0, 15.0)}  # $/Mtok: input, output
@@ -188,12 +185,9 @@ def estimates(loaded: Any) -> tuple[int, int]:
 
 
 def trials(args: argparse.Namespace) -> dict[str, Any]:
-    from runner import logs
     from runner.budget import PICO
     from runner.config import load_config
-    from runner.runs.run import run_suite
 
-    logs.configure(json=True)
     rng = random.Random(args.seed)
     worst = worst_billed = -math.inf
     unspent = 0.0
@@ -208,7 +202,7 @@ def trials(args: argparse.Namespace) -> dict[str, Any]:
             limit = rng.uniform(0.02, 0.9) * total
             set_budget(root, limit / PICO)
             server.billed = 0
-            run_dir, _, summary = run_suite(load_config(root / "parallax.toml"), "sim")
+            _, summary = run_night(root)
             block = summary["budget"]
             spent = block["spent_usd"] * PICO
             worst = max(worst, (spent - block["limit_usd"] * PICO) / largest)
@@ -216,8 +210,10 @@ def trials(args: argparse.Namespace) -> dict[str, Any]:
             if block["exhausted"]:
                 cut += 1
                 unspent = max(unspent, (block["limit_usd"] * PICO - spent) / largest)
-            shutil.rmtree(run_dir)
     return {
+        "trials": args.trials,
+        "cases": args.cases,
+        "concurrency": CONCURRENCY,
         "worst_overshoot_estimates": round(worst, 4),
         "worst_billed_overshoot_estimates": round(worst_billed, 4),
         "cut_trials": cut,
@@ -232,18 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=200)
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args(argv)
-    started = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        found = trials(args)
-    result = {
-        "trials": args.trials,
-        "cases": args.cases,
-        "concurrency": CONCURRENCY,
-        **found,
-        "seconds": round(time.perf_counter() - started, 1),
-    }
-    print(json.dumps(result))
-    return 0
+    return print_figures(lambda: trials(args))
 
 
 if __name__ == "__main__":

@@ -22,15 +22,14 @@ candidate truly exactly at `--limit` (false alarms at the boundary: about `--alp
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
-import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from simkit import print_figures, run_night, write_cassette, write_recorded_suite
 
 BASE_MS = 800.0
 STALL = (3.0, 30.0)
@@ -41,33 +40,11 @@ def write_suite(root: Path, args: argparse.Namespace) -> None:
         {"id": f"c{i:04d}", "prompt": f"question {i}", "expect": {"must_include": ["correct"]}}
         for i in range(args.cases)
     ]
-    (root / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (root / "parallax.toml").write_text(
-        f"""
-runs_dir = "runs"
-snapshots_dir = "snapshots"
-
-[thresholds]
-latency_ratio_max = {args.limit}
-
-[endpoints.ref]
-kind = "recorded"
-model = "ref"
-cassette = "cassette.jsonl"
-
-[endpoints.cand]
-kind = "recorded"
-model = "cand"
-cassette = "cassette.jsonl"
-
-[suites.sim]
-fixtures = "cases.jsonl"
-reference = "ref"
-candidate = "cand"
-samples = {args.samples}
-alpha = {args.alpha}
-fail_on = ["latency_regression"]
-"""
+    write_recorded_suite(
+        root,
+        rows,
+        f'samples = {args.samples}\nalpha = {args.alpha}\nfail_on = ["latency_regression"]\n',
+        f"\n[thresholds]\nlatency_ratio_max = {args.limit}\n",
     )
 
 
@@ -80,7 +57,7 @@ def call_ms(base: float, factor: float, args: argparse.Namespace, rng: random.Ra
 
 
 def write_night(root: Path, ratio: float, args: argparse.Namespace, rng: random.Random) -> None:
-    lines = []
+    rows = []
     for i in range(args.cases):
         base = BASE_MS * math.exp(rng.gauss(0.0, args.spread))
         for side, factor in (("reference", 1.0), ("candidate", ratio)):
@@ -92,17 +69,12 @@ def write_night(root: Path, ratio: float, args: argparse.Namespace, rng: random.
                     "completion": "the correct answer",
                     "elapsed_ms": call_ms(base, factor, args, rng),
                 }
-                lines.append(json.dumps(row))
-    (root / "cassette.jsonl").write_text("\n".join(lines) + "\n")
+                rows.append(row)
+    write_cassette(root, rows)
 
 
 def fired_rate(args: argparse.Namespace, ratio: float, seed: int) -> dict[str, Any]:
     """How often the gate fired at a true candidate / reference ratio of `ratio`."""
-    from runner import logs
-    from runner.config import load_config
-    from runner.runs.run import run_suite
-
-    logs.configure(json=True)
     rng = random.Random(seed)
     fired = exit_1 = 0
     ratios = []
@@ -111,17 +83,39 @@ def fired_rate(args: argparse.Namespace, ratio: float, seed: int) -> dict[str, A
         write_suite(root, args)
         for _ in range(args.nights):
             write_night(root, ratio, args, rng)
-            run_dir, exit_code, summary = run_suite(load_config(root / "parallax.toml"), "sim")
+            exit_code, summary = run_night(root)
             test = summary["regressions"]["latency"]
             fired += test["finding"] == "regression"
             exit_1 += exit_code == 1  # the gate's verdict: review needed
             ratios.append(test["ratio"])
-            shutil.rmtree(run_dir)  # each night stands alone; keep the runs dir small
     return {
         "true_ratio": ratio,
         "fired": fired / args.nights,
         "exit_1": exit_1 / args.nights,
         "median_estimate": sorted(ratios)[len(ratios) // 2],
+    }
+
+
+def figures(args: argparse.Namespace) -> dict[str, Any]:
+    """The gate's power at `--slowdown`, and its false alarms on noise and at `--limit`."""
+    slow = fired_rate(args, args.slowdown, args.seed)
+    noise = fired_rate(args, 1.0, args.seed + 1)
+    boundary = fired_rate(args, args.limit, args.seed + 2)
+    return {
+        "nights": args.nights,
+        "cases": args.cases,
+        "samples": args.samples,
+        "limit": args.limit,
+        "alpha": args.alpha,
+        "sigma": args.sigma,
+        "spread": args.spread,
+        "outliers": args.outliers,
+        "slowdown": slow,
+        "no_difference": noise,
+        "at_limit": boundary,
+        "power": slow["fired"],
+        "false_alarm_rate": noise["fired"],
+        "false_alarm_rate_at_limit": boundary["fired"],
     }
 
 
@@ -138,33 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--outliers", type=float, default=0.03)
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args(argv)
-    import contextlib
-    import io
-
-    started = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        slow = fired_rate(args, args.slowdown, args.seed)
-        noise = fired_rate(args, 1.0, args.seed + 1)
-        boundary = fired_rate(args, args.limit, args.seed + 2)
-    result = {
-        "nights": args.nights,
-        "cases": args.cases,
-        "samples": args.samples,
-        "limit": args.limit,
-        "alpha": args.alpha,
-        "sigma": args.sigma,
-        "spread": args.spread,
-        "outliers": args.outliers,
-        "slowdown": slow,
-        "no_difference": noise,
-        "at_limit": boundary,
-        "power": slow["fired"],
-        "false_alarm_rate": noise["fired"],
-        "false_alarm_rate_at_limit": boundary["fired"],
-        "seconds": round(time.perf_counter() - started, 1),
-    }
-    print(json.dumps(result))
-    return 0
+    return print_figures(lambda: figures(args))
 
 
 if __name__ == "__main__":

@@ -17,13 +17,13 @@ margin (a wrong claim: at most about `--alpha`).
 from __future__ import annotations
 
 import argparse
-import json
 import random
-import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
+from typing import Any
+
+from simkit import print_figures, run_night, write_cassette, write_recorded_suite
 
 STRATA = ("easy", "medium", "stretch")
 BASE_PASS = {"easy": 0.95, "medium": 0.8, "stretch": 0.4}
@@ -39,35 +39,11 @@ def write_suite(root: Path, cases: int, samples: int, alpha: float, margin: floa
         }
         for i in range(cases)
     ]
-    (root / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (root / "parallax.toml").write_text(
-        f"""
-runs_dir = "runs"
-snapshots_dir = "snapshots"
-
-[endpoints.ref]
-kind = "recorded"
-model = "ref"
-cassette = "cassette.jsonl"
-
-[endpoints.cand]
-kind = "recorded"
-model = "cand"
-cassette = "cassette.jsonl"
-
-[suites.sim]
-fixtures = "cases.jsonl"
-reference = "ref"
-candidate = "cand"
-samples = {samples}
-alpha = {alpha}
-fail_on = ["significant_regression"]
-"""
-        + (
-            ""
-            if margin is None
-            else f"[suites.sim.thresholds]\nnon_inferiority_margin = {margin}\n"
-        )
+    write_recorded_suite(
+        root,
+        rows,
+        f'samples = {samples}\nalpha = {alpha}\nfail_on = ["significant_regression"]\n',
+        "" if margin is None else f"[suites.sim.thresholds]\nnon_inferiority_margin = {margin}\n",
     )
 
 
@@ -84,24 +60,20 @@ def truth(cases: int, drop: float, rng: random.Random) -> tuple[list[bool], list
 def write_night(
     root: Path, ref: list[bool], cand: list[bool], samples: int, flip: float, rng: random.Random
 ) -> None:
-    lines = []
+    rows = []
     for side, passes in (("reference", ref), ("candidate", cand)):
         for i, passed in enumerate(passes):
             for sample in range(samples):
                 ok = passed != (rng.random() < flip)
                 reply = "the correct answer" if ok else "a wrong answer"
-                row = {"case_id": f"c{i:04d}", "side": side, "sample": sample, "completion": reply}
-                lines.append(json.dumps(row))
-    (root / "cassette.jsonl").write_text("\n".join(lines) + "\n")
+                rows.append(
+                    {"case_id": f"c{i:04d}", "side": side, "sample": sample, "completion": reply}
+                )
+    write_cassette(root, rows)
 
 
 def flagged_rate(args: argparse.Namespace, drop: float, seed: int) -> tuple[float, float]:
     """The rates of nights flagged as a significant regression and claimed non-inferior."""
-    from runner import logs
-    from runner.config import load_config
-    from runner.runs.run import run_suite
-
-    logs.configure(json=True)
     rng = random.Random(seed)
     flagged = claimed = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,12 +82,36 @@ def flagged_rate(args: argparse.Namespace, drop: float, seed: int) -> tuple[floa
         for _ in range(args.nights):
             ref, cand = truth(args.cases, drop, rng)
             write_night(root, ref, cand, args.samples, args.flip, rng)
-            run_dir, _, summary = run_suite(load_config(root / "parallax.toml"), "sim")
+            _, summary = run_night(root)
             flagged += bool(summary["significant_regression"])
             claim = summary["paired"]["overall"]["non_inferiority"] or {}
             claimed += claim.get("claim") == "non_inferior"
-            shutil.rmtree(run_dir)  # each night stands alone; keep the runs dir small
     return flagged / args.nights, claimed / args.nights
+
+
+def figures(args: argparse.Namespace) -> dict[str, Any]:
+    """Power at `--drop` and false alarms with no true difference; with `--margin`, how often
+    non-inferiority was claimed with no true difference and at exactly the margin."""
+    power, _ = flagged_rate(args, args.drop, args.seed)
+    false_alarms, claim_power = flagged_rate(args, 0.0, args.seed + 1)
+    result: dict[str, Any] = {
+        "nights": args.nights,
+        "cases": args.cases,
+        "samples": args.samples,
+        "flip": args.flip,
+        "drop": args.drop,
+        "alpha": args.alpha,
+        "power": power,
+        "false_alarm_rate": false_alarms,
+    }
+    if args.margin is not None:
+        # truly worse by exactly the margin: every claim of non-inferiority is a wrong one
+        result |= {
+            "margin": args.margin,
+            "non_inferior_at_no_difference": claim_power,
+            "non_inferior_at_margin": flagged_rate(args, args.margin, args.seed + 2)[1],
+        }
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,36 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--margin", type=float, default=None)
     args = parser.parse_args(argv)
-    import contextlib
-    import io
-
-    started = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        power, _ = flagged_rate(args, args.drop, args.seed)
-        false_alarms, claim_power = flagged_rate(args, 0.0, args.seed + 1)
-        # truly worse by exactly the margin: every claim of non-inferiority is a wrong one
-        wrong_claims = (
-            None if args.margin is None else flagged_rate(args, args.margin, args.seed + 2)[1]
-        )
-    result: dict[str, object] = {
-        "nights": args.nights,
-        "cases": args.cases,
-        "samples": args.samples,
-        "flip": args.flip,
-        "drop": args.drop,
-        "alpha": args.alpha,
-        "power": power,
-        "false_alarm_rate": false_alarms,
-    }
-    if args.margin is not None:
-        result |= {
-            "margin": args.margin,
-            "non_inferior_at_no_difference": claim_power,
-            "non_inferior_at_margin": wrong_claims,
-        }
-    result["seconds"] = round(time.perf_counter() - started, 1)
-    print(json.dumps(result))
-    return 0
+    return print_figures(lambda: figures(args))
 
 
 if __name__ == "__main__":
