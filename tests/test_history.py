@@ -226,6 +226,14 @@ def test_model_changes_list_every_switch(tmp_path: Path) -> None:
     assert expected == actual
 
 
+def _history(project: Project, capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, Any], str]:
+    """The suite's history as `parallax history --json` gives it, and as its text."""
+    main(["history", "--config", str(project.config), "--json"])
+    (suite,) = json.loads(capsys.readouterr().out)["suites"]
+    main(["history", "--config", str(project.config)])
+    return suite, capsys.readouterr().out
+
+
 def test_a_replay_of_an_old_run_is_listed_but_changes_no_served_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -239,10 +247,7 @@ def test_a_replay_of_an_old_run_is_listed_but_changes_no_served_model(
     main(["replay", str(nights[1]), "--config", str(project.config)])
     capsys.readouterr()
 
-    main(["history", "--config", str(project.config), "--json"])
-    (suite,) = json.loads(capsys.readouterr().out)["suites"]
-    main(["history", "--config", str(project.config)])
-    text = capsys.readouterr().out
+    suite, text = _history(project, capsys)
 
     expected = (
         ["run", "run", "run", "replay"],
@@ -385,10 +390,7 @@ def test_a_run_completed_by_a_retry_is_listed_but_the_retry_is_the_night(
     first, cut, retry = _cut_short_then_retried(project)
     capsys.readouterr()
 
-    main(["history", "--config", str(project.config), "--json"])
-    (suite,) = json.loads(capsys.readouterr().out)["suites"]
-    main(["history", "--config", str(project.config)])
-    text = capsys.readouterr().out
+    suite, text = _history(project, capsys)
 
     expected = (
         [first.name, cut.name, retry.name],
