@@ -7,15 +7,14 @@ import json
 import re
 import shutil
 import tracemalloc
-from collections.abc import Iterator, Mapping, Sequence
-from html.parser import HTMLParser
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reportkit import HOSTILE_IMG, HOSTILE_SCRIPT, Project
+from reportkit import HOSTILE_IMG, HOSTILE_SCRIPT, Node, Project, parse_page
 
 from runner.reports.caseview import CaseView, RunCases, SideDetail, case_views
 from runner.reports.marks import mark
@@ -132,65 +131,12 @@ def _side(view: CaseView, side: str) -> SideDetail:
     return view.reference if side == "reference" else view.candidate
 
 
-class _Node:
-    def __init__(self, tag: str, attrs: dict[str, str | None]) -> None:
-        self.tag, self.attrs = tag, attrs
-        self.children: list[_Node | str] = []
-
-    def text(self) -> str:
-        return "".join(c if isinstance(c, str) else c.text() for c in self.children)
-
-    def find(self, tag: str | None = None, **attrs: str) -> Iterator[_Node]:
-        for child in self.children:
-            if isinstance(child, _Node):
-                wanted = {k.replace("_", "-").rstrip("-"): v for k, v in attrs.items()}
-                if (tag is None or child.tag == tag) and all(
-                    v in (child.attrs.get(k) or "").split() or child.attrs.get(k) == v
-                    for k, v in wanted.items()
-                ):
-                    yield child
-                yield from child.find(tag, **attrs)
-
-    def one(self, tag: str | None = None, **attrs: str) -> _Node:
-        found = list(self.find(tag, **attrs))
-        assert len(found) == 1, (tag, attrs, len(found))
-        return found[0]
-
-
-_VOID = {"br", "img", "input", "meta", "link", "hr", "wbr"}
-
-
-class _Tree(HTMLParser):
-    """The parsed detail as a browser's tokenizer sees it (elements, attributes, text)."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.root = _Node("#root", {})
-        self.stack = [self.root]
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        node = _Node(tag, dict(attrs))
-        self.stack[-1].children.append(node)
-        if tag not in _VOID:
-            self.stack.append(node)
-
-    def handle_endtag(self, tag: str) -> None:
-        while len(self.stack) > 1:
-            if self.stack.pop().tag == tag:
-                break
-
-    def handle_data(self, data: str) -> None:
-        self.stack[-1].children.append(data)
-
-
 def _render(view: CaseView) -> str:
     return str(environment().get_template("case.html.j2").module.case_detail(view))  # type: ignore[attr-defined]
 
 
-def _detail(view: CaseView) -> _Node:
-    tree = _Tree()
-    tree.feed(_render(view))
-    return tree.root.one("section", class_="case-detail")
+def _detail(view: CaseView) -> Node:
+    return parse_page(_render(view)).one("section", class_="case-detail")
 
 
 def test_every_gate_class_has_its_case(views: dict[str, CaseView]) -> None:
@@ -224,10 +170,9 @@ def test_a_scored_case_of_any_class_shows_both_replies(
 def test_report_html_holds_every_case_s_detail_in_its_row_s_template(gates: Path) -> None:
     """The run's report.html has, for each case row `c-N`, a template `t-N` holding that
     case's detail, whatever its class, with a reply or the reason there is none."""
-    tree = _Tree()
-    tree.feed((gates / "report.html").read_text(encoding="utf-8"))
-    rows = {r.attrs["id"]: r for r in tree.root.find("tr", class_="case")}
-    templates = {t.attrs["id"]: t for t in tree.root.find("template")}
+    page = parse_page((gates / "report.html").read_text(encoding="utf-8"))
+    rows = {r.attrs["id"]: r for r in page.find("tr", class_="case")}
+    templates = {t.attrs["id"]: t for t in page.find("template")}
     assert len(rows) == len(CASES) + 1  # and the new one
     gates_seen = set()
     for row_id, row in rows.items():
@@ -378,8 +323,8 @@ def test_stamps_samples_latency_tokens_and_cost_per_side(views: dict[str, CaseVi
     assert column.one("li", data_stamp="task").one("b").text() == "0.89"  # 1, 2/3, 1
     assert "$0.006000" in column.one("dl", class_="cd-usage").text()
     assert "no price" in detail.one("article", data_side="reference").one("dl").text()
-    rows = column.one("table", class_="cd-samples").find("tr", data_sample="1")
-    assert "missing:ok" in next(rows).text()
+    row = column.one("table", class_="cd-samples").one("tr", data_sample="1")
+    assert "missing:ok" in row.text()
 
 
 def test_the_accepted_snapshot_entry_is_shown(views: dict[str, CaseView]) -> None:
