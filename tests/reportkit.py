@@ -272,3 +272,54 @@ def hostile_inputs_project(root: Path) -> tuple[Project, Path, Path]:
 
     assert main(["history", "--html", "--config", str(project.config)]) == 0
     return project, second, root / "runs" / "s" / "index.html"
+
+
+STRATIFIED = [
+    {
+        "id": f"{name[0]}{i}",
+        "stratum": name,
+        "prompt": "Say ok.",
+        "expect": {"must_include": ["ok"]},
+    }
+    for name in ("easy", "medium", "stretch")
+    for i in range(4)
+]
+# the candidate alone fails these: the paired test's discordant pairs against it
+CANDIDATE_LOST = ("e0", "e1", "e2", "m0", "m1", "m2", "s0", "s1")
+
+
+def reasons_project(root: Path) -> Path:
+    """A second run with a reason of nearly every kind, each about some cases and not others.
+
+    After a promote, both sides' requests change (their model aliases) on the 12 promoted
+    cases, and two new cases join (their requests are in no snapshot), one timing out on the
+    candidate. The candidate alone fails CANDIDATE_LOST, both fail m3, the reference alone s3:
+    8 discordant pairs against the candidate and 1 for it, a significant regression.
+    """
+    project = Project(root, STRATIFIED)
+    first, _, _ = project.run()
+    project.promote(first)
+    new = [
+        {
+            "id": f"new-{n}",
+            "stratum": "easy",
+            "prompt": "Say ok.",
+            "expect": {"must_include": ["ok"]},
+        }
+        for n in ("a", "t")
+    ]
+    project.cases = [*STRATIFIED, *new]
+    project._write_jsonl("cases.jsonl", project.cases)
+    config = project.config.read_text(encoding="utf-8")
+    config = config.replace('model = "ref-1"', 'model = "ref-2"')
+    project.config.write_text(config.replace('model = "cand-1"', 'model = "cand-2"'), "utf-8")
+    no = {"completion": "no"}
+    project.cassettes(
+        {case: {**no, "model": "ref-1"} for case in ("m3", "s3")},
+        {
+            **{case: {**no, "model": "cand-1"} for case in (*CANDIDATE_LOST, "m3")},
+            "new-t": {"fault": "timeout"},
+        },
+    )
+    second, _, _ = project.run()
+    return second

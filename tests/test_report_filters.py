@@ -15,7 +15,7 @@ from urllib.parse import parse_qs
 
 import pytest
 from browserkit import Browser, Tab, in_thread
-from reportkit import BASE_CASES, Project
+from reportkit import BASE_CASES, CANDIDATE_LOST, Project, reasons_project
 
 from runner.reports.html import report_script
 from runner.reports.render import source_hash
@@ -267,7 +267,14 @@ def test_a_reason_link_shows_exactly_the_cases_it_counts(browser: Browser, repor
         assert len(shown(tab)) == count
 
 
-EXACT = ("disagreement_changed", "reference_moved", "unscored", "new_case", "alias_drift")
+EXACT = (
+    "disagreement_changed",
+    "reference_moved",
+    "unscored",
+    "new_case",
+    "alias_drift",
+    "stratum_alert",
+)
 
 
 def test_each_counting_reason_links_to_exactly_its_cases(browser: Browser, report: Path) -> None:
@@ -287,6 +294,64 @@ def test_each_counting_reason_links_to_exactly_its_cases(browser: Browser, repor
                 page.evaluate("(h) => { location.hash = h; }", hash_)
                 wait_for_count(tab, count)
                 assert len(shown(tab)) == count, kind
+
+
+@pytest.fixture(scope="module")
+def many_reasons(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run with stratum alerts, a significant regression and changed requests."""
+    run_dir = in_thread(reasons_project, tmp_path_factory.mktemp("reasons"))
+    return run_dir / "report.html"
+
+
+def test_following_each_reason_shows_exactly_as_many_cases_as_it_counts(
+    browser: Browser, many_reasons: Path
+) -> None:
+    """Clicking each reason's link, as a person would, shows as many rows as the reason's
+    count, and #shown says that number; the paired test's link shows the pairs the
+    candidate lost."""
+    with browser.open(many_reasons) as tab:
+        page = tab.page
+        reasons = page.locator("#reasons li.reason")
+        kinds = set(reasons.evaluate_all("items => items.map((li) => li.dataset.reason)"))
+        assert {"stratum_alert", "significant_regression", "request_changed"} <= kinds
+        for index in range(reasons.count()):
+            reason = reasons.nth(index)
+            count = int(str(reason.locator(".count").text_content()))
+            page.select_option("select[name=gate]", "unchanged")  # from another view each time
+            reason.locator("a").click()
+            # no reason is about the unchanged cases: the view left is the link's own
+            page.wait_for_function("() => document.forms.filters.gate.value !== 'unchanged'")
+            assert len(shown(tab)) == count, reason.text_content()
+            assert count_line(tab) == f"{count} of 14 cases"
+        page.locator("#reasons li[data-reason='significant_regression'] a").click()
+        assert sorted(shown(tab)) == sorted(CANDIDATE_LOST)
+        assert (
+            page.input_value("select[name=passed]"),
+            page.input_value("select[name=failed]"),
+        ) == (
+            "reference",
+            "candidate",
+        )
+        assert tab.problems() == []
+
+
+def test_choosing_a_side_that_failed_passed_or_changed_its_request(
+    browser: Browser, many_reasons: Path
+) -> None:
+    """The failed-by, passed-by and request-changed choices show the rows whose side did so,
+    together with the other filters, and keep the choice in the fragment."""
+    with browser.open(many_reasons) as tab:
+        page = tab.page
+        page.select_option("select[name=failed]", "reference")
+        assert sorted(shown(tab)) == ["m3", "s3"]
+        page.select_option("select[name=stratum]", "medium")
+        assert shown(tab) == ["m3"]
+        assert fragment(tab) == {"failed": ["reference"], "stratum": ["medium"]}
+        page.select_option("select[name=failed]", "")
+        page.select_option("select[name=stratum]", "")
+        page.select_option("select[name=request]", "candidate")
+        assert len(shown(tab)) == 12 and "new-a" not in shown(tab)
+        assert fragment(tab) == {"request": ["candidate"]}
 
 
 def _many(root: Path) -> Path:

@@ -6,10 +6,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote_plus
+from urllib.parse import parse_qsl, quote_plus
 
 import pytest
-from reportkit import BASE_CASES, Node, Project, hostile_project, parse_page
+from reportkit import (
+    BASE_CASES,
+    CANDIDATE_LOST,
+    UNSTRATIFIED,
+    Node,
+    Project,
+    hostile_project,
+    parse_page,
+    reasons_project,
+)
 
 from runner.reports.html import html_parts
 from runner.reports.model import build_report
@@ -94,8 +103,8 @@ def test_a_candidate_stratum_alert_is_said_at_the_top_not_under_an_empty_review_
     first_night: Path,
 ) -> None:
     """A run red for a candidate easy_regression names that alert first, with its count and a
-    link to the easy cases, at the top, and says nowhere "Needs review (0)" or "Nothing
-    moved"."""
+    link to the easy cases the candidate failed, at the top, and says nowhere "Needs review
+    (0)" or "Nothing moved"."""
     page = _page(first_night)
     alerts = [r for r in _reasons(page) if r[0] == "stratum_alert" and r[1] == "candidate"]
     expected = [
@@ -104,7 +113,7 @@ def test_a_candidate_stratum_alert_is_said_at_the_top_not_under_an_empty_review_
             "candidate",
             "1",
             "1 stratum alert easy_regression on the candidate",
-            "#stratum=easy&sort=delta",
+            "#stratum=easy&failed=candidate&sort=delta",
         )
     ]
     actual = [r for r in alerts if "easy_regression" in r[3]]
@@ -143,7 +152,7 @@ def test_each_reason_of_a_hostile_run_has_its_count_and_link(hostile: Path) -> N
         ("alias_drift", None, "#gate=alias_swap"): "1",
         ("unscored", None, "#miss=transport%3Atimeout"): "1",
         ("unscored", None, "#miss=schema%3Anot_json"): "1",
-        ("stratum_alert", "candidate", "#stratum=medium&sort=delta"): "5",
+        ("stratum_alert", "candidate", "#stratum=medium&failed=candidate&sort=delta"): "5",
     }.items():
         assert found.get(key) == count, (key, found)
     weights = [li.get("data-weight") for li in page.find("li", class_="reason")]
@@ -254,10 +263,16 @@ def test_a_significant_regression_gates_only_when_fail_on_says_so(
     fail_on: list[str], weight: Weight
 ) -> None:
     """The regression is a review reason under fail_on and a note otherwise, with the cases
-    the candidate lost as its count and the table sorted by delta as its link."""
+    the candidate lost as its count and a view of just those, worst first, as its link."""
     [reason] = reasons(_summary(significant_regression=True, fail_on=fail_on), Tally())
-    expected = (Kind.SIGNIFICANT_REGRESSION, weight, 7, "#sort=delta")
+    expected = (
+        Kind.SIGNIFICANT_REGRESSION,
+        weight,
+        7,
+        "#passed=reference&failed=candidate&sort=delta",
+    )
     assert expected == (reason.kind, reason.weight, reason.count, reason.href)
+    assert "7 discordant pairs the candidate lost" in reason.note
 
 
 def test_not_non_inferior_is_a_reason() -> None:
@@ -348,3 +363,136 @@ def test_the_filters_choices_come_with_their_counts(hostile: Path) -> None:
         1,
         1,
     )
+
+
+@pytest.fixture(scope="module")
+def many_reasons(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return reasons_project(tmp_path_factory.mktemp("reasons"))
+
+
+def _tokens(row: Node, name: str) -> list[str]:
+    return (row.get(f"data-{name}") or "").split()
+
+
+def _matches(row: Node, key: str, value: str) -> bool:
+    """Whether one filter of the page's fragment keeps this row, as report.js decides it."""
+    if key in ("gate", "stratum"):
+        return row.get(f"data-{key}") == value
+    if key == "moved":
+        return row.get("data-moved") in (value, "both")
+    if key == "miss":
+        return any(m == value or m.startswith(f"{value}:") for m in _tokens(row, "miss"))
+    if key in ("failed", "passed", "request"):
+        return value in _tokens(row, key)
+    if key == "changed":
+        return row.get("data-gate") != "unchanged"
+    assert key in ("sort", "case"), f"a reason links to a filter report.js lacks: {key}"
+    return True
+
+
+def _shown(page: Node, href: str) -> list[str]:
+    """The ids of the case rows the view `href` shows."""
+    view = parse_qsl(href.removeprefix("#"))
+    return [
+        str(row.get("data-id"))
+        for row in page.one("table", id="cases").find("tr", class_="case")
+        if all(_matches(row, key, value) for key, value in view)
+    ]
+
+
+@pytest.mark.parametrize("run", ["first_night", "hostile", "moved", "many_reasons"])
+def test_every_reason_links_to_exactly_the_cases_it_counts(
+    run: str, request: pytest.FixtureRequest
+) -> None:
+    """Each reason's link is a view of the table that shows as many cases as its count says
+    (an alert about empty strata counts strata, and is left out)."""
+    page = _page(request.getfixturevalue(run))
+    checked = [
+        (kind, text, len(_shown(page, str(href))), int(count))
+        for kind, _, count, text, href in _reasons(page)
+        if "missing_stratum" not in text
+    ]
+    assert checked
+    assert [(k, t, n) for k, t, n, _ in checked] == [(k, t, n) for k, t, _, n in checked]
+
+
+def test_the_paired_test_links_to_the_pairs_the_candidate_lost(many_reasons: Path) -> None:
+    """A significant regression links to the cases the reference passed and the candidate
+    failed, and not to those both failed or the candidate won; its note says so."""
+    page = _page(many_reasons)
+    [li] = page.find("li", data_reason="significant_regression")
+    href = str(li.one("a").get("href"))
+    assert href == "#passed=reference&failed=candidate&sort=delta"
+    assert sorted(_shown(page, href)) == sorted(CANDIDATE_LOST)
+    assert "8 discordant pairs the candidate lost" in li.text()
+
+
+def test_a_stratum_alert_links_to_the_cases_of_that_stratum_its_side_failed(
+    many_reasons: Path,
+) -> None:
+    """The reference's medium_regression shows the medium case it failed alone and the one
+    both failed; the candidate's shows the four medium cases it failed."""
+    page = _page(many_reasons)
+    found = {
+        li.get("data-side"): _shown(page, str(li.one("a").get("href")))
+        for li in page.find("li", data_reason="stratum_alert")
+        if "medium_regression" in li.text()
+    }
+    assert found == {"reference": ["m3"], "candidate": ["m0", "m1", "m2", "m3"]}
+
+
+def test_a_changed_request_links_to_the_cases_it_changed_on(many_reasons: Path) -> None:
+    """Per side one reason for every case whose request_sha left the snapshot's, linking to
+    those: the promoted cases, not the new ones no snapshot holds a request for."""
+    page = _page(many_reasons)
+    found = {
+        li.get("data-side"): (li.one("a").get("href"), _shown(page, str(li.one("a").get("href"))))
+        for li in page.find("li", data_reason="request_changed")
+    }
+    promoted = [f"{s}{i}" for s in "ems" for i in range(4)]
+    assert found == {
+        "reference": ("#request=reference", sorted(promoted)),
+        "candidate": ("#request=candidate", sorted(promoted)),
+    }
+    new = page.one("tr", data_id="new-a")
+    assert (new.get("data-request"), new.get("data-passed")) == ("", "reference candidate")
+    options = [o.get("value") for o in page.one("select", name="request").find("option")]
+    assert options == ["", "reference", "candidate"]
+
+
+@pytest.fixture(scope="module")
+def unstratified(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A suite no case of which names a stratum, the candidate failing one case."""
+    project = Project(tmp_path_factory.mktemp("flat"), UNSTRATIFIED)
+    project.cassettes({}, {"easy-a": {"completion": "no", "model": "cand-1"}})
+    run_dir, _, _ = project.run()
+    return run_dir
+
+
+def test_an_unstratified_suite_shows_one_bar_of_every_case(unstratified: Path) -> None:
+    """Without strata, each side has one pass-rate bar named `all`, over every case, and
+    no easy, medium or stretch bar; summary.json keeps its three strata as before."""
+    page = _page(unstratified)
+    bars = [
+        [bar.find("span")[0].text() for bar in card.find("div", class_="bar")]
+        for card in page.find("div", class_="card")
+        if card.find("div", class_="bar")
+    ]
+    assert bars == [["all"], ["all"]]
+    labels = [bar.find("span")[-1].text() for bar in page.find("div", class_="bar")]
+    assert labels == ["100% · 6 of n=6", "83% · 5 of n=6"]
+    summary = json.loads((unstratified / "summary.json").read_text(encoding="utf-8"))
+    assert (summary["stratified"], sorted(summary["strata"]["candidate"])) == (
+        False,
+        ["easy", "medium", "stretch"],
+    )
+
+
+def test_an_unstratified_report_md_gives_the_pass_rates_of_all_cases(unstratified: Path) -> None:
+    """report.md says each side's pass rate over every case, and names no stratum."""
+    text = (unstratified / "report.md").read_text(encoding="utf-8")
+    assert (
+        "- pass rates, all cases (the suite has no strata): reference 6 of 6; candidate 5 of 6"
+        in text
+    )
+    assert "stretch" not in text and "medium" not in text

@@ -34,6 +34,7 @@ from runner.reports.verdict import (
     headline,
     marks_of,
     reasons,
+    request_sides,
     said,
 )
 from runner.requestsha import request_lines
@@ -90,13 +91,16 @@ def _no_script(rep: RunReport) -> tuple[list[CaseView], list[CaseView], int]:
 
 
 def _strata(rep: RunReport) -> list[dict[str, Any]]:
+    """Per side, a pass-rate bar per stratum; an unstratified suite's one bar, `all`, is its
+    every case (summary.json counts them all in `medium`, as the trend does)."""
     strata = mapping_of(rep.summary.get("strata"))
     alerts = mapping_of(rep.summary.get("stratum_alerts"))
+    stratified = rep.summary.get("stratified", True) is not False
     cards = []
     for side in SIDES:
         rates = mapping_of(strata.get(side))
         bars = []
-        for name in STRATA:
+        for name in STRATA if stratified else ("medium",):
             rate = mapping_of(rates.get(name))
             value = pass_rate_of(rate)
             n, passed, unadmitted = rate.get("n", 0), rate.get("passed", 0), rate.get("unadmitted")
@@ -106,13 +110,20 @@ def _strata(rep: RunReport) -> list[dict[str, Any]]:
             width = round(value * 100, 1) if value is not None else 0
             bars.append(
                 {
-                    "name": name,
+                    "name": name if stratified else "all",
                     "width": width,
                     "colour": trend.STRATUM_COLOURS[name],
                     "label": label,
                 }
             )
-        cards.append({"side": side, "bars": bars, "alerts": strings_of(alerts.get(side))})
+        cards.append(
+            {
+                "side": side,
+                "bars": bars,
+                "alerts": strings_of(alerts.get(side)),
+                "stratified": stratified,
+            }
+        )
     return cards
 
 
@@ -144,6 +155,7 @@ class CaseRow:
     stratum: str
     marks: Marks
     detail: Any
+    requested: tuple[str, ...] = ()  # the sides whose request_sha moved since the snapshot
 
     @property
     def href(self) -> str:
@@ -163,6 +175,7 @@ class CaseRow:
 
 def rows(rep: RunReport) -> Iterator[CaseRow]:
     """Every case of the run, whatever its class, one at a time as the page is written."""
+    requested = request_sides(rep.summary)
     for index, (case_id, case) in enumerate(rep.every_case()):
         yield CaseRow(
             index=index,
@@ -171,6 +184,7 @@ def rows(rep: RunReport) -> Iterator[CaseRow]:
             stratum=str(case.get("stratum") or ""),
             marks=marks_of(case),
             detail=case.get("detail"),
+            requested=requested.get(case_id, ()),
         )
 
 
@@ -240,6 +254,11 @@ def context(rep: RunReport) -> dict[str, Any]:
         "filter_strata": _options(tally.strata, STRATA),
         "filter_moved": [(m, n) for m in MOVED if (n := tally.moved_count(m))],
         "filter_misses": _options(tally.misses)[:MISS_OPTIONS],
+        "filter_failed": _options(tally.failed, SIDES),
+        "filter_passed": _options(tally.passed, SIDES),
+        "filter_request": _options(
+            Counter(side for sides in request_sides(s).values() for side in sides), SIDES
+        ),
         "rows": rows(rep),
         "row_group": ROW_GROUP,
         "details": details(rep),

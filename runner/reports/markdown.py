@@ -162,6 +162,16 @@ def _md_head(rep: RunReport) -> list[str]:
     return lines
 
 
+def _md_unstratified(s: Mapping[str, Any]) -> str:
+    """An unstratified suite's pass rates, every case in one (summary.json's `medium`)."""
+    strata = mapping_of(s.get("strata"))
+    rates = []
+    for side in SIDES:
+        rate = mapping_of(mapping_of(strata.get(side)).get("medium"))
+        rates.append(f"{side} {md_text(rate.get('passed'), 12)} of {md_text(rate.get('n'), 12)}")
+    return "- pass rates, all cases (the suite has no strata): " + "; ".join(rates)
+
+
 def render_markdown(rep: RunReport) -> str:
     """A short summary for a pull-request comment or a CI step summary."""
     s = rep.summary
@@ -219,6 +229,8 @@ def render_markdown(rep: RunReport) -> str:
         if side_alerts := strings_of(alerts.get(side)):
             joined = _md_list([md_text(a, 40) for a in side_alerts], MD_LINE_CAP - 40)
             lines.append(f"- strata alert ({side}): {joined}")
+    if s.get("stratified", True) is False:
+        lines.append(_md_unstratified(s))
     served = mapping_of(s.get("served_models"))
     models = {
         side: _md_list([md_text(m, MD_ID_CAP) for m in strings_of(served.get(side))], 380)

@@ -24,6 +24,8 @@ from runner.requestsha import REFERENCE
 DRIFT_SHOWN = 3  # served-model changes named in the alias drift reason
 CODE_CAP = 200  # characters of one miss code kept for the table's filter
 MOVED = ("reference", "candidate", "both")  # the table's `moved` filter: `both` is in the others
+# the cases the candidate lost: the paired test's discordant pairs against it, worst first
+LOST = (("passed", "reference"), ("failed", "candidate"), ("sort", "delta"))
 
 
 class Kind(StrEnum):
@@ -78,6 +80,11 @@ class Marks:
     misses: tuple[str, ...]  # each side's miss codes and the stamp of an unscored side
     stamps: tuple[tuple[str, str], ...]  # (side, stamp code) of each side left unscored
     delta: float | None  # candidate task score minus reference task score
+    # the sides scored that failed and passed it (an unscored side is in neither): what the
+    # strata rates and the paired test's discordant pairs count, and the table's `failed`
+    # and `passed` filters read
+    failed: tuple[str, ...] = ()
+    passed: tuple[str, ...] = ()
 
 
 def _code(text: str) -> str:
@@ -111,7 +118,23 @@ def marks_of(case: Mapping[str, Any]) -> Marks:
     codes.update(code for _, code in stamps)
     ref, cand = _score(views["reference"]), _score(views["candidate"])
     delta = cand - ref if ref is not None and cand is not None else None
-    return Marks(moved, tuple(sorted(codes)), stamps, delta)
+    failed = tuple(side for side, v in views.items() if v.get("passed") is False)
+    passed = tuple(side for side, v in views.items() if v.get("passed") is True)
+    return Marks(moved, tuple(sorted(codes)), stamps, delta, failed, passed)
+
+
+def request_sides(summary: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Per case, the sides whose request_sha is not the one the snapshot accepted for it
+    (summary.json's `request_changed` groups): the table's `request` filter."""
+    changed = mapping_of(summary.get("request_changed"))
+    found: dict[str, tuple[str, ...]] = {}
+    for side in SIDES:
+        groups = changed.get(side)
+        for group in map(mapping_of, groups if isinstance(groups, list) else ()):
+            for case_id in map(str, strings_of(group.get("case_ids"))):
+                if side not in found.get(case_id, ()):
+                    found[case_id] = (*found.get(case_id, ()), side)
+    return found
 
 
 @dataclass
@@ -121,6 +144,8 @@ class Tally:
     gates: Counter[str] = field(default_factory=Counter)
     strata: Counter[str] = field(default_factory=Counter)
     moved: Counter[str] = field(default_factory=Counter)  # per side; "both" counts for each
+    failed: Counter[str] = field(default_factory=Counter)  # per side, the cases it failed
+    passed: Counter[str] = field(default_factory=Counter)  # per side, the cases it passed
     # of those, the cases a review gate holds: the moves the verdict stands on
     moved_in_review: Counter[str] = field(default_factory=Counter)
     misses: Counter[str] = field(default_factory=Counter)
@@ -144,6 +169,8 @@ class Tally:
             self.moved[side] += marks.moved in (side, "both")
             self.moved_in_review[side] += marks.moved in (side, "both") and gate in REVIEW
         self.both += marks.moved == "both"
+        self.failed.update(marks.failed)
+        self.passed.update(marks.passed)
         self.misses.update(marks.misses)
         for side, code in marks.stamps:
             self.stamps.setdefault(code, Counter())[side] += 1
@@ -193,25 +220,31 @@ def _changes(summary: Mapping[str, Any], tally: Tally) -> list[Reason]:
     changed = mapping_of(summary.get("request_changed"))
     for side in SIDES:
         groups = changed.get(side)
-        for group in map(mapping_of, groups if isinstance(groups, list) else ()):
-            n = _int(group.get("count"))
-            ids = strings_of(group.get("case_ids"))
-            what = (
-                "the frozen path moved"
-                if side == REFERENCE
-                else "the change under test, not gated on by itself"
+        found = [mapping_of(g) for g in (groups if isinstance(groups, list) else ())]
+        if not found:
+            continue
+        n = sum(_int(group.get("count")) for group in found)
+        what = (
+            "the frozen path moved"
+            if side == REFERENCE
+            else "the change under test, not gated on by itself"
+        )
+        shas = "; ".join(
+            f"{g.get('from')} -> {g.get('to')}"
+            + (f" ({_int(g.get('count'))})" if len(found) > 1 else "")
+            for g in found
+        )
+        reasons.append(
+            Reason(
+                Kind.REQUEST_CHANGED,
+                Weight.REVIEW if side == REFERENCE else Weight.NOTE,
+                n,
+                f"the {side}'s request changed on {plural(n, 'case')}",
+                (("request", side),),
+                side,
+                note=f"request_sha {shas}: {what}",
             )
-            reasons.append(
-                Reason(
-                    Kind.REQUEST_CHANGED,
-                    Weight.REVIEW if side == REFERENCE else Weight.NOTE,
-                    n,
-                    f"the {side}'s request changed on {plural(n, 'case')}",
-                    (("case", str(ids[0])),) if len(ids) == 1 else (),
-                    side,
-                    note=f"request_sha {group.get('from')} -> {group.get('to')}: {what}",
-                )
-            )
+        )
     if n := tally.gates[ALIAS_SWAP]:
         shown = "; ".join(
             f"{detail} ({count})" for detail, count in tally.drift.most_common(DRIFT_SHOWN)
@@ -247,13 +280,15 @@ def _stratum_alerts(summary: Mapping[str, Any]) -> list[Reason]:
             name = _STRATUM_OF.get(alert)
             rate = mapping_of(rates.get(name)) if name else {}
             n, passed = _int(rate.get("n")), _int(rate.get("passed"))
+            view: tuple[tuple[str, str], ...]
             if alert == "stretch_too_easy":
                 count, words = passed, f"it passed {passed} of {n} stretch cases"
+                view = (("stratum", "stretch"), ("passed", side))
             elif name:
                 count, words = n - passed, f"it failed {n - passed} of {n} {name} cases"
+                view = (("stratum", name), ("failed", side), ("sort", "delta"))
             else:
-                count, words = _suite_alert(alert, rates)
-            view = (("stratum", name), ("sort", "delta")) if name else ()
+                count, words, view = _suite_alert(alert, rates)
             ranked.append(
                 (
                     not alert.endswith("_regression"),
@@ -272,8 +307,10 @@ def _stratum_alerts(summary: Mapping[str, Any]) -> list[Reason]:
     return [r for _, r in sorted(ranked, key=lambda rank_reason: rank_reason[0])]
 
 
-def _suite_alert(alert: str, rates: Mapping[str, Any]) -> tuple[int, str]:
-    """The count and the words of an alert about the strata together."""
+def _suite_alert(
+    alert: str, rates: Mapping[str, Any]
+) -> tuple[int, str, tuple[tuple[str, str], ...]]:
+    """The count, the words and the table view of an alert about the strata together."""
 
     def size(name: str) -> int:
         rate = mapping_of(rates.get(name))
@@ -281,15 +318,17 @@ def _suite_alert(alert: str, rates: Mapping[str, Any]) -> tuple[int, str]:
 
     names = [str(name) for name in rates]
     if alert == "missing_stratum":
+        # about strata with no case: it counts strata, and its view is every case there is
         empty = [name for name in names if size(name) == 0]
-        return len(empty), f"no case in {', '.join(empty) or 'a stratum'}"
+        return len(empty), f"no case in {', '.join(empty) or 'a stratum'}", ()
     if alert == "thin_stratum":
         thin = [name for name in names if size(name) == 1]
-        return len(thin), f"only one case in {', '.join(thin) or 'a stratum'}"
+        view = (("stratum", thin[0]),) if len(thin) == 1 else ()
+        return len(thin), f"only one case in {', '.join(thin) or 'a stratum'}", view
     if alert == "ceiling":
         total = sum(size(name) for name in names)
-        return total, f"it passed (nearly) every case of every stratum ({total} cases)"
-    return 0, "see the strata below"
+        return total, f"it passed (nearly) every case of every stratum ({total} cases)", ()
+    return 0, "see the strata below", ()
 
 
 def _gating(gating: bool) -> str:
@@ -324,9 +363,10 @@ def _tests(summary: Mapping[str, Any]) -> list[Reason]:
                 Weight.REVIEW if gating else Weight.NOTE,
                 lost,
                 f"{words} ({_gating(gating)})",
-                (("sort", "delta"),),
-                note=f"{text or 'see the paired test below'}; the candidate failed {lost} of "
-                "the cases the reference passed",
+                LOST,
+                note=f"{text or 'see the paired test below'}; the cases behind it are the "
+                f"{plural(lost, 'discordant pair')} the candidate lost (the reference passed, "
+                "the candidate failed)",
             )
         )
     return reasons

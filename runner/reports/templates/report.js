@@ -12,8 +12,9 @@
   if (!form || !table) return;
   const controls = form.elements;
   const shown = document.getElementById("shown");
-  const KEYS = ["gate", "stratum", "moved", "miss", "changed", "q", "sort", "case"];
-  const SELECTS = ["gate", "stratum", "moved", "miss"];
+  const SIDED = ["failed", "passed", "request"]; // each a side named in the row's data-*
+  const SELECTS = ["gate", "stratum", "moved", "miss", ...SIDED];
+  const KEYS = [...SELECTS, "changed", "q", "sort", "case"];
   const DEFAULT_SORT = controls.sort.options[0].value;
   // the gate select lists the classes in the gate's own order: sorting by class follows it
   const classRank = new Map(Array.from(controls.gate.options, (option, i) => [option.value, i]));
@@ -28,6 +29,7 @@
       stratum: row.dataset.stratum,
       moved: row.dataset.moved,
       misses: row.dataset.miss ? row.dataset.miss.split(" ") : [],
+      sides: Object.fromEntries(SIDED.map((key) => [key, (row.dataset[key] || "").split(" ")])),
       delta: Number.isFinite(delta) ? delta : null,
       rank: classRank.get(row.dataset.gate) ?? classRank.size,
       detail: null, // the detail row (tr.detail) while the case is open
@@ -112,6 +114,7 @@
       // a side moved when it moved alone or both did
       (!s.moved || c.moved === s.moved || c.moved === "both") &&
       (!s.miss || c.misses.some((m) => m === s.miss || m.startsWith(`${s.miss}:`))) &&
+      SIDED.every((key) => !s[key] || c.sides[key].includes(s[key])) &&
       (!s.changed || c.gate !== "unchanged") &&
       (!q || c.text.includes(q))
     );
