@@ -218,14 +218,19 @@ class PairFold:
     def pairs(self, metric: Metric) -> list[tuple[float, float]]:
         """(reference, candidate) per case with both values known and above zero, by case id:
         milliseconds, or dollars."""
+        return list(self.paired(metric).values())
+
+    def paired(self, metric: Metric) -> dict[str, tuple[float, float]]:
+        """The paired cases by id, each with its (reference, candidate): the cases a report
+        links the gate's reason to."""
         which = 0 if metric is Metric.LATENCY else 1
         ref, cand = (self._values[side][which] for side in SIDES)
-        found = []
+        found = {}
         for case_id in sorted(self._slots):
             slot = self._slots[case_id]
             r, c = ref[slot], cand[slot]
             if r > 0 and c > 0:  # NaN compares false
-                found.append((r, c))
+                found[case_id] = (r, c)
         return found
 
 

@@ -8,6 +8,7 @@ accepts a run as the snapshot, so later runs can produce every gate class.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from html.parser import HTMLParser
 from pathlib import Path
@@ -323,3 +324,35 @@ def reasons_project(root: Path) -> Path:
     )
     second, _, _ = project.run()
     return second
+
+
+# the cases both sides answered with a latency above zero: the latency gate's pairs
+TIMED = tuple(case["id"] for case in STRATIFIED[:10])
+# the cases both sides reported their tokens on, at a price: the cost gate's pairs
+COSTED = tuple(case["id"] for case in STRATIFIED[2:])
+
+
+def ratio_project(root: Path) -> Path:
+    """A run whose latency and cost gates (limits x1.1) both fire: the candidate takes 300 ms
+    where the reference takes 100 on the TIMED cases, and four times the tokens on the COSTED
+    ones; the other cases report no time (0 ms) or no usage, so no pair."""
+    project = Project(root, STRATIFIED)
+    config = project.config.read_text(encoding="utf-8")
+    limits = "retire_after = 2\nlatency_ratio_max = 1.1\ncost_ratio_max = 1.1\n"
+    price = 'cassette = "\\1.jsonl"\nprice = { input_per_mtok = 1, output_per_mtok = 2 }\n'
+    config = config.replace("retire_after = 2\n", limits)
+    project.config.write_text(re.sub(r'cassette = "(\w+)\.jsonl"\n', price, config), "utf-8")
+    sides = []
+    for model, ms, tokens in (("ref-1", 100, 10), ("cand-1", 300, 40)):
+        rows: dict[str, dict[str, Any]] = {}
+        for case in STRATIFIED:
+            row: dict[str, Any] = {"completion": "ok", "model": model}
+            if case["id"] in TIMED:
+                row["elapsed_ms"] = ms
+            if case["id"] in COSTED:
+                row["usage"] = {"prompt_tokens": 10 * tokens, "completion_tokens": tokens}
+            rows[case["id"]] = row
+        sides.append(rows)
+    project.cassettes(*sides)
+    run_dir, _, _ = project.run()
+    return run_dir

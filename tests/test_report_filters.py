@@ -15,7 +15,7 @@ from urllib.parse import parse_qs
 
 import pytest
 from browserkit import Browser, Tab, in_thread
-from reportkit import BASE_CASES, CANDIDATE_LOST, Project, reasons_project
+from reportkit import BASE_CASES, CANDIDATE_LOST, TIMED, Project, ratio_project, reasons_project
 
 from runner.reports.html import report_script
 from runner.reports.render import source_hash
@@ -352,6 +352,23 @@ def test_choosing_a_side_that_failed_passed_or_changed_its_request(
         page.select_option("select[name=request]", "candidate")
         assert len(shown(tab)) == 12 and "new-a" not in shown(tab)
         assert fragment(tab) == {"request": ["candidate"]}
+
+
+def test_following_a_latency_regression_shows_the_cases_it_paired(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """The latency gate's reason link shows the cases it paired, as many as it counts, and
+    sets the form's paired-by choice."""
+    report = in_thread(ratio_project, tmp_path) / "report.html"
+    with browser.open(report) as tab:
+        page = tab.page
+        reason = page.locator("#reasons li[data-reason='latency_regression']")
+        count = int(str(reason.locator(".count").text_content()))
+        reason.locator("a").click()
+        wait_for_count(tab, count)
+        assert (count, sorted(shown(tab)), count_line(tab)) == (10, sorted(TIMED), "10 of 12 cases")
+        assert page.input_value("select[name=paired]") == "latency"
+        assert tab.problems() == []
 
 
 def _many(root: Path) -> Path:

@@ -12,11 +12,14 @@ import pytest
 from reportkit import (
     BASE_CASES,
     CANDIDATE_LOST,
+    COSTED,
+    TIMED,
     UNSTRATIFIED,
     Node,
     Project,
     hostile_project,
     parse_page,
+    ratio_project,
     reasons_project,
 )
 
@@ -316,8 +319,9 @@ def test_a_latency_gate_that_fires_is_a_reason_in_its_own_words() -> None:
         "cost": {"fires": False, "gating": True, "pairs": 40, "text": "no regression shown"},
     }
     found = reasons({"regressions": block}, Tally())
-    expected = [(Kind.LATENCY_REGRESSION, Weight.REVIEW, 40, "candidate slower: x1.31")]
-    assert expected == [(r.kind, r.weight, r.count, r.note) for r in found]
+    expected = [(Kind.LATENCY_REGRESSION, Weight.REVIEW, 40, "#paired=latency")]
+    assert expected == [(r.kind, r.weight, r.count, r.href) for r in found]
+    assert found[0].note.startswith("candidate slower: x1.31; the cases behind it are the 40")
     block["latency"]["gating"] = False
     assert [r.weight for r in reasons({"regressions": block}, Tally())] == [Weight.NOTE]
 
@@ -382,7 +386,7 @@ def _matches(row: Node, key: str, value: str) -> bool:
         return row.get("data-moved") in (value, "both")
     if key == "miss":
         return any(m == value or m.startswith(f"{value}:") for m in _tokens(row, "miss"))
-    if key in ("failed", "passed", "request"):
+    if key in ("failed", "passed", "request", "paired"):
         return value in _tokens(row, key)
     if key == "changed":
         return row.get("data-gate") != "unchanged"
@@ -400,7 +404,13 @@ def _shown(page: Node, href: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("run", ["first_night", "hostile", "moved", "many_reasons"])
+@pytest.fixture(scope="module")
+def slower(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The candidate slower and dearer: both ratio gates fire."""
+    return ratio_project(tmp_path_factory.mktemp("slower"))
+
+
+@pytest.mark.parametrize("run", ["first_night", "hostile", "moved", "many_reasons", "slower"])
 def test_every_reason_links_to_exactly_the_cases_it_counts(
     run: str, request: pytest.FixtureRequest
 ) -> None:
@@ -496,3 +506,31 @@ def test_an_unstratified_report_md_gives_the_pass_rates_of_all_cases(unstratifie
         in text
     )
     assert "stretch" not in text and "medium" not in text
+
+
+def test_a_latency_regression_links_to_the_cases_it_paired(slower: Path) -> None:
+    """The latency gate's reason counts its paired cases and links to exactly those: the
+    cases both sides answered with a time, not those with none; the form offers each gate's
+    choice."""
+    page = _page(slower)
+    [li] = page.find("li", data_reason="latency_regression")
+    href = str(li.one("a").get("href"))
+    summary = json.loads((slower / "summary.json").read_text(encoding="utf-8"))
+    assert (href, li.one("b").text()) == (
+        "#paired=latency",
+        str(summary["regressions"]["latency"]["pairs"]),
+    )
+    assert _shown(page, href) == sorted(TIMED)
+    assert "the cases behind it are the 10 cases it paired" in li.text()
+    options = [o.text() for o in page.one("select", name="paired").find("option")]
+    assert options == ["any", "cost (10)", "latency (10)"]
+
+
+def test_a_cost_regression_links_to_the_cases_it_priced_on_both_sides(slower: Path) -> None:
+    """The cost gate's reason links to the cases whose usage both sides reported, at a price:
+    not those whose usage is unknown, however fast."""
+    page = _page(slower)
+    [li] = page.find("li", data_reason="cost_regression")
+    href = str(li.one("a").get("href"))
+    assert (href, li.one("b").text()) == ("#paired=cost", "10")
+    assert _shown(page, href) == sorted(COSTED)

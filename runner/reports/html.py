@@ -9,7 +9,7 @@ its style (and script) are inline and the Content Security Policy names their ex
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -26,6 +26,7 @@ from runner.model import SIDES, STRATA
 from runner.reports import trend
 from runner.reports.caseview import CaseView
 from runner.reports.model import REVIEW_ORDER, RunReport, incomplete_groups, signal_lines
+from runner.reports.paired import paired_cases
 from runner.reports.render import content_security_policy, environment
 from runner.reports.verdict import (
     MOVED,
@@ -156,6 +157,7 @@ class CaseRow:
     marks: Marks
     detail: Any
     requested: tuple[str, ...] = ()  # the sides whose request_sha moved since the snapshot
+    paired: tuple[str, ...] = ()  # the fired ratio gates (`latency`, `cost`) that compared it
 
     @property
     def href(self) -> str:
@@ -173,7 +175,7 @@ class CaseRow:
         return "" if self.marks.delta is None else f"{self.marks.delta:.3f}"
 
 
-def rows(rep: RunReport) -> Iterator[CaseRow]:
+def rows(rep: RunReport, paired: Mapping[str, tuple[str, ...]]) -> Iterator[CaseRow]:
     """Every case of the run, whatever its class, one at a time as the page is written."""
     requested = request_sides(rep.summary)
     for index, (case_id, case) in enumerate(rep.every_case()):
@@ -185,6 +187,7 @@ def rows(rep: RunReport) -> Iterator[CaseRow]:
             marks=marks_of(case),
             detail=case.get("detail"),
             requested=requested.get(case_id, ()),
+            paired=paired.get(case_id, ()),
         )
 
 
@@ -215,6 +218,7 @@ def context(rep: RunReport) -> dict[str, Any]:
     labels = run_labels(rep.trend)
     found = reasons(s, rep.tally)
     tally = rep.tally
+    paired = paired_cases(s, rep.details(), (case_id for case_id, _ in rep.every_case()))
     return {
         **page_assets(report_script()),
         "suite": rep.suite,
@@ -259,7 +263,8 @@ def context(rep: RunReport) -> dict[str, Any]:
         "filter_request": _options(
             Counter(side for sides in request_sides(s).values() for side in sides), SIDES
         ),
-        "rows": rows(rep),
+        "filter_paired": _options(Counter(m for ms in paired.values() for m in ms)),
+        "rows": rows(rep, paired),
         "row_group": ROW_GROUP,
         "details": details(rep),
         "retired": [str(r) for r in strings_of(s.get("retired"))],

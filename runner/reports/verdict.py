@@ -381,6 +381,7 @@ def _ratios(summary: Mapping[str, Any]) -> list[Reason]:
         if test.get("fires") is not True:
             continue
         gating = test.get("gating") is True
+        pairs = _int(test.get("pairs"))
         words = (
             f"{metric} regression"
             if test.get("finding") == "regression"
@@ -390,9 +391,12 @@ def _ratios(summary: Mapping[str, Any]) -> list[Reason]:
             Reason(
                 kind,
                 Weight.REVIEW if gating else Weight.NOTE,
-                _int(test.get("pairs")),
+                pairs,
                 f"{words} ({_gating(gating)})",
-                note=str(test.get("text") or "see Cost and latency below"),
+                (("paired", metric),),
+                note=f"{test.get('text') or 'see Cost and latency below'}; the cases behind it "
+                f"are the {plural(pairs, 'case')} it paired, each with its {metric} known on "
+                "both sides",
             )
         )
     return reasons

@@ -12,7 +12,8 @@
   if (!form || !table) return;
   const controls = form.elements;
   const shown = document.getElementById("shown");
-  const SIDED = ["failed", "passed", "request"]; // each a side named in the row's data-*
+  // each names a side (or a ratio gate: paired) among the tokens of the row's data-*
+  const SIDED = ["failed", "passed", "request", "paired"];
   const SELECTS = ["gate", "stratum", "moved", "miss", ...SIDED];
   const KEYS = [...SELECTS, "changed", "q", "sort", "case"];
   const DEFAULT_SORT = controls.sort.options[0].value;

@@ -1,0 +1,53 @@
+"""Which cases the latency and cost gates compared: the cases behind their reasons.
+
+summary.json says how many cases a ratio gate paired, not which. The report rebuilds the
+gate's own fold (`regressions.PairFold`) from outcomes.jsonl, fed the first row of each case,
+side and sample as the run fed it (`gate.Folds.put`), at the prices the run recorded, so the
+table's `paired` filter shows exactly the cases a gate's count is about. outcomes.jsonl is read
+for it only when a gate's reason is shown: most runs ask neither question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from runner.history import mapping_of
+from runner.model import ROW_ERRORS, SIDES, Outcome
+from runner.regressions import Metric, PairFold
+from runner.reports.caseview import RunCases
+from runner.usage import call_of
+
+
+def fired(summary: Mapping[str, Any]) -> list[Metric]:
+    """The ratio gates asked and not cleared: those the verdict gives a reason."""
+    block = mapping_of(summary.get("regressions"))
+    return [m for m in Metric if mapping_of(block.get(m.value)).get("fires") is True]
+
+
+def paired_cases(
+    summary: Mapping[str, Any], cases: RunCases, case_ids: Iterable[str]
+) -> dict[str, tuple[str, ...]]:
+    """Per case, the metrics (`latency`, `cost`) of the fired gates that paired it."""
+    metrics = fired(summary)
+    if not metrics:
+        return {}
+    samples = summary.get("samples")
+    samples = samples if isinstance(samples, int) and samples > 0 else 1
+    fold = PairFold(samples, {side: cases.inputs.price(side) for side in SIDES})
+    for case_id in case_ids:
+        for side in SIDES:
+            seen: set[int] = set()
+            for spot in cases.outcomes.spots(case_id, side):
+                try:
+                    outcome = Outcome.from_json(cases.outcomes.row(spot) or {})
+                except ROW_ERRORS:
+                    continue
+                if 0 <= outcome.sample < samples and outcome.sample not in seen:
+                    seen.add(outcome.sample)  # the first row of a sample is the one that counts
+                    fold.add(case_id, side, call_of(outcome))
+    found: dict[str, tuple[str, ...]] = {}
+    for metric in metrics:
+        for case_id in fold.paired(metric):
+            found[case_id] = (*found.get(case_id, ()), metric.value)
+    return found
