@@ -15,7 +15,15 @@ from urllib.parse import parse_qs
 
 import pytest
 from browserkit import Browser, Tab, in_thread
-from reportkit import BASE_CASES, CANDIDATE_LOST, TIMED, Project, ratio_project, reasons_project
+from reportkit import (
+    BASE_CASES,
+    CANDIDATE_LOST,
+    TIMED,
+    UNSTRATIFIED,
+    Project,
+    ratio_project,
+    reasons_project,
+)
 
 from runner.reports.html import report_script
 from runner.reports.render import source_hash
@@ -368,6 +376,29 @@ def test_following_a_latency_regression_shows_the_cases_it_paired(
         wait_for_count(tab, count)
         assert (count, sorted(shown(tab)), count_line(tab)) == (10, sorted(TIMED), "10 of 12 cases")
         assert page.input_value("select[name=paired]") == "latency"
+        assert tab.problems() == []
+
+
+def _unstratified(root: Path) -> Path:
+    project = Project(root, UNSTRATIFIED)
+    run_dir, _, _ = project.run()
+    return run_dir / "report.html"
+
+
+def test_a_choice_the_run_has_no_case_for_is_hidden_until_a_link_names_it(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """An unstratified suite's filters offer no stratum; a link that names one shows the
+    stratum choice with that value, so the view says what it filters on."""
+    report = in_thread(_unstratified, tmp_path)
+    with browser.open(report) as tab:
+        page = tab.page
+        assert not page.is_visible("select[name=stratum]")
+        assert page.is_visible("select[name=failed]") is False  # no side failed a case
+        page.evaluate("() => { location.hash = 'stratum=easy'; }")
+        wait_for_count(tab, 0)
+        assert page.is_visible("select[name=stratum]")
+        assert page.input_value("select[name=stratum]") == "easy"
         assert tab.problems() == []
 
 

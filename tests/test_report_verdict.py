@@ -480,8 +480,9 @@ def unstratified(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_an_unstratified_suite_shows_one_bar_of_every_case(unstratified: Path) -> None:
-    """Without strata, each side has one pass-rate bar named `all`, over every case, and
-    no easy, medium or stretch bar; summary.json keeps its three strata as before."""
+    """Without strata, each side has one pass-rate bar named `all`, over every case, no easy,
+    medium or stretch bar and no stratum choice (nor the others it has no case for) in the
+    filters; summary.json keeps its three strata as before."""
     page = _page(unstratified)
     bars = [
         [bar.find("span")[0].text() for bar in card.find("div", class_="bar")]
@@ -491,6 +492,17 @@ def test_an_unstratified_suite_shows_one_bar_of_every_case(unstratified: Path) -
     assert bars == [["all"], ["all"]]
     labels = [bar.find("span")[-1].text() for bar in page.find("div", class_="bar")]
     assert labels == ["100% · 6 of n=6", "83% · 5 of n=6"]
+    hidden = {
+        str(label.one("select").get("name")): "hidden" in label.attrs
+        for label in page.one("form", id="filters").find("label")
+        if label.find("select")
+    }
+    assert (hidden["stratum"], hidden["failed"], hidden["request"], hidden["paired"]) == (
+        True,
+        False,
+        True,
+        True,
+    )
     summary = json.loads((unstratified / "summary.json").read_text(encoding="utf-8"))
     assert (summary["stratified"], sorted(summary["strata"]["candidate"])) == (
         False,

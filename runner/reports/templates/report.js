@@ -78,6 +78,7 @@
       option.value = value;
       option.textContent = value;
       select.append(option);
+      select.closest("label").hidden = false; // a choice hidden for having no case here
     }
     select.value = value;
   }
