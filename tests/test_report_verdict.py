@@ -465,7 +465,7 @@ def test_a_changed_request_links_to_the_cases_it_changed_on(many_reasons: Path) 
         "candidate": ("#request=candidate", sorted(promoted)),
     }
     new = page.one("tr", data_id="new-a")
-    assert (new.get("data-request"), new.get("data-passed")) == ("", "reference candidate")
+    assert (new.get("data-request"), new.get("data-passed")) == (None, "reference candidate")
     options = [o.get("value") for o in page.one("select", name="request").find("option")]
     assert options == ["", "reference", "candidate"]
 
