@@ -6,9 +6,9 @@ writes each suite's history page, then opens the pages in Debian's chromium
 (tests/browserkit.py) and writes into `$PARALLAX_ARTIFACTS` (the Makefile: docs/screenshots/)
 per suite: `<suite>-top.png` (the verdict and the first cases), `<suite>-filtered.png` (the
 view the verdict's first reason links to), `<suite>-case.png` (the first case of that view,
-opened, with the requests unfolded) and `<suite>-history.png`. A page that logs an error,
-makes a request or breaks its Content Security Policy stops the script, as it fails a browser
-test.
+opened, with the requests unfolded) and `<suite>-history.png` (the whole page). A page that
+logs an error, makes a request or breaks its Content Security Policy stops the script, as it
+fails a browser test.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _to_top(tab: Tab, selector: str) -> None:
 
 def history_view(browser: Browser, suite_dir: Path) -> None:
     with browser.open(suite_dir / "index.html", width=WIDTH, height=HEIGHT) as tab:
-        tab.screenshot(f"{suite_dir.name}-history")
+        tab.screenshot(f"{suite_dir.name}-history", full_page=True)  # down to the runs table
 
 
 def main() -> int:
