@@ -2,7 +2,8 @@
 
 Before an attempt is sent (a retry is an attempt too) the run's spend so far, plus what the
 attempts in flight hold, plus this attempt's estimate must stay within the limit. An attempt
-that does not fit waits for the calls in flight to settle; once nothing is in flight and it
+that does not fit waits for the calls in flight to settle, and the attempts that asked after it
+wait behind it, so both sides keep pace; once nothing is in flight and it
 still does not fit, it is refused, and so is every attempt after it (`Budget.exhausted`). A
 refused attempt is not sent: its call is stamped `cancelled` with detail `budget`, unscored and
 re-callable by `--retry-unscored`. A call's hold is replaced by what it spent once it is
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,24 +192,39 @@ class Budget:
         self.cancelled: Counter[str] = Counter()  # calls not made, per side
         self._held: dict[Key, _Hold] = {}
         self._settled: anyio.Event | None = None  # set when a hold is let go
+        self._line: deque[object] = deque()  # attempts waiting to reserve, first come first
 
     async def reserve(self, key: Key, meter: Meter, estimate: int) -> bool:
         """Whether one attempt of the call `key` may be sent; if so its estimate is held
-        until the attempt is retried (`retried`) or its call's row is written (`settle`)."""
-        while not self.exhausted:
-            if self.spent + self.reserved + estimate <= self.limit:
-                self.reserved += estimate
-                self._held[key] = _Hold(meter, estimate)
-                return True
-            if not self.reserved:  # nothing in flight can make room: the budget is spent
-                self.exhausted = True
-                self.cut = Cut(self.spent, self.reserved, estimate)
-                self._wake()  # the attempts waiting are refused too
-                break
-            if self._settled is None:
-                self._settled = anyio.Event()
-            await self._settled.wait()
-        return False
+        until the attempt is retried (`retried`) or its call's row is written (`settle`).
+
+        Attempts are let through in the order they asked: one that waits is not overtaken
+        by a later, cheaper one. Otherwise the side with the smaller estimates (a cheaper
+        reference) takes every room that opens while the dearer side waits, and a run cut
+        by its budget has one side's replies and no paired case to compare.
+        """
+        ticket = object()
+        self._line.append(ticket)
+        try:
+            while not self.exhausted:
+                first = self._line[0] is ticket
+                if first and self.spent + self.reserved + estimate <= self.limit:
+                    self._line.popleft()
+                    self.reserved += estimate
+                    self._held[key] = _Hold(meter, estimate)
+                    return True
+                if first and not self.reserved:  # nothing in flight can make room
+                    self.exhausted = True
+                    self.cut = Cut(self.spent, self.reserved, estimate)
+                    break
+                if self._settled is None:
+                    self._settled = anyio.Event()
+                await self._settled.wait()
+            return False
+        finally:
+            if ticket in self._line:  # refused, or cancelled while it waited
+                self._line.remove(ticket)
+            self._wake()  # the next in line may fit now, or is refused too
 
     def _release(self, key: Key) -> _Hold | None:
         hold = self._held.pop(key, None)

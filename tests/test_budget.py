@@ -22,6 +22,7 @@ from runner.budget import (
     PICO,
     TOOLS_ALLOWANCE,
     Budget,
+    Key,
     Meter,
     attempt_spend,
     budget_line,
@@ -176,6 +177,34 @@ async def test_an_attempt_that_fits_only_once_others_settle_waits_for_them() -> 
         6 * unit,
     )
     assert not await meter.reserve(("c", "candidate", 0), 1)  # none starts after a refusal
+
+
+@pytest.mark.anyio
+async def test_a_waiting_attempt_is_not_overtaken_by_a_cheaper_one_that_asked_later() -> None:
+    """Attempts reserve in the order they asked: while a dear candidate call waits for room,
+    a cheap reference call that would fit waits behind it, so neither side takes all of it."""
+    budget = Budget(10 / 10**6)  # 10 micro-dollars
+    meter = _meter(budget)
+    unit = PICO // 10**6
+    assert await meter.reserve(("a", "reference", 0), 5 * unit)
+    order: list[str] = []
+
+    async def ask(key: Key, estimate: int) -> None:
+        if await meter.reserve(key, estimate):
+            order.append(key[0])
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(ask, ("b", "candidate", 0), 6 * unit)  # 5 + 6 > 10: waits
+        await anyio.wait_all_tasks_blocked()
+        group.start_soon(ask, ("c", "reference", 0), 2 * unit)  # 5 + 2 fits, but b asked first
+        await anyio.wait_all_tasks_blocked()
+        assert order == []
+        budget.settle(
+            _exchange(_attempt(Transport.OK, 200), side="reference", case_id="a"),
+            {"prompt_tokens": 0, "completion_tokens": 0},
+        )
+    assert order == ["b", "c"]  # a cost nothing: b (6) then c (2) fit in 10
+    assert budget.reserved == 8 * unit and not budget.exhausted
 
 
 @given(
