@@ -20,7 +20,7 @@ from runner.reports.caseview import CaseView, RunCases, SideDetail, case_views
 from runner.reports.marks import mark
 from runner.reports.render import environment
 from runner.reports.requestview import Source, request_view
-from runner.reports.wordiff import MAX_WORDS, word_diff
+from runner.reports.wordiff import MAX_WORDS, Piece, shown_words, word_diff, words
 
 REPO = Path(__file__).resolve().parent.parent
 TOOL = {
@@ -271,6 +271,42 @@ def test_a_long_reply_is_diffed_only_up_to_the_word_cap() -> None:
     assert diff.cut
     assert "".join(p.text for p in diff.reference) == left
     assert not diff.reference[-1].changed  # the uncompared tail
+
+
+def test_equal_replies_are_one_unchanged_piece_each_however_long() -> None:
+    """Two equal replies are not compared word by word: each side is its whole text,
+    unmarked, and nothing is said to be left uncompared."""
+    text = " ".join(f"w{i}" for i in range(MAX_WORDS * 2))
+    diff = word_diff(text, text)
+    assert diff.reference == diff.candidate == (Piece(text, changed=False),)
+    assert not diff.cut
+    assert word_diff("", "").reference == ()
+
+
+@given(st.text(max_size=400), st.integers(min_value=0, max_value=300))
+def test_a_brief_diff_compares_every_word_it_shows(text: str, chars: int) -> None:
+    """The words compared for a reply cut at `chars` characters cover at least those
+    characters, so a brief detail never shows an uncompared word as unchanged."""
+    compared, _ = words(text, shown_words(chars))
+    assert len("".join(compared)) >= min(chars, len(text))
+
+
+def test_a_brief_detail_reads_only_what_it_shows(
+    gates: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compact detail keeps sample 0's usage but reads no other sample and no attempts
+    (it shows neither), and its diff is the same as the full detail's excerpt."""
+    import runner.reports.caseview as caseview
+
+    full = {v.id: v for v in case_views(gates)}["flaky"]
+    monkeypatch.setattr(caseview, "FULL_UP_TO", 0)
+    brief = {v.id: v for v in case_views(gates)}["flaky"]
+    assert brief.compact and not full.compact
+    cand = brief.candidate
+    assert cand.samples == () and cand.attempts == ()
+    assert cand.usage.tokens is not None and cand.usage.tokens.prompt == 1000
+    shown = "".join(p.text for p in cand.pieces)
+    assert shown == "".join(p.text for p in full.candidate.pieces)[: len(shown)]
 
 
 def test_tool_calls_and_tool_misses_are_shown(views: dict[str, CaseView]) -> None:

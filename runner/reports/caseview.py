@@ -33,7 +33,7 @@ from runner.reports.ledgerindex import LedgerIndex, Spot
 from runner.reports.marks import mark, needles
 from runner.reports.requestview import RequestView, request_view
 from runner.reports.runinputs import Expectation, Found, RunInputs
-from runner.reports.wordiff import Piece, WordDiff, word_diff
+from runner.reports.wordiff import Piece, WordDiff, shown_words, word_diff
 from runner.toolgrade import offered_tools
 from runner.usage import Tokens, cost_usd, tokens_of
 
@@ -44,7 +44,8 @@ RAW_FILE = "raw.jsonl"
 class Caps:
     """How much of a case its detail keeps: characters of reply, request value and raw line,
     and whether it is `compact` (stamps, reply excerpt, misses, usage and the raw.jsonl link
-    only: no request, attempts, expectation table or snapshot entry)."""
+    only: no request, attempts, other samples, expectation table or snapshot entry, none of
+    them read)."""
 
     reply: int
     request: int
@@ -340,7 +341,7 @@ class RunCases:
         diff = None
         ref, cand = (reads[s].whole for s in SIDES)
         if ref is not None and cand is not None:  # two replies: a raw body is not diffed
-            diff = word_diff(ref, cand).capped(caps.reply)
+            diff = word_diff(ref, cand, shown_words(caps.reply)).capped(caps.reply)
         ref_side, cand_side = (
             SideDetail(**sides[side], pieces=_pieces(sides[side], sides[other], diff))
             for side, other in (SIDES, SIDES[::-1])
@@ -386,9 +387,13 @@ class RunCases:
         except ROW_ERRORS:
             return None, f"{RAW_FILE}:{spot.line}: not an exchange"
 
-    def _samples(self, case_id: str, side: str) -> list[Outcome]:
+    def _samples(self, case_id: str, side: str, *, first: bool) -> list[Outcome]:
+        """A side's outcomes by sample, or with `first` only sample 0's (a compact detail
+        shows no other sample: parsing them was a good part of a large report's time)."""
         rows = []
         for spot in self.outcomes.spots(case_id, side):
+            if first and spot.sample != 0:
+                continue
             row = self.outcomes.row(spot)
             try:
                 rows.append(Outcome.from_json(row or {}))
@@ -420,7 +425,7 @@ class RunCases:
                 notes.append(problem)
             text, cut = _cap(line[: caps.raw * 4].decode("utf-8", "replace"), caps.raw)
             raw = RawView(text, cut or len(line) > caps.raw * 4, first.line, first.size)
-        outcomes = self._samples(case_id, side)
+        outcomes = self._samples(case_id, side, first=caps.compact)
         first_outcome = next((o for o in outcomes if o.sample == 0), None)
         case = found.case
         if exchange is None:
@@ -469,7 +474,7 @@ class RunCases:
                 "request": request,
                 "reply": read.reply,
                 "tool_calls": tuple(call_text(c, caps.request) for c in read.calls),
-                "attempts": _attempts(exchange) if exchange else (),
+                "attempts": _attempts(exchange) if exchange and not caps.compact else (),
                 "elapsed_ms": exchange.elapsed_ms if exchange else None,
                 "ttft_ms": exchange.ttft_ms if exchange else None,
                 "stream": exchange.stream if exchange else False,
@@ -486,7 +491,9 @@ class RunCases:
                         o.elapsed_ms,
                     )
                     for o in outcomes
-                ),
+                )
+                if not caps.compact
+                else (),
             },
             read,
             notes,

@@ -76,18 +76,29 @@ def page_assets(script: str = "") -> dict[str, Any]:
     }
 
 
-def _no_script(rep: RunReport) -> tuple[list[CaseView], list[CaseView], int]:
-    """The cases shown in full without JavaScript, each in detail: those that need review in
-    the order `cases_in` gives them, the unscored ones by stamp then id, and how many cases
-    are unscored in all (only the first `top` of each stamp are kept)."""
+@dataclass(frozen=True)
+class NoScript:
+    """The cases shown in full without JavaScript: those that need review in the order
+    `cases_in` gives them, the unscored ones by stamp then id (only the first `top` of each
+    stamp are kept), how many are unscored in all, and their views by id (their
+    `<template>`s reuse them rather than building each again)."""
+
+    review: list[CaseView]
+    unscored: list[CaseView]
+    unscored_total: int
+    views: dict[str, CaseView]
+
+
+def _no_script(rep: RunReport) -> NoScript:
     review = [case_id for case_id, _ in rep.cases_in(REVIEW_ORDER)]
     groups = incomplete_groups(rep)
     unscored = [case_id for rows in groups.values() for case_id, _ in rows]
     views = rep.views({*review, *unscored})
-    return (
+    return NoScript(
         [views[c] for c in review if c in views],
         [views[c] for c in unscored if c in views],
         rep.total(list(groups)),
+        views,
     )
 
 
@@ -191,13 +202,14 @@ def rows(rep: RunReport, paired: Mapping[str, tuple[str, ...]]) -> Iterator[Case
         )
 
 
-def details(rep: RunReport) -> Iterator[tuple[int, CaseView]]:
+def details(rep: RunReport, built: Mapping[str, CaseView]) -> Iterator[tuple[int, CaseView]]:
     """Every case's detail with its index, for the `<template>`s at the end of the page: after
     the script, so the table is shown and filtered while the browser still parses them (at
-    20,000 cases they are most of the page)."""
+    20,000 cases they are most of the page). The views in `built` are used as they are."""
     cases = rep.details()
     for index, (case_id, case) in enumerate(rep.every_case()):
-        yield index, cases.view(index, case_id, case)
+        view = built.get(case_id)
+        yield index, view if view is not None else cases.view(index, case_id, case)
 
 
 def _options(counts: Counter[str], order: Sequence[str] = ()) -> list[tuple[str, int]]:
@@ -212,7 +224,7 @@ def context(rep: RunReport) -> dict[str, Any]:
     s = rep.summary
     verdict = str(s.get("verdict") or "unknown")
     rep.details()  # indexed now: what it could not read is noted before the notes are shown
-    review, unscored, unscored_total = _no_script(rep)
+    shown = _no_script(rep)
     counts = mapping_of(s.get("gate_counts"))
     fail_on = s.get("fail_on")
     labels = run_labels(rep.trend)
@@ -229,11 +241,11 @@ def context(rep: RunReport) -> dict[str, Any]:
         "s": s,
         "run_id": s.get("run_id") or rep.run_dir.name,
         "gate_chips": [(g, counts.get(g, 0)) for g in GATE_CLASSES],
-        "review": review,
+        "review": shown.review,
         "review_total": rep.total(REVIEW_ORDER),
-        "review_hidden": rep.total(REVIEW_ORDER) - len(review),
-        "unscored_cases": unscored,
-        "unscored_total": unscored_total,
+        "review_hidden": rep.total(REVIEW_ORDER) - len(shown.review),
+        "unscored_cases": shown.unscored,
+        "unscored_total": shown.unscored_total,
         "strata": _strata(rep),
         "strata_note": s.get("strata_note"),
         "signal": signal_lines(s),
@@ -266,7 +278,7 @@ def context(rep: RunReport) -> dict[str, Any]:
         "filter_paired": _options(Counter(m for ms in paired.values() for m in ms)),
         "rows": rows(rep, paired),
         "row_group": ROW_GROUP,
-        "details": details(rep),
+        "details": details(rep, shown.views),
         "retired": [str(r) for r in strings_of(s.get("retired"))],
         "notes": rep.notes,
         "version": __version__,

@@ -55,9 +55,21 @@ def words(text: str, limit: int = MAX_WORDS) -> tuple[list[str], str]:
     return found, text[end:]
 
 
-def word_diff(reference: str, candidate: str) -> WordDiff:
-    """Which words differ between the two replies, compared word by word (whitespace apart)."""
-    (a, a_rest), (b, b_rest) = words(reference), words(candidate)
+def shown_words(chars: int) -> int:
+    """How many words to compare when only a reply's first `chars` characters are shown: a
+    word keeps the whitespace after it, so `chars` characters hold at most chars // 2 + 2 of
+    them, and every word shown (the one the cut falls in too) is compared whole."""
+    return min(MAX_WORDS, chars // 2 + 2)
+
+
+def word_diff(reference: str, candidate: str, limit: int = MAX_WORDS) -> WordDiff:
+    """Which words differ between the two replies, compared word by word (whitespace apart),
+    the first `limit` words of each. Two equal replies need no comparing: most cases of a
+    large run are those, and a diff costs more than the rest of a case's detail."""
+    if reference == candidate:
+        whole = (Piece(reference, changed=False),) if reference else ()
+        return WordDiff(whole, whole, cut=False)
+    (a, a_rest), (b, b_rest) = words(reference, limit), words(candidate, limit)
     matcher = difflib.SequenceMatcher(None, [w.strip() for w in a], [w.strip() for w in b])
     ref: list[Piece] = []
     cand: list[Piece] = []
