@@ -667,3 +667,24 @@ def test_every_attempt_of_a_retried_call_is_shown(fault_server: Any, tmp_path: P
     table = _detail(view).one("article", data_side="reference").one("table", class_="cd-attempts")
     cells = [[td.text() for td in tr.find("td")] for tr in table.find("tr")][1:]
     assert [c[:3] for c in cells] == [["1", "http_error", "503"], ["2", "ok", "200"]]
+
+
+def test_a_ledger_row_with_an_impossible_sample_is_skipped_and_noted(tmp_path: Path) -> None:
+    """A hand-edited row numbering its sample past 32 bits is not a ledger row: it is noted
+    and skipped, the rows around it still found, never an error."""
+    from runner.reports.ledgerindex import LedgerIndex
+
+    path = tmp_path / "raw.jsonl"
+    rows = [
+        {"case_id": "a", "side": "reference", "sample": 0},
+        {"case_id": "a", "side": "reference", "sample": 2**40},
+        {"case_id": "b", "side": "candidate", "sample": 1},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    index = LedgerIndex(path)
+    try:
+        assert [s.sample for s in index.spots("a", "reference")] == [0]
+        assert [(s.sample, s.line) for s in index.spots("b", "candidate")] == [(1, 3)]
+        assert index.problems == ["raw.jsonl:2: not a ledger row; skipped"]
+    finally:
+        index.close()

@@ -9,6 +9,7 @@ rows are read again, by their span, only while its detail is built.
 from __future__ import annotations
 
 import os
+import sys
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ class LedgerIndex:
         self.problems: list[str] = []
         self._head: dict[str, int] = {}  # case id -> its last row's position in the columns
         self._sides: list[str] = []
-        self._cols = {name: array("q") for name in _COLUMNS}
+        self._cols = {name: array(code) for name, code in _COLUMNS.items()}
         self._fd: int | None = None
         self._scan()
 
@@ -69,6 +70,7 @@ class LedgerIndex:
                     self.problems.append(f"{self.path.name}:{line_no}: not a ledger row; skipped")
                 continue
             case_id, side, sample = key
+            case_id = sys.intern(case_id)  # one string per id for both ledgers and the history
             code = codes.get(side)
             if code is None:
                 code = codes[side] = len(self._sides)
@@ -118,7 +120,9 @@ class LedgerIndex:
             self._fd = None
 
 
-_COLUMNS = ("side", "sample", "line", "offset", "size", "next")
+# column -> array type: byte offsets need 64 bits, the rest fit in 32 (a line of a ledger is
+# far below 2 GiB, and 2**31 rows would be a report no one renders)
+_COLUMNS = {"side": "i", "sample": "i", "line": "i", "offset": "q", "size": "i", "next": "i"}
 
 
 def _lines(fd: int, chunk: int = 1 << 20) -> Iterator[tuple[int, int, bytes]]:
@@ -141,5 +145,7 @@ def _key(raw: bytes) -> tuple[str, str, int] | None:
         return None
     case_id, side, sample = row.get("case_id"), row.get("side"), row.get("sample", 0)
     if not isinstance(case_id, str) or not isinstance(side, str) or type(sample) is not int:
+        return None
+    if not -(2**31) <= sample < 2**31:  # no run numbers its samples so; the column is 32-bit
         return None
     return case_id, side, sample
