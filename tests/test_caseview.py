@@ -688,3 +688,13 @@ def test_a_ledger_row_with_an_impossible_sample_is_skipped_and_noted(tmp_path: P
         assert index.problems == ["raw.jsonl:2: not a ledger row; skipped"]
     finally:
         index.close()
+
+
+def test_a_report_s_case_details_share_its_summary_rather_than_read_it_again(gates: Path) -> None:
+    """The details a report opens use the summary.json the report already read (over a
+    megabyte parsed at 20,000 cases), not a second copy of it."""
+    from runner.reports.model import build_report
+
+    with build_report(gates) as rep:
+        assert rep.details().inputs.summary is rep.summary
+        assert rep.details().count == rep.summary["cases"]

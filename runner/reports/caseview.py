@@ -276,9 +276,9 @@ class RunCases:
     """A run directory opened for its case details; iterate for every case's view, in
     disagreement.json's order. Use as a context manager (it holds the ledgers open)."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, summary: Mapping[str, Any] | None = None) -> None:
         self.run_dir = run_dir
-        self.inputs = RunInputs(run_dir)
+        self.inputs = RunInputs(run_dir, summary)
         self.raw = LedgerIndex(run_dir / RAW_FILE)
         self.outcomes = LedgerIndex(run_dir / "outcomes.jsonl")
         self.snapshot: Snapshot | None = self.inputs.snapshot()

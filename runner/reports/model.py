@@ -59,7 +59,7 @@ class RunReport:
         """The run's case details, its ledgers indexed once for every page a report writes
         (`close` ends it); the files' problems join the notes."""
         if self._details is None:
-            self._details = RunCases(self.run_dir)
+            self._details = RunCases(self.run_dir, self.summary)
             self.note(self._details.notes)
         return self._details
 

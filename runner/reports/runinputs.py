@@ -70,15 +70,21 @@ def _object(path: Path) -> tuple[dict[str, Any], str | None]:
 class RunInputs:
     """The run's manifest and summary, and the inputs they name, opened once."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, summary: Mapping[str, Any] | None = None) -> None:
+        """`summary`: summary.json as the caller already read it (a report holds it: a
+        20,000-case run's is over a megabyte parsed), else it is read here."""
         self.run_dir = run_dir
         self.notes: list[str] = []
         self.manifest, problem = _object(run_dir / "manifest.json")
         if problem:
             self.notes.append(f"{problem}: the fixture file and config are not known")
-        self.summary, problem = _object(run_dir / "summary.json")
-        if problem:
-            self.notes.append(problem)
+        self.summary: Mapping[str, Any]
+        if summary is not None:
+            self.summary = summary
+        else:
+            self.summary, problem = _object(run_dir / "summary.json")
+            if problem:
+                self.notes.append(problem)
         self._fixtures: FixtureFile | None = None
         self._refs: CaseRefs | None = None
         self._fixture_note: str | None = None
