@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llmockkit import LlmockServer, Match, StreamFault, stream_fault
+from llmockkit import Protocol as LlmockProtocol
 from structlog.testing import capture_logs
 
 from runner.config import load_config
@@ -65,11 +67,15 @@ def _free_port() -> int:
 
 
 @contextmanager
-def proxy(command: Path, root: Path, backends: dict[str, str]) -> Iterator[str]:
-    """A LiteLLM proxy whose aliases route to `backends` (mock replies "ok"); yields its URL."""
+def proxy(
+    command: Path, root: Path, backends: dict[str, str], *, upstream: str | None = None
+) -> Iterator[str]:
+    """A LiteLLM proxy whose aliases route to `backends`; yields its URL. With no `upstream`
+    every backend is a `mock_response` ("ok"); with one, each is an OpenAI model served there."""
+    reply = f"      api_base: {upstream}\n" if upstream else '      mock_response: "ok"\n'
     models = "".join(
         f"  - model_name: {alias}\n    litellm_params:\n      model: {backend}\n"
-        f'      api_key: sk-none\n      mock_response: "ok"\n'
+        f"      api_key: sk-none\n{reply}"
         for alias, backend in backends.items()
     )
     config = root / "litellm.yaml"
@@ -184,3 +190,55 @@ def test_a_backend_swap_behind_litellm_is_an_alias_swap(
         summary["served_models"],
     )
     assert expected == actual
+
+
+@pytest.mark.parametrize(
+    ("fault", "direct", "through_gateway"),
+    [
+        # the upstream stream ends cleanly with no finish event: LiteLLM adds one, so the
+        # reply is graded as a good answer
+        (StreamFault.TRUNCATE, ("connection_lost", "skipped", "stream_truncated"), ("ok", "ok")),
+        # one upstream chunk is not JSON: LiteLLM ends its own stream with an error event
+        (StreamFault.MALFORMED, ("ok", "fail", "stream_malformed"), ("http_error", "skipped")),
+    ],
+)
+def test_litellm_hides_an_upstream_stream_fault_that_a_direct_call_stamps(
+    tmp_path: Path,
+    litellm_bin: Path,
+    llmock: LlmockServer,
+    monkeypatch: pytest.MonkeyPatch,
+    fault: StreamFault,
+    direct: tuple[str, str, str],
+    through_gateway: tuple[str, str],
+) -> None:
+    """The same upstream stream fault, called directly and through a real LiteLLM proxy: the
+    direct side is stamped as the fault it is, while the gateway hands parallax a stream that
+    finished (graded) or its own error event, `stream_error:500` (the README's "Gateways")."""
+    monkeypatch.setenv("PARALLAX_LITELLM_KEY", MASTER_KEY)
+    for model in ("direct", "via-gateway"):
+        llmock.script(stream_fault(fault, after_chunks=2, match=Match(model=model, stream=True)))
+    (tmp_path / "cases.jsonl").write_text(
+        json.dumps({"id": "one", "prompt": "Say something.", "expect": {"max_chars": 4000}}) + "\n"
+    )
+    with proxy(
+        litellm_bin, tmp_path, {"gw-alias": "openai/via-gateway"}, upstream=f"{llmock.origin}/v1"
+    ) as url:
+        config = tmp_path / "parallax.toml"
+        config.write_text(
+            llmock.endpoint_toml("direct", LlmockProtocol.OPENAI, extra="stream = true\n")
+            + f'[endpoints.gateway]\nkind = "openai-chat"\nbase_url = "{url}"\n'
+            'model = "gw-alias"\napi_key_env = "PARALLAX_LITELLM_KEY"\nstream = true\n'
+            "retry = { attempts = 1 }\ndeadline = 60\n"
+            '[suites.gw]\nfixtures = "cases.jsonl"\nreference = "direct"\ncandidate = "gateway"\n'
+        )
+        run_dir, _, _ = run_suite(load_config(config), "gw")
+
+    rows = [json.loads(line) for line in (run_dir / "outcomes.jsonl").read_text().splitlines()]
+    seen = {r["side"]: (r["transport"], r["schema"], r["detail"]) for r in rows}
+    reference, candidate = seen["reference"], seen["candidate"]
+    expected_codes = (direct[2], "stream_error:500" if fault is StreamFault.MALFORMED else "ok")
+    assert (direct[:2], through_gateway) == (reference[:2], candidate[:2])
+    assert all(
+        code in detail
+        for code, detail in zip(expected_codes, (reference[2], candidate[2]), strict=True)
+    )
