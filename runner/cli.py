@@ -324,10 +324,14 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from runner.config import check_files, load_config
+    """Nothing is called, so no key is needed: one not in the environment is a note on stderr
+    (a run refuses it), never a failure; one that is there but unusable fails as in a run."""
+    from runner import logs
+    from runner.config import check_files, load_config, missing_keys
     from runner.recorded import load_cassette
     from runner.scheduler.trigger import Trigger
     from runner.suite import prepare_suite
+    from runner.text import visible
 
     loaded = load_config(_config_path(args))
     check_files(loaded)
@@ -345,8 +349,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
             problem = request_problem(endpoint)
             if problem:
                 raise ConfigError(loaded.path, f"endpoints.{endpoint_name}", problem)
+    missing = missing_keys(loaded, loaded.suite_names(args.suite))
     suites = len(loaded.suite_names(args.suite))
     print(f"{loaded.path}: ok ({suites} suite(s), {total} case(s))")
+    for unset in missing:
+        note = f"parallax: note: {unset}: validate needs no key, a run does"
+        logs.say(visible(note, one_line=True))
     return 0
 
 
