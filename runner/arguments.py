@@ -66,12 +66,19 @@ _COMMAND_EXIT_CODES = {
     "health": "  0   the daemon runs with a fresh heartbeat; without --config, also when no\n"
     "      daemon was ever started on this host (a one-shot container: nothing to check)\n"
     "  1   it does not\n" + _DATA,
+    "init": "  0   the starter written, or nothing needed (each file was there: left alone)\n"
+    "  64  usage error, or a file cannot be written (DIR is a file, no permission)\n"
+    + _CLOSED_PIPE,
     "history": "  0   printed (--html: every page written)\n"
     + _DATA
     + "  64  also (--html): no finished run of the suite, PATH for more than one suite, or\n"
     "      a page that cannot be written    65  also: PATH is not a regular file\n",
 }
 
+
+# `init`'s providers, named in its --help without importing the module that writes them; tests
+# hold them equal to `runner.scaffold.Provider`.
+INIT_PROVIDERS = ("openai", "anthropic", "openai-compatible")
 
 # `grade`'s ceiling-detector defaults, named in its --help without importing the config models
 # (pydantic) at start-up; tests hold them equal to `runner.config.Thresholds`.
@@ -195,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _add_fixture_commands(add, config_help)
+    _add_onboarding_commands(add)
     _add_daemon_commands(add, config_help)
     _add_report_commands(add, config_help)
     return parser
@@ -235,6 +243,26 @@ def _add_fixture_commands(add: Adder, config_help: str) -> None:
     )
     p.add_argument("--config", help=config_help)
     p.add_argument("--suite", help="validate only this suite")
+
+
+def _add_onboarding_commands(add: Adder) -> None:
+    p = add(
+        "init",
+        "Write a starter suite into DIR: a config for two endpoints, example cases in each "
+        "stratum (a tool call and a structured answer among them), a custom grader, snapshots/ "
+        "and a .gitignore for runs/; then print the next three commands. A file already there "
+        "is left alone, never overwritten.",
+    )
+    p.add_argument(
+        "dir", metavar="DIR", nargs="?", default=".", help="where to write (default: here)"
+    )
+    p.add_argument(
+        "--provider",
+        required=True,
+        choices=INIT_PROVIDERS,
+        help="where both endpoints live: OpenAI, Anthropic, or an OpenAI-compatible server "
+        "(default http://127.0.0.1:8000/v1, or $OPENAI_BASE_URL)",
+    )
 
 
 def _add_daemon_commands(add: Adder, config_help: str) -> None:

@@ -358,6 +358,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    from runner.scaffold import Provider, init
+
+    for line in init(Path(args.dir), Provider(args.provider)).lines():
+        print(line)
+    return 0
+
+
 def _junit(args: argparse.Namespace, run_dirs: list[Path]) -> None:
     """Write `--junit PATH` when it was asked for."""
     if getattr(args, "junit", None):
@@ -466,6 +474,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "diff": cmd_diff,
     "grade": cmd_grade,
     "validate": cmd_validate,
+    "init": cmd_init,
     "serve": cmd_serve,
     "health": cmd_health,
     "report": cmd_report,
