@@ -366,6 +366,19 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from runner.importers.openai_evals import Check, import_samples
+    from runner.importers.suite import lines, write_suite
+    from runner.scaffold import Provider
+    from runner.text import visible
+
+    path = _existing_file(args.file)
+    imported = import_samples(path, Check(args.check), Provider(args.provider))
+    for line in lines(imported, write_suite(imported, Path(args.out))):
+        print(visible(line, one_line=True))  # a test's description is the source's text
+    return 0
+
+
 def _junit(args: argparse.Namespace, run_dirs: list[Path]) -> None:
     """Write `--junit PATH` when it was asked for."""
     if getattr(args, "junit", None):
@@ -475,6 +488,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "grade": cmd_grade,
     "validate": cmd_validate,
     "init": cmd_init,
+    "import": cmd_import,
     "serve": cmd_serve,
     "health": cmd_health,
     "report": cmd_report,

@@ -28,10 +28,10 @@ DATA = Path(__file__).resolve().parent / "data"
 SCRIPT = Path(sys.executable).parent / "parallax"
 SUITES = ("ceiling", "support", "cities", "tools")
 SUBCOMMANDS = (
-    *("run", "replay", "promote", "pin", "diff", "grade", "validate", "init"),
+    *("run", "replay", "promote", "pin", "diff", "grade", "validate", "init", "import"),
     *("serve", "health", "report", "history"),
 )
-READS_NO_CONFIG = ("init",)  # commands whose --help has no 78 to list
+READS_NO_CONFIG = ("init", "import")  # commands whose --help has no 78 to list
 RUN_FILES = ("manifest.json", "raw.jsonl", "outcomes.jsonl", "disagreement.json", "summary.json")
 OUTCOME_FIELDS = frozenset(
     {
