@@ -71,7 +71,7 @@ _COMMAND_EXIT_CODES = {
     + _CLOSED_PIPE,
     "import": "  0   the suite written (what could not be mapped is listed, not an error)\n"
     "  64  usage error, no such file, or --out exists and is not empty (nothing written)\n"
-    "  65  the file is broken (a line that is no JSON), or no\n"
+    "  65  the file is broken (a line that is no JSON, YAML that does not parse), or no\n"
     "      case in it could be mapped\n" + _CLOSED_PIPE,
     "history": "  0   printed (--html: every page written)\n"
     + _DATA
@@ -303,7 +303,19 @@ def _add_onboarding_commands(add: Adder) -> None:
         help="the eval class that graded the samples (Match, Includes, FuzzyMatch), or a "
         "string_check operation (default: match)",
     )
-    e.add_argument("--provider", choices=INIT_PROVIDERS, default="openai", help="default: openai")
+    e.add_argument(
+        "--provider",
+        choices=INIT_PROVIDERS,
+        default="openai",
+        help="where the two endpoints live, as for `init` (default: openai)",
+    )
+    f = tool(
+        "promptfoo",
+        "A promptfoo config (YAML): its prompts become endpoint templates, its providers "
+        "endpoints and its tests cases, their assertions the closest expectations.",
+    )
+    f.add_argument("config", metavar="CONFIG", help="promptfooconfig.yaml")
+    f.add_argument("--out", metavar="DIR", required=True, help=out_help)
 
 
 def _add_daemon_commands(add: Adder, config_help: str) -> None:

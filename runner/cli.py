@@ -367,13 +367,19 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from runner.importers.openai_evals import Check, import_samples
     from runner.importers.suite import lines, write_suite
-    from runner.scaffold import Provider
     from runner.text import visible
 
-    path = _existing_file(args.file)
-    imported = import_samples(path, Check(args.check), Provider(args.provider))
+    if args.source == "openai-evals":
+        from runner.importers.openai_evals import Check, import_samples
+        from runner.scaffold import Provider
+
+        path = _existing_file(args.file)
+        imported = import_samples(path, Check(args.check), Provider(args.provider))
+    else:
+        from runner.importers.promptfoo import import_config
+
+        imported = import_config(_existing_file(args.config))
     for line in lines(imported, write_suite(imported, Path(args.out))):
         print(visible(line, one_line=True))  # a test's description is the source's text
     return 0
