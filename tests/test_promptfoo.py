@@ -375,3 +375,30 @@ def test_prompts_and_providers_parallax_cannot_carry_are_listed(tmp_path: Path) 
     assert parallax("validate", "--config", "o/parallax.toml", cwd=tmp_path).returncode == 0
     [row] = rows(tmp_path / "o")
     assert row["prompt"] == "Summarise: Rain today."
+
+
+def test_a_config_never_reads_a_file_outside_its_folder(tmp_path: Path) -> None:
+    """A config is a stranger's: a prompt, a var or a tests file it names outside its own
+    folder (a parent, an absolute path, a symlink out) is listed, never read, so no secret
+    can be copied into the cases and sent to a provider."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("sk-paralleak-abcd1234")
+    config = tmp_path / "pr"
+    config.mkdir()
+    (config / "link.txt").symlink_to(secret)
+    (config / "promptfooconfig.yaml").write_text(
+        "prompts:\n  - file://../secret.txt\n  - 'Say {{ word }}'\n"
+        "providers: [openai:gpt-4o-mini]\n"
+        "tests:\n  - file://../tests.yaml\n"
+        f"  - vars:\n      word: file://{secret}\n"
+        "  - vars:\n      word: file://link.txt\n"
+        "  - vars:\n      word: hello\n"
+    )
+    proc = parallax("import", "promptfoo", "pr/promptfooconfig.yaml", "--out", "o", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    printed = [x for x in proc.stdout.splitlines() if "not mapped:" in x]
+    assert len(printed) == 4, printed
+    assert "outside the config's folder" in printed[0] and "outside" in printed[1]
+    written = "".join(p.read_text() for p in (tmp_path / "o").rglob("*") if p.is_file())
+    assert "paralleak" not in written + proc.stdout + proc.stderr
+    assert [row["vars"] for row in rows(tmp_path / "o")] == [{"word": "hello"}]

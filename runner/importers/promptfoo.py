@@ -25,7 +25,15 @@ from runner.files import Unreadable, read_regular
 from runner.importers.promptfoo_asserts import map_assertions
 from runner.importers.promptfoo_prompts import Prompt, read_prompts, render_value
 from runner.importers.promptfoo_providers import matrix, read_providers
-from runner.importers.suite import Ids, Imported, Notes, js_text, row_problem, slug
+from runner.importers.suite import (
+    Ids,
+    Imported,
+    Notes,
+    js_text,
+    row_problem,
+    slug,
+    source_file,
+)
 from runner.importers.yamlfile import load_yaml, parse_yaml
 
 MAX_CASES = 100_000  # a test's var lists multiply; past this the config is not a golden set
@@ -129,14 +137,15 @@ def _tests(value: Any, base: Path, notes: Notes) -> Iterator[tuple[str, Any]]:
             yield f"tests[{index}]", entry
             continue
         name = entry.removeprefix("file://")
-        path = base / name
-        if any(c in name for c in "*?[") or path.suffix not in (".yaml", ".yml", ".json", ".jsonl"):
+        suffix = Path(name).suffix
+        if any(c in name for c in "*?[") or suffix not in (".yaml", ".yml", ".json", ".jsonl"):
             notes.unmapped(
                 f"tests[{index}]: `{entry}`: only YAML, JSON and JSONL test files are read"
             )
             continue
         try:
-            loaded = _jsonl(path) if path.suffix == ".jsonl" else load_yaml(path)
+            path = source_file(base, name)
+            loaded = _jsonl(path) if suffix == ".jsonl" else load_yaml(path)
         except DataError as exc:
             notes.unmapped(f"tests[{index}]: {exc}")
             continue
@@ -152,7 +161,7 @@ def _jsonl(path: Path) -> list[Any]:
 def _default_test(value: Any, base: Path, notes: Notes) -> Mapping[str, Any]:
     if isinstance(value, str):
         try:
-            value = load_yaml(base / value.removeprefix("file://"))
+            value = load_yaml(source_file(base, value))
         except DataError as exc:
             notes.unmapped(f"defaultTest: {exc}")
             return {}
@@ -189,7 +198,7 @@ class _Reader:
         own = test.get("vars") or {}
         if isinstance(own, str):
             try:
-                own = load_yaml(self.config.parent / own.removeprefix("file://"))
+                own = load_yaml(source_file(self.config.parent, own))
             except DataError as exc:
                 notes.unmapped(f"{named}: its vars: {exc}")
                 return
@@ -300,7 +309,10 @@ def _combinations(merged: Mapping[str, Any], base: Path) -> list[dict[str, str]]
         for item in items:
             text = _var_text(item, base)
             if text is None:
-                return f"var `{name}` holds {json.dumps(item)[:60]}: parallax vars are text"
+                return (
+                    f"var `{name}` holds {json.dumps(item)[:60]}: parallax vars are text (a "
+                    "file:// var is read when it is a .txt or .md file in the config's folder)"
+                )
             if "{{" in text or "{%" in text:
                 return f"var `{name}` is itself a template, which promptfoo renders"
             texts.append(text)
@@ -317,12 +329,12 @@ def _combinations(merged: Mapping[str, Any], base: Path) -> list[dict[str, str]]
 
 def _var_text(value: Any, base: Path) -> str | None:
     if isinstance(value, str) and value.startswith("file://"):
-        path = base / value.removeprefix("file://")
-        if path.suffix.lower() not in (".txt", ".md"):
-            return None
         try:
+            path = source_file(base, value)
+            if path.suffix.lower() not in (".txt", ".md"):
+                return None
             return read_regular(path, limit=1 << 20).decode("utf-8")
-        except (Unreadable, UnicodeDecodeError):
+        except (DataError, Unreadable, UnicodeDecodeError):
             return None
     return js_text(value)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import DataError
-from runner.importers.suite import Notes, js_text
+from runner.importers.suite import Notes, js_text, source_file
 
 # Types that need a model, a script or a number parallax measures per run, not per reply.
 _JUDGED = (
@@ -265,7 +265,7 @@ def _schema(value: Any, render: Render, base_dir: Path) -> Any:
         from runner.importers.yamlfile import load_yaml
 
         try:
-            value = load_yaml(base_dir / value.removeprefix("file://"))
+            value = load_yaml(source_file(base_dir, value))
         except DataError as exc:
             raise ValueError(f"its schema file cannot be read: {exc}") from None
     elif isinstance(value, str):

@@ -21,7 +21,7 @@ from typing import Any
 
 from runner.errors import ConfigError, DataError, FixtureError
 from runner.files import Unreadable, read_regular
-from runner.importers.suite import Ids, Notes, slug
+from runner.importers.suite import Ids, Notes, slug, source_file
 from runner.importers.yamlfile import load_yaml
 from runner.templates import PromptTemplate
 
@@ -126,7 +126,11 @@ def _texts(entry: str, base: Path, where: str, notes: Notes) -> Iterator[tuple[s
     if any(c in name for c in "*?[") or ":" in name:
         notes.unmapped(f"{where}: `{entry}`: a glob or a function prompt is not read")
         return
-    path = base / name
+    try:
+        path = source_file(base, name)
+    except DataError as exc:
+        notes.unmapped(f"{where}: `{entry}`: {exc.reason}")
+        return
     if path.suffix in (".json", ".yaml", ".yml"):
         try:
             yield from _chat(load_yaml(path), where, notes)

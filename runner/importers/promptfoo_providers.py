@@ -26,7 +26,7 @@ from typing import Any
 
 from runner.errors import DataError
 from runner.importers.promptfoo_prompts import Prompt
-from runner.importers.suite import Endpoint, Ids, Notes, SuiteSpec, slug, tomlable
+from runner.importers.suite import Endpoint, Ids, Notes, SuiteSpec, slug, source_file, tomlable
 from runner.importers.yamlfile import load_yaml
 from runner.scaffold import DEFAULTS, Provider
 
@@ -74,7 +74,7 @@ def read_providers(value: Any, base: Path, notes: Notes) -> list[ProviderSpec]:
 def _provider(entry: Any, where: str, base: Path, names: Ids, notes: Notes) -> ProviderSpec | None:
     if isinstance(entry, str) and entry.startswith("file://"):
         try:
-            entry = load_yaml(base / entry.removeprefix("file://"))
+            entry = load_yaml(source_file(base, entry))
         except DataError as exc:
             notes.unmapped(f"{where}: {exc}")
             return None

@@ -154,6 +154,21 @@ def row_problem(row: Mapping[str, Any], line: int) -> str | None:
     return None
 
 
+def source_file(base: Path, name: str) -> Path:
+    """A file a source config names (`file://...`, relative to its folder). A config is a
+    stranger's: one that names a file outside its own folder (`../../.ssh/id_rsa`, an
+    absolute path, a symlink out) would copy it into the cases and send it to a provider, so
+    such a name is a DataError, read by nobody."""
+    path = base / name.removeprefix("file://")
+    try:
+        inside = path.resolve().is_relative_to(base.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        inside = False
+    if not inside:
+        raise DataError(path, "outside the config's folder: not read")
+    return path
+
+
 def tomlable(value: Any) -> bool:
     """Whether a config value can be written to TOML and read back as JSON sends it: text,
     finite numbers, booleans, and lists and tables of them (TOML has no null)."""
