@@ -360,9 +360,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_init(args: argparse.Namespace) -> int:
     from runner.scaffold import Provider, init
+    from runner.text import visible
 
     for line in init(Path(args.dir), Provider(args.provider)).lines():
-        print(line)
+        print(visible(line, one_line=True))  # DIR is the user's, shown as an escape if odd
     return 0
 
 
