@@ -66,12 +66,29 @@ _COMMAND_EXIT_CODES = {
     "health": "  0   the daemon runs with a fresh heartbeat; without --config, also when no\n"
     "      daemon was ever started on this host (a one-shot container: nothing to check)\n"
     "  1   it does not\n" + _DATA,
+    "init": "  0   the starter written, or nothing needed (each file was there: left alone)\n"
+    "  64  usage error, or a file cannot be written (DIR is a file, no permission)\n"
+    + _CLOSED_PIPE,
+    "import": "  0   the suite written (what could not be mapped is listed, not an error)\n"
+    "  64  usage error, no such file, or --out exists and is not empty (nothing written)\n"
+    "  65  the file is broken (a line that is no JSON, YAML that does not parse), or no\n"
+    "      case in it could be mapped\n" + _CLOSED_PIPE,
     "history": "  0   printed (--html: every page written)\n"
     + _DATA
     + "  64  also (--html): no finished run of the suite, PATH for more than one suite, or\n"
     "      a page that cannot be written    65  also: PATH is not a regular file\n",
 }
 
+
+# `init`'s providers, named in its --help without importing the module that writes them; tests
+# hold them equal to `runner.scaffold.Provider`.
+INIT_PROVIDERS = ("openai", "anthropic", "openai-compatible")
+# How OpenAI Evals graded a samples file; tests hold them equal to
+# `runner.importers.openai_evals.Check`.
+EVALS_CHECKS = (
+    *("match", "includes", "includes-ignore-case", "fuzzy-match"),
+    *("string-check-eq", "string-check-ne", "string-check-like", "string-check-ilike"),
+)
 
 # `grade`'s ceiling-detector defaults, named in its --help without importing the config models
 # (pydantic) at start-up; tests hold them equal to `runner.config.Thresholds`.
@@ -195,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _add_fixture_commands(add, config_help)
+    _add_onboarding_commands(add)
     _add_daemon_commands(add, config_help)
     _add_report_commands(add, config_help)
     return parser
@@ -235,6 +253,69 @@ def _add_fixture_commands(add: Adder, config_help: str) -> None:
     )
     p.add_argument("--config", help=config_help)
     p.add_argument("--suite", help="validate only this suite")
+
+
+def _add_onboarding_commands(add: Adder) -> None:
+    p = add(
+        "init",
+        "Write a starter suite into DIR: a config for two endpoints, example cases in each "
+        "stratum (a tool call and a structured answer among them), a custom grader, snapshots/ "
+        "and a .gitignore for runs/; then print the next three commands. A file already there "
+        "is left alone, never overwritten.",
+    )
+    p.add_argument(
+        "dir", metavar="DIR", nargs="?", default=".", help="where to write (default: here)"
+    )
+    p.add_argument(
+        "--provider",
+        required=True,
+        choices=INIT_PROVIDERS,
+        help="where both endpoints live: OpenAI, Anthropic, or an OpenAI-compatible server "
+        "(default http://127.0.0.1:8000/v1, or $OPENAI_BASE_URL)",
+    )
+
+    p = add(
+        "import",
+        "Bring a suite written for another tool over as parallax fixtures (cases.jsonl) and a "
+        "config, into a new folder; each check becomes the closest parallax expectation, and "
+        "what cannot be mapped is printed and listed in IMPORT-NOTES.md beside it.",
+    )
+    tools = p.add_subparsers(dest="source", metavar="TOOL", required=True, parser_class=_Parser)
+    epilog = f"exit codes:\n{_COMMAND_EXIT_CODES['import']}"
+    out_help = "the folder to write (it must not exist, or be empty: nothing is overwritten)"
+
+    def tool(name: str, help_: str) -> argparse.ArgumentParser:
+        child = tools.add_parser(name, help=help_, description=help_, epilog=epilog)
+        child.formatter_class = argparse.RawDescriptionHelpFormatter
+        return child
+
+    e = tool(
+        "openai-evals",
+        "OpenAI Evals samples (JSONL: `input` a string or chat messages, `ideal` a string or "
+        "a list), graded as --check says, on two endpoints of --provider.",
+    )
+    e.add_argument("file", metavar="FILE", help="a samples.jsonl (or a hosted eval's data file)")
+    e.add_argument("--out", metavar="DIR", required=True, help=out_help)
+    e.add_argument(
+        "--check",
+        choices=EVALS_CHECKS,
+        default="match",
+        help="the eval class that graded the samples (Match, Includes, FuzzyMatch), or a "
+        "string_check operation (default: match)",
+    )
+    e.add_argument(
+        "--provider",
+        choices=INIT_PROVIDERS,
+        default="openai",
+        help="where the two endpoints live, as for `init` (default: openai)",
+    )
+    f = tool(
+        "promptfoo",
+        "A promptfoo config (YAML): its prompts become endpoint templates, its providers "
+        "endpoints and its tests cases, their assertions the closest expectations.",
+    )
+    f.add_argument("config", metavar="CONFIG", help="promptfooconfig.yaml")
+    f.add_argument("--out", metavar="DIR", required=True, help=out_help)
 
 
 def _add_daemon_commands(add: Adder, config_help: str) -> None:

@@ -324,10 +324,14 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from runner.config import check_files, load_config
+    """Nothing is called, so no key is needed: one not in the environment is a note on stderr
+    (a run refuses it), never a failure; one that is there but unusable fails as in a run."""
+    from runner import logs
+    from runner.config import check_files, load_config, missing_keys
     from runner.recorded import load_cassette
     from runner.scheduler.trigger import Trigger
     from runner.suite import prepare_suite
+    from runner.text import visible
 
     loaded = load_config(_config_path(args))
     check_files(loaded)
@@ -345,8 +349,40 @@ def cmd_validate(args: argparse.Namespace) -> int:
             problem = request_problem(endpoint)
             if problem:
                 raise ConfigError(loaded.path, f"endpoints.{endpoint_name}", problem)
+    missing = missing_keys(loaded, loaded.suite_names(args.suite))
     suites = len(loaded.suite_names(args.suite))
     print(f"{loaded.path}: ok ({suites} suite(s), {total} case(s))")
+    for unset in missing:
+        note = f"parallax: note: {unset}: validate needs no key, a run does"
+        logs.say(visible(note, one_line=True))
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from runner.scaffold import Provider, init
+    from runner.text import visible
+
+    for line in init(Path(args.dir), Provider(args.provider)).lines():
+        print(visible(line, one_line=True))  # DIR is the user's, shown as an escape if odd
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from runner.importers.suite import lines, write_suite
+    from runner.text import visible
+
+    if args.source == "openai-evals":
+        from runner.importers.openai_evals import Check, import_samples
+        from runner.scaffold import Provider
+
+        path = _existing_file(args.file)
+        imported = import_samples(path, Check(args.check), Provider(args.provider))
+    else:
+        from runner.importers.promptfoo import import_config
+
+        imported = import_config(_existing_file(args.config))
+    for line in lines(imported, write_suite(imported, Path(args.out))):
+        print(visible(line, one_line=True))  # a test's description is the source's text
     return 0
 
 
@@ -458,6 +494,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "diff": cmd_diff,
     "grade": cmd_grade,
     "validate": cmd_validate,
+    "init": cmd_init,
+    "import": cmd_import,
     "serve": cmd_serve,
     "health": cmd_health,
     "report": cmd_report,

@@ -330,16 +330,27 @@ class LoadedConfig:
             raise ConfigError(self.path, f"suites.{only}", f"no such suite (known: {known})")
         return [only]
 
+    def missing_key(self, endpoint: str) -> ConfigError | None:
+        """Why an endpoint whose key comes from `api_key_env` has none in the environment (its
+        variable is unset or empty), as the error a run raises; None when the key is there or
+        the endpoint takes none."""
+        env = self.config.endpoints[endpoint].api_key_env
+        if env is None or (value := os.environ.get(env)):
+            return None
+        state = "is not set" if value is None else "is empty"
+        return ConfigError(
+            self.path, f"endpoints.{endpoint}.api_key_env", f"environment variable {env} {state}"
+        )
+
     def api_key(self, endpoint: str) -> str | None:
         """Read an endpoint's key from its env var at call time; it never enters the config."""
         env = self.config.endpoints[endpoint].api_key_env
         if env is None:
             return None
-        value = os.environ.get(env)
+        if (missing := self.missing_key(endpoint)) is not None:
+            raise missing
+        value = os.environ[env]
         key = f"endpoints.{endpoint}.api_key_env"
-        if not value:
-            state = "is not set" if value is None else "is empty"
-            raise ConfigError(self.path, key, f"environment variable {env} {state}")
         # a key file read with its newline (a mounted secret) fails as a header only mid-run;
         # the value itself is never part of the message
         if value != value.strip() or not (value.isascii() and value.isprintable()):
@@ -580,6 +591,24 @@ def check_keys(loaded: LoadedConfig, suites: list[str]) -> None:
         suite = loaded.config.suites[name]
         for endpoint in (suite.reference, suite.candidate):
             loaded.api_key(endpoint)
+
+
+def missing_keys(loaded: LoadedConfig, suites: list[str]) -> list[ConfigError]:
+    """For `validate`, which calls nothing: each key a run of `suites` would need that is not
+    in the environment, once per variable. A key that is there but unusable (a newline read
+    from a secret file) is refused here as a run would refuse it: the config says where it
+    comes from, and that source is wrong."""
+    missing: dict[str | None, ConfigError] = {}  # by variable: two endpoints may share one
+    for endpoint in dict.fromkeys(
+        name
+        for suite in suites
+        for name in (loaded.config.suites[suite].reference, loaded.config.suites[suite].candidate)
+    ):
+        if (problem := loaded.missing_key(endpoint)) is not None:
+            missing.setdefault(loaded.config.endpoints[endpoint].api_key_env, problem)
+        else:
+            loaded.api_key(endpoint)
+    return list(missing.values())
 
 
 def check_files(loaded: LoadedConfig) -> None:

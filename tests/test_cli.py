@@ -28,9 +28,10 @@ DATA = Path(__file__).resolve().parent / "data"
 SCRIPT = Path(sys.executable).parent / "parallax"
 SUITES = ("ceiling", "support", "cities", "tools")
 SUBCOMMANDS = (
-    *("run", "replay", "promote", "pin", "diff", "grade", "validate"),
+    *("run", "replay", "promote", "pin", "diff", "grade", "validate", "init", "import"),
     *("serve", "health", "report", "history"),
 )
+READS_NO_CONFIG = ("init", "import")  # commands whose --help has no 78 to list
 RUN_FILES = ("manifest.json", "raw.jsonl", "outcomes.jsonl", "disagreement.json", "summary.json")
 OUTCOME_FIELDS = frozenset(
     {
@@ -74,14 +75,15 @@ def cli_env() -> dict[str, str]:
 
 
 def parallax(
-    *args: str | Path, cwd: Path, script: bool = False
+    *args: str | Path, cwd: Path, script: bool = False, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run the CLI as a user would, through `python -m runner` or the console script."""
+    """Run the CLI as a user would, through `python -m runner` or the console script (with
+    `env` added to `cli_env()`)."""
     prefix = [str(SCRIPT)] if script else [sys.executable, "-m", "runner"]
     return subprocess.run(
         [*prefix, *map(str, args)],
         cwd=cwd,
-        env=cli_env(),
+        env={**cli_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=30,
@@ -219,7 +221,8 @@ def test_each_help_lists_the_exit_codes_its_command_returns() -> None:
     helps = {command: child.format_help() for command, child in sub.choices.items()}
     assert set(helps) == set(SUBCOMMANDS) == set(COMMANDS)
     for command, text in helps.items():
-        assert "64  usage error" in text and "78  bad config" in text, command
+        assert "64  usage error" in text, command
+        assert ("78  bad config" in text) == (command not in READS_NO_CONFIG), command
         gates = "review needed" in text
         assert gates == (command in ("run", "replay")), command
     assert "1   it does not" in helps["health"]
@@ -547,6 +550,59 @@ def test_validate_demo_config(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "ok" in proc.stdout
     assert no_run_dirs(root)
+
+
+LIVE = """[endpoints.ref]
+kind = "openai-chat"
+base_url = "http://127.0.0.1:9/v1"
+model = "m"
+api_key_env = "VALIDATE_TEST_KEY"
+
+[suites.s]
+fixtures = "cases.jsonl"
+reference = "ref"
+candidate = "ref"
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "note"),
+    [(None, "is not set"), ("", "is empty"), ("sk-live-abcd1234", None)],
+    ids=["unset", "empty", "set"],
+)
+def test_validate_notes_a_key_that_is_not_in_the_environment(
+    tmp_path: Path, value: str | None, note: str | None
+) -> None:
+    """validate calls nothing, so a key not in the environment does not fail it: it passes
+    (exit 0) and says, once per variable, that a run will need it; a key that is there says
+    nothing."""
+    (tmp_path / "parallax.toml").write_text(LIVE)
+    (tmp_path / "cases.jsonl").write_text('{"id": "a", "prompt": "hi"}\n')
+    env = None if value is None else {"VALIDATE_TEST_KEY": value}
+    proc = parallax("validate", "--config", "parallax.toml", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    expected = (
+        []
+        if note is None
+        else [
+            "parallax: note: parallax.toml: endpoints.ref.api_key_env: environment variable "
+            f"VALIDATE_TEST_KEY {note}: validate needs no key, a run does"
+        ]
+    )
+    assert proc.stderr.splitlines() == expected
+
+
+def test_validate_refuses_a_key_a_run_could_not_send(tmp_path: Path) -> None:
+    """Only a missing key is a note: one that is set but unusable as a header (a newline read
+    from a secret file) fails validate as it would fail the run, exit 78, without the key."""
+    (tmp_path / "parallax.toml").write_text(LIVE)
+    (tmp_path / "cases.jsonl").write_text('{"id": "a", "prompt": "hi"}\n')
+    env = {"VALIDATE_TEST_KEY": "sk-paralleak-abcd1234\n"}
+    proc = parallax("validate", "--config", "parallax.toml", cwd=tmp_path, env=env)
+    assert proc.returncode == 78, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("parallax: parallax.toml: endpoints.ref.api_key_env: environment"), line
+    assert "paralleak" not in proc.stderr + proc.stdout
 
 
 @pytest.mark.parametrize(
