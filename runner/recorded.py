@@ -33,6 +33,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from runner import recorded_wire as wire
 from runner.budget import Meter, refusal
 from runner.errors import DataError
@@ -224,12 +226,16 @@ class RecordedEndpoint:
         if entry is None and (case.completion is not None or case.completion_calls):
             entry = _fixture_reply(case)
         streamed = self._streamed(entry)
+        queued, allowed = 0, True  # only the run's budget makes a cassette's call wait
         meter = self._meter
-        # the run's budget holds the estimate of the body the live endpoint would send
-        if meter is not None and (
-            meter.exhausted
-            or not await meter.reserve((case.id, side, sample), meter.estimate_case(case))
-        ):
+        if meter is not None:
+            # the budget holds the estimate of the body the live endpoint would send
+            asked = anyio.current_time()
+            allowed = not meter.exhausted and await meter.reserve(
+                (case.id, side, sample), meter.estimate_case(case)
+            )
+            queued = round((anyio.current_time() - asked) * 1000)
+        if not allowed:
             played, attempt = _Played(str(Transport.CANCELLED)), refusal(1)
         else:
             played = self._replay(case, entry, streamed=streamed)
@@ -265,6 +271,8 @@ class RecordedEndpoint:
             request_sha=self._request_sha,
             stream=streamed,
             ttft_ms=ttft_ms,
+            queued_ms=queued,
+            backoff_ms=0,
         )
 
     def _reply(self, case: Case, entry: Mapping[str, Any]) -> RecordedReply:

@@ -12,7 +12,9 @@ ended, the one place the body decides a transport stamp: a stream that ends with
 finish event is `connection_lost` (error `stream_truncated`), one that carries an error event
 is `http_error` (error `stream_error:<type>`), retried as a 5xx is. Both are facts of the
 connection, not of the reply's content, and are recorded per attempt, so a replay reads the
-stamp back. `ttft_ms` is the time from sending the request to the stream's first bytes.
+stamp back. `ttft_ms` is the time from sending the request to the stream's first bytes;
+`elapsed_ms` is an attempt's time from sending to its last byte, never the waits before or
+between attempts (`queued_ms`, `backoff_ms`).
 
 One module per stage of an attempt:
 

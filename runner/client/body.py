@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 
 import httpx
 
@@ -92,10 +92,14 @@ async def _decoded(raw: AsyncIterable[bytes], layers: list[_Layer]) -> AsyncIter
 
 
 async def read_body(
-    resp: httpx.Response, headers: dict[str, str], cap: int, buf: bytearray
+    resp: httpx.Response,
+    headers: dict[str, str],
+    cap: int,
+    buf: bytearray,
+    now: Callable[[], float] = time.monotonic,
 ) -> tuple[bool, float | None]:
     """Read the body into `buf`, at most `cap` bytes: whether there was more than that, and
-    the monotonic time its first bytes arrived (a stream's first token), None for no bytes.
+    the `now()` its first bytes arrived (a stream's first token), None for no bytes.
 
     The time is kept however the read ends: an exception from here leaves it unread, so a
     stream cut off mid-way has no ttft (nor any grade).
@@ -104,7 +108,7 @@ async def read_body(
     try:
         async for chunk in _body_chunks(resp, headers, cap):
             if first is None and chunk:
-                first = time.monotonic()
+                first = now()
             room = cap - len(buf)
             if len(chunk) > room:
                 buf += chunk[:room]

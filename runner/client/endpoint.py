@@ -4,13 +4,20 @@ An attempt goes from its pacing and concurrency slot through the run's budget to
 back into an `Attempt` row; the retry loop obeys `retry.decide_retry`, the stamp is
 `stamp.classify`'s, and AIMD shrinks the concurrency on 429s. `request_problem` checks, for
 `parallax validate`, that a request could be sent at all.
+
+Latency is the model's, never parallax's own waiting: an attempt's `elapsed_ms` runs from the
+moment its request is handed to the transport to its last byte, and the exchange's is its
+final attempt's (the one whose reply is graded). What a call waited before its attempts went
+out (its `rpm` pacing, its concurrency slot, the run's budget) is its `queued_ms`, and what it
+slept between them its `backoff_ms`, so a slow run can be explained without a side that waits
+more looking slower. Every time is read from the endpoint's clock (`now`), the seam a test
+drives to prove it.
 """
 
 from __future__ import annotations
 
 import math
 import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -79,8 +86,13 @@ class _Try:
     attempt: Attempt
     stamp: Transport
     response: Response | None
+    sent: float  # the endpoint's clock when the request was handed to the transport
     ttft_ms: int | None = None
     in_band: bool = False  # an error event inside a 2xx stream: retried as a 5xx
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
 
 
 class HttpEndpoint:
@@ -90,8 +102,9 @@ class HttpEndpoint:
     limiter shrunk on 429 and grown back on success (AIMD), and optional even pacing for
     `rpm`. The secret lives only in the client's default headers, never in an Exchange.
 
-    `now` and `sleep` are the loop clock the pacing, the retry waits and AIMD go by; a test
-    passes a fake pair to read the start times and waits the endpoint decided on.
+    `now` and `sleep` are the loop clock the pacing, the retry waits, AIMD and every recorded
+    time (`elapsed_ms`, `ttft_ms`, `queued_ms`, `backoff_ms`) go by; a test passes a fake pair
+    to read the start times, waits and timings the endpoint decided on.
     """
 
     def __init__(
@@ -183,7 +196,6 @@ class HttpEndpoint:
         body = self._wire.body(self._cfg, self._shape, case)
         content = dumps(body)  # compact UTF-8 JSON by orjson: the stdlib was 1.6% of a call
         started_at = datetime.now(UTC).isoformat(timespec="milliseconds")
-        t0 = time.monotonic()
         attempts: list[Attempt] = []
         key = (case.id, side, sample)
         # what each attempt holds of the run's budget: one estimate of this very body
@@ -192,11 +204,14 @@ class HttpEndpoint:
         )
         n = 0
         result: _Try | None = None
+        queued = backoff = 0.0  # seconds waited before attempts went out, and between them
         while True:
             n += 1
+            asked = self._now()
             # once the budget is spent, an attempt waits for no pacing or concurrency slot
             spent = self._meter is not None and self._meter.exhausted
             result = None if spent else await self._attempt(n, content, key, estimate)
+            queued += (result.sent if result is not None else self._now()) - asked
             if result is None:
                 attempts.append(refusal(n))
                 break
@@ -214,7 +229,9 @@ class HttpEndpoint:
                 break
             if self._meter is not None:  # it waits out its backoff holding nothing
                 self._meter.retried(key, result.attempt)
+            slept = self._now()
             await self._sleep(decision.wait)
+            backoff += self._now() - slept
         return Exchange(
             case_id=case.id,
             side=side,
@@ -229,12 +246,15 @@ class HttpEndpoint:
             # the final attempt's: never an earlier attempt's body (a refused one has none)
             response=result.response if result is not None else None,
             started_at=started_at,
-            elapsed_ms=round((time.monotonic() - t0) * 1000),
+            # the model's time for the reply that is graded: the final attempt's on the wire
+            elapsed_ms=attempts[-1].elapsed_ms,
             answer_pointer=self._cfg.answer_pointer if self._cfg.kind == "http-json" else None,
             served_model_header=self._cfg.served_model_header,
             stream=self._shape.stream,
             ttft_ms=result.ttft_ms if result is not None else None,
             request_sha=self._shape.request_sha,
+            queued_ms=_ms(queued),
+            backoff_ms=_ms(backoff),
         )
 
     async def _pace(self) -> None:
@@ -280,14 +300,13 @@ class HttpEndpoint:
         try:
             if not await self._may_send(n, key, estimate):
                 return None
-            begun = self._now()
-            t0 = time.monotonic()
+            begun = self._now()  # handed to the transport: the attempt's latency starts here
             try:
                 with anyio.fail_after(self._cfg.deadline):
                     resp = await self._transport.handle_async_request(self._request(content))
                     try:
                         status, headers = resp.status_code, plain_headers(resp.headers)
-                        truncated, first = await read_body(resp, headers, cap, buf)
+                        truncated, first = await read_body(resp, headers, cap, buf, self._now)
                         if truncated and 200 <= status < 300:
                             raise BodyTooLarge(cap)  # an oversized error page keeps its stamp
                     finally:
@@ -300,7 +319,7 @@ class HttpEndpoint:
                 exc = err
                 if status is not None and not isinstance(err, BodyTooLarge):
                     truncated = True  # the body stopped short of what the server meant
-            elapsed_ms = round((time.monotonic() - t0) * 1000)
+            elapsed_ms = _ms(self._now() - begun)
         finally:
             self._limiter.release()
         # An error status is the server's answer: a body that then breaks off or will not
@@ -317,7 +336,7 @@ class HttpEndpoint:
             # a stream read to its end (a transport error wins) is folded once for how it
             # ended; the stored text is what a replay sees, so it is what decides
             if verdict.stamp is Transport.OK and self._streams and is_event_stream(headers):
-                ttft_ms = None if first is None else round((first - t0) * 1000)
+                ttft_ms = None if first is None else _ms(first - begun)
                 verdict = self._stream_end(response) or verdict
         self._adjust(verdict.stamp, begun)
         attempt = Attempt(
@@ -329,7 +348,7 @@ class HttpEndpoint:
             message=verdict.message,
             retry_after=retry_after_of(headers) if headers is not None else None,
         )
-        return _Try(attempt, verdict.stamp, response, ttft_ms, verdict.in_band)
+        return _Try(attempt, verdict.stamp, response, begun, ttft_ms, verdict.in_band)
 
     def _response(
         self, status: int, headers: dict[str, str], buf: bytearray, truncated: bool
