@@ -207,8 +207,9 @@ class Exchange:
     # named none (known gateways' headers are read), "" for the body's `model` only
     served_model_header: str | None = None
     stream: bool = False  # the request asked for an SSE stream
-    # milliseconds from sending the request to the first body bytes of a 2xx stream (the
-    # final attempt's); None for a reply sent whole
+    # milliseconds from sending the request to the first event of a 2xx stream that carried a
+    # token (content or tool-call arguments; the final attempt's), kept when the stream then
+    # failed; None for a reply sent whole or a stream that carried none
     ttft_ms: int | None = None
     request_sha: str | None = None  # the endpoint's request shaping (templates.request_sha)
     # milliseconds the call waited before its attempts went out (rpm pacing, a concurrency
@@ -286,7 +287,7 @@ class Outcome:
     request_sha: str | None = None  # copied from the exchange
     tool_calls: tuple[str, ...] = ()  # the names of the tools the reply called, in order
     finish_reason: str | None = None  # why the reply ended, as the server said
-    ttft_ms: int | None = None  # a stream's time to first bytes, copied from the exchange
+    ttft_ms: int | None = None  # a stream's time to its first token, copied from the exchange
     queued_ms: int | None = None  # the call's own waiting, copied from the exchange
     backoff_ms: int | None = None
 

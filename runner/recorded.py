@@ -40,7 +40,7 @@ from runner.budget import Meter, refusal
 from runner.errors import DataError
 from runner.ledger import read_jsonl
 from runner.model import NOISE, SIDES, Attempt, Case, Exchange, Response, Transport
-from runner.protocols import Kind, stream_end
+from runner.protocols import Kind, first_token, stream_end
 from runner.recorded_wire import DISCONNECT, RecordedCall, RecordedReply, StreamFault
 from runner.text import holds_surrogate
 
@@ -249,11 +249,16 @@ class RecordedEndpoint:
                 message=played.message,
             )
         response = played.response
-        # a 2xx stream read to its end has a time to first bytes (a cassette takes no time);
-        # one cut off has none, as a live read that ends in a transport error keeps none
+        # a 2xx stream whose events carried a token has a time to its first (a cassette takes
+        # no time), however it then ended, as a live stream does; one cut off before has none
         ttft_ms = None
-        if streamed and response is not None and response.body and not response.truncated:
-            ttft_ms = 0 if 200 <= response.status < 300 else None
+        if (
+            streamed
+            and response is not None
+            and 200 <= response.status < 300
+            and first_token(self._protocol, response.body) is not None
+        ):
+            ttft_ms = 0
         return Exchange(
             case_id=case.id,
             side=side,

@@ -16,6 +16,7 @@ drives to prove it.
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections.abc import Awaitable, Callable
@@ -35,7 +36,7 @@ from runner.config import EndpointConfig
 from runner.errors import ConfigError
 from runner.jsontext import dumps
 from runner.model import Attempt, Case, Exchange, Response, Transport
-from runner.protocols import Wire, is_event_stream, stream_end, wire_for
+from runner.protocols import Wire, first_token, is_event_stream, stream_end, wire_for
 from runner.protocols.wire import PLAIN, Shape
 from runner.shutdown import NotStarted, may_start
 
@@ -93,6 +94,22 @@ class _Try:
 
 def _ms(seconds: float) -> int:
     return round(seconds * 1000)
+
+
+def _first_token_ms(
+    kind: str, buf: bytearray, arrivals: list[tuple[int, float]], sent: float
+) -> int | None:
+    """Milliseconds from sending to the arrival of the piece that completed the stream's first
+    event carrying a token (`protocols.first_token`), or None when no event did. The bytes are
+    framed as they arrived (undecodable ones kept as surrogate escapes, so each offset maps
+    back to the byte it came from); the stored body may have been masked since."""
+    text = bytes(buf).decode("utf-8", "surrogateescape")
+    end = first_token(kind, text)
+    if end is None:
+        return None
+    size = len(text[:end].encode("utf-8", "surrogateescape"))
+    at = bisect.bisect_left(arrivals, size, key=lambda arrival: arrival[0])
+    return _ms(arrivals[at][1] - sent) if at < len(arrivals) else None
 
 
 class HttpEndpoint:
@@ -289,7 +306,7 @@ class HttpEndpoint:
         headers: dict[str, str] | None = None
         buf = bytearray()
         truncated = False
-        first: float | None = None
+        arrivals: list[tuple[int, float]] | None = None  # a 2xx stream's pieces, dated
         exc: BaseException | None = None
         # The limiter's fast path: `async with` would add two event-loop round trips per call
         # even when a token is free; acquire_nowait refuses to jump a queue of waiters.
@@ -306,7 +323,9 @@ class HttpEndpoint:
                     resp = await self._transport.handle_async_request(self._request(content))
                     try:
                         status, headers = resp.status_code, plain_headers(resp.headers)
-                        truncated, first = await read_body(resp, headers, cap, buf, self._now)
+                        if self._streams and 200 <= status < 300 and is_event_stream(headers):
+                            arrivals = []
+                        truncated = await read_body(resp, headers, cap, buf, arrivals, self._now)
                         if truncated and 200 <= status < 300:
                             raise BodyTooLarge(cap)  # an oversized error page keeps its stamp
                     finally:
@@ -330,13 +349,14 @@ class HttpEndpoint:
             classify(None if answered_error else exc, status), _error_name(exc), self._message(exc)
         )
         response = None
-        ttft_ms: int | None = None
+        # a 2xx stream's first token, however the stream then ended (cut off, stalled, an
+        # error event): the time it took is the model's answer so far
+        ttft_ms = _first_token_ms(self._wire.kind, buf, arrivals, begun) if arrivals else None
         if status is not None and headers is not None:
             response = self._response(status, headers, buf, truncated)
             # a stream read to its end (a transport error wins) is folded once for how it
             # ended; the stored text is what a replay sees, so it is what decides
-            if verdict.stamp is Transport.OK and self._streams and is_event_stream(headers):
-                ttft_ms = None if first is None else _ms(first - begun)
+            if verdict.stamp is Transport.OK and arrivals is not None:
                 verdict = self._stream_end(response) or verdict
         self._adjust(verdict.stamp, begun)
         attempt = Attempt(
