@@ -231,8 +231,9 @@ class RecordedEndpoint:
         if meter is not None:
             # the budget holds the estimate of the body the live endpoint would send
             asked = anyio.current_time()
-            allowed = not meter.exhausted and await meter.reserve(
-                (case.id, side, sample), meter.estimate_case(case)
+            key = (case.id, side, sample)
+            allowed = not meter.refuses(key, 1) and await meter.reserve(
+                key, meter.estimate_case(case), case, 1
             )
             queued = round((anyio.current_time() - asked) * 1000)
         if not allowed:

@@ -225,9 +225,10 @@ class HttpEndpoint:
         while True:
             n += 1
             asked = self._now()
-            # once the budget is spent, an attempt waits for no pacing or concurrency slot
-            spent = self._meter is not None and self._meter.exhausted
-            result = None if spent else await self._attempt(n, content, key, estimate)
+            # once the budget is spent, an attempt its case holds nothing for waits for no
+            # pacing or concurrency slot
+            spent = self._meter is not None and self._meter.refuses(key, n)
+            result = None if spent else await self._attempt(n, content, case, key, estimate)
             queued += (result.sent if result is not None else self._now()) - asked
             if result is None:
                 attempts.append(refusal(n))
@@ -287,17 +288,18 @@ class HttpEndpoint:
         if slot > now:
             await self._sleep(slot - now)
 
-    async def _may_send(self, n: int, key: tuple[str, str, int], estimate: int) -> bool:
+    async def _may_send(self, n: int, case: Case, key: tuple[str, str, int], estimate: int) -> bool:
         """Whether an attempt that has its concurrency slot goes out: a first one is not
         sent once a stop came while it waited its turn (NotStarted), and none past the run's
         budget (False). Reserved last, once it is sure to be sent: a call waiting its turn
-        holds nothing of the budget."""
+        holds nothing of the budget (but its case's part, when another call of the case
+        reserved for it)."""
         if n == 1 and not may_start():
             raise NotStarted
-        return self._meter is None or await self._meter.reserve(key, estimate)
+        return self._meter is None or await self._meter.reserve(key, estimate, case, n)
 
     async def _attempt(
-        self, n: int, content: bytes, key: tuple[str, str, int], estimate: int
+        self, n: int, content: bytes, case: Case, key: tuple[str, str, int], estimate: int
     ) -> _Try | None:
         """One attempt, or None when the run's budget refused it (nothing was sent)."""
         await self._pace()
@@ -315,7 +317,7 @@ class HttpEndpoint:
         except anyio.WouldBlock:
             await self._limiter.acquire()
         try:
-            if not await self._may_send(n, key, estimate):
+            if not await self._may_send(n, case, key, estimate):
                 return None
             begun = self._now()  # handed to the transport: the attempt's latency starts here
             try:
