@@ -23,9 +23,11 @@ Anthropic's is not public), so the prompt is counted as one token per UTF-8 byte
 request body: a byte-level BPE or byte-fallback tokenizer never makes more tokens than bytes,
 and the body's JSON keys and quotes outweigh a chat template's few tokens per message. A
 request that offers tools gets `TOOLS_ALLOWANCE` more, for the system prompt a provider adds
-(Anthropic documents up to 530 tokens). The reply is bounded by `max_tokens`, which every chat
-request sends, at the output rate; prompt tokens at the dearer of the input and cached rates.
-So as long as no reply says it used more than that, the spend never passes the limit.
+(Anthropic documents up to 530 tokens). The reply is bounded by `max_tokens`, which a budget
+requires each endpoint to set and every chat request sends, at the output rate; prompt tokens
+at the dearer of the input and cached rates. So as long as no reply says it used more than
+that, the spend never passes the limit; a reply that does is logged
+(`alert.usage_over_estimate`).
 
 Money is integer picodollars (`PICO`), so holds are released exactly and no rounding builds
 up. A check and its update run with no await between them, so on one event loop no other call
@@ -46,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from runner import logs
 from runner.jsontext import dumps
 from runner.model import BUDGET, Attempt, Case, Exchange, Transport
 from runner.usage import micro_usd, tokens_of
@@ -211,6 +214,7 @@ class Budget:
         self.exhausted = False  # once an attempt is refused, no case or retry starts again
         self.cut: Cut | None = None  # the first refusal in this process, if any
         self.cancelled: Counter[str] = Counter()  # calls not made, per side
+        self.over_estimate = 0  # replies whose usage passed their request's bound
         self._held: dict[Key, _Hold] = {}
         # per admitted case, the estimates of its calls not yet started, by key
         self._parts: dict[str, dict[Key, int]] = {}
@@ -356,15 +360,42 @@ class Budget:
 
     def settle(self, exchange: Exchange, usage: Mapping[str, Any] | None) -> None:
         """A call's row is written: its final attempt's hold becomes what the reply says it
-        cost (or its estimate: `attempt_spend`)."""
+        cost (or its estimate: `attempt_spend`). A reply that says it used more than its
+        request's bound is logged: the budget's guarantee stands on that bound."""
         hold = self._release(exchange.key)
         if hold is not None:
             estimate = hold.estimate
-            self.spent += attempt_spend(
-                exchange.attempts[-1], hold.meter.cost(usage), lambda: estimate
-            )
+            cost = hold.meter.cost(usage)
+            self.spent += attempt_spend(exchange.attempts[-1], cost, lambda: estimate)
+            if cost is not None:
+                self._check_bound(exchange, hold, usage, cost)
         if refused(exchange):
             self.cancelled[exchange.side] += 1
+
+    def _check_bound(
+        self, exchange: Exchange, hold: _Hold, usage: Mapping[str, Any] | None, cost: int
+    ) -> None:
+        """`alert.usage_over_estimate` for a reply whose completion tokens passed the
+        request's `max_tokens`, or whose cost passed the attempt's estimate."""
+        tokens = tokens_of(usage)
+        if tokens is None:
+            return
+        cap = hold.meter.max_tokens
+        if tokens.completion <= cap and cost <= hold.estimate:
+            return
+        self.over_estimate += 1
+        logs.get_logger().warning(
+            logs.ALERT_USAGE_OVER_ESTIMATE,
+            case_id=exchange.case_id,
+            side=exchange.side,
+            sample=exchange.sample,
+            endpoint=exchange.endpoint,
+            prompt_tokens=tokens.prompt,
+            completion_tokens=tokens.completion,
+            max_tokens=cap,
+            cost_usd=usd(cost),
+            estimate_usd=usd(hold.estimate),
+        )
 
     def count_ledgers(self, run_dir: Path, suite: Suite, meters: Mapping[str, Meter]) -> None:
         """Add what a run dir's ledgers already spent (a resume, a retry's copied rows, a

@@ -386,6 +386,65 @@ async def test_a_case_waiting_on_a_side_whose_workers_all_wait_is_refused_not_st
     assert await meter.reserve(("a", "candidate", 0), est, case_a, 1)  # its part still goes
 
 
+@pytest.mark.parametrize(
+    ("usage", "alerted"),
+    [
+        ({"prompt_tokens": 3, "completion_tokens": 100}, False),  # at max_tokens: within
+        ({"prompt_tokens": 3, "completion_tokens": 101}, True),  # past the request's cap
+        ({"prompt_tokens": 10**6, "completion_tokens": 1}, True),  # past the estimate
+        (None, False),  # no usage: nothing to compare (it keeps its estimate)
+    ],
+)
+def test_a_reply_whose_usage_passes_its_requests_bound_is_alerted(
+    usage: dict[str, int] | None, alerted: bool
+) -> None:
+    """`alert.usage_over_estimate` names the call whose usage passed max_tokens or its
+    estimate: the budget's promise stands on that bound, so a server that ignores it is
+    told, with the figures."""
+    from structlog.testing import capture_logs
+
+    budget = Budget(1.0)
+    meter = _meter(budget)  # max_tokens 100
+    est = meter.estimate(b"x" * 50, tools=False)
+
+    async def ask() -> None:
+        assert await meter.reserve(("c", "candidate", 0), est, CASE, 1)
+
+    anyio.run(ask)
+    with capture_logs() as events:
+        budget.settle(_exchange(_attempt(Transport.OK, 200)), usage)
+    found = [e for e in events if e["event"] == "alert.usage_over_estimate"]
+    assert bool(found) == alerted and budget.over_estimate == int(alerted)
+    if found:
+        (event,) = found
+        assert (event["case_id"], event["side"], event["max_tokens"]) == ("c", "candidate", 100)
+        assert event["completion_tokens"] == usage["completion_tokens"]  # type: ignore[index]
+        assert event["estimate_usd"] == round(est / PICO, 6)
+
+
+def test_a_live_run_whose_server_ignores_max_tokens_says_so(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Against a real server that answers five-word replies to `max_tokens = 1`, every call
+    logs alert.usage_over_estimate with its case, side and figures, as a JSON line."""
+    rows = [{"id": f"c{i}", "prompt": f"Say hi to {i}.", "expect": {}} for i in range(2)]
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    endpoints = "".join(
+        f'[endpoints.{name}]\nkind = "openai-chat"\nbase_url = "{fault_server.url("ok", name)}"\n'
+        f'model = "m"\nmax_tokens = 1\n{PRICED}'
+        for name in ("ref", "cand")
+    )
+    (tmp_path / "parallax.toml").write_text(BASE + "budget_usd = 1\n" + endpoints + SUITE, "utf-8")
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    alerts = _events(done.stdout, "alert.usage_over_estimate")
+    assert sorted((a["case_id"], a["side"]) for a in alerts) == [
+        (case, side) for case in ("c0", "c1") for side in ("candidate", "reference")
+    ]
+    assert all(a["completion_tokens"] == 5 and a["max_tokens"] == 1 for a in alerts), alerts
+    assert all(a["level"] == "warning" for a in alerts)
+
+
 CASES_256 = 300
 
 
@@ -507,6 +566,14 @@ SUITE = '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"
         ),
         (
             BASE + f'[endpoints.ref]\nkind = "recorded"\nmax_tokens = 64\n{PRICED}'
+            f'[endpoints.cand]\nkind = "openai-chat"\nbase_url = "http://127.0.0.1:9/v1"\n'
+            f'model = "m"\n{PRICED}' + SUITE + "budget_usd = 2\n",
+            "parallax.toml: endpoints.cand.max_tokens: required by suites.s.budget_usd: a "
+            "call's estimate bounds its reply by max_tokens, so set the most tokens a reply "
+            "may cost (it is sent with every request)",
+        ),
+        (
+            BASE + f'[endpoints.ref]\nkind = "recorded"\nmax_tokens = 64\n{PRICED}'
             '[endpoints.cand]\nkind = "http-json"\nbase_url = "http://127.0.0.1:9"\n'
             f'body_template = {{ q = "{{{{prompt}}}}" }}\n{PRICED}' + SUITE + "budget_usd = 2\n",
             "parallax.toml: endpoints.cand.kind: an http-json endpoint cannot run under "
@@ -523,8 +590,9 @@ SUITE = '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"
 def test_a_budget_that_could_not_be_kept_is_a_config_error(
     tmp_path: Path, config: str, line: str
 ) -> None:
-    """No price, or a reply no max_tokens bounds, under a budget: one line naming the key,
-    exit 78, from `validate` and `run` alike; never an unlimited run."""
+    """No price, or a reply no max_tokens of the endpoint's own bounds (an http-json body
+    sends none; the default is no bound anyone chose), under a budget: one line naming the
+    key, exit 78, from `validate` and `run` alike; never an unlimited run."""
     (tmp_path / "parallax.toml").write_text(config, "utf-8")
     (tmp_path / "f.jsonl").write_text('{"id": "a", "prompt": "hi", "expect": {}}\n', "utf-8")
     with pytest.raises(ConfigError) as raised:
