@@ -546,6 +546,47 @@ async def test_attempts_a_server_turned_away_cost_nothing(fault_server: FaultSer
     assert (budget.spent, budget.reserved, budget.exhausted) == (0, 0, False)
 
 
+@pytest.mark.anyio
+async def test_a_call_waiting_for_the_budget_holds_no_concurrency_slot(
+    fault_server: FaultServer,
+) -> None:
+    """Behind `concurrency = 1`, case b's call waits for the budget while case a's second
+    sample goes out on its part: a call waiting for the budget holds no slot, so the part it
+    waits on can always be sent (held, the one slot would leave both waiting forever)."""
+    cfg = _live_cfg(fault_server.url("ok")).model_copy(update={"concurrency": 1})
+    est = _estimate_of(cfg)
+    budget = Budget(2.5 * est / PICO)
+    meter = meter_for(budget, cfg, PLAIN)
+    budget.plan({"candidate": meter}, {"candidate": 2}, 2, set())
+    case_a = Case(id="a", prompt=CASE.prompt, expect={}, fixture_sha="f" * 16, path="x", line=1)
+    case_b = Case(id="b", prompt=CASE.prompt, expect={}, fixture_sha="f" * 16, path="x", line=1)
+    assert await meter.reserve(("a", "candidate", 0), est, case_a, 1)  # a whole: 2 estimates
+    # a's first sample is done and cost nothing; its second sample's part is still held
+    budget.settle(
+        _exchange(_attempt(Transport.OK, 200), case_id="a"),
+        {"prompt_tokens": 0, "completion_tokens": 0},
+    )
+    endpoint = HttpEndpoint("e", cfg, None, meter=meter)
+    got: dict[str, Exchange] = {}
+
+    async def call(case: Case, sample: int) -> None:
+        exchange = await endpoint.call(case, "candidate", sample)
+        budget.settle(exchange, {"prompt_tokens": 0, "completion_tokens": 0})
+        got[case.id] = exchange
+
+    try:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as group:
+                group.start_soon(call, case_b, 0)  # 1 + 2 > 2.5 estimates: waits for a's part
+                await anyio.wait_all_tasks_blocked()
+                group.start_soon(call, case_a, 1)  # on its part, through the one slot
+    finally:
+        await endpoint.aclose()
+    assert (got["a"].transport, got["b"].transport) == ("ok", "ok")
+    assert (got["b"].queued_ms or 0) >= (got["a"].queued_ms or 0)
+    assert not budget.exhausted and budget.reserved == est  # b's second sample's part
+
+
 # -- config ----------------------------------------------------------------------------------
 
 

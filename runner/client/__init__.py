@@ -19,7 +19,7 @@ before or between attempts (`queued_ms`, `backoff_ms`).
 
 One module per stage of an attempt:
 
-- `endpoint`: `HttpEndpoint`, an attempt from its pacing and concurrency slot to its
+- `endpoint`: `HttpEndpoint`, an attempt from its pacing, budget and concurrency slot to its
   `Attempt` row, the retry loop, AIMD; and `request_problem` for `parallax validate`;
 - `body`: a reply's bytes read within `max_response_bytes`, Content-Encoding undone, each
   piece dated for a stream;

@@ -1,7 +1,7 @@
 """`HttpEndpoint`: a live endpoint behind `model.Endpoint`, one case in, one Exchange out.
 
-An attempt goes from its pacing and concurrency slot through the run's budget to the wire and
-back into an `Attempt` row; the retry loop obeys `retry.decide_retry`, the stamp is
+An attempt goes from its pacing through the run's budget and its concurrency slot to the wire
+and back into an `Attempt` row; the retry loop obeys `retry.decide_retry`, the stamp is
 `stamp.classify`'s, and AIMD shrinks the concurrency on 429s. `request_problem` checks, for
 `parallax validate`, that a request could be sent at all.
 
@@ -288,21 +288,35 @@ class HttpEndpoint:
         if slot > now:
             await self._sleep(slot - now)
 
-    async def _may_send(self, n: int, case: Case, key: tuple[str, str, int], estimate: int) -> bool:
-        """Whether an attempt that has its concurrency slot goes out: a first one is not
-        sent once a stop came while it waited its turn (NotStarted), and none past the run's
-        budget (False). Reserved last, once it is sure to be sent: a call waiting its turn
-        holds nothing of the budget (but its case's part, when another call of the case
-        reserved for it)."""
+    async def _turn(self, n: int, case: Case, key: tuple[str, str, int], estimate: int) -> bool:
+        """Wait an attempt's turn: its `rpm` pacing, the run's budget, then a concurrency
+        slot, held on True (False: the budget refused it, nothing is held). A first attempt
+        is not sent once a stop came (NotStarted). The budget is reserved before the slot,
+        so no call holds a slot while it waits for the budget: a slot is only ever held by
+        an attempt on its way to the wire, and the calls an admitted case holds parts for can
+        always get one."""
+        await self._pace()
         if n == 1 and not may_start():
             raise NotStarted
-        return self._meter is None or await self._meter.reserve(key, estimate, case, n)
+        if self._meter is not None and not await self._meter.reserve(key, estimate, case, n):
+            return False
+        # The limiter's fast path: `async with` would add two event-loop round trips per call
+        # even when a token is free; acquire_nowait refuses to jump a queue of waiters.
+        try:
+            self._limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            await self._limiter.acquire()
+        if n == 1 and not may_start():  # a stop came while it waited for its slot
+            self._limiter.release()
+            raise NotStarted
+        return True
 
     async def _attempt(
         self, n: int, content: bytes, case: Case, key: tuple[str, str, int], estimate: int
     ) -> _Try | None:
         """One attempt, or None when the run's budget refused it (nothing was sent)."""
-        await self._pace()
+        if not await self._turn(n, case, key, estimate):
+            return None
         cap = self._cfg.max_response_bytes
         status: int | None = None
         headers: dict[str, str] | None = None
@@ -310,15 +324,7 @@ class HttpEndpoint:
         truncated = False
         arrivals: list[tuple[int, float]] | None = None  # a 2xx stream's pieces, dated
         exc: BaseException | None = None
-        # The limiter's fast path: `async with` would add two event-loop round trips per call
-        # even when a token is free; acquire_nowait refuses to jump a queue of waiters.
         try:
-            self._limiter.acquire_nowait()
-        except anyio.WouldBlock:
-            await self._limiter.acquire()
-        try:
-            if not await self._may_send(n, case, key, estimate):
-                return None
             begun = self._now()  # handed to the transport: the attempt's latency starts here
             try:
                 with anyio.fail_after(self._cfg.deadline):
