@@ -113,6 +113,9 @@ class Meter:
     def retried(self, key: Key, attempt: Attempt) -> None:
         self.budget.retried(key, attempt)
 
+    def unsent(self, key: Key) -> None:
+        self.budget.unsent(key)
+
 
 def meter_for(budget: Budget, cfg: EndpointConfig, shape: Shape) -> Meter:
     """An endpoint's meter; config loading made sure it has a price (`_check_budget`)."""
@@ -357,6 +360,11 @@ class Budget:
         if hold is not None:
             estimate = hold.estimate
             self.spent += attempt_spend(attempt, None, lambda: estimate)
+
+    def unsent(self, key: Key) -> None:
+        """An attempt that reserved was not sent after all (a stop came while it waited for
+        its slot): its hold is let go, so nothing waits on it, and it costs nothing."""
+        self._release(key)
 
     def settle(self, exchange: Exchange, usage: Mapping[str, Any] | None) -> None:
         """A call's row is written: its final attempt's hold becomes what the reply says it

@@ -587,6 +587,47 @@ async def test_a_call_waiting_for_the_budget_holds_no_concurrency_slot(
     assert not budget.exhausted and budget.reserved == est  # b's second sample's part
 
 
+@pytest.mark.anyio
+async def test_a_call_a_stop_keeps_from_its_slot_lets_its_reservation_go(
+    fault_server: FaultServer,
+) -> None:
+    """A call that reserved and then waited for the one slot is not sent once a stop comes:
+    it holds nothing of the budget after (nothing could ever wait on it)."""
+    from runner.shutdown import NotStarted, Shutdown
+
+    cfg = _live_cfg(fault_server.url("gate:slot")).model_copy(update={"concurrency": 1})
+    budget = Budget(1.0)
+    meter = meter_for(budget, cfg, PLAIN)
+    endpoint = HttpEndpoint("e", cfg, None, meter=meter)
+    stop = Shutdown()
+    second = _case("second")
+    first_est, second_est = meter.estimate_case(CASE), meter.estimate_case(second)
+    outcome: list[str] = []
+
+    async def waits_for_the_slot() -> None:
+        try:
+            await endpoint.call(second, "candidate", 0)
+        except NotStarted:
+            outcome.append("not started")
+
+    try:
+        with anyio.fail_after(20), stop.guarded(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(endpoint.call, CASE, "candidate", 0)  # holds the slot
+                with anyio.fail_after(10):
+                    while not fault_server.received("gate:slot"):
+                        await anyio.sleep(0.01)
+                group.start_soon(waits_for_the_slot)
+                await anyio.wait_all_tasks_blocked()
+                assert budget.reserved == first_est + second_est  # reserved, no slot yet
+                stop.request("SIGTERM")
+                fault_server.gate("slot").set()
+    finally:
+        await endpoint.aclose()
+    assert outcome == ["not started"]
+    assert budget.reserved == first_est  # the first call's, which no writer settled here
+
+
 # -- config ----------------------------------------------------------------------------------
 
 

@@ -308,6 +308,8 @@ class HttpEndpoint:
             await self._limiter.acquire()
         if n == 1 and not may_start():  # a stop came while it waited for its slot
             self._limiter.release()
+            if self._meter is not None:
+                self._meter.unsent(key)
             raise NotStarted
         return True
 
