@@ -1,29 +1,39 @@
 """A run's budget (`budget_usd`): checked before every attempt of every call, failing closed.
 
-Before an attempt is sent (a retry is an attempt too) the run's spend so far, plus what the
-attempts in flight hold, plus this attempt's estimate must stay within the limit. An attempt
-that does not fit waits for the calls in flight to settle, and the attempts that asked after it
-wait behind it, so both sides keep pace; once nothing is in flight and it
-still does not fit, it is refused, and so is every attempt after it (`Budget.exhausted`). A
-refused attempt is not sent: its call is stamped `cancelled` with detail `budget`, unscored and
-re-callable by `--retry-unscored`. A call's hold is replaced by what it spent once it is
-retried or its outcome row is written, by the rule a resume reads back from the ledgers
-(`attempt_spend`), so a run, its resume and its replay count the same spend.
+The unit it reserves for is the case: the first call of a case to ask (whichever side asked
+first) reserves the estimates of all of the case's calls still to make, on every side and in
+every sample, and the case's other calls then go out on their part of that reservation
+without asking again. So a run the budget cuts has spent on whole cases, both sides of each,
+and its paired comparison stands on them; reserving call by call, the side whose workers
+asked first (at concurrency 256, all of them) took all the room and a cut run had no pair.
+
+Before a case is admitted the run's spend so far, plus what is held (the attempts in flight
+and the parts of admitted cases not yet called), plus the case's estimate must stay within
+the limit; a retry (an attempt too) asks for its own estimate the same way. One that does not
+fit waits for the attempts in flight to settle, and those that asked after it wait behind it;
+once nothing that could make room is left and it still does not fit, it is refused, and so is
+every case and retry after it (`Budget.exhausted`); the admitted cases' calls still go out on
+their parts. A refused attempt is not sent: its call is stamped `cancelled` with detail
+`budget`, unscored and re-callable by `--retry-unscored`. A call's hold is replaced by what it
+spent once it is retried or its outcome row is written, by the rule a resume reads back from
+the ledgers (`attempt_spend`), so a run, its resume and its replay count the same spend.
 
 An estimate bounds what an attempt can cost (`Meter.estimate`). No tokenizer runs offline (and
 Anthropic's is not public), so the prompt is counted as one token per UTF-8 byte of the exact
 request body: a byte-level BPE or byte-fallback tokenizer never makes more tokens than bytes,
 and the body's JSON keys and quotes outweigh a chat template's few tokens per message. A
 request that offers tools gets `TOOLS_ALLOWANCE` more, for the system prompt a provider adds
-(Anthropic documents up to 530 tokens). The reply is bounded by `max_tokens`, which every chat
-request sends, at the output rate; prompt tokens at the dearer of the input and cached rates.
-So as long as no reply says it used more than that, the spend never passes the limit.
+(Anthropic documents up to 530 tokens). The reply is bounded by `max_tokens`, which a budget
+requires each endpoint to set and every chat request sends, at the output rate; prompt tokens
+at the dearer of the input and cached rates. So as long as no reply says it used more than
+that, the spend never passes the limit; a reply that does is logged
+(`alert.usage_over_estimate`).
 
 Money is integer picodollars (`PICO`), so holds are released exactly and no rounding builds
 up. A check and its update run with no await between them, so on one event loop no other call
 can come in between: no lock is needed (as for `HttpEndpoint._pace`); an attempt that must wait
 awaits an `anyio.Event` the next release sets, then checks again. `sim/budget.py` drives the
-real pipeline at concurrency 64 to show it.
+real pipeline at concurrency 64 to show it, and `tests/test_budget.py` at 256.
 """
 
 from __future__ import annotations
@@ -31,13 +41,14 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from runner import logs
 from runner.jsontext import dumps
 from runner.model import BUDGET, Attempt, Case, Exchange, Transport
 from runner.usage import micro_usd, tokens_of
@@ -92,15 +103,18 @@ class Meter:
             return None
         return round(micro_usd(tokens.prompt, tokens.completion, tokens.cached, self.price) * 1e6)
 
-    @property
-    def exhausted(self) -> bool:
-        return self.budget.exhausted
+    def refuses(self, key: Key, attempt: int) -> bool:
+        """Whether this attempt is refused without asking (`Budget.refuses`)."""
+        return self.budget.refuses(key, attempt)
 
-    async def reserve(self, key: Key, estimate: int) -> bool:
-        return await self.budget.reserve(key, self, estimate)
+    async def reserve(self, key: Key, estimate: int, case: Case, attempt: int) -> bool:
+        return await self.budget.reserve(key, self, estimate, case, attempt)
 
     def retried(self, key: Key, attempt: Attempt) -> None:
         self.budget.retried(key, attempt)
+
+    def unsent(self, key: Key) -> None:
+        self.budget.unsent(key)
 
 
 def meter_for(budget: Budget, cfg: EndpointConfig, shape: Shape) -> Meter:
@@ -165,66 +179,167 @@ class _Hold:
 
 @dataclass(frozen=True, slots=True)
 class Cut:
-    """The budget when it refused its first attempt: what was spent, what calls in flight
-    held (none: it waits for them first), and the estimate that did not fit."""
+    """The budget when it refused its first attempt: what was spent, what was held (the
+    parts of admitted cases not yet called; nothing in flight: it waits for that first), and
+    the estimate that did not fit (a whole case's, or a retry's)."""
 
     spent: int
     reserved: int
     estimate: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """The calls this process makes (`Budget.plan`): each ledger side's meter and workers,
+    the samples per case, and the calls already in the ledgers, which are not made again."""
+
+    meters: Mapping[str, Meter]
+    workers: Mapping[str, int]
+    samples: int
+    done: Container[Key]
+
+
 class Budget:
     """One run's spend against its limit.
 
-    An attempt that does not fit only because of what calls in flight hold waits for them to
-    settle (their estimates are usually far above what they cost), so the run slows down near
-    the limit instead of stopping early; only when nothing is held and the spend so far plus
-    its estimate would pass the limit is it refused, and with it every attempt after.
+    A case, or a retry, that does not fit only because of what is held waits for it to settle
+    (estimates are usually far above what calls cost), so the run slows down near the limit
+    instead of stopping early; it is refused, and with it every case and retry after it, only
+    once nothing that could make room is left: no attempt in flight, and no admitted case's
+    call that could still start (its side's workers are not all waiting here themselves).
     """
 
     def __init__(self, limit_usd: float) -> None:
         self.limit_usd = limit_usd
         self.limit = math.floor(limit_usd * PICO)
         self.spent = 0  # settled, picodollars
-        self.reserved = 0  # held by attempts not yet settled
-        self.exhausted = False  # once an attempt is refused, none starts again
+        self.reserved = 0  # held by attempts not yet settled and by admitted cases' parts
+        self.exhausted = False  # once an attempt is refused, no case or retry starts again
         self.cut: Cut | None = None  # the first refusal in this process, if any
         self.cancelled: Counter[str] = Counter()  # calls not made, per side
+        self.over_estimate = 0  # replies whose usage passed their request's bound
         self._held: dict[Key, _Hold] = {}
+        # per admitted case, the estimates of its calls not yet started, by key
+        self._parts: dict[str, dict[Key, int]] = {}
+        self._parted: Counter[str] = Counter()  # parts not yet started, per side
+        self._admitted: set[str] = set()  # the cases that reserved for all their calls
+        self._waiting: Counter[str] = Counter()  # attempts waiting in the line, per side
+        self._plan: _Plan | None = None
         self._settled: anyio.Event | None = None  # set when a hold is let go
         self._line: deque[object] = deque()  # attempts waiting to reserve, first come first
 
-    async def reserve(self, key: Key, meter: Meter, estimate: int) -> bool:
+    def plan(
+        self,
+        meters: Mapping[str, Meter],
+        workers: Mapping[str, int],
+        samples: int,
+        done: Container[Key],
+    ) -> None:
+        """Say what this process will call, so a case's first call reserves the whole case:
+        per ledger side its meter and how many workers call it, the samples per case, and the
+        keys already in the ledgers (a resume's, a retry's copied rows), which it does not."""
+        self._plan = _Plan(meters, workers, samples, done)
+
+    def refuses(self, key: Key, attempt: int) -> bool:
+        """Whether an attempt is refused without waiting for anything: once the budget is
+        exhausted, every attempt but the first of a call its case holds a part for."""
+        return self.exhausted and not (attempt == 1 and key in self._parts.get(key[0], ()))
+
+    async def reserve(
+        self, key: Key, meter: Meter, estimate: int, case: Case, attempt: int
+    ) -> bool:
         """Whether one attempt of the call `key` may be sent; if so its estimate is held
         until the attempt is retried (`retried`) or its call's row is written (`settle`).
 
-        Attempts are let through in the order they asked: one that waits is not overtaken
-        by a later, cheaper one. Otherwise the side with the smaller estimates (a cheaper
-        reference) takes every room that opens while the dearer side waits, and a run cut
-        by its budget has one side's replies and no paired case to compare.
+        A call's first attempt goes out on its part when its case was admitted; a case's
+        first call asks for the whole case (`_case_parts`), a retry for its own estimate.
+        Asking is first come, first served: one that waits is not overtaken by a later,
+        cheaper one, and one that waits while another call of its case gets the case
+        admitted goes out on its part.
         """
+        if attempt == 1 and self._take_part(key, meter, estimate):
+            return True
+        whole = attempt == 1 and case.id not in self._admitted  # its case's first to ask
+        parts = self._case_parts(key, case) if whole else {}
+        need = estimate + sum(parts.values())
+        side = key[1]
         ticket = object()
         self._line.append(ticket)
+        self._waiting[side] += 1
+        if self._plan is not None and self._waiting[side] >= self._plan.workers.get(side, 0):
+            self._wake()  # its side is all in line now: the first in line looks again
         try:
             while not self.exhausted:
-                first = self._line[0] is ticket
-                if first and self.spent + self.reserved + estimate <= self.limit:
-                    self._line.popleft()
-                    self.reserved += estimate
-                    self._held[key] = _Hold(meter, estimate)
+                if attempt == 1 and self._take_part(key, meter, estimate):
                     return True
-                if first and not self.reserved:  # nothing in flight can make room
+                first = self._line[0] is ticket
+                if first and self.spent + self.reserved + need <= self.limit:
+                    self.reserved += need
+                    self._held[key] = _Hold(meter, estimate)
+                    if whole:
+                        self._admitted.add(case.id)
+                    if parts:
+                        self._parts[case.id] = parts
+                        self._parted.update(k[1] for k in parts)
+                    return True
+                if first and not self._may_make_room():
                     self.exhausted = True
-                    self.cut = Cut(self.spent, self.reserved, estimate)
+                    self.cut = Cut(self.spent, self.reserved, need)
                     break
                 if self._settled is None:
                     self._settled = anyio.Event()
                 await self._settled.wait()
             return False
         finally:
-            if ticket in self._line:  # refused, or cancelled while it waited
+            self._waiting[side] -= 1
+            if self._line[0] is ticket:  # admitted or refused, first in line
+                self._line.popleft()
+            elif ticket in self._line:  # on its case's part, or cancelled while it waited
                 self._line.remove(ticket)
             self._wake()  # the next in line may fit now, or is refused too
+
+    def _case_parts(self, key: Key, case: Case) -> dict[Key, int]:
+        """The estimates of the case's other calls still to make, on every side and sample
+        (none without a plan): what its first call reserves with its own."""
+        plan = self._plan
+        if plan is None:
+            return {}
+        parts: dict[Key, int] = {}
+        for side, meter in plan.meters.items():
+            each: int | None = None
+            for sample in range(plan.samples):
+                other = (case.id, side, sample)
+                if other == key or other in plan.done or other in self._held:
+                    continue
+                if each is None:
+                    each = meter.estimate_case(case)
+                parts[other] = each
+        return parts
+
+    def _take_part(self, key: Key, meter: Meter, estimate: int) -> bool:
+        """Send a call's first attempt on its admitted case's part, if it has one: the
+        call's own estimate (of the same body: equal) replaces the part."""
+        parts = self._parts.get(key[0])
+        part = parts.pop(key, None) if parts is not None else None
+        if part is None:
+            return False
+        if not parts:
+            del self._parts[key[0]]
+        self._parted[key[1]] -= 1
+        self.reserved += estimate - part
+        self._held[key] = _Hold(meter, estimate)
+        return True
+
+    def _may_make_room(self) -> bool:
+        """Whether anything held may still settle and free room: an attempt in flight, or
+        an admitted case's call on a side not all of whose workers wait in the line (one that
+        is could only start once room was made: waiting for it would never end)."""
+        if self._held:
+            return True
+        workers = self._plan.workers if self._plan is not None else {}
+        return any(
+            n > 0 and self._waiting[side] < workers.get(side, 0) for side, n in self._parted.items()
+        )
 
     def _release(self, key: Key) -> _Hold | None:
         hold = self._held.pop(key, None)
@@ -246,17 +361,49 @@ class Budget:
             estimate = hold.estimate
             self.spent += attempt_spend(attempt, None, lambda: estimate)
 
+    def unsent(self, key: Key) -> None:
+        """An attempt that reserved was not sent after all (a stop came while it waited for
+        its slot): its hold is let go, so nothing waits on it, and it costs nothing."""
+        self._release(key)
+
     def settle(self, exchange: Exchange, usage: Mapping[str, Any] | None) -> None:
         """A call's row is written: its final attempt's hold becomes what the reply says it
-        cost (or its estimate: `attempt_spend`)."""
+        cost (or its estimate: `attempt_spend`). A reply that says it used more than its
+        request's bound is logged: the budget's guarantee stands on that bound."""
         hold = self._release(exchange.key)
         if hold is not None:
             estimate = hold.estimate
-            self.spent += attempt_spend(
-                exchange.attempts[-1], hold.meter.cost(usage), lambda: estimate
-            )
+            cost = hold.meter.cost(usage)
+            self.spent += attempt_spend(exchange.attempts[-1], cost, lambda: estimate)
+            if cost is not None:
+                self._check_bound(exchange, hold, usage, cost)
         if refused(exchange):
             self.cancelled[exchange.side] += 1
+
+    def _check_bound(
+        self, exchange: Exchange, hold: _Hold, usage: Mapping[str, Any] | None, cost: int
+    ) -> None:
+        """`alert.usage_over_estimate` for a reply whose completion tokens passed the
+        request's `max_tokens`, or whose cost passed the attempt's estimate."""
+        tokens = tokens_of(usage)
+        if tokens is None:
+            return
+        cap = hold.meter.max_tokens
+        if tokens.completion <= cap and cost <= hold.estimate:
+            return
+        self.over_estimate += 1
+        logs.get_logger().warning(
+            logs.ALERT_USAGE_OVER_ESTIMATE,
+            case_id=exchange.case_id,
+            side=exchange.side,
+            sample=exchange.sample,
+            endpoint=exchange.endpoint,
+            prompt_tokens=tokens.prompt,
+            completion_tokens=tokens.completion,
+            max_tokens=cap,
+            cost_usd=usd(cost),
+            estimate_usd=usd(hold.estimate),
+        )
 
     def count_ledgers(self, run_dir: Path, suite: Suite, meters: Mapping[str, Meter]) -> None:
         """Add what a run dir's ledgers already spent (a resume, a retry's copied rows, a

@@ -500,8 +500,9 @@ def load_config(path: Path) -> LoadedConfig:
 
 def _check_budget(path: Path, config: Config, suite_name: str) -> None:
     """A budget needs every call's cost bounded before it is made: a price on each endpoint
-    the suite calls, and a reply bounded by `max_tokens` (an http-json body_template sends
-    none). Without either the cap could not be kept, so it is refused, never run unlimited."""
+    the suite calls, and a reply bounded by a `max_tokens` the endpoint sets itself (an
+    http-json body_template sends none; the default of 512 is no bound anyone chose). Without
+    them the cap could not be kept honestly, so it is refused, never run unlimited."""
     suite = config.suites[suite_name]
     if (suite.budget_usd if suite.budget_usd is not None else config.budget_usd) is None:
         return
@@ -521,6 +522,13 @@ def _check_budget(path: Path, config: Config, suite_name: str) -> None:
                 f"endpoints.{name}.kind",
                 f"an http-json endpoint cannot run under {where}: its body_template sends no "
                 "max_tokens, so no call's cost is bounded before it is made",
+            )
+        if "max_tokens" not in endpoint.model_fields_set:
+            raise ConfigError(
+                path,
+                f"endpoints.{name}.max_tokens",
+                f"required by {where}: a call's estimate bounds its reply by max_tokens, so "
+                "set the most tokens a reply may cost (it is sent with every request)",
             )
 
 

@@ -57,6 +57,8 @@ ALERT_CEILING_CANDIDATES = "alert.ceiling_candidates"
 ALERT_SIGNIFICANT_REGRESSION = "alert.significant_regression"
 ALERT_NOT_NON_INFERIOR = "alert.not_non_inferior"  # the candidate may be worse than the margin
 ALERT_BUDGET = "alert.budget"  # budget_usd would have been passed: the calls left were not made
+# a reply's usage passed its request's bound (max_tokens, or the attempt's budget estimate)
+ALERT_USAGE_OVER_ESTIMATE = "alert.usage_over_estimate"
 ALERT_LATENCY = "alert.latency"  # per case, the candidate is slower than latency_ratio_max
 ALERT_COST = "alert.cost"  # per case, the candidate is dearer than cost_ratio_max
 # endpoint behaviour

@@ -199,16 +199,24 @@ class Exchange:
     transport: str  # stamp of the final attempt
     response: Response | None
     started_at: str  # UTC ISO-8601
+    # the final attempt's milliseconds from handing its request to the transport to its last
+    # byte: the model's time for the reply that is graded, never parallax's own waiting
     elapsed_ms: int
     answer_pointer: str | None = None  # http-json: where the answer sits in the body
     # the response header naming the served model, as the endpoint configured it: None when it
     # named none (known gateways' headers are read), "" for the body's `model` only
     served_model_header: str | None = None
     stream: bool = False  # the request asked for an SSE stream
-    # milliseconds from sending the request to the first body bytes of a 2xx stream (the
-    # final attempt's); None for a reply sent whole
+    # milliseconds from sending the request to the first event of a 2xx stream that carried a
+    # token (content or tool-call arguments; the final attempt's), kept when the stream then
+    # failed; None for a reply sent whole or a stream that carried none
     ttft_ms: int | None = None
     request_sha: str | None = None  # the endpoint's request shaping (templates.request_sha)
+    # milliseconds the call waited before its attempts went out (rpm pacing, a concurrency
+    # slot, the run's budget), and slept between them (retry backoff); None in rows written
+    # before they were recorded
+    queued_ms: int | None = None
+    backoff_ms: int | None = None
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -249,6 +257,8 @@ class Exchange:
             stream=_opt_bool(data, "stream"),
             ttft_ms=_opt_int(data, "ttft_ms"),
             request_sha=_opt_str(data, "request_sha"),
+            queued_ms=_opt_int(data, "queued_ms"),
+            backoff_ms=_opt_int(data, "backoff_ms"),
         )
 
 
@@ -277,7 +287,9 @@ class Outcome:
     request_sha: str | None = None  # copied from the exchange
     tool_calls: tuple[str, ...] = ()  # the names of the tools the reply called, in order
     finish_reason: str | None = None  # why the reply ended, as the server said
-    ttft_ms: int | None = None  # a stream's time to first bytes, copied from the exchange
+    ttft_ms: int | None = None  # a stream's time to its first token, copied from the exchange
+    queued_ms: int | None = None  # the call's own waiting, copied from the exchange
+    backoff_ms: int | None = None
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -330,6 +342,8 @@ class Outcome:
             tool_calls=tuple(str(name) for name in data.get("tool_calls") or ()),
             finish_reason=_opt_str(data, "finish_reason"),
             ttft_ms=_opt_int(data, "ttft_ms"),
+            queued_ms=_opt_int(data, "queued_ms"),
+            backoff_ms=_opt_int(data, "backoff_ms"),
         )
 
 

@@ -33,12 +33,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from runner import recorded_wire as wire
 from runner.budget import Meter, refusal
 from runner.errors import DataError
 from runner.ledger import read_jsonl
 from runner.model import NOISE, SIDES, Attempt, Case, Exchange, Response, Transport
-from runner.protocols import Kind, stream_end
+from runner.protocols import Kind, first_token, stream_end
 from runner.recorded_wire import DISCONNECT, RecordedCall, RecordedReply, StreamFault
 from runner.text import holds_surrogate
 
@@ -224,12 +226,17 @@ class RecordedEndpoint:
         if entry is None and (case.completion is not None or case.completion_calls):
             entry = _fixture_reply(case)
         streamed = self._streamed(entry)
+        queued, allowed = 0, True  # only the run's budget makes a cassette's call wait
         meter = self._meter
-        # the run's budget holds the estimate of the body the live endpoint would send
-        if meter is not None and (
-            meter.exhausted
-            or not await meter.reserve((case.id, side, sample), meter.estimate_case(case))
-        ):
+        if meter is not None:
+            # the budget holds the estimate of the body the live endpoint would send
+            asked = anyio.current_time()
+            key = (case.id, side, sample)
+            allowed = not meter.refuses(key, 1) and await meter.reserve(
+                key, meter.estimate_case(case), case, 1
+            )
+            queued = round((anyio.current_time() - asked) * 1000)
+        if not allowed:
             played, attempt = _Played(str(Transport.CANCELLED)), refusal(1)
         else:
             played = self._replay(case, entry, streamed=streamed)
@@ -243,11 +250,16 @@ class RecordedEndpoint:
                 message=played.message,
             )
         response = played.response
-        # a 2xx stream read to its end has a time to first bytes (a cassette takes no time);
-        # one cut off has none, as a live read that ends in a transport error keeps none
+        # a 2xx stream whose events carried a token has a time to its first (a cassette takes
+        # no time), however it then ended, as a live stream does; one cut off before has none
         ttft_ms = None
-        if streamed and response is not None and response.body and not response.truncated:
-            ttft_ms = 0 if 200 <= response.status < 300 else None
+        if (
+            streamed
+            and response is not None
+            and 200 <= response.status < 300
+            and first_token(self._protocol, response.body) is not None
+        ):
+            ttft_ms = 0
         return Exchange(
             case_id=case.id,
             side=side,
@@ -265,6 +277,8 @@ class RecordedEndpoint:
             request_sha=self._request_sha,
             stream=streamed,
             ttft_ms=ttft_ms,
+            queued_ms=queued,
+            backoff_ms=0,
         )
 
     def _reply(self, case: Case, entry: Mapping[str, Any]) -> RecordedReply:

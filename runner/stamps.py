@@ -9,7 +9,7 @@ A served reply is read through its protocol (`protocols.read`), sent whole or st
 schema stamp is that reader's verdict (`stream_malformed`, `tool_args_not_json`, ...), and the
 row keeps the tools the reply called and its finish reason whatever the verdict. A stream that
 broke off was stamped by the client when it arrived; the row copies that stamp, as it copies
-the exchange's `ttft_ms` and `request_sha`.
+the exchange's `ttft_ms`, `queued_ms`, `backoff_ms` and `request_sha`.
 """
 
 from __future__ import annotations
@@ -83,4 +83,6 @@ def stamp(exchange: Exchange, case: Case, graders: GraderSet) -> Outcome:
         tool_calls=read.tool_names,
         finish_reason=read.finish_reason,
         ttft_ms=exchange.ttft_ms,
+        queued_ms=exchange.queued_ms,
+        backoff_ms=exchange.backoff_ms,
     )

@@ -3,7 +3,7 @@
 Folded from the outcome rows as they are written (`gate.Folds` hands each row it keeps to
 `UsageFold.add`), so a replay, which regrades the same rows, gives the same block, and no
 ledger is read back. Per side and stratum a fold keeps counters and two compact arrays of
-ints (the latencies of admitted calls and the time to first bytes of admitted streams):
+ints (the latencies of admitted calls and the time to first token of admitted streams):
 percentiles need the values, and four bytes a call keep a 20,000-case run small.
 
 Tokens are normalised to one shape whatever the protocol: OpenAI's `prompt_tokens`,

@@ -12,8 +12,9 @@ cost, so most trials are cut and a few are not.
 
 Prints, in units of the suite's largest single-call estimate: the worst overshoot of the spend
 the budget counted over the limit, and of what the server billed (both must be at most 1; the
-budget is built for 0, as long as no reply uses more than its estimate), and over the trials the
-budget cut, the most it left unspent.
+budget is built for 0, as long as no reply uses more than its estimate); and over the trials
+the budget cut, the most it left unspent, in units of the largest case's estimate (both sides:
+the budget reserves a case whole, so a cut run may stop with up to that much left).
 
     python sim/budget.py --trials 200           # the README's figures
     python sim/budget.py --trials 3 --cases 60  # a smoke run
@@ -167,21 +168,20 @@ def set_budget(root: Path, budget_usd: float) -> None:
     path.write_text("\n".join(lines) + "\n", "utf-8")
 
 
-def estimates(loaded: Any) -> tuple[int, int]:
-    """The suite's largest single-call estimate and the sum of all, in picodollars."""
+def estimates(loaded: Any) -> tuple[int, int, int]:
+    """The suite's largest single-call estimate, its largest case's (both sides: what the
+    budget reserves at once) and the sum of all, in picodollars."""
     from runner.budget import Budget, meter_for
     from runner.suite import prepare_suite
 
     suite = prepare_suite(loaded, "sim")
-    found = [
-        meter_for(Budget(1.0), loaded.endpoint(name), loaded.shape(name)).estimate_case(
-            suite.fixtures.load(ref)
-        )
+    meters = [
+        meter_for(Budget(1.0), loaded.endpoint(name), loaded.shape(name))
         for name in ("ref", "cand")
-        for ref in suite.refs
     ]
+    cases = [[m.estimate_case(suite.fixtures.load(ref)) for m in meters] for ref in suite.refs]
     suite.fixtures.close()
-    return max(found), sum(found)
+    return max(max(c) for c in cases), max(sum(c) for c in cases), sum(sum(c) for c in cases)
 
 
 def trials(args: argparse.Namespace) -> dict[str, Any]:
@@ -195,7 +195,7 @@ def trials(args: argparse.Namespace) -> dict[str, Any]:
     with FakeServer(args.seed) as server, tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_suite(root, args.cases, server.port, rng)
-        largest, total = estimates(load_config(root / "parallax.toml"))
+        largest, largest_case, total = estimates(load_config(root / "parallax.toml"))
         for _ in range(args.trials):
             # the suite's spend comes to some 70% of its estimates (retried attempts keep
             # theirs): most trials are cut, a few are not
@@ -209,7 +209,7 @@ def trials(args: argparse.Namespace) -> dict[str, Any]:
             worst_billed = max(worst_billed, (server.billed - block["limit_usd"] * PICO) / largest)
             if block["exhausted"]:
                 cut += 1
-                unspent = max(unspent, (block["limit_usd"] * PICO - spent) / largest)
+                unspent = max(unspent, (block["limit_usd"] * PICO - spent) / largest_case)
     return {
         "trials": args.trials,
         "cases": args.cases,
@@ -217,8 +217,9 @@ def trials(args: argparse.Namespace) -> dict[str, Any]:
         "worst_overshoot_estimates": round(worst, 4),
         "worst_billed_overshoot_estimates": round(worst_billed, 4),
         "cut_trials": cut,
-        "most_unspent_estimates_when_cut": round(unspent, 4),
+        "most_unspent_case_estimates_when_cut": round(unspent, 4),
         "largest_estimate_usd": round(largest / PICO, 6),
+        "largest_case_estimate_usd": round(largest_case / PICO, 6),
     }
 
 

@@ -62,6 +62,11 @@ Streams (text/event-stream, in the request's protocol: OpenAI chunks or Anthropi
     sseerror[:<type>]      200 stream of a first piece, then the protocol's in-band error event
                            of that type (`overloaded_error`), then the body ends
     ssedrip                200 stream of a first piece, then an SSE comment every 0.2 s forever
+    ssewait:<s>[:cut]      200 stream whose events before any token come at once (OpenAI's role
+                           chunk; Anthropic's message_start, an empty text block and a ping),
+                           then after s seconds the first token and the finish; with `cut`,
+                           the connection closes right after that token, short of the
+                           Content-Length: a stream that fails after its first token
 
 Per-case faults: `server.prompt_modes[prompt] = "<mode>"` overrides the path's mode for
 requests carrying that prompt, so one suite can mix faults case by case.
@@ -705,6 +710,32 @@ class FaultServer:
             event = {"error": error}
         return self._send_stream(conn, [self._frame(e) for e in (*first, event)])
 
+    def _sse_wait(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        seconds, _, end = arg.partition(":")
+        first, finish = self._events(req)
+        early: list[dict[str, Any] | str]
+        done: list[dict[str, Any] | str] = []
+        if req.path.endswith("/v1/messages"):
+            early, tokens = [*first[:2], {"type": "ping"}], first[2:]
+        else:
+            (piece,) = first
+            role = {**piece["choices"][0], "delta": {"role": "assistant"}}
+            early, tokens, done = [{**piece, "choices": [role]}], first, ["[DONE]"]
+        head = b"".join(self._frame(e) for e in early)
+        said = b"".join(self._frame(e) for e in tokens)
+        rest = b"".join(self._frame(e) for e in (*finish, *done))
+        self._send_head(
+            conn, 200, {"Content-Type": "text/event-stream"}, len(head) + len(said) + len(rest)
+        )
+        conn.sendall(head)
+        if self._stop.wait(float(seconds or "1")):
+            return False
+        conn.sendall(said)
+        if end == "cut":
+            return False  # closed short of the Content-Length: the stream breaks off
+        conn.sendall(rest)
+        return True
+
     def _sse_drip(self, conn: socket.socket, req: Received, arg: str) -> bool:
         first, _ = self._events(req)
         self._send_head(conn, 200, {"Content-Type": "text/event-stream"}, 10**9)
@@ -737,6 +768,7 @@ _HOSTILE: dict[str, Callable[[FaultServer, socket.socket, Received, str], bool]]
     "sse": FaultServer._sse,
     "sseerror": FaultServer._sse_error,
     "ssedrip": FaultServer._sse_drip,
+    "ssewait": FaultServer._sse_wait,
     "reflect": FaultServer._reflect,
     "bomb": FaultServer._bomb,
 }

@@ -65,6 +65,15 @@ def _exchange(*attempts: Attempt, side: str = "candidate", case_id: str = "c") -
     )
 
 
+def _case(case_id: str) -> Case:
+    return Case(id=case_id, prompt="p", expect={}, fixture_sha="f" * 16, path="x", line=1)
+
+
+async def _ask(meter: Meter, key: Key, estimate: int, attempt: int = 1) -> bool:
+    """Reserve for one attempt of the call `key`, of a case named by the key."""
+    return await meter.reserve(key, estimate, _case(key[0]), attempt)
+
+
 def _attempt(transport: Transport, status: int | None = None, n: int = 1) -> Attempt:
     return Attempt(n=n, transport=str(transport), elapsed_ms=1, status=status)
 
@@ -159,11 +168,11 @@ async def test_an_attempt_that_fits_only_once_others_settle_waits_for_them() -> 
     budget = Budget(10 / 10**6)  # 10 micro-dollars
     meter = _meter(budget)
     unit = PICO // 10**6  # one micro-dollar
-    assert await meter.reserve(("a", "candidate", 0), 6 * unit)
+    assert await _ask(meter, ("a", "candidate", 0), 6 * unit)
     got: list[bool] = []
 
     async def second() -> None:
-        got.append(await meter.reserve(("b", "candidate", 0), 6 * unit))
+        got.append(await _ask(meter, ("b", "candidate", 0), 6 * unit))
 
     async with anyio.create_task_group() as group:
         group.start_soon(second)
@@ -176,7 +185,7 @@ async def test_an_attempt_that_fits_only_once_others_settle_waits_for_them() -> 
         6 * unit,
         6 * unit,
     )
-    assert not await meter.reserve(("c", "candidate", 0), 1)  # none starts after a refusal
+    assert not await _ask(meter, ("c", "candidate", 0), 1)  # none starts after a refusal
 
 
 @pytest.mark.anyio
@@ -186,11 +195,11 @@ async def test_a_waiting_attempt_is_not_overtaken_by_a_cheaper_one_that_asked_la
     budget = Budget(10 / 10**6)  # 10 micro-dollars
     meter = _meter(budget)
     unit = PICO // 10**6
-    assert await meter.reserve(("a", "reference", 0), 5 * unit)
+    assert await _ask(meter, ("a", "reference", 0), 5 * unit)
     order: list[str] = []
 
     async def ask(key: Key, estimate: int) -> None:
-        if await meter.reserve(key, estimate):
+        if await _ask(meter, key, estimate):
             order.append(key[0])
 
     async with anyio.create_task_group() as group:
@@ -239,7 +248,7 @@ def test_concurrent_calls_never_spend_past_the_limit_and_stop_within_one_estimat
         attempts: list[Attempt] = []
         usage = None
         for n, outcome in enumerate(outcomes, 1):
-            if not await meter.reserve(key, estimate):
+            if not await _ask(meter, key, estimate, n):
                 refusals.append((budget.spent, estimate))
                 attempts.append(Attempt(n=n, transport="cancelled", elapsed_ms=0, error="budget"))
                 break
@@ -274,6 +283,205 @@ def test_concurrent_calls_never_spend_past_the_limit_and_stop_within_one_estimat
     assert budget.spent <= budget.limit and budget.reserved == 0
     assert all(spent + estimate > budget.limit for spent, estimate in refusals[:1])
     assert budget.exhausted == bool(refusals)
+
+
+# -- a case is the unit -----------------------------------------------------------------------
+
+
+def _planned(limit: float, *, samples: int = 1, workers: int = 4, done: Any = ()) -> Meter:
+    """A meter whose budget knows the run's plan: both sides priced alike."""
+    budget = Budget(limit)
+    meter = _meter(budget)
+    sides = {"reference": meter, "candidate": meter}
+    budget.plan(sides, dict.fromkeys(sides, workers), samples, set(done))
+    return meter
+
+
+@pytest.mark.anyio
+async def test_a_case_reserves_all_its_calls_at_its_first_and_they_go_out_on_their_parts() -> None:
+    """The first call of a case to ask holds the estimates of the case's calls on both sides
+    in every sample; those calls then go out on their parts without asking, even behind a
+    case that waits, and even once the budget is exhausted."""
+    case = _case("a")
+    est = _meter(Budget(1.0)).estimate_case(case)
+    meter = _planned(4.5 * est / PICO, samples=2)
+    budget = meter.budget
+    assert await meter.reserve(("a", "candidate", 1), est, case, 1)
+    assert budget.reserved == 4 * est  # 2 sides x 2 samples
+    got: list[bool] = []
+
+    async def second_case() -> None:
+        got.append(await _ask(meter, ("b", "reference", 0), est))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(second_case)
+        await anyio.wait_all_tasks_blocked()
+        assert got == []  # 4 + 4 estimates > 4.5: case b waits
+        for key in (("a", "reference", 0), ("a", "reference", 1), ("a", "candidate", 0)):
+            assert await meter.reserve(key, est, case, 1)  # on a's parts, past b in line
+        assert budget.reserved == 4 * est and got == []
+        for sample, side in (
+            (0, "reference"),
+            (1, "reference"),
+            (0, "candidate"),
+            (1, "candidate"),
+        ):
+            done = _exchange(_attempt(Transport.OK, 200), side=side, case_id="a")
+            budget.settle(
+                Exchange(**{**vars_of(done), "sample": sample}),
+                {"prompt_tokens": 0, "completion_tokens": 0},
+            )
+    assert got == [True] and budget.reserved == 4 * est  # case b whole, once a cost nothing
+    assert not budget.exhausted
+
+
+def vars_of(exchange: Exchange) -> dict[str, Any]:
+    return {name: getattr(exchange, name) for name in exchange.__dataclass_fields__}
+
+
+@pytest.mark.anyio
+async def test_a_case_that_does_not_fit_whole_is_refused_though_one_call_would_fit() -> None:
+    """A budget of one and a half calls' estimates admits no case of two calls: nothing is
+    spent on a case whose other side could not be paid for. Calls already in the ledgers
+    (a resume's) are not reserved again."""
+    case = _case("a")
+    est = _meter(Budget(1.0)).estimate_case(case)
+    meter = _planned(1.5 * est / PICO)
+    assert not await meter.reserve(("a", "reference", 0), est, case, 1)
+    assert meter.budget.exhausted and meter.budget.cut is not None
+    assert meter.budget.cut.estimate == 2 * est  # the whole case's estimate did not fit
+    resumed = _planned(1.5 * est / PICO, done={("a", "candidate", 0)})
+    assert await resumed.reserve(("a", "reference", 0), est, case, 1)
+    assert resumed.budget.reserved == est
+
+
+@pytest.mark.anyio
+async def test_a_case_waiting_on_a_side_whose_workers_all_wait_is_refused_not_stuck() -> None:
+    """Case a holds a part for the candidate, whose one worker waits in line behind case b;
+    once nothing is in flight, waiting for that part would never end: b is refused (and the
+    candidate's call, a retry that asked behind it, too), and the run goes on."""
+    case_a, case_b = _case("a"), _case("b")
+    est = _meter(Budget(1.0)).estimate_case(case_a)
+    meter = _planned(3.5 * est / PICO, workers=1)
+    budget = meter.budget
+    assert await meter.reserve(("a", "reference", 0), est, case_a, 1)  # holds a's candidate part
+    got: list[tuple[str, bool]] = []
+
+    async def ask(key: Key, case: Case, attempt: int) -> None:
+        got.append((key[0], await meter.reserve(key, est, case, attempt)))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(ask, ("b", "reference", 0), case_b, 1)  # 2 + 2 > 3.5: waits
+            await anyio.wait_all_tasks_blocked()
+            group.start_soon(ask, ("z", "candidate", 0), _case("z"), 2)  # a retry, behind b
+            await anyio.wait_all_tasks_blocked()
+            assert got == []
+            # a's reference call settles: nothing in flight, and the candidate's only worker
+            # waits in line, so a's candidate part can never start while b waits
+            budget.settle(
+                _exchange(_attempt(Transport.OK, 200), side="reference", case_id="a"), None
+            )
+    assert got == [("b", False), ("z", False)] and budget.exhausted
+    assert await meter.reserve(("a", "candidate", 0), est, case_a, 1)  # its part still goes
+
+
+@pytest.mark.parametrize(
+    ("usage", "alerted"),
+    [
+        ({"prompt_tokens": 3, "completion_tokens": 100}, False),  # at max_tokens: within
+        ({"prompt_tokens": 3, "completion_tokens": 101}, True),  # past the request's cap
+        ({"prompt_tokens": 10**6, "completion_tokens": 1}, True),  # past the estimate
+        (None, False),  # no usage: nothing to compare (it keeps its estimate)
+    ],
+)
+def test_a_reply_whose_usage_passes_its_requests_bound_is_alerted(
+    usage: dict[str, int] | None, alerted: bool
+) -> None:
+    """`alert.usage_over_estimate` names the call whose usage passed max_tokens or its
+    estimate: the budget's promise stands on that bound, so a server that ignores it is
+    told, with the figures."""
+    from structlog.testing import capture_logs
+
+    budget = Budget(1.0)
+    meter = _meter(budget)  # max_tokens 100
+    est = meter.estimate(b"x" * 50, tools=False)
+
+    async def ask() -> None:
+        assert await meter.reserve(("c", "candidate", 0), est, CASE, 1)
+
+    anyio.run(ask)
+    with capture_logs() as events:
+        budget.settle(_exchange(_attempt(Transport.OK, 200)), usage)
+    found = [e for e in events if e["event"] == "alert.usage_over_estimate"]
+    assert bool(found) == alerted and budget.over_estimate == int(alerted)
+    if found:
+        (event,) = found
+        assert (event["case_id"], event["side"], event["max_tokens"]) == ("c", "candidate", 100)
+        assert event["completion_tokens"] == usage["completion_tokens"]  # type: ignore[index]
+        assert event["estimate_usd"] == round(est / PICO, 6)
+
+
+def test_a_live_run_whose_server_ignores_max_tokens_says_so(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Against a real server that answers five-word replies to `max_tokens = 1`, every call
+    logs alert.usage_over_estimate with its case, side and figures, as a JSON line."""
+    rows = [{"id": f"c{i}", "prompt": f"Say hi to {i}.", "expect": {}} for i in range(2)]
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    endpoints = "".join(
+        f'[endpoints.{name}]\nkind = "openai-chat"\nbase_url = "{fault_server.url("ok", name)}"\n'
+        f'model = "m"\nmax_tokens = 1\n{PRICED}'
+        for name in ("ref", "cand")
+    )
+    (tmp_path / "parallax.toml").write_text(BASE + "budget_usd = 1\n" + endpoints + SUITE, "utf-8")
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    alerts = _events(done.stdout, "alert.usage_over_estimate")
+    assert sorted((a["case_id"], a["side"]) for a in alerts) == [
+        (case, side) for case in ("c0", "c1") for side in ("candidate", "reference")
+    ]
+    assert all(a["completion_tokens"] == 5 and a["max_tokens"] == 1 for a in alerts), alerts
+    assert all(a["level"] == "warning" for a in alerts)
+
+
+CASES_256 = 300
+
+
+def test_a_budget_cut_at_concurrency_256_spends_on_paired_cases(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """The issue's run: both sides at concurrency 256 with equal prices under $0.05, against
+    a real loopback server. The budget cuts the run (exit 2), and at least 90% of the calls
+    it made belong to cases both of whose sides were called: a case is reserved whole, so
+    the side whose 512 workers ask first cannot take all the room (before, none was paired)."""
+    rows = [
+        {"id": f"c{i:03d}", "prompt": f"Say hi to {i}.", "expect": {}} for i in range(CASES_256)
+    ]
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    endpoints = "".join(
+        f'[endpoints.{name}]\nkind = "openai-chat"\nbase_url = "{fault_server.url("ok", name)}"\n'
+        f'model = "m"\nconcurrency = 256\nmax_tokens = 64\nretry = {{ attempts = 1 }}\n{PRICED}'
+        for name in ("ref", "cand")
+    )
+    (tmp_path / "parallax.toml").write_text(
+        BASE + "budget_usd = 0.05\n" + endpoints + SUITE, "utf-8"
+    )
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    (run_dir,) = _run_dirs(tmp_path)
+    out = _outcomes(run_dir)
+    made = [r for r in out if r["detail"] != "cancelled: budget"]
+    sides: dict[str, set[str]] = {}
+    for r in made:
+        sides.setdefault(r["case_id"], set()).add(r["side"])
+    paired = [r for r in made if len(sides[r["case_id"]]) == 2]
+    assert len(made) >= 40  # the budget let a good number through before it cut
+    assert len(paired) >= 0.9 * len(made), (len(paired), len(made))
+    assert len(fault_server.received()) == len(made)
+    block = _summary(run_dir)["budget"]
+    assert block["exhausted"] and block["spent_usd"] <= 0.05
+    assert _summary(run_dir)["usage"]["sides"]["candidate"]["calls"] > 0
 
 
 # -- the live client: retries count ------------------------------------------------------------
@@ -338,6 +546,88 @@ async def test_attempts_a_server_turned_away_cost_nothing(fault_server: FaultSer
     assert (budget.spent, budget.reserved, budget.exhausted) == (0, 0, False)
 
 
+@pytest.mark.anyio
+async def test_a_call_waiting_for_the_budget_holds_no_concurrency_slot(
+    fault_server: FaultServer,
+) -> None:
+    """Behind `concurrency = 1`, case b's call waits for the budget while case a's second
+    sample goes out on its part: a call waiting for the budget holds no slot, so the part it
+    waits on can always be sent (held, the one slot would leave both waiting forever)."""
+    cfg = _live_cfg(fault_server.url("ok")).model_copy(update={"concurrency": 1})
+    est = _estimate_of(cfg)
+    budget = Budget(2.5 * est / PICO)
+    meter = meter_for(budget, cfg, PLAIN)
+    budget.plan({"candidate": meter}, {"candidate": 2}, 2, set())
+    case_a = Case(id="a", prompt=CASE.prompt, expect={}, fixture_sha="f" * 16, path="x", line=1)
+    case_b = Case(id="b", prompt=CASE.prompt, expect={}, fixture_sha="f" * 16, path="x", line=1)
+    assert await meter.reserve(("a", "candidate", 0), est, case_a, 1)  # a whole: 2 estimates
+    # a's first sample is done and cost nothing; its second sample's part is still held
+    budget.settle(
+        _exchange(_attempt(Transport.OK, 200), case_id="a"),
+        {"prompt_tokens": 0, "completion_tokens": 0},
+    )
+    endpoint = HttpEndpoint("e", cfg, None, meter=meter)
+    got: dict[str, Exchange] = {}
+
+    async def call(case: Case, sample: int) -> None:
+        exchange = await endpoint.call(case, "candidate", sample)
+        budget.settle(exchange, {"prompt_tokens": 0, "completion_tokens": 0})
+        got[case.id] = exchange
+
+    try:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as group:
+                group.start_soon(call, case_b, 0)  # 1 + 2 > 2.5 estimates: waits for a's part
+                await anyio.wait_all_tasks_blocked()
+                group.start_soon(call, case_a, 1)  # on its part, through the one slot
+    finally:
+        await endpoint.aclose()
+    assert (got["a"].transport, got["b"].transport) == ("ok", "ok")
+    assert (got["b"].queued_ms or 0) >= (got["a"].queued_ms or 0)
+    assert not budget.exhausted and budget.reserved == est  # b's second sample's part
+
+
+@pytest.mark.anyio
+async def test_a_call_a_stop_keeps_from_its_slot_lets_its_reservation_go(
+    fault_server: FaultServer,
+) -> None:
+    """A call that reserved and then waited for the one slot is not sent once a stop comes:
+    it holds nothing of the budget after (nothing could ever wait on it)."""
+    from runner.shutdown import NotStarted, Shutdown
+
+    cfg = _live_cfg(fault_server.url("gate:slot")).model_copy(update={"concurrency": 1})
+    budget = Budget(1.0)
+    meter = meter_for(budget, cfg, PLAIN)
+    endpoint = HttpEndpoint("e", cfg, None, meter=meter)
+    stop = Shutdown()
+    second = _case("second")
+    first_est, second_est = meter.estimate_case(CASE), meter.estimate_case(second)
+    outcome: list[str] = []
+
+    async def waits_for_the_slot() -> None:
+        try:
+            await endpoint.call(second, "candidate", 0)
+        except NotStarted:
+            outcome.append("not started")
+
+    try:
+        with anyio.fail_after(20), stop.guarded(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(endpoint.call, CASE, "candidate", 0)  # holds the slot
+                with anyio.fail_after(10):
+                    while not fault_server.received("gate:slot"):
+                        await anyio.sleep(0.01)
+                group.start_soon(waits_for_the_slot)
+                await anyio.wait_all_tasks_blocked()
+                assert budget.reserved == first_est + second_est  # reserved, no slot yet
+                stop.request("SIGTERM")
+                fault_server.gate("slot").set()
+    finally:
+        await endpoint.aclose()
+    assert outcome == ["not started"]
+    assert budget.reserved == first_est  # the first call's, which no writer settled here
+
+
 # -- config ----------------------------------------------------------------------------------
 
 
@@ -351,13 +641,21 @@ SUITE = '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"
     [
         (
             BASE + "budget_usd = 1\n"
-            f'[endpoints.ref]\nkind = "recorded"\n{PRICED}'
-            '[endpoints.cand]\nkind = "recorded"\n' + SUITE,
+            f'[endpoints.ref]\nkind = "recorded"\nmax_tokens = 64\n{PRICED}'
+            '[endpoints.cand]\nkind = "recorded"\nmax_tokens = 64\n' + SUITE,
             "parallax.toml: endpoints.cand.price: required by budget_usd: a budget cannot "
             "count the cost of a call without a price",
         ),
         (
-            BASE + f'[endpoints.ref]\nkind = "recorded"\n{PRICED}'
+            BASE + f'[endpoints.ref]\nkind = "recorded"\nmax_tokens = 64\n{PRICED}'
+            f'[endpoints.cand]\nkind = "openai-chat"\nbase_url = "http://127.0.0.1:9/v1"\n'
+            f'model = "m"\n{PRICED}' + SUITE + "budget_usd = 2\n",
+            "parallax.toml: endpoints.cand.max_tokens: required by suites.s.budget_usd: a "
+            "call's estimate bounds its reply by max_tokens, so set the most tokens a reply "
+            "may cost (it is sent with every request)",
+        ),
+        (
+            BASE + f'[endpoints.ref]\nkind = "recorded"\nmax_tokens = 64\n{PRICED}'
             '[endpoints.cand]\nkind = "http-json"\nbase_url = "http://127.0.0.1:9"\n'
             f'body_template = {{ q = "{{{{prompt}}}}" }}\n{PRICED}' + SUITE + "budget_usd = 2\n",
             "parallax.toml: endpoints.cand.kind: an http-json endpoint cannot run under "
@@ -374,8 +672,9 @@ SUITE = '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"
 def test_a_budget_that_could_not_be_kept_is_a_config_error(
     tmp_path: Path, config: str, line: str
 ) -> None:
-    """No price, or a reply no max_tokens bounds, under a budget: one line naming the key,
-    exit 78, from `validate` and `run` alike; never an unlimited run."""
+    """No price, or a reply no max_tokens of the endpoint's own bounds (an http-json body
+    sends none; the default is no bound anyone chose), under a budget: one line naming the
+    key, exit 78, from `validate` and `run` alike; never an unlimited run."""
     (tmp_path / "parallax.toml").write_text(config, "utf-8")
     (tmp_path / "f.jsonl").write_text('{"id": "a", "prompt": "hi", "expect": {}}\n', "utf-8")
     with pytest.raises(ConfigError) as raised:
@@ -394,8 +693,8 @@ def test_a_suite_budget_overrides_the_top_level_one(tmp_path: Path) -> None:
     (tmp_path / "parallax.toml").write_text(
         BASE
         + "budget_usd = 5\n"
-        + f'[endpoints.ref]\nkind = "recorded"\n{PRICED}'
-        + f'[endpoints.cand]\nkind = "recorded"\n{PRICED}'
+        + f'[endpoints.ref]\nkind = "recorded"\nmax_tokens = 64\n{PRICED}'
+        + f'[endpoints.cand]\nkind = "recorded"\nmax_tokens = 64\n{PRICED}'
         + SUITE
         + "budget_usd = 0.5\n"
         + '[suites.t]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"\n',
@@ -455,17 +754,20 @@ def _outcomes(run_dir: Path) -> list[dict[str, Any]]:
 def test_a_recorded_run_the_budget_cuts_is_incomplete_and_a_larger_budget_retry_finishes_it(
     tmp_path: Path,
 ) -> None:
-    """Calls of $0.0005 estimated at about $0.0043 each: a $0.008 budget makes 8 of the 24
+    """Calls of $0.0005 estimated at about $0.0043 each, so cases of $0.001 estimated at
+    about $0.0086: a $0.016 budget makes the 16 calls of the first 8 cases (the ninth's
+    estimate would pass it once they are spent), both sides of each, of the 24
     calls, stamps the rest cancelled/budget, logs alert.budget once and exits 2; a retry
     under the same budget makes none (it counts the rows it copies), one under $1 makes all."""
-    _recorded_suite(tmp_path, 0.008)
+    _recorded_suite(tmp_path, 0.016)
     done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     (run_dir,) = _run_dirs(tmp_path)
     rows = _outcomes(run_dir)
     cut = [r for r in rows if r["transport"] == "cancelled"]
     made = [r for r in rows if r["transport"] == "ok"]
-    assert len(rows) == 2 * CASES and len(made) == 8 and len(cut) == 2 * CASES - 8
+    assert len(rows) == 2 * CASES and len(made) == 16 and len(cut) == 2 * CASES - 16
+    assert {r["case_id"] for r in made} == {f"c{i:02d}" for i in range(8)}  # whole pairs
     assert {r["detail"] for r in cut} == {"cancelled: budget"}
     assert all(r["task_score"] is None and r["usage"] is None for r in cut)
     raw = [json.loads(line) for line in (run_dir / "raw.jsonl").read_text("utf-8").splitlines()]
@@ -475,7 +777,7 @@ def test_a_recorded_run_the_budget_cuts_is_incomplete_and_a_larger_budget_retry_
     summary = _summary(run_dir)
     block = summary["budget"]
     spent = round(len(made) * 0.0005, 6)
-    assert (block["limit_usd"], block["spent_usd"], block["exhausted"]) == (0.008, spent, True)
+    assert (block["limit_usd"], block["spent_usd"], block["exhausted"]) == (0.016, spent, True)
     by_side = {side: sum(r["side"] == side for r in cut) for side in ("candidate", "reference")}
     assert block["cancelled"] == {side: n for side, n in by_side.items() if n}
     assert (
@@ -485,10 +787,10 @@ def test_a_recorded_run_the_budget_cuts_is_incomplete_and_a_larger_budget_retry_
     assert usage["reference"]["calls"] + usage["candidate"]["calls"] == len(made)  # cut: no call
     assert usage["candidate"]["cost_unknown_calls"] == 0
     (alert,) = _events(done.stdout, "alert.budget")
-    assert (alert["limit_usd"], alert["spent_usd"], alert["reserved_usd"]) == (0.008, spent, 0.0)
+    assert (alert["limit_usd"], alert["spent_usd"], alert["reserved_usd"]) == (0.016, spent, 0.0)
     assert (alert["count"], alert["cancelled"]) == (len(cut), block["cancelled"])
-    assert alert["estimate_usd"] == block["cut"]["estimate_usd"] > 0.008 - spent
-    assert f"budget: ${spent:.4f} spent of $0.0080; {len(cut)} call(s) not made" in done.stderr
+    assert alert["estimate_usd"] == block["cut"]["estimate_usd"] > 0.016 - spent
+    assert f"budget: ${spent:.4f} spent of $0.0160; {len(cut)} call(s) not made" in done.stderr
     assert "cancelled (budget)" in done.stderr
     assert f"{len(cut)} call(s) not made" in (run_dir / "report.md").read_text("utf-8")
     assert f"{len(cut)} call(s) not made" in (run_dir / "report.html").read_text("utf-8")
@@ -679,9 +981,9 @@ def _worked_example(root: Path, budget: float) -> None:
 
 
 def test_the_readme_budget_example_spends_what_the_readme_says(tmp_path: Path) -> None:
-    """The README's worked example: under $0.01 the third candidate call is cut at $0.00765
-    (or $0.0073 when its turn came before the third reference call's); a retry under $0.02
-    makes what was cut and reports $0.01095."""
+    """The README's worked example: under $0.01 the third case is cut at $0.0073, both its
+    calls (its estimate, $0.005624, would pass the limit); a retry under $0.02 makes both and
+    reports $0.01095."""
     _worked_example(tmp_path, 0.01)
     loaded = load_config(tmp_path / "parallax.toml")
     for name, estimate in (("m-ref", 584), ("m-cnd", 5040)):
@@ -700,9 +1002,9 @@ def test_the_readme_budget_example_spends_what_the_readme_says(tmp_path: Path) -
     assert done.returncode == 2, done.stderr
     (run_dir,) = _run_dirs(tmp_path)
     block = _summary(run_dir)["budget"]
-    assert block["spent_usd"] in (0.00765, 0.0073)
-    assert block["cancelled"] in ({"candidate": 1}, {"candidate": 1, "reference": 1})
-    assert block["cut"]["estimate_usd"] == 0.00504
+    assert block["spent_usd"] == 0.0073
+    assert block["cancelled"] == {"candidate": 1, "reference": 1}
+    assert block["cut"]["estimate_usd"] == 0.005624
     _worked_example(tmp_path, 0.02)
     again = run_parallax(
         "run", "--config", "parallax.toml", "--retry-unscored", run_dir, cwd=tmp_path

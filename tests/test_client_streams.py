@@ -1,5 +1,6 @@
 """Specification of how a live call classifies a streamed reply (httpx.MockTransport units):
-the stream's bytes are kept as received, and how it ended decides the attempt's stamp."""
+the stream's bytes are kept as received, how it ended decides the attempt's stamp, and its
+first token (in virtual time) its ttft_ms."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from clockkit import VirtualClock
 
 from runner.client.endpoint import HttpEndpoint
 from runner.client.retry import decide_retry
@@ -105,7 +107,7 @@ def outcome(exchange: Exchange) -> Outcome:
 pytestmark = pytest.mark.anyio
 
 
-async def test_a_whole_stream_is_ok_and_keeps_its_bytes_and_first_byte_time() -> None:
+async def test_a_whole_stream_is_ok_and_keeps_its_bytes_and_first_token_time() -> None:
     """A stream that reaches its finish event is ok, stored as the bytes sent, with ttft."""
     exchange = await call(replies(WHOLE))
     assert [a.transport for a in exchange.attempts] == ["ok"]
@@ -237,3 +239,142 @@ async def test_an_anthropic_stream_is_classified_by_its_own_events() -> None:
     assert truncated.attempts[0].error == "stream_truncated"
     finished = await call(replies(whole), cfg("anthropic-messages"))
     assert (finished.transport, outcome(finished).schema) == ("ok", "ok")
+
+
+# -- time to first token, in virtual time -----------------------------------------------------
+
+Piece = tuple[float, bytes]  # (virtual seconds after the request was sent, bytes that arrive)
+
+
+async def timed(pieces: list[Piece], kind: str = "openai-chat", *, cut: bool = False) -> Exchange:
+    """One attempt whose reply's pieces arrive at the given virtual times (then, with `cut`,
+    the connection resets)."""
+    clock = VirtualClock()
+
+    async def body() -> AsyncIterator[bytes]:
+        for at, piece in pieces:
+            await clock.sleep(at - clock.time)
+            yield piece
+        if cut:
+            raise httpx.ReadError("connection reset")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers=SSE, content=body())
+
+    ep = HttpEndpoint(
+        "cand",
+        cfg(kind, retry=RetryPolicy(attempts=1)),
+        None,
+        shape=STREAMED,
+        transport=httpx.MockTransport(handler),
+        now=clock.now,
+        sleep=clock.sleep,
+    )
+    got: list[Exchange] = []
+
+    async def one() -> None:
+        got.append(await ep.call(CASE, "candidate", 0))
+
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(clock.run)
+                await one()
+                group.cancel_scope.cancel()
+    finally:
+        await ep.aclose()
+    return got[0]
+
+
+ROLE = events(chunk({"role": "assistant"}))
+EMPTY = events(chunk({"role": "assistant", "content": ""}))
+TOKEN = events(chunk({"content": "SKU-9"}))
+FINISH = events(chunk({}, "stop"), "[DONE]")
+CALL_NAMED = events(
+    chunk({"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "f", "arguments": ""}}]})
+)
+CALL_ARGS = events(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"sku"'}}]}))
+A_START = events({"type": "message_start", "message": {"id": "m1", "model": "c", "usage": {}}})
+A_BLOCK = events(
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+)
+A_PING = events({"type": "ping"})
+A_TEXT = events(
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}}
+)
+A_TOOL = events(
+    {
+        "type": "content_block_start",
+        "index": 0,
+        "content_block": {"type": "tool_use", "id": "t1", "name": "f", "input": {}},
+    }
+)
+A_NO_ARGS = events(
+    {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "input_json_delta", "partial_json": ""},
+    }
+)
+A_ARGS = events(
+    {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "input_json_delta", "partial_json": '{"a"'},
+    }
+)
+A_END = events({"type": "content_block_stop", "index": 0}, {"type": "message_stop"})
+
+
+@pytest.mark.parametrize(
+    ("kind", "pieces", "ttft_ms"),
+    [
+        # OpenAI: the role chunk and an empty content piece come first, the token at 2 s
+        ("openai-chat", [(0.05, ROLE), (0.5, EMPTY), (2.0, TOKEN), (3.0, FINISH)], 2000),
+        # an event counts once whole: half of it at 1 s, the rest and its blank line at 2.5 s
+        ("openai-chat", [(0.05, ROLE), (1.0, TOKEN[:20]), (2.5, TOKEN[20:] + FINISH)], 2500),
+        # a tool call's name carries no token; its first argument text does
+        ("openai-chat", [(0.1, ROLE), (1.0, CALL_NAMED), (1.5, CALL_ARGS), (2.0, FINISH)], 1500),
+        # Anthropic: message_start, an empty text block and a ping come before any token
+        (
+            "anthropic-messages",
+            [(0.1, A_START), (0.2, A_BLOCK), (0.3, A_PING), (1.25, A_TEXT), (2.0, A_END)],
+            1250,
+        ),
+        # a tool_use block starts with no arguments; an empty piece has none either
+        (
+            "anthropic-messages",
+            [(0.1, A_START), (0.5, A_TOOL), (0.7, A_NO_ARGS), (0.9, A_ARGS), (1.0, A_END)],
+            900,
+        ),
+        # no event ever carried a token: no ttft, however long the stream took
+        ("openai-chat", [(0.1, ROLE), (0.5, EMPTY), (1.0, FINISH)], None),
+    ],
+    ids=["openai-text", "openai-split", "openai-tool", "anthropic-text", "anthropic-tool", "none"],
+)
+async def test_ttft_is_the_first_event_that_carries_a_token(
+    kind: str, pieces: list[Piece], ttft_ms: int | None
+) -> None:
+    """A stream's ttft_ms dates its first event that carries content or tool-call arguments,
+    never the role chunk, Anthropic's message_start, an empty block or a tool's name; the
+    call's elapsed_ms is its last byte's time."""
+    exchange = await timed(pieces, kind)
+    assert exchange.transport == "ok"
+    assert (exchange.ttft_ms, exchange.elapsed_ms) == (ttft_ms, round(pieces[-1][0] * 1000))
+    assert outcome(exchange).ttft_ms == ttft_ms
+
+
+async def test_a_stream_that_breaks_off_after_its_first_token_keeps_its_ttft() -> None:
+    """A stream reset after its token, or one that ends without its finish event, is a lost
+    connection, and still says how long its first token took; one cut before any has none."""
+    reset = await timed([(0.05, ROLE), (1.0, TOKEN)], cut=True)
+    assert (reset.transport, reset.attempts[0].error, reset.ttft_ms) == (
+        "connection_lost",
+        "ReadError",
+        1000,
+    )
+    truncated = await timed([(0.05, ROLE), (0.75, TOKEN)])
+    assert (truncated.attempts[0].error, truncated.ttft_ms) == ("stream_truncated", 750)
+    early = await timed([(0.05, ROLE)], cut=True)
+    assert (early.transport, early.ttft_ms) == ("connection_lost", None)
+    assert outcome(reset).ttft_ms == 1000

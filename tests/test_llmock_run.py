@@ -119,7 +119,8 @@ class Expected:
     tool_calls: tuple[str, ...] = ()
     finish: str | None = "text"  # "text", "tool", or None (no reply was graded)
     detail: str | None = None
-    cut: bool = False  # the read ended in a transport error: no time to first bytes is kept
+    # the event (0-based) a stream fault ends the stream at: a token before it keeps its ttft
+    broken_at: int | None = None
 
     def row(self, protocol: Protocol) -> dict[str, Any]:
         finish = {"text": TEXT_FINISH[protocol], "tool": TOOL_FINISH[protocol], None: None}
@@ -134,7 +135,10 @@ class Expected:
 
 OK = Expected()
 CALLED = Expected(tool_calls=("get_weather",), finish="tool")
-LOST = Expected(transport="connection_lost", schema="skipped", finish=None, cut=True)
+LOST = Expected(transport="connection_lost", schema="skipped", finish=None, broken_at=2)
+# the event llmock streams its first token in: after OpenAI's role chunk, after Anthropic's
+# message_start, empty text block and ping
+FIRST_TOKEN = {Protocol.OPENAI: 1, Protocol.ANTHROPIC: 3}
 
 
 @dataclass(frozen=True)
@@ -223,7 +227,7 @@ def _suites() -> list[Suite]:
             "truncate",
             (HELLO,),
             reference={"hello": OK},
-            candidate={"hello": replace(LOST, detail="stream_truncated", cut=False)},
+            candidate={"hello": replace(LOST, detail="stream_truncated")},
             behaviour=(stream_fault(StreamFault.TRUNCATE, after_chunks=2, times=None),),
             streamed=True,
         ),
@@ -240,7 +244,7 @@ def _suites() -> list[Suite]:
             (HELLO,),
             reference={"hello": OK},
             candidate={
-                "hello": Expected(transport="timeout", schema="skipped", finish=None, cut=True)
+                "hello": Expected(transport="timeout", schema="skipped", finish=None, broken_at=1)
             },
             behaviour=(
                 stream_fault(
@@ -330,8 +334,10 @@ def test_a_live_run_against_llmock_stamps_every_tool_and_stream_case_and_replays
                     assert (row["task_score"] == 1.0) == (not expected.misses), where
                 else:
                     assert row["task_score"] is None, where
-                # a stream read to its end has its first bytes' time, a truncated one too
-                streamed = suite.streamed and side == "candidate" and not expected.cut
+                # a stream has its first token's time, however it ended, once a token came
+                broken = expected.broken_at
+                token = broken is None or broken > FIRST_TOKEN[protocol]
+                streamed = suite.streamed and side == "candidate" and token
                 assert (row.get("ttft_ms") is not None) == streamed, where
                 assert row.get("request_sha"), where
         assert set(rows) == {(c["id"], s) for c in suite.cases for s in ("reference", "candidate")}

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from runner.jsontext import MAX_DEPTH
 from runner.model import NO_FACTS, Reply
-from runner.protocols import anthropic_messages, openai_chat
+from runner.protocols import anthropic_messages, first_token, openai_chat
 from runner.protocols.message import (
     Message,
     RawToolCall,
@@ -893,12 +893,125 @@ events = st.lists(st.one_of(json_like.map(json.dumps), st.text(max_size=20)), ma
 @given(st.text(max_size=400) | events.map(lambda es: "".join(f"data: {e}\n\n" for e in es)))
 @pytest.mark.parametrize("protocol", [openai_chat, anthropic_messages])
 def test_folding_never_raises_on_any_text(protocol: Any, text: str) -> None:
-    """Any text, and any run of protocol-shaped JSON events, folds (and grades) without raising."""
+    """Any text, and any run of protocol-shaped JSON events, folds (and grades) and is looked
+    through for its first token without raising."""
+    end = first_token(protocol.WIRE.kind, text)
+    assert end is None or 0 < end <= len(text)
     for fold in (protocol.fold_stream(text), protocol.fold_body(text)):
         message = fold.message if isinstance(fold, StreamFold) else fold
         if isinstance(message, Message):
             graded(message, expects_json=True)
             graded(message, expects_json=False)
+
+
+def _said_something(message: Message) -> bool:
+    """Whether a folded reply holds a token: content text, or a call's argument text."""
+    return bool(message.content) or any(
+        call.arguments if isinstance(call.arguments, str) else call.arguments != {}
+        for call in message.tool_calls
+    )
+
+
+@FUZZ
+@given(openai_replies())
+def test_an_openai_stream_has_a_first_token_exactly_when_its_reply_says_something(
+    reply: tuple[str, str],
+) -> None:
+    """The first token is the first chunk with content or argument text: a stream has one
+    exactly when its folded reply has content or arguments, and it ends an event."""
+    _, stream = reply
+    end = first_token(openai_chat.WIRE.kind, stream)
+    assert (end is not None) == _said_something(ok(openai_chat.fold_stream(stream)))
+    assert end is None or stream[:end].endswith("\n\n")
+
+
+@FUZZ
+@given(anthropic_replies())
+def test_an_anthropic_stream_has_a_first_token_exactly_when_its_reply_says_something(
+    reply: tuple[str, str],
+) -> None:
+    """The same for Anthropic's events: a text delta or block with text, or a tool's input."""
+    _, stream = reply
+    end = first_token(anthropic_messages.WIRE.kind, stream)
+    assert (end is not None) == _said_something(ok(anthropic_messages.fold_stream(stream)))
+
+
+@pytest.mark.parametrize(
+    ("protocol", "event", "token"),
+    [
+        (openai_chat, {"choices": [{"index": 0, "delta": {"role": "assistant"}}]}, False),
+        (openai_chat, {"choices": [{"index": 0, "delta": {"content": ""}}]}, False),
+        (openai_chat, {"choices": [{"index": 1, "delta": {"content": "other choice"}}]}, False),
+        (openai_chat, {"choices": [{"delta": {"content": "x"}}]}, True),
+        (
+            openai_chat,
+            {"choices": [{"delta": {"tool_calls": [{"function": {"name": "f"}}]}}]},
+            False,
+        ),
+        (
+            openai_chat,
+            {"choices": [{"delta": {"tool_calls": [{"function": {"arguments": "{"}}]}}]},
+            True,
+        ),
+        (openai_chat, {"choices": [], "usage": {"completion_tokens": 3}}, False),
+        (openai_chat, {"choices": [{"delta": {"content": ["x"]}}]}, False),
+        (openai_chat, {"choices": [{"delta": {"tool_calls": "x"}}]}, False),
+        (openai_chat, "[DONE]", False),
+        (anthropic_messages, {"type": "message_start", "message": {"content": []}}, False),
+        (
+            anthropic_messages,
+            {"type": "content_block_start", "content_block": {"type": "text", "text": ""}},
+            False,
+        ),
+        (
+            anthropic_messages,
+            {"type": "content_block_start", "content_block": {"type": "text", "text": "Hi"}},
+            True,
+        ),
+        (
+            anthropic_messages,
+            {"type": "content_block_start", "content_block": {"type": "tool_use", "input": {}}},
+            False,
+        ),
+        (
+            anthropic_messages,
+            {
+                "type": "content_block_start",
+                "content_block": {"type": "tool_use", "input": {"a": 1}},
+            },
+            True,
+        ),
+        (
+            anthropic_messages,
+            {"type": "content_block_delta", "delta": {"type": "thinking_delta", "thinking": "hm"}},
+            False,
+        ),
+        (
+            anthropic_messages,
+            {"type": "content_block_delta", "delta": {"type": ["text_delta"], "text": "x"}},
+            False,
+        ),
+        (
+            anthropic_messages,
+            {"type": "content_block_delta", "delta": {"type": "text_delta", "text": 3}},
+            False,
+        ),
+        (
+            anthropic_messages,
+            {
+                "type": "content_block_delta",
+                "delta": {"type": "input_json_delta", "partial_json": "{"},
+            },
+            True,
+        ),
+        (anthropic_messages, {"type": "ping"}, False),
+    ],
+)
+def test_which_events_carry_a_token(protocol: Any, event: Any, token: bool) -> None:
+    """Content or argument text is a token; the role, a name, usage, thinking, an empty
+    block and a piece of the wrong type are none (and never raise)."""
+    data = event if isinstance(event, str) else json.dumps(event)
+    assert protocol.carries_token(data) is token
 
 
 def test_hostile_streams_of_many_small_events_fold_whole() -> None:

@@ -19,7 +19,6 @@ from llmockkit import (
     StreamFault,
     ToolFault,
     break_tool_call,
-    slow_first_token,
     stream_fault,
     tool_call,
 )
@@ -223,16 +222,53 @@ async def test_structured_output_is_a_json_answer(
     assert set(reply_of(exchange, the_case).answer) >= set(ANSWER_SCHEMA["required"])
 
 
+# the events llmock streams before its first token: OpenAI's role chunk (with an empty
+# content), Anthropic's message_start, empty text block and ping
+BEFORE_TOKEN = {Protocol.OPENAI: 1, Protocol.ANTHROPIC: 3}
+
+
 @PROTOCOLS
-async def test_ttft_is_the_wait_for_the_first_bytes(
+async def test_ttft_is_the_wait_for_the_first_token_not_the_first_bytes(
     llmock: LlmockServer, protocol: Protocol
 ) -> None:
-    """A stream whose first event is held back has at least that ttft (a lower bound only)."""
-    llmock.script(slow_first_token(0.3))
+    """The events before any token arrive at once, then the stream stalls 0.3 s before its
+    first token: ttft is at least that (a lower bound only), though bytes came before it."""
+    llmock.script(
+        stream_fault(StreamFault.STALL, after_chunks=BEFORE_TOKEN[protocol], stall_seconds=0.3)
+    )
     exchange = await call(llmock.base_url(protocol), protocol.kind, case(), stream=True)
+    assert exchange.transport == "ok"
     assert exchange.ttft_ms is not None
-    assert exchange.ttft_ms >= 250
+    assert 300 <= exchange.ttft_ms <= exchange.elapsed_ms
     assert graded(exchange, case()).ttft_ms == exchange.ttft_ms
+
+
+@PROTOCOLS
+async def test_ttft_on_our_server_is_the_first_token_whether_or_not_the_stream_then_breaks(
+    fault_server: FaultServer, protocol: Protocol
+) -> None:
+    """`ssewait`: the events before any token at once, the token 0.3 s later; the stream
+    then finishes, or the connection closes short of its length (connection_lost), and
+    either way its ttft is at least 0.3 s. A reply whose content is empty has no token."""
+    whole = await call(
+        fault_url(fault_server, "ssewait:0.3", protocol), protocol.kind, case(), stream=True
+    )
+    assert whole.transport == "ok"
+    assert whole.ttft_ms is not None and 300 <= whole.ttft_ms <= whole.elapsed_ms
+    cut = await call(
+        fault_url(fault_server, "ssewait:0.3:cut", protocol), protocol.kind, case(), stream=True
+    )
+    assert [t for t, _ in attempts(cut)] == ["connection_lost"]
+    assert cut.ttft_ms is not None and cut.ttft_ms >= 300
+    assert graded(cut, case()).ttft_ms == cut.ttft_ms
+    fault_server.replies[case().prompt] = ""
+    try:
+        empty = await call(
+            fault_url(fault_server, "ssewait:0.1", protocol), protocol.kind, case(), stream=True
+        )
+    finally:
+        del fault_server.replies[case().prompt]
+    assert (empty.transport, empty.ttft_ms) == ("ok", None)
 
 
 # --- the four stream faults -----------------------------------------------------------------
@@ -250,6 +286,8 @@ async def test_a_disconnected_stream_is_connection_lost_and_retried(
     assert [t for t, _ in attempts(exchange)] == ["connection_lost"] * 2
     row = graded(exchange, case())
     assert (row.transport, row.schema, row.task_score) == ("connection_lost", "skipped", None)
+    # cut at event 2: after OpenAI's first token, before Anthropic's (its time is kept)
+    assert (row.ttft_ms is not None) == (protocol is Protocol.OPENAI)
 
 
 @PROTOCOLS
@@ -299,6 +337,7 @@ async def test_a_stall_past_the_read_timeout_is_a_timeout(
     assert attempts(exchange) == [("timeout", "ReadTimeout")] * 2
     row = graded(exchange, case())
     assert (row.transport, row.schema, row.task_score) == ("timeout", "skipped", None)
+    assert (row.ttft_ms is not None) == (protocol is Protocol.OPENAI)  # as for a disconnect
 
 
 # --- what llmock cannot do: our fault server ------------------------------------------------
@@ -324,6 +363,7 @@ async def test_a_stream_that_drips_forever_is_stopped_by_the_deadline(
     assert attempts(exchange) == [("timeout", "TimeoutError")]
     assert "deadline" in (exchange.attempts[0].message or "")
     assert graded(exchange, case()).transport == "timeout"
+    assert exchange.ttft_ms is not None  # its first piece carried a token before the drip
 
 
 @PROTOCOLS

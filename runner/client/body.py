@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 
 import httpx
 
@@ -91,25 +91,32 @@ async def _decoded(raw: AsyncIterable[bytes], layers: list[_Layer]) -> AsyncIter
         yield tail
 
 
-async def read_body(
-    resp: httpx.Response, headers: dict[str, str], cap: int, buf: bytearray
-) -> tuple[bool, float | None]:
-    """Read the body into `buf`, at most `cap` bytes: whether there was more than that, and
-    the monotonic time its first bytes arrived (a stream's first token), None for no bytes.
+async def read_body(  # noqa: PLR0917 - the caller's buffers and clock, in reading order
+    resp: httpx.Response,
+    headers: dict[str, str],
+    cap: int,
+    buf: bytearray,
+    arrivals: list[tuple[int, float]] | None = None,
+    now: Callable[[], float] = time.monotonic,
+) -> bool:
+    """Read the body into `buf`, at most `cap` bytes: whether there was more than that.
 
-    The time is kept however the read ends: an exception from here leaves it unread, so a
-    stream cut off mid-way has no ttft (nor any grade).
+    With `arrivals`, each piece read is noted there as it comes: (the bytes in `buf` after
+    it, `now()`). The caller's list is kept however the read ends (an exception from here
+    leaves it as far as the body came), which is how a stream that breaks off after its first
+    token still says when that token arrived.
     """
-    first: float | None = None
     try:
         async for chunk in _body_chunks(resp, headers, cap):
-            if first is None and chunk:
-                first = time.monotonic()
             room = cap - len(buf)
             if len(chunk) > room:
                 buf += chunk[:room]
-                return True, first
+                if arrivals is not None:
+                    arrivals.append((len(buf), now()))
+                return True
             buf += chunk
+            if arrivals is not None:
+                arrivals.append((len(buf), now()))
     except _Inflated:
-        return True, first
-    return False, first
+        return True
+    return False

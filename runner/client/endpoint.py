@@ -1,16 +1,24 @@
 """`HttpEndpoint`: a live endpoint behind `model.Endpoint`, one case in, one Exchange out.
 
-An attempt goes from its pacing and concurrency slot through the run's budget to the wire and
-back into an `Attempt` row; the retry loop obeys `retry.decide_retry`, the stamp is
+An attempt goes from its pacing through the run's budget and its concurrency slot to the wire
+and back into an `Attempt` row; the retry loop obeys `retry.decide_retry`, the stamp is
 `stamp.classify`'s, and AIMD shrinks the concurrency on 429s. `request_problem` checks, for
 `parallax validate`, that a request could be sent at all.
+
+Latency is the model's, never parallax's own waiting: an attempt's `elapsed_ms` runs from the
+moment its request is handed to the transport to its last byte, and the exchange's is its
+final attempt's (the one whose reply is graded). What a call waited before its attempts went
+out (its `rpm` pacing, its concurrency slot, the run's budget) is its `queued_ms`, and what it
+slept between them its `backoff_ms`, so a slow run can be explained without a side that waits
+more looking slower. Every time is read from the endpoint's clock (`now`), the seam a test
+drives to prove it.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,7 +36,7 @@ from runner.config import EndpointConfig
 from runner.errors import ConfigError
 from runner.jsontext import dumps
 from runner.model import Attempt, Case, Exchange, Response, Transport
-from runner.protocols import Wire, is_event_stream, stream_end, wire_for
+from runner.protocols import Wire, first_token, is_event_stream, stream_end, wire_for
 from runner.protocols.wire import PLAIN, Shape
 from runner.shutdown import NotStarted, may_start
 
@@ -79,8 +87,29 @@ class _Try:
     attempt: Attempt
     stamp: Transport
     response: Response | None
+    sent: float  # the endpoint's clock when the request was handed to the transport
     ttft_ms: int | None = None
     in_band: bool = False  # an error event inside a 2xx stream: retried as a 5xx
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def _first_token_ms(
+    kind: str, buf: bytearray, arrivals: list[tuple[int, float]], sent: float
+) -> int | None:
+    """Milliseconds from sending to the arrival of the piece that completed the stream's first
+    event carrying a token (`protocols.first_token`), or None when no event did. The bytes are
+    framed as they arrived (undecodable ones kept as surrogate escapes, so each offset maps
+    back to the byte it came from); the stored body may have been masked since."""
+    text = bytes(buf).decode("utf-8", "surrogateescape")
+    end = first_token(kind, text)
+    if end is None:
+        return None
+    size = len(text[:end].encode("utf-8", "surrogateescape"))
+    at = bisect.bisect_left(arrivals, size, key=lambda arrival: arrival[0])
+    return _ms(arrivals[at][1] - sent) if at < len(arrivals) else None
 
 
 class HttpEndpoint:
@@ -90,8 +119,9 @@ class HttpEndpoint:
     limiter shrunk on 429 and grown back on success (AIMD), and optional even pacing for
     `rpm`. The secret lives only in the client's default headers, never in an Exchange.
 
-    `now` and `sleep` are the loop clock the pacing, the retry waits and AIMD go by; a test
-    passes a fake pair to read the start times and waits the endpoint decided on.
+    `now` and `sleep` are the loop clock the pacing, the retry waits, AIMD and every recorded
+    time (`elapsed_ms`, `ttft_ms`, `queued_ms`, `backoff_ms`) go by; a test passes a fake pair
+    to read the start times, waits and timings the endpoint decided on.
     """
 
     def __init__(
@@ -183,7 +213,6 @@ class HttpEndpoint:
         body = self._wire.body(self._cfg, self._shape, case)
         content = dumps(body)  # compact UTF-8 JSON by orjson: the stdlib was 1.6% of a call
         started_at = datetime.now(UTC).isoformat(timespec="milliseconds")
-        t0 = time.monotonic()
         attempts: list[Attempt] = []
         key = (case.id, side, sample)
         # what each attempt holds of the run's budget: one estimate of this very body
@@ -192,11 +221,15 @@ class HttpEndpoint:
         )
         n = 0
         result: _Try | None = None
+        queued = backoff = 0.0  # seconds waited before attempts went out, and between them
         while True:
             n += 1
-            # once the budget is spent, an attempt waits for no pacing or concurrency slot
-            spent = self._meter is not None and self._meter.exhausted
-            result = None if spent else await self._attempt(n, content, key, estimate)
+            asked = self._now()
+            # once the budget is spent, an attempt its case holds nothing for waits for no
+            # pacing or concurrency slot
+            spent = self._meter is not None and self._meter.refuses(key, n)
+            result = None if spent else await self._attempt(n, content, case, key, estimate)
+            queued += (result.sent if result is not None else self._now()) - asked
             if result is None:
                 attempts.append(refusal(n))
                 break
@@ -214,7 +247,9 @@ class HttpEndpoint:
                 break
             if self._meter is not None:  # it waits out its backoff holding nothing
                 self._meter.retried(key, result.attempt)
+            slept = self._now()
             await self._sleep(decision.wait)
+            backoff += self._now() - slept
         return Exchange(
             case_id=case.id,
             side=side,
@@ -229,12 +264,15 @@ class HttpEndpoint:
             # the final attempt's: never an earlier attempt's body (a refused one has none)
             response=result.response if result is not None else None,
             started_at=started_at,
-            elapsed_ms=round((time.monotonic() - t0) * 1000),
+            # the model's time for the reply that is graded: the final attempt's on the wire
+            elapsed_ms=attempts[-1].elapsed_ms,
             answer_pointer=self._cfg.answer_pointer if self._cfg.kind == "http-json" else None,
             served_model_header=self._cfg.served_model_header,
             stream=self._shape.stream,
             ttft_ms=result.ttft_ms if result is not None else None,
             request_sha=self._shape.request_sha,
+            queued_ms=_ms(queued),
+            backoff_ms=_ms(backoff),
         )
 
     async def _pace(self) -> None:
@@ -250,44 +288,54 @@ class HttpEndpoint:
         if slot > now:
             await self._sleep(slot - now)
 
-    async def _may_send(self, n: int, key: tuple[str, str, int], estimate: int) -> bool:
-        """Whether an attempt that has its concurrency slot goes out: a first one is not
-        sent once a stop came while it waited its turn (NotStarted), and none past the run's
-        budget (False). Reserved last, once it is sure to be sent: a call waiting its turn
-        holds nothing of the budget."""
+    async def _turn(self, n: int, case: Case, key: tuple[str, str, int], estimate: int) -> bool:
+        """Wait an attempt's turn: its `rpm` pacing, the run's budget, then a concurrency
+        slot, held on True (False: the budget refused it, nothing is held). A first attempt
+        is not sent once a stop came (NotStarted). The budget is reserved before the slot,
+        so no call holds a slot while it waits for the budget: a slot is only ever held by
+        an attempt on its way to the wire, and the calls an admitted case holds parts for can
+        always get one."""
+        await self._pace()
         if n == 1 and not may_start():
             raise NotStarted
-        return self._meter is None or await self._meter.reserve(key, estimate)
-
-    async def _attempt(
-        self, n: int, content: bytes, key: tuple[str, str, int], estimate: int
-    ) -> _Try | None:
-        """One attempt, or None when the run's budget refused it (nothing was sent)."""
-        await self._pace()
-        cap = self._cfg.max_response_bytes
-        status: int | None = None
-        headers: dict[str, str] | None = None
-        buf = bytearray()
-        truncated = False
-        first: float | None = None
-        exc: BaseException | None = None
+        if self._meter is not None and not await self._meter.reserve(key, estimate, case, n):
+            return False
         # The limiter's fast path: `async with` would add two event-loop round trips per call
         # even when a token is free; acquire_nowait refuses to jump a queue of waiters.
         try:
             self._limiter.acquire_nowait()
         except anyio.WouldBlock:
             await self._limiter.acquire()
+        if n == 1 and not may_start():  # a stop came while it waited for its slot
+            self._limiter.release()
+            if self._meter is not None:
+                self._meter.unsent(key)
+            raise NotStarted
+        return True
+
+    async def _attempt(
+        self, n: int, content: bytes, case: Case, key: tuple[str, str, int], estimate: int
+    ) -> _Try | None:
+        """One attempt, or None when the run's budget refused it (nothing was sent)."""
+        if not await self._turn(n, case, key, estimate):
+            return None
+        cap = self._cfg.max_response_bytes
+        status: int | None = None
+        headers: dict[str, str] | None = None
+        buf = bytearray()
+        truncated = False
+        arrivals: list[tuple[int, float]] | None = None  # a 2xx stream's pieces, dated
+        exc: BaseException | None = None
         try:
-            if not await self._may_send(n, key, estimate):
-                return None
-            begun = self._now()
-            t0 = time.monotonic()
+            begun = self._now()  # handed to the transport: the attempt's latency starts here
             try:
                 with anyio.fail_after(self._cfg.deadline):
                     resp = await self._transport.handle_async_request(self._request(content))
                     try:
                         status, headers = resp.status_code, plain_headers(resp.headers)
-                        truncated, first = await read_body(resp, headers, cap, buf)
+                        if self._streams and 200 <= status < 300 and is_event_stream(headers):
+                            arrivals = []
+                        truncated = await read_body(resp, headers, cap, buf, arrivals, self._now)
                         if truncated and 200 <= status < 300:
                             raise BodyTooLarge(cap)  # an oversized error page keeps its stamp
                     finally:
@@ -300,7 +348,7 @@ class HttpEndpoint:
                 exc = err
                 if status is not None and not isinstance(err, BodyTooLarge):
                     truncated = True  # the body stopped short of what the server meant
-            elapsed_ms = round((time.monotonic() - t0) * 1000)
+            elapsed_ms = _ms(self._now() - begun)
         finally:
             self._limiter.release()
         # An error status is the server's answer: a body that then breaks off or will not
@@ -311,13 +359,14 @@ class HttpEndpoint:
             classify(None if answered_error else exc, status), _error_name(exc), self._message(exc)
         )
         response = None
-        ttft_ms: int | None = None
+        # a 2xx stream's first token, however the stream then ended (cut off, stalled, an
+        # error event): the time it took is the model's answer so far
+        ttft_ms = _first_token_ms(self._wire.kind, buf, arrivals, begun) if arrivals else None
         if status is not None and headers is not None:
             response = self._response(status, headers, buf, truncated)
             # a stream read to its end (a transport error wins) is folded once for how it
             # ended; the stored text is what a replay sees, so it is what decides
-            if verdict.stamp is Transport.OK and self._streams and is_event_stream(headers):
-                ttft_ms = None if first is None else round((first - t0) * 1000)
+            if verdict.stamp is Transport.OK and arrivals is not None:
                 verdict = self._stream_end(response) or verdict
         self._adjust(verdict.stamp, begun)
         attempt = Attempt(
@@ -329,7 +378,7 @@ class HttpEndpoint:
             message=verdict.message,
             retry_after=retry_after_of(headers) if headers is not None else None,
         )
-        return _Try(attempt, verdict.stamp, response, ttft_ms, verdict.in_band)
+        return _Try(attempt, verdict.stamp, response, begun, ttft_ms, verdict.in_band)
 
     def _response(
         self, status: int, headers: dict[str, str], buf: bytearray, truncated: bool

@@ -22,7 +22,7 @@ import base64
 from collections.abc import Mapping
 
 from runner.model import NO_FACTS, Facts, Reply, Response, Transport, record
-from runner.protocols import anthropic_messages, http_json, openai_chat
+from runner.protocols import anthropic_messages, http_json, openai_chat, sse
 from runner.protocols.message import (
     STREAM_MALFORMED,
     STREAM_TRUNCATED,
@@ -39,6 +39,7 @@ __all__ = [
     "Read",
     "StreamEnd",
     "Wire",
+    "first_token",
     "is_event_stream",
     "read",
     "served_model",
@@ -99,6 +100,24 @@ def stream_end(kind: str, text: str) -> StreamEnd | None:
         return StreamEnd(Transport.CONNECTION_LOST, STREAM_TRUNCATED, message)
     if fold.status is StreamStatus.ERROR:
         return StreamEnd(Transport.HTTP_ERROR, fold.detail, "the server sent an error event")
+    return None
+
+
+def first_token(kind: str, text: str) -> int | None:
+    """Where a stream of that protocol could first be read to hold a token of the reply: the
+    offset in `text` just past the event that first carried content or tool-call arguments,
+    or None when none did (or the protocol has no streams). The role chunk and Anthropic's
+    `message_start` come before any token and say nothing of how fast the model answered.
+
+    Framed lazily: the events after that one are not read. A stream that broke off after it
+    still has one, so a failed stream keeps the time its first token took.
+    """
+    wire = wire_for(kind)
+    if wire is None or wire.carries_token is None:
+        return None
+    for event, end in sse.dispatched(text):
+        if wire.carries_token(event.data):
+            return end
     return None
 
 

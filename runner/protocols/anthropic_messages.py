@@ -360,6 +360,39 @@ class _Stream:
         return True
 
 
+# the delta types that carry the reply's tokens, and the field each carries them in
+_TOKEN_FIELDS = {"text_delta": "text", "input_json_delta": "partial_json"}
+
+
+def carries_token(data: str) -> bool:
+    """Whether one streamed event carries a token of the reply: a text or tool-argument delta
+    with text in it, or a block that starts with some. `message_start`, an empty block start,
+    pings, thinking and the stop events carry none, so a stream's `ttft_ms` is dated by the
+    first event that does."""
+    ok, doc = load_json(data)
+    kind = doc.get("type") if ok and isinstance(doc, dict) else None
+    if kind == "content_block_delta":
+        delta = doc.get("delta")
+        if not isinstance(delta, dict) or not isinstance(delta.get("type"), str):
+            return False
+        name = _TOKEN_FIELDS.get(delta["type"])
+        return name is not None and _nonempty(delta.get(name))
+    if kind == "content_block_start":
+        block = doc.get("content_block")
+        if not isinstance(block, dict):
+            return False
+        if block.get("type") == TEXT:
+            return _nonempty(block.get("text"))
+        if block.get("type") == TOOL_USE:
+            arguments = block.get("input")
+            return _nonempty(arguments) or (isinstance(arguments, dict) and bool(arguments))
+    return False
+
+
+def _nonempty(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
 def fold_stream(text: str) -> StreamFold:
     """A streamed reply body folded into a Message, and how the stream ended."""
     state = _Stream()
@@ -389,4 +422,5 @@ WIRE = Wire(
     body=body,
     fold_body=fold_body,
     fold_stream=fold_stream,
+    carries_token=carries_token,
 )

@@ -264,6 +264,38 @@ def fold_stream(text: str) -> StreamFold:
     return StreamFold(state.message(), StreamStatus.FINISHED)
 
 
+def carries_token(data: str) -> bool:
+    """Whether one streamed chunk carries a token of the reply: content text or a tool call's
+    argument text in its first choice. The role chunk, a tool call's name, the finish and the
+    usage chunk carry none, so a stream's `ttft_ms` is dated by the first chunk that does."""
+    ok, doc = load_json(data)
+    choices = doc.get("choices") if ok and isinstance(doc, dict) else None
+    if not isinstance(choices, list):
+        return False
+    for choice in choices:
+        if isinstance(choice, dict) and choice.get("index", 0) == 0:
+            delta = choice.get("delta")
+            return isinstance(delta, dict) and (_said(delta) or _argued(delta.get("tool_calls")))
+    return False
+
+
+def _said(delta: Mapping[str, Any]) -> bool:
+    content = delta.get("content")
+    return isinstance(content, str) and content != ""
+
+
+def _argued(pieces: Any) -> bool:
+    """Whether tool-call pieces carry argument text."""
+    if not isinstance(pieces, list):
+        return False
+    for piece in pieces:
+        function = piece.get("function") if isinstance(piece, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(arguments, str) and arguments:
+            return True
+    return False
+
+
 def _is_error(doc: Mapping[str, Any]) -> bool:
     """OpenAI puts `error` in the chunk; some compatible servers send `object: "error"`."""
     return doc.get("error") is not None or doc.get("object") == "error"
@@ -285,4 +317,5 @@ WIRE = Wire(
     body=body,
     fold_body=fold_body,
     fold_stream=fold_stream,
+    carries_token=carries_token,
 )

@@ -16,6 +16,7 @@ ends is not dispatched (the standard drops it): `SSEBody.complete` says whether 
 from __future__ import annotations
 
 import re
+from collections.abc import Generator, Iterator
 
 from runner.model import record
 
@@ -46,19 +47,36 @@ class SSEBody:
 
 def parse(text: str) -> SSEBody:
     """Frame `text` into events; never raises, linear in `len(text)`."""
-    if text.startswith(_BOM):
-        text = text[1:]
-    lines = _LINE_END.split(text)
-    # split leaves "" after a final line end, and the unfinished line otherwise
-    partial_line = lines.pop() != ""
+    walk = _walk(text)
     events: list[Event] = []
+    try:
+        while True:
+            events.append(next(walk)[0])
+    except StopIteration as ended:
+        return SSEBody(events=tuple(events), complete=ended.value)
+
+
+def dispatched(text: str) -> Iterator[tuple[Event, int]]:
+    """The events of `text` one at a time, each with the offset just past the line that
+    dispatched it: where in the body it could first be read, which is how the live client
+    dates a stream's first token (`protocols.first_token`). Lazy, so a reader that stops at
+    the first event it wants frames no more of the body."""
+    return _walk(text)
+
+
+def _walk(text: str) -> Generator[tuple[Event, int], None, bool]:
+    """Each dispatched event and the offset past its blank line; returns whether the body
+    ended on an event boundary (`SSEBody.complete`)."""
+    pos = len(_BOM) if text.startswith(_BOM) else 0
     data: list[str] = []
     name = ""
     pending = False  # a field line was read since the last dispatch
-    for line in lines:
+    for end in _LINE_END.finditer(text, pos):
+        line = text[pos : end.start()]
+        pos = end.end()
         if line == "":
             if data:
-                events.append(Event(data="\n".join(data), event=name or DEFAULT_EVENT))
+                yield Event(data="\n".join(data), event=name or DEFAULT_EVENT), pos
             data, name, pending = [], "", False
             continue
         if line.startswith(":"):
@@ -71,4 +89,5 @@ def parse(text: str) -> SSEBody:
             data.append(value)
         elif field == "event":
             name = value
-    return SSEBody(events=tuple(events), complete=not pending and not partial_line)
+    # text after the last line end is an unfinished line
+    return not pending and pos == len(text)

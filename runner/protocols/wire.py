@@ -3,9 +3,10 @@
 A protocol is a `Wire`: where a request goes (`url`), the headers it carries (`headers`, the
 secret's too: the caller keeps them out of every record), the JSON body for a case (`body`),
 and how a stored reply reads back (`fold_body` for a body sent whole, `fold_stream` for an SSE
-stream, None where the protocol has no stream). `Kind` names them, as an endpoint's `kind`
-does; `runner.protocols.wire_for` picks one. Adding a protocol is a module with those five
-functions, one `Kind` member and one line in the package's registry.
+stream, None where the protocol has no stream, with `carries_token` to date its first token).
+`Kind` names them, as an endpoint's `kind` does; `runner.protocols.wire_for` picks one. Adding
+a protocol is a module with those functions, one `Kind` member and one line in the package's
+registry.
 
 Every body is built from the case and the endpoint's `Shape` (its prompt templates, extra
 `params` and `stream` flag; the config builds it when it loads). `turns` is the one rule for
@@ -105,7 +106,9 @@ class Wire:
 
     `fold_body(text, answer_pointer)` reads a body sent whole into a Message, or the schema
     detail saying why it is none (the pointer is http-json's: where its answer sits).
-    `fold_stream(text)` reads an SSE body, which only a protocol that streams has.
+    `fold_stream(text)` reads an SSE body, which only a protocol that streams has, and
+    `carries_token(data)` says whether one of its events' data carries a token of the reply
+    (content or tool-call arguments): the event a stream's `ttft_ms` is dated by.
     """
 
     kind: Kind
@@ -114,6 +117,7 @@ class Wire:
     body: Callable[[EndpointConfig, Shape, Case], dict[str, Any]]
     fold_body: Callable[[str, str | None], Message | str]
     fold_stream: Callable[[str], StreamFold] | None = None
+    carries_token: Callable[[str], bool] | None = None
 
 
 def json_headers(cfg: EndpointConfig, extra: Mapping[str, str] | None = None) -> dict[str, str]:

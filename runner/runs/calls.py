@@ -145,6 +145,9 @@ async def call_all(
     in_flight = {side: loaded.endpoint(getattr(cfg, side)).concurrency * 2 for side in SIDES}
     if suite.noise_check:
         in_flight[NOISE] = in_flight["reference"]
+    if budget is not None:  # a case's first call reserves all of the case's calls
+        sides = meters(loaded, suite, budget)
+        budget.plan({side: sides[side] for side in endpoints}, in_flight, suite.samples, done)
     stopped = shutdown or Shutdown()  # a run `serve` drives is stopped by cancelling it
     handed_out, cut = 0, False
 
