@@ -505,8 +505,12 @@ def _keys_within(value: Any) -> set[str]:
     return found
 
 
+_REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
+
+
 def _unresolvable_ref(schema: dict[str, Any]) -> str | None:
-    """The first `$ref` that resolves to nothing inside the schema itself, or None.
+    """The first `$ref` (or `$dynamicRef`, `$recursiveRef`) that resolves to nothing inside
+    the schema itself, or None.
 
     Grading never fetches a schema from elsewhere, so a ref to a URL or a file cannot resolve
     either; refused here, it is a fixture error instead of a failure in the middle of a run.
@@ -518,7 +522,10 @@ def _unresolvable_ref(schema: dict[str, Any]) -> str | None:
     def first_bad(resource: Resource[Any], resolver: Any) -> str | None:
         resolver = resolver.in_subresource(resource)  # a nested $id moves the base URI
         contents = resource.contents
-        if isinstance(contents, dict) and isinstance(ref := contents.get("$ref"), str):
+        refs = [contents.get(k) for k in _REF_KEYS] if isinstance(contents, dict) else []
+        for ref in refs:
+            if not isinstance(ref, str):
+                continue
             try:
                 resolver.lookup(ref)
             except Unresolvable:

@@ -252,7 +252,7 @@ def _schema_violations(answer: Any, schema: Mapping[str, Any]) -> list[str]:
     """
     from jsonschema.validators import validator_for  # imported by the few suites that use it
 
-    validator = _bounded(validator_for(schema))(schema)
+    validator = _bounded(validator_for(schema))(schema, registry=_nowhere())
     token = _schema_deadline.set(time.monotonic() + SCHEMA_SECONDS)
     try:
         paths = {error.json_path for error in validator.iter_errors(answer)}
@@ -274,6 +274,16 @@ def schema_problem(schema: Mapping[str, Any]) -> str | None:
             found = misses[0].partition(":")[2] or misses[0]
             return f"cannot check an answer ({found}: a $ref that loops, or one that names nothing)"
     return None
+
+
+@functools.cache
+def _nowhere() -> Any:
+    """The registry every schema is checked with: itself only. jsonschema's default fetches
+    a `$ref` or `$dynamicRef` it cannot resolve in the schema, a `file://` one included, so a
+    fixture's schema could read `/proc/self/environ` or call any URL while grading."""
+    from referencing import Registry
+
+    return Registry()
 
 
 @functools.cache
