@@ -4,6 +4,10 @@ Every error names the config file and the dotted key, so a broken nightly job sa
 fix in one line. `${VAR}` (or `${VAR:-default}`) in any string is read from the environment;
 API keys are never written in the file, only the name of the variable that holds them.
 Relative paths are resolved against the config file's folder, so a run works from any cwd.
+Every file the config names as an input (fixtures, graders, cassettes, template files) must
+lead into `input_root`, the config's folder unless the config names one above it: a config
+or a file it names comes from a stranger's pull request, and a symlink to `/proc/self/environ`
+named as a prompt would send the environment to the endpoint.
 
 An endpoint's prompt templates are compiled here, once, when the config loads, and pinned with
 its other request settings by a `request_sha` (`LoadedConfig.shape`): a template that cannot
@@ -32,7 +36,14 @@ from pydantic import (
 )
 
 from runner.errors import ConfigError, reason_of
-from runner.files import Unreadable, file_problem, read_regular
+from runner.files import (
+    Outside,
+    Unreadable,
+    file_problem,
+    inside,
+    outside_reason,
+    read_regular,
+)
 from runner.jsontext import MAX_DEPTH, long_integer_line
 from runner.protocols.wire import Shape
 from runner.templates import load_template, request_sha
@@ -255,6 +266,9 @@ class Config(_Strict):
 
     runs_dir: Text = "runs"
     snapshots_dir: Text = "snapshots"
+    # the folder every input file the config names must lead into (symlinks followed);
+    # relative to the config's folder, which it is when unset
+    input_root: Text | None = None
     # `parallax run`: how long its calls in flight may finish after SIGTERM or SIGINT before
     # they are cancelled; under `docker stop`'s 10 s and a pod's 30 s, so the run still says so
     run_grace_seconds: float = Field(5.0, ge=0)
@@ -291,6 +305,7 @@ class LoadedConfig:
         self.config = config
         self.digest = digest
         self.base_dir = path.parent
+        self.input_root = input_root(path, config)
         self._shapes = dict(shapes)
 
     def resolve(self, relative: str) -> Path:
@@ -298,6 +313,16 @@ class LoadedConfig:
         if candidate.is_absolute():
             return candidate
         return Path(os.path.normpath(self.base_dir / candidate))
+
+    def input(self, relative: str, key: str) -> Path:
+        """An input file the config names at `key`, every symlink followed: the path to open.
+        One that leads out of `input_root` is a ConfigError naming the key, never read."""
+        try:
+            return inside(self.resolve(relative), self.input_root)
+        except Outside as exc:
+            raise ConfigError(self.path, key, outside_reason(relative, exc)) from None
+        except Unreadable as exc:
+            raise ConfigError(self.path, key, f"{exc.reason}: {relative}") from None
 
     @property
     def runs_dir(self) -> Path:
@@ -350,6 +375,16 @@ class LoadedConfig:
                 "non-ASCII character: not a usable header value",
             )
         return value
+
+
+def input_root(path: Path, config: Config) -> Path:
+    """The folder `config`'s input files must lead into, its symlinks followed: `input_root`
+    against the config's folder as named (a config that is itself a symlink, as a mounted
+    ConfigMap's files are, is placed where it was named), else that folder."""
+    base = path.parent
+    if config.input_root is not None:
+        base = Path(os.path.normpath(base / config.input_root))
+    return Path(os.path.realpath(base))
 
 
 def _refuse_too_deep(data: Mapping[str, Any], path: Path) -> None:
@@ -482,9 +517,51 @@ def load_config(path: Path) -> LoadedConfig:
                         f"which compares both sides' cost (this is the {side})",
                     )
         _check_budget(path, config, suite_name)
+    root = input_root(path, config)
+    _check_inputs(path, config, root)
     digest = hashlib.sha256(raw_bytes).hexdigest()[:16]
-    shapes = {name: _shape(path, name, ep) for name, ep in config.endpoints.items()}
+    shapes = {name: _shape(path, name, ep, root) for name, ep in config.endpoints.items()}
     return LoadedConfig(path, config, digest, shapes)
+
+
+def named_inputs(config: Config) -> list[tuple[str, str]]:
+    """(dotted key, path as written) of every input file the config names but templates,
+    which are read as it loads; a graders module name (no `.py`, no slash) is no file."""
+    named = [(f"suites.{name}.fixtures", s.fixtures) for name, s in config.suites.items()]
+    named += [
+        (f"suites.{name}.graders", s.graders.strip())
+        for name, s in config.suites.items()
+        if s.graders is not None and is_grader_file(s.graders.strip())
+    ]
+    named += [
+        (f"endpoints.{name}.cassette", e.cassette)
+        for name, e in config.endpoints.items()
+        if e.cassette is not None
+    ]
+    return named
+
+
+def is_grader_file(spec: str) -> bool:
+    """Whether a graders spec names a file (else an importable module)."""
+    return spec.endswith(".py") or "/" in spec or "\\" in spec
+
+
+def _check_inputs(path: Path, config: Config, root: Path) -> None:
+    """The input root is a folder, and every input file named leads into it: refused at load,
+    naming the key, before any of them is opened."""
+    if config.input_root is not None and not root.is_dir():
+        state = "not a directory" if root.exists() else "no such directory"
+        raise ConfigError(path, "input_root", f"{state}: {config.input_root}")
+    for key, file in named_inputs(config):
+        candidate = Path(file)
+        if not candidate.is_absolute():
+            candidate = Path(os.path.normpath(path.parent / candidate))
+        try:
+            inside(candidate, root)
+        except Outside as exc:
+            raise ConfigError(path, key, outside_reason(file, exc)) from None
+        except Unreadable as exc:
+            raise ConfigError(path, key, f"{exc.reason}: {file}") from None
 
 
 def _check_budget(path: Path, config: Config, suite_name: str) -> None:
@@ -513,9 +590,9 @@ def _check_budget(path: Path, config: Config, suite_name: str) -> None:
             )
 
 
-def _shape(path: Path, name: str, ep: EndpointConfig) -> Shape:
+def _shape(path: Path, name: str, ep: EndpointConfig, root: Path) -> Shape:
     """One endpoint's Shape: its templates compiled (a template file read relative to
-    the config's folder), its params checked, each refusal named by its dotted key."""
+    the config's folder, inside `root`), its params checked, each refusal named by its key."""
     key = f"endpoints.{name}"
     if ep.kind == "http-json":
         for field in SHAPE_KEYS:
@@ -528,9 +605,16 @@ def _shape(path: Path, name: str, ep: EndpointConfig) -> Shape:
                 )
     _check_params(path, f"{key}.params", ep.params)
     base_dir = path.parent
-    system = load_template(path, base_dir, f"{key}.system", inline=ep.system, file=ep.system_file)
+    system = load_template(
+        path, base_dir, f"{key}.system", inline=ep.system, file=ep.system_file, root=root
+    )
     user = load_template(
-        path, base_dir, f"{key}.user_template", inline=ep.user_template, file=ep.user_template_file
+        path,
+        base_dir,
+        f"{key}.user_template",
+        inline=ep.user_template,
+        file=ep.user_template_file,
+        root=root,
     )
     # a recorded endpoint stands in for a live one of its protocol: swapping one for the other
     # (the same model, templates and params) is the same request
@@ -585,12 +669,6 @@ def check_keys(loaded: LoadedConfig, suites: list[str]) -> None:
 def check_files(loaded: LoadedConfig) -> None:
     """Every file the config names must be a regular file; found by `validate` and before any
     run (a FIFO or a device named as fixtures would block or never end)."""
-    named = [(f"suites.{name}.fixtures", s.fixtures) for name, s in loaded.config.suites.items()]
-    named += [
-        (f"endpoints.{name}.cassette", e.cassette)
-        for name, e in loaded.config.endpoints.items()
-        if e.cassette is not None
-    ]
-    for key, file in named:
-        if (problem := file_problem(loaded.resolve(file))) is not None:
+    for key, file in named_inputs(loaded.config):
+        if (problem := file_problem(loaded.input(file, key))) is not None:
             raise ConfigError(loaded.path, key, f"{problem}: {file}")
