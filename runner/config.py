@@ -3,6 +3,10 @@
 Every error names the config file and the dotted key, so a broken nightly job says what to
 fix in one line. `${VAR}` (or `${VAR:-default}`) in any string is read from the environment;
 API keys are never written in the file, only the name of the variable that holds them.
+A value read from the environment for what an endpoint sends (its base_url, headers,
+templates, params, body_template) is a secret, masked wherever parallax writes; one that
+would go into the request body, which is sent to a third party and stored with the run, is
+refused unless the endpoint lists its variable in `body_env`.
 Relative paths are resolved against the config file's folder, so a run works from any cwd.
 Every file the config names as an input (fixtures, graders, cassettes, template files) must
 lead into `input_root`, the config's folder unless the config names one above it: a config
@@ -70,6 +74,21 @@ PROTOCOL_KEYS: dict[str, str] = {
     "response_format": "the case's response_format",
     "output_format": "the case's response_format",
 }
+# The endpoint keys whose `${VAR}` values are settings, shown as they are: what the endpoint
+# is and how it is called (a model alias, a path, a number, a variable's name). Every other
+# endpoint key (base_url, headers, the templates, params, body_template, and any added later)
+# sends its value to the endpoint, so a value read from the environment there is a secret.
+SHOWN_ENDPOINT_KEYS = frozenset(
+    {
+        *("kind", "model", "api_key_env", "cassette", "protocol", "temperature", "max_tokens"),
+        *("concurrency", "rpm", "timeout", "deadline", "max_response_bytes", "retry"),
+        *("answer_pointer", "anthropic_version", "served_model_header", "system_file"),
+        *("user_template_file", "stream", "price", "body_env"),
+    }
+)
+# The endpoint keys whose text goes into the request body: a `${VAR}` there is refused unless
+# the endpoint lists VAR in `body_env` (a prompt is sent to a third party and stored).
+BODY_KEYS = ("system", "user_template", "params", "body_template")
 # The `fail_on` entries that answer a question only a threshold asks, and that threshold.
 GATE_THRESHOLDS = {
     "not_non_inferior": "non_inferiority_margin",
@@ -171,6 +190,11 @@ class EndpointConfig(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     stream: bool = False
     price: Price | None = None  # unset: the side's cost is unknown (summary.json's `usage`)
+    # the environment variables a `${VAR}` in the request body (BODY_KEYS) may read: each
+    # value is sent and masked wherever parallax writes; any other such `${VAR}` is refused
+    body_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
+        default_factory=list
+    )
 
     @field_validator("body_template")
     @classmethod
@@ -365,6 +389,9 @@ class LoadedConfig:
         if not value:
             state = "is not set" if value is None else "is empty"
             raise ConfigError(self.path, key, f"environment variable {env} {state}")
+        from runner import logs  # masked wherever parallax writes, from the moment it is read
+
+        logs.register_secret(value)
         # a key file read with its newline (a mounted secret) fails as a header only mid-run;
         # the value itself is never part of the message
         if value != value.strip() or not (value.isascii() and value.isprintable()):
@@ -400,9 +427,49 @@ def _refuse_too_deep(data: Mapping[str, Any], path: Path) -> None:
             stack.extend((v, key, depth + 1) for v in value)
 
 
-def _interpolate(value: Any, path: Path, key: str, empties: dict[str, str]) -> Any:
+def _refuse_body_vars(data: Mapping[str, Any], path: Path) -> None:
+    """A `${VAR}` in what an endpoint puts into its request body (BODY_KEYS) would send the
+    variable's value to a third party and store it with the run: refused, naming the key,
+    unless the endpoint's `body_env` lists the variable. Checked before anything is read."""
+    endpoints = data.get("endpoints")
+    for name, table in endpoints.items() if isinstance(endpoints, Mapping) else ():
+        if not isinstance(table, Mapping):
+            continue
+        allowed = table.get("body_env")
+        meant = {v for v in allowed if isinstance(v, str)} if isinstance(allowed, list) else set()
+        stack = [(table[k], f"endpoints.{name}.{k}") for k in reversed(BODY_KEYS) if k in table]
+        while stack:  # depth first, each key's values in the file's order
+            value, key = stack.pop()
+            if isinstance(value, str):
+                for match in _VAR.finditer(value):
+                    if match.group(1) not in meant:
+                        raise ConfigError(
+                            path,
+                            key,
+                            f"${{{match.group(1)}}} would send the variable's value in the "
+                            "request body and store it with the run: list it in "
+                            f"endpoints.{name}.body_env if that is meant (it is then masked as "
+                            "*** wherever parallax writes)",
+                        )
+            elif isinstance(value, Mapping):
+                stack.extend((v, f"{key}.{k}") for k, v in reversed(list(value.items())))
+            elif isinstance(value, list):
+                stack.extend((v, f"{key}[{i}]") for i, v in reversed(list(enumerate(value))))
+
+
+def _is_secret(where: tuple[str, ...]) -> bool:
+    """Whether a string at `where` (its place in the TOML tables) sends what it holds: an
+    endpoint key that is not one of the settings shown as they are."""
+    return len(where) >= 3 and where[0] == "endpoints" and where[2] not in SHOWN_ENDPOINT_KEYS
+
+
+def _interpolate(
+    value: Any, path: Path, key: str, empties: dict[str, str], where: tuple[str, ...] = ()
+) -> Any:
     """`value` with every `${VAR}` read; `empties` gets each key whose variable was set to ""
-    (without a default), so an error there can name the variable."""
+    (without a default), so an error there can name the variable. A value read where the
+    endpoint sends it (`_is_secret`) is registered as a secret as it is read, so even an error
+    about that key shows it masked."""
     if isinstance(value, str):
 
         def repl(match: re.Match[str]) -> str:
@@ -411,6 +478,10 @@ def _interpolate(value: Any, path: Path, key: str, empties: dict[str, str]) -> A
             if found is not None and (found or default is None):
                 if not found:
                     empties.setdefault(key, name)
+                elif _is_secret(where):
+                    from runner import logs  # only a config with such a value pays for it
+
+                    logs.register_secret(found)
                 return found
             if default is not None:  # POSIX `:-`: unset or empty takes the default
                 return default
@@ -422,11 +493,11 @@ def _interpolate(value: Any, path: Path, key: str, empties: dict[str, str]) -> A
         return text
     if isinstance(value, Mapping):
         return {
-            k: _interpolate(v, path, f"{key}.{k}" if key else str(k), empties)
+            k: _interpolate(v, path, f"{key}.{k}" if key else str(k), empties, (*where, str(k)))
             for k, v in value.items()
         }
     if isinstance(value, list):
-        return [_interpolate(v, path, f"{key}[{i}]", empties) for i, v in enumerate(value)]
+        return [_interpolate(v, path, f"{key}[{i}]", empties, where) for i, v in enumerate(value)]
     return value
 
 
@@ -483,6 +554,7 @@ def load_config(path: Path) -> LoadedConfig:
         at = f" (line {line})" if line is not None else ""
         raise ConfigError(path, None, f"invalid TOML: {reason_of(exc)}{at}") from None
     _refuse_too_deep(data, path)
+    _refuse_body_vars(data, path)
     empties: dict[str, str] = {}
     data = _interpolate(data, path, "", empties)
     try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner import logs
 from runner.config import LoadedConfig, Price, load_config
 from runner.errors import DataError, ParallaxError
 from runner.fixtures.load import FixtureFile
@@ -182,7 +183,8 @@ class RunInputs:
                 except ParallaxError:
                     pass
                 else:
-                    request = {"method": None, "url": None, "body": sent}
+                    # rendered from the config again: a `body_env` secret masked as stored
+                    request = {"method": None, "url": None, "body": logs.scrub_value(sent)}
                     return request_view(kind, request, cap=cap, source=Source.STANDS_IN)
         said: dict[str, Any] = {"messages": turns(PLAIN, case)}
         if case.tools:
