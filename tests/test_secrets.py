@@ -7,6 +7,7 @@ captured output and every ParallaxError message is searched for the test secrets
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -342,6 +343,31 @@ def test_the_session_scan_finds_a_test_key_in_any_case(spelling: Callable[[str],
     assert SECRET.search(spelling(KEY).encode()) is not None
 
 
+@pytest.mark.parametrize(
+    "spell",
+    [
+        lambda key: json.dumps(key).replace("-", "\\u002d"),
+        lambda key: key.replace("s", "&#115;").replace("k", "&#x6B;"),
+        lambda key: key.replace("-", "%2D"),
+        lambda key: base64.b64encode(f"user:{key}".encode()).decode(),
+        lambda key: base64.urlsafe_b64encode(f"u{key}".encode()).decode(),
+    ],
+    ids=["json-escape", "html-reference", "percent", "base64", "base64-urlsafe"],
+)
+def test_the_session_scan_finds_a_test_key_however_it_is_spelled(
+    spell: Callable[[str], str],
+) -> None:
+    """The end-of-session scan (conftest.py) also finds a key in a spelling that decodes back
+    to it: a JSON escape in raw.jsonl, an HTML character reference in report.html, a URL's
+    percent-encoding, base64 at any alignment; an ordinary escape is no hit."""
+    from relkit import holds_test_secret
+
+    spelled = spell(KEY).encode()
+    assert SECRET.search(spelled) is None  # the plain pattern alone would miss it
+    assert holds_test_secret(spelled)
+    assert not holds_test_secret(b'{"a": "\\u00e9 &#233; %C3%A9 sk-other-1234"}')
+
+
 def _json_string(text: str, escaped: list[bool]) -> str:
     """`text` as the body of a JSON string, each character escaped or not as `escaped` says,
     the ways an encoder may write it (lower- or upper-case hex, short forms, surrogate pairs)."""
@@ -412,8 +438,6 @@ def test_fields_named_as_credentials_are_masked_but_case_ids_are_data() -> None:
 def test_a_base64_echo_of_the_key_is_masked(prefix: str, alphabet: str) -> None:
     """An upstream may echo the key base64-encoded (`Basic` credentials, an encoded token) at
     any byte alignment: what is stored or logged no longer decodes back to it."""
-    import base64
-
     from runner import logs
 
     encode = base64.b64encode if alphabet == "standard" else base64.urlsafe_b64encode
