@@ -25,13 +25,14 @@ The rules beyond the OpenAI API's, each because a provider or parallax needs it:
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from runner.errors import reason_of
-from runner.files import Unreadable, read_regular
+from runner.files import Outside, Unreadable, outside_reason, read_regular
 from runner.jsontext import (
     MAX_DEPTH,
     DuplicateKeyError,
@@ -85,13 +86,16 @@ class ToolFiles:
 
     A suite's rows often offer the same tools file: it is read, parsed and checked the first
     time a row names it, and every case that names it shares its tools. A name is a path
-    relative to the fixture file's folder.
+    relative to the fixture file's folder, which must lead into `root` (the config's input
+    root; without a config, the fixture file's folder): a row is a stranger's, and a tools
+    file is sent to the endpoint, so `../../.env` or a symlink out is refused, never read.
     """
 
     LIMIT = 1 << 20  # bytes: far more than any tool list a provider accepts
 
-    def __init__(self, fixture: Path) -> None:
+    def __init__(self, fixture: Path, *, root: Path | None = None) -> None:
         self._base = fixture.parent
+        self._root = root if root is not None else fixture.parent
         self._read: dict[str, tuple[Mapping[str, Any], ...]] = {}
 
     def offered(self, data: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
@@ -114,10 +118,16 @@ class ToolFiles:
             raise BadTools(f"'tools'{problem}")
         return tuple(value)
 
+    def _path(self, name: str) -> Path:
+        """A tools file's path as named (`..` read as written, not through a symlink)."""
+        return Path(os.path.normpath(self._base / name))
+
     def _load(self, name: str) -> tuple[Mapping[str, Any], ...]:
         where = f"'tools' file {name}"
         try:
-            data = read_regular(self._base / name, limit=self.LIMIT)
+            data = read_regular(self._path(name), limit=self.LIMIT, root=self._root)
+        except Outside as exc:
+            raise BadTools(f"'tools' file {outside_reason(name, exc)}") from None
         except Unreadable as exc:
             raise BadTools(f"{where}: {exc.reason}") from None
         data = data.removeprefix(b"\xef\xbb\xbf")
@@ -505,8 +515,12 @@ def _keys_within(value: Any) -> set[str]:
     return found
 
 
+_REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
+
+
 def _unresolvable_ref(schema: dict[str, Any]) -> str | None:
-    """The first `$ref` that resolves to nothing inside the schema itself, or None.
+    """The first `$ref` (or `$dynamicRef`, `$recursiveRef`) that resolves to nothing inside
+    the schema itself, or None.
 
     Grading never fetches a schema from elsewhere, so a ref to a URL or a file cannot resolve
     either; refused here, it is a fixture error instead of a failure in the middle of a run.
@@ -518,7 +532,10 @@ def _unresolvable_ref(schema: dict[str, Any]) -> str | None:
     def first_bad(resource: Resource[Any], resolver: Any) -> str | None:
         resolver = resolver.in_subresource(resource)  # a nested $id moves the base URI
         contents = resource.contents
-        if isinstance(contents, dict) and isinstance(ref := contents.get("$ref"), str):
+        refs = [contents.get(k) for k in _REF_KEYS] if isinstance(contents, dict) else []
+        for ref in refs:
+            if not isinstance(ref, str):
+                continue
             try:
                 resolver.lookup(ref)
             except Unresolvable:

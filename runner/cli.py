@@ -200,7 +200,9 @@ def cmd_promote(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
     (suite,) = loaded.suite_names(read_manifest(run_dir)["suite"])  # a suite of this config
-    fixtures = FixtureFile(loaded.resolve(loaded.config.suites[suite].fixtures))
+    fixtures = FixtureFile(
+        loaded.resolve(loaded.config.suites[suite].fixtures), root=loaded.input_root
+    )
     try:  # today's pins: a run of other fixtures would roll the snapshot back
         today = {ref.id: ref.fixture_sha for ref in fixtures.validate()}
     finally:
@@ -342,7 +344,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         Trigger.for_suite(loaded, name)  # a bad cron line fails here, not once deployed
     for endpoint_name, endpoint in loaded.config.endpoints.items():
         if endpoint.cassette:
-            load_cassette(loaded.resolve(endpoint.cassette))
+            load_cassette(loaded.input(endpoint.cassette, f"endpoints.{endpoint_name}.cassette"))
         elif endpoint.kind != "recorded":
             from runner.client.endpoint import request_problem
 

@@ -3,7 +3,15 @@
 Every error names the config file and the dotted key, so a broken nightly job says what to
 fix in one line. `${VAR}` (or `${VAR:-default}`) in any string is read from the environment;
 API keys are never written in the file, only the name of the variable that holds them.
+A value read from the environment for what an endpoint sends (its base_url, headers,
+templates, params, body_template) is a secret, masked wherever parallax writes; one that
+would go into the request body, which is sent to a third party and stored with the run, is
+refused unless the endpoint lists its variable in `body_env`.
 Relative paths are resolved against the config file's folder, so a run works from any cwd.
+Every file the config names as an input (fixtures, graders, cassettes, template files) must
+lead into `input_root`, the config's folder unless the config names one above it: a config
+or a file it names comes from a stranger's pull request, and a symlink to `/proc/self/environ`
+named as a prompt would send the environment to the endpoint.
 
 An endpoint's prompt templates are compiled here, once, when the config loads, and pinned with
 its other request settings by a `request_sha` (`LoadedConfig.shape`): a template that cannot
@@ -32,7 +40,14 @@ from pydantic import (
 )
 
 from runner.errors import ConfigError, reason_of
-from runner.files import Unreadable, file_problem, read_regular
+from runner.files import (
+    Outside,
+    Unreadable,
+    file_problem,
+    inside,
+    outside_reason,
+    read_regular,
+)
 from runner.jsontext import MAX_DEPTH, long_integer_line
 from runner.protocols.wire import Shape
 from runner.templates import load_template, request_sha
@@ -59,6 +74,21 @@ PROTOCOL_KEYS: dict[str, str] = {
     "response_format": "the case's response_format",
     "output_format": "the case's response_format",
 }
+# The endpoint keys whose `${VAR}` values are settings, shown as they are: what the endpoint
+# is and how it is called (a model alias, a path, a number, a variable's name). Every other
+# endpoint key (base_url, headers, the templates, params, body_template, and any added later)
+# sends its value to the endpoint, so a value read from the environment there is a secret.
+SHOWN_ENDPOINT_KEYS = frozenset(
+    {
+        *("kind", "model", "api_key_env", "cassette", "protocol", "temperature", "max_tokens"),
+        *("concurrency", "rpm", "timeout", "deadline", "max_response_bytes", "retry"),
+        *("answer_pointer", "anthropic_version", "served_model_header", "system_file"),
+        *("user_template_file", "stream", "price", "body_env"),
+    }
+)
+# The endpoint keys whose text goes into the request body: a `${VAR}` there is refused unless
+# the endpoint lists VAR in `body_env` (a prompt is sent to a third party and stored).
+BODY_KEYS = ("system", "user_template", "params", "body_template")
 # The `fail_on` entries that answer a question only a threshold asks, and that threshold.
 GATE_THRESHOLDS = {
     "not_non_inferior": "non_inferiority_margin",
@@ -160,6 +190,11 @@ class EndpointConfig(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     stream: bool = False
     price: Price | None = None  # unset: the side's cost is unknown (summary.json's `usage`)
+    # the environment variables a `${VAR}` in the request body (BODY_KEYS) may read: each
+    # value is sent and masked wherever parallax writes; any other such `${VAR}` is refused
+    body_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
+        default_factory=list
+    )
 
     @field_validator("body_template")
     @classmethod
@@ -255,6 +290,9 @@ class Config(_Strict):
 
     runs_dir: Text = "runs"
     snapshots_dir: Text = "snapshots"
+    # the folder every input file the config names must lead into (symlinks followed);
+    # relative to the config's folder, which it is when unset
+    input_root: Text | None = None
     # `parallax run`: how long its calls in flight may finish after SIGTERM or SIGINT before
     # they are cancelled; under `docker stop`'s 10 s and a pod's 30 s, so the run still says so
     run_grace_seconds: float = Field(5.0, ge=0)
@@ -291,6 +329,7 @@ class LoadedConfig:
         self.config = config
         self.digest = digest
         self.base_dir = path.parent
+        self.input_root = input_root(path, config)
         self._shapes = dict(shapes)
 
     def resolve(self, relative: str) -> Path:
@@ -298,6 +337,16 @@ class LoadedConfig:
         if candidate.is_absolute():
             return candidate
         return Path(os.path.normpath(self.base_dir / candidate))
+
+    def input(self, relative: str, key: str) -> Path:
+        """An input file the config names at `key`, every symlink followed: the path to open.
+        One that leads out of `input_root` is a ConfigError naming the key, never read."""
+        try:
+            return inside(self.resolve(relative), self.input_root)
+        except Outside as exc:
+            raise ConfigError(self.path, key, outside_reason(relative, exc)) from None
+        except Unreadable as exc:
+            raise ConfigError(self.path, key, f"{exc.reason}: {relative}") from None
 
     @property
     def runs_dir(self) -> Path:
@@ -351,6 +400,9 @@ class LoadedConfig:
             raise missing
         value = os.environ[env]
         key = f"endpoints.{endpoint}.api_key_env"
+        from runner import logs  # masked wherever parallax writes, from the moment it is read
+
+        logs.register_secret(value)
         # a key file read with its newline (a mounted secret) fails as a header only mid-run;
         # the value itself is never part of the message
         if value != value.strip() or not (value.isascii() and value.isprintable()):
@@ -361,6 +413,16 @@ class LoadedConfig:
                 "non-ASCII character: not a usable header value",
             )
         return value
+
+
+def input_root(path: Path, config: Config) -> Path:
+    """The folder `config`'s input files must lead into, its symlinks followed: `input_root`
+    against the config's folder as named (a config that is itself a symlink, as a mounted
+    ConfigMap's files are, is placed where it was named), else that folder."""
+    base = path.parent
+    if config.input_root is not None:
+        base = Path(os.path.normpath(base / config.input_root))
+    return Path(os.path.realpath(base))
 
 
 def _refuse_too_deep(data: Mapping[str, Any], path: Path) -> None:
@@ -376,9 +438,49 @@ def _refuse_too_deep(data: Mapping[str, Any], path: Path) -> None:
             stack.extend((v, key, depth + 1) for v in value)
 
 
-def _interpolate(value: Any, path: Path, key: str, empties: dict[str, str]) -> Any:
+def _refuse_body_vars(data: Mapping[str, Any], path: Path) -> None:
+    """A `${VAR}` in what an endpoint puts into its request body (BODY_KEYS) would send the
+    variable's value to a third party and store it with the run: refused, naming the key,
+    unless the endpoint's `body_env` lists the variable. Checked before anything is read."""
+    endpoints = data.get("endpoints")
+    for name, table in endpoints.items() if isinstance(endpoints, Mapping) else ():
+        if not isinstance(table, Mapping):
+            continue
+        allowed = table.get("body_env")
+        meant = {v for v in allowed if isinstance(v, str)} if isinstance(allowed, list) else set()
+        stack = [(table[k], f"endpoints.{name}.{k}") for k in reversed(BODY_KEYS) if k in table]
+        while stack:  # depth first, each key's values in the file's order
+            value, key = stack.pop()
+            if isinstance(value, str):
+                for match in _VAR.finditer(value):
+                    if match.group(1) not in meant:
+                        raise ConfigError(
+                            path,
+                            key,
+                            f"${{{match.group(1)}}} would send the variable's value in the "
+                            "request body and store it with the run: list it in "
+                            f"endpoints.{name}.body_env if that is meant (it is then masked as "
+                            "*** wherever parallax writes)",
+                        )
+            elif isinstance(value, Mapping):
+                stack.extend((v, f"{key}.{k}") for k, v in reversed(list(value.items())))
+            elif isinstance(value, list):
+                stack.extend((v, f"{key}[{i}]") for i, v in reversed(list(enumerate(value))))
+
+
+def _is_secret(where: tuple[str, ...]) -> bool:
+    """Whether a string at `where` (its place in the TOML tables) sends what it holds: an
+    endpoint key that is not one of the settings shown as they are."""
+    return len(where) >= 3 and where[0] == "endpoints" and where[2] not in SHOWN_ENDPOINT_KEYS
+
+
+def _interpolate(
+    value: Any, path: Path, key: str, empties: dict[str, str], where: tuple[str, ...] = ()
+) -> Any:
     """`value` with every `${VAR}` read; `empties` gets each key whose variable was set to ""
-    (without a default), so an error there can name the variable."""
+    (without a default), so an error there can name the variable. A value read where the
+    endpoint sends it (`_is_secret`) is registered as a secret as it is read, so even an error
+    about that key shows it masked."""
     if isinstance(value, str):
 
         def repl(match: re.Match[str]) -> str:
@@ -387,6 +489,10 @@ def _interpolate(value: Any, path: Path, key: str, empties: dict[str, str]) -> A
             if found is not None and (found or default is None):
                 if not found:
                     empties.setdefault(key, name)
+                elif _is_secret(where):
+                    from runner import logs  # only a config with such a value pays for it
+
+                    logs.register_secret(found)
                 return found
             if default is not None:  # POSIX `:-`: unset or empty takes the default
                 return default
@@ -398,11 +504,11 @@ def _interpolate(value: Any, path: Path, key: str, empties: dict[str, str]) -> A
         return text
     if isinstance(value, Mapping):
         return {
-            k: _interpolate(v, path, f"{key}.{k}" if key else str(k), empties)
+            k: _interpolate(v, path, f"{key}.{k}" if key else str(k), empties, (*where, str(k)))
             for k, v in value.items()
         }
     if isinstance(value, list):
-        return [_interpolate(v, path, f"{key}[{i}]", empties) for i, v in enumerate(value)]
+        return [_interpolate(v, path, f"{key}[{i}]", empties, where) for i, v in enumerate(value)]
     return value
 
 
@@ -459,6 +565,7 @@ def load_config(path: Path) -> LoadedConfig:
         at = f" (line {line})" if line is not None else ""
         raise ConfigError(path, None, f"invalid TOML: {reason_of(exc)}{at}") from None
     _refuse_too_deep(data, path)
+    _refuse_body_vars(data, path)
     empties: dict[str, str] = {}
     data = _interpolate(data, path, "", empties)
     try:
@@ -493,9 +600,51 @@ def load_config(path: Path) -> LoadedConfig:
                         f"which compares both sides' cost (this is the {side})",
                     )
         _check_budget(path, config, suite_name)
+    root = input_root(path, config)
+    _check_inputs(path, config, root)
     digest = hashlib.sha256(raw_bytes).hexdigest()[:16]
-    shapes = {name: _shape(path, name, ep) for name, ep in config.endpoints.items()}
+    shapes = {name: _shape(path, name, ep, root) for name, ep in config.endpoints.items()}
     return LoadedConfig(path, config, digest, shapes)
+
+
+def named_inputs(config: Config) -> list[tuple[str, str]]:
+    """(dotted key, path as written) of every input file the config names but templates,
+    which are read as it loads; a graders module name (no `.py`, no slash) is no file."""
+    named = [(f"suites.{name}.fixtures", s.fixtures) for name, s in config.suites.items()]
+    named += [
+        (f"suites.{name}.graders", s.graders.strip())
+        for name, s in config.suites.items()
+        if s.graders is not None and is_grader_file(s.graders.strip())
+    ]
+    named += [
+        (f"endpoints.{name}.cassette", e.cassette)
+        for name, e in config.endpoints.items()
+        if e.cassette is not None
+    ]
+    return named
+
+
+def is_grader_file(spec: str) -> bool:
+    """Whether a graders spec names a file (else an importable module)."""
+    return spec.endswith(".py") or "/" in spec or "\\" in spec
+
+
+def _check_inputs(path: Path, config: Config, root: Path) -> None:
+    """The input root is a folder, and every input file named leads into it: refused at load,
+    naming the key, before any of them is opened."""
+    if config.input_root is not None and not root.is_dir():
+        state = "not a directory" if root.exists() else "no such directory"
+        raise ConfigError(path, "input_root", f"{state}: {config.input_root}")
+    for key, file in named_inputs(config):
+        candidate = Path(file)
+        if not candidate.is_absolute():
+            candidate = Path(os.path.normpath(path.parent / candidate))
+        try:
+            inside(candidate, root)
+        except Outside as exc:
+            raise ConfigError(path, key, outside_reason(file, exc)) from None
+        except Unreadable as exc:
+            raise ConfigError(path, key, f"{exc.reason}: {file}") from None
 
 
 def _check_budget(path: Path, config: Config, suite_name: str) -> None:
@@ -532,9 +681,9 @@ def _check_budget(path: Path, config: Config, suite_name: str) -> None:
             )
 
 
-def _shape(path: Path, name: str, ep: EndpointConfig) -> Shape:
+def _shape(path: Path, name: str, ep: EndpointConfig, root: Path) -> Shape:
     """One endpoint's Shape: its templates compiled (a template file read relative to
-    the config's folder), its params checked, each refusal named by its dotted key."""
+    the config's folder, inside `root`), its params checked, each refusal named by its key."""
     key = f"endpoints.{name}"
     if ep.kind == "http-json":
         for field in SHAPE_KEYS:
@@ -547,9 +696,16 @@ def _shape(path: Path, name: str, ep: EndpointConfig) -> Shape:
                 )
     _check_params(path, f"{key}.params", ep.params)
     base_dir = path.parent
-    system = load_template(path, base_dir, f"{key}.system", inline=ep.system, file=ep.system_file)
+    system = load_template(
+        path, base_dir, f"{key}.system", inline=ep.system, file=ep.system_file, root=root
+    )
     user = load_template(
-        path, base_dir, f"{key}.user_template", inline=ep.user_template, file=ep.user_template_file
+        path,
+        base_dir,
+        f"{key}.user_template",
+        inline=ep.user_template,
+        file=ep.user_template_file,
+        root=root,
     )
     # a recorded endpoint stands in for a live one of its protocol: swapping one for the other
     # (the same model, templates and params) is the same request
@@ -622,12 +778,6 @@ def missing_keys(loaded: LoadedConfig, suites: list[str]) -> list[ConfigError]:
 def check_files(loaded: LoadedConfig) -> None:
     """Every file the config names must be a regular file; found by `validate` and before any
     run (a FIFO or a device named as fixtures would block or never end)."""
-    named = [(f"suites.{name}.fixtures", s.fixtures) for name, s in loaded.config.suites.items()]
-    named += [
-        (f"endpoints.{name}.cassette", e.cassette)
-        for name, e in loaded.config.endpoints.items()
-        if e.cassette is not None
-    ]
-    for key, file in named:
-        if (problem := file_problem(loaded.resolve(file))) is not None:
+    for key, file in named_inputs(loaded.config):
+        if (problem := file_problem(loaded.input(file, key))) is not None:
             raise ConfigError(loaded.path, key, f"{problem}: {file}")

@@ -6,6 +6,13 @@ cannot be read at all. Every reader of a named input goes through `read_regular`
 without waiting on a FIFO, asks the open file (not the path, which may be swapped between a
 check and the read) what it is, and reads no more than its bound.
 
+A named input is also a stranger's pull request: a prompt file turned into a symlink to
+`/proc/self/environ`, or a fixture row's tools file `../../.ssh/id_rsa`, would be read and sent
+as a prompt. So a reader given a `root` follows every symlink first (`inside`), refuses a path
+that leads out of the root before anything is opened, then opens that resolved path (its last
+component not followed again) and asks the open file where it is: a symlink swapped in between
+the check and the open is refused, never read.
+
 A command that writes into an existing run directory (`run --resume`, `report`) asks
 `check_writable` first, so a read-only directory or a file name taken by a directory is one
 line before any work, not a traceback half-way.
@@ -27,6 +34,24 @@ class Unreadable(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class Outside(Unreadable):
+    """A named input that leads out of the folder it must stay in (`inside`)."""
+
+    def __init__(self, path: Path, real: Path, root: Path) -> None:
+        leads = f" (it leads to {real})" if real != Path(os.path.normpath(path.absolute())) else ""
+        super().__init__(f"outside {root}{leads}")
+        self.real = real
+        self.root = root
+
+
+def outside_reason(name: str, exc: Outside) -> str:
+    """Why a file a config or a fixture row names is refused, and what would let it be read."""
+    return (
+        f"{name} is {exc.reason}: every file a config and its fixtures name must be in the "
+        "config's folder, or under the input_root it sets"
+    )
 
 
 _NO_FILE = "no such file"
@@ -54,21 +79,75 @@ def file_problem(path: Path) -> str | None:
         return f"cannot read: {getattr(exc, 'strerror', None) or exc}"
 
 
-def read_regular(path: Path, *, limit: int | None = None) -> bytes:
-    """The whole content of `path`, which must be a regular file of at most `limit` bytes."""
+def _cannot(exc: OSError | ValueError) -> Unreadable:
+    if isinstance(exc, FileNotFoundError):
+        return Unreadable(_NO_FILE)
+    return Unreadable(f"cannot read: {getattr(exc, 'strerror', None) or exc}")
+
+
+def inside(path: Path, root: Path) -> Path:
+    """`path` with every symlink followed, which must lead into `root` (its symlinks followed
+    too); raises Outside before anything is opened, else returns the resolved path to open."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without a writer
-    except FileNotFoundError:
-        raise Unreadable(_NO_FILE) from None
+        real_root = Path(os.path.realpath(root))
+        real = Path(os.path.realpath(path))
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
-        raise Unreadable(f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+        raise _cannot(exc) from None
+    if not real.is_relative_to(real_root):
+        raise Outside(path, real, real_root)
+    return real
+
+
+def open_regular(path: Path, *, root: Path | None = None) -> int:
+    """A read-only descriptor of `path`, a regular file; with `root`, one inside it.
+
+    The path is resolved and checked first (`inside`), then the resolved path is opened with
+    its last component not followed, and the open file is asked where it is (on Linux): a
+    symlink swapped into the path after the check is refused, its target never read.
+    """
+    target = path if root is None else inside(path, root)
+    flags = os.O_RDONLY | os.O_NONBLOCK  # a FIFO opens without a writer
+    if root is not None:
+        flags |= os.O_NOFOLLOW
     try:
-        info = os.fstat(fd)
-        if (problem := _kind_problem(info.st_mode)) is not None:
-            raise Unreadable(problem)
-        if limit is not None and info.st_size > limit:
-            raise Unreadable(f"larger than {_size(limit)}")
+        fd = os.open(target, flags)
+    except (OSError, ValueError) as exc:
+        raise _cannot(exc) from None
+    try:
+        _check_opened(fd, path, root)
         os.set_blocking(fd, True)
+    except OSError as exc:
+        os.close(fd)
+        raise _cannot(exc) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_opened(fd: int, path: Path, root: Path | None) -> None:
+    """Refuse an open file that is no regular file, or (with `root`) not inside it after all:
+    a path changed under us between the check and the open."""
+    if (problem := _kind_problem(os.fstat(fd).st_mode)) is not None:
+        raise Unreadable(problem)
+    if root is None:
+        return
+    try:
+        opened = Path(f"/proc/self/fd/{fd}").readlink()
+    except OSError:  # no /proc: the resolved path, opened without following, is the check
+        return
+    real_root = Path(os.path.realpath(root))
+    if not opened.is_relative_to(real_root):
+        raise Outside(path, opened, real_root)
+
+
+def read_regular(path: Path, *, limit: int | None = None, root: Path | None = None) -> bytes:
+    """The whole content of `path`, which must be a regular file of at most `limit` bytes
+    (and, with `root`, lead into that folder: `open_regular`)."""
+    fd = open_regular(path, root=root)
+    try:
+        if limit is not None and os.fstat(fd).st_size > limit:
+            raise Unreadable(f"larger than {_size(limit)}")
         with os.fdopen(fd, "rb", closefd=False) as handle:
             data = handle.read() if limit is None else handle.read(limit + 1)
     except OSError as exc:

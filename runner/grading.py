@@ -12,7 +12,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
+import os
 import re
 import sys
 import time
@@ -25,6 +27,7 @@ from typing import Any
 
 from runner import toolgrade
 from runner.errors import ConfigError, FixtureError
+from runner.files import Outside, Unreadable, inside, outside_reason, read_regular
 from runner.jsontext import copy_json
 from runner.model import Case, Grade, Reply
 
@@ -80,6 +83,8 @@ class GraderSet:
     module: ModuleType | None = None
     config_path: str = "<config>"
     key: str = "graders"
+    # the folder a grader file a fixture row names must lead into; None: base_dir
+    root: Path | None = None
     _extra: dict[str, ModuleType] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -98,7 +103,8 @@ class GraderSet:
             source, _, name = case.grader.rpartition(":")
             module = self._extra.get(source)
             if module is None:
-                module = _import(source, self.base_dir, config_path=where, key="grader")
+                root = self.root if self.root is not None else self.base_dir
+                module = _import(source, self.base_dir, config_path=where, key="grader", root=root)
                 self._extra[source] = module
             return _function(module, name, where, f"in {source}")
         if case.grader is not None:
@@ -115,17 +121,20 @@ class GraderSet:
         return None
 
 
-def load_graders(spec: str | None, base_dir: Path, *, config_path: str, key: str) -> GraderSet:
+def load_graders(
+    spec: str | None, base_dir: Path, *, config_path: str, key: str, root: Path | None = None
+) -> GraderSet:
     """Load a suite's graders from a Python file (relative to base_dir) or a module name.
 
     Any failure while importing becomes a one-line ConfigError naming the file, so a typo in a
-    grader module exits 78 before a single request is sent.
+    grader module exits 78 before a single request is sent. With `root` (a config's input
+    root) the file, and every grader file a fixture row names, must lead into it.
     """
     if spec is None or not spec.strip():
-        return GraderSet(base_dir=base_dir, config_path=config_path, key=key)
-    module = _import(spec.strip(), base_dir, config_path=config_path, key=key)
+        return GraderSet(base_dir=base_dir, config_path=config_path, key=key, root=root)
+    module = _import(spec.strip(), base_dir, config_path=config_path, key=key, root=root)
     _registry(module, config_path, key)  # reject a malformed GRADERS now, not mid-run
-    return GraderSet(base_dir=base_dir, module=module, config_path=config_path, key=key)
+    return GraderSet(base_dir=base_dir, module=module, config_path=config_path, key=key, root=root)
 
 
 def check_case(case: Case, graders: GraderSet) -> None:
@@ -252,7 +261,7 @@ def _schema_violations(answer: Any, schema: Mapping[str, Any]) -> list[str]:
     """
     from jsonschema.validators import validator_for  # imported by the few suites that use it
 
-    validator = _bounded(validator_for(schema))(schema)
+    validator = _bounded(validator_for(schema))(schema, registry=_nowhere())
     token = _schema_deadline.set(time.monotonic() + SCHEMA_SECONDS)
     try:
         paths = {error.json_path for error in validator.iter_errors(answer)}
@@ -274,6 +283,16 @@ def schema_problem(schema: Mapping[str, Any]) -> str | None:
             found = misses[0].partition(":")[2] or misses[0]
             return f"cannot check an answer ({found}: a $ref that loops, or one that names nothing)"
     return None
+
+
+@functools.cache
+def _nowhere() -> Any:
+    """The registry every schema is checked with: itself only. jsonschema's default fetches
+    a `$ref` or `$dynamicRef` it cannot resolve in the schema, a `file://` one included, so a
+    fixture's schema could read `/proc/self/environ` or call any URL while grading."""
+    from referencing import Registry
+
+    return Registry()
 
 
 @functools.cache
@@ -381,19 +400,29 @@ def _run_custom(grader: Grader, text: str, expect: Mapping[str, Any]) -> list[st
     return list(result)
 
 
-def _import(source: str, base_dir: Path, *, config_path: str, key: str) -> ModuleType:
+def _import(
+    source: str, base_dir: Path, *, config_path: str, key: str, root: Path | None = None
+) -> ModuleType:
     """Import a graders file under a name derived from its path, or an importable module.
 
     The derived name keeps two suites' `graders.py` files from shadowing each other in
-    `sys.modules`, while reloading the same file stays idempotent.
+    `sys.modules`, while reloading the same file stays idempotent. With `root` the file must
+    lead into it, and the source imported is the one read there (`files.read_regular`), never
+    the path opened again.
     """
     if source.endswith(".py") or "/" in source or "\\" in source:
-        path = (base_dir / source).resolve()
-        if not path.is_file():
-            raise ConfigError(config_path, key, f"grader file {path} not found")
+        named = Path(os.path.normpath(base_dir / source))
+        try:
+            path = inside(named, root) if root is not None else named.resolve()
+            code = read_regular(path, root=root)
+        except Outside as exc:
+            raise ConfigError(config_path, key, outside_reason(source, exc)) from None
+        except Unreadable as exc:
+            reason = "not found" if exc.reason == "no such file" else exc.reason
+            raise ConfigError(config_path, key, f"grader file {named} {reason}") from None
         digest = hashlib.sha256(str(path).encode("utf-8")).hexdigest()[:12]
         name = f"_parallax_graders_{path.stem}_{digest}"
-        spec = importlib.util.spec_from_file_location(name, path)
+        spec = importlib.util.spec_from_file_location(name, path, loader=_Read(name, path, code))
         if spec is None or spec.loader is None:
             raise ConfigError(config_path, key, f"cannot import {path}: not a Python file")
         module = importlib.util.module_from_spec(spec)
@@ -408,6 +437,22 @@ def _import(source: str, base_dir: Path, *, config_path: str, key: str) -> Modul
         return importlib.import_module(source)
     except (Exception, SystemExit) as exc:
         raise ConfigError(config_path, key, f"cannot import {source}: {_one_line(exc)}") from None
+
+
+class _Read(importlib.machinery.SourceFileLoader):
+    """A grader file's loader that imports the bytes already read, and writes no bytecode."""
+
+    def __init__(self, name: str, path: Path, source: bytes) -> None:
+        super().__init__(name, str(path))
+        self._source = source
+
+    def get_data(self, path: str) -> bytes:
+        if path == self.path:
+            return self._source
+        raise OSError(f"{path}: not read (only the grader file is)")  # its bytecode cache
+
+    def set_data(self, path: str, data: object, *, _mode: int = 0o666) -> None:
+        """No bytecode is cached: it would be read back instead of the file next time."""
 
 
 def _one_line(exc: BaseException) -> str:

@@ -100,7 +100,12 @@ _known_folded: set[str] = set()  # the keys lower-cased, for text HTTP lower-cas
 
 def register_secret(value: str | None) -> None:
     """Remember a secret's value so any log line or stored body that contains it, as itself
-    or base64-encoded, gets it masked."""
+    or base64-encoded, gets it masked.
+
+    Every value the config reads from the environment for what an endpoint sends is one (its
+    `api_key_env` key; a `${VAR}` in its base_url, headers, templates, params or body_template:
+    `runner.config`). The mask is the same `***` on every run, so what is stored, graded and
+    replayed is one text. A value under 4 characters is not masked: it would mask words."""
     if value and len(value) >= 4:
         _known_secrets.add(value)
         _known_secrets.update(_base64_cores(value))
@@ -130,6 +135,28 @@ def scrub_text(text: str) -> str:
     for secret in _known_secrets:
         text = text.replace(secret, "***")
     return _BEARER.sub(r"\1***", text)
+
+
+def scrub_body(body: Any, sent: bytes) -> Any:
+    """A request body to store: `body` itself when `sent`, its JSON text, spells no known
+    secret (nearly every one: one scan of the bytes), else `scrub_value(body)`."""
+    if any(_may_spell(sent, secret) for secret in _known_secrets):
+        return scrub_value(body)
+    return body
+
+
+def scrub_value(value: Any) -> Any:
+    """A JSON value (a request body as sent) with every known secret masked in its strings,
+    object keys too."""
+    if isinstance(value, str):
+        return scrub_text(value)
+    if isinstance(value, dict):
+        return {
+            scrub_text(k) if isinstance(k, str) else k: scrub_value(v) for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [scrub_value(v) for v in value]
+    return value
 
 
 def scrub_name(name: str) -> str:
@@ -176,7 +203,11 @@ def _mask(match: re.Match[bytes]) -> bytes:
 
 _PLAIN_KEY = re.compile(r"[ !#-.0-\[\]-~]+")
 _ASCII_ESCAPE = re.compile(rb"\\u00[0-7]")
-_SHORT_ESCAPES = {'"': rb'|\\"', "\\": rb"|\\\\", "/": rb"|\\/"}
+# a JSON encoder's short escapes: a quote, a backslash, a slash, and the five controls
+_SHORT_ESCAPES = {
+    char: rb"|\\" + re.escape(short.encode("ascii"))
+    for char, short in zip('"\\/\b\f\n\r\t', '"\\/bfnrt', strict=True)
+}
 
 
 @functools.cache

@@ -48,13 +48,18 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
     In a stratified suite a case without a stratum counts as medium.
     """
     cfg = loaded.config.suites[name]
-    fixtures_path = loaded.resolve(cfg.fixtures)
-    if (problem := file_problem(fixtures_path)) is not None:
-        raise ConfigError(loaded.path, f"suites.{name}.fixtures", f"{problem}: {cfg.fixtures}")
+    key = f"suites.{name}.fixtures"
+    fixtures_path = loaded.resolve(cfg.fixtures)  # as named in messages; opened inside the root
+    if (problem := file_problem(loaded.input(cfg.fixtures, key))) is not None:
+        raise ConfigError(loaded.path, key, f"{problem}: {cfg.fixtures}")
     graders = load_graders(
-        cfg.graders, loaded.base_dir, config_path=str(loaded.path), key=f"suites.{name}.graders"
+        cfg.graders,
+        loaded.base_dir,
+        config_path=str(loaded.path),
+        key=f"suites.{name}.graders",
+        root=loaded.input_root,
     )
-    fixtures = FixtureFile(fixtures_path)
+    fixtures = FixtureFile(fixtures_path, root=loaded.input_root)
     shapes = [loaded.shape(getattr(cfg, side)) for side in SIDES]
     refs = fixtures.validate(functools.partial(_check_case, graders=graders, shapes=shapes))
     if not len(refs):  # an empty or truncated file would retire every case and read clean

@@ -33,13 +33,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from runner.errors import ConfigError, FixtureError
-from runner.files import Unreadable, read_regular
+from runner.files import Outside, Unreadable, outside_reason, read_regular
 
 if TYPE_CHECKING:  # jinja2 is imported when a template is compiled: `--help` does not pay
     import jinja2
@@ -157,14 +158,23 @@ class PromptTemplate:
 
 
 def load_template(
-    config_path: str | Path, base_dir: Path, key: str, *, inline: str | None, file: str | None
+    config_path: str | Path,
+    base_dir: Path,
+    key: str,
+    *,
+    inline: str | None,
+    file: str | None,
+    root: Path | None = None,
 ) -> PromptTemplate | None:
     """The template an endpoint sets with `<key>` or `<key>_file` (relative to base_dir, the
-    config file's directory), compiled; None when it sets neither.
+    config file's directory, and leading into `root`, its input root), compiled; None when it
+    sets neither.
 
     Setting both is refused rather than preferring one: either choice would silently ignore a
     prompt the author wrote. The file is read as UTF-8, its bytes kept exactly (a final newline
     too), so inline text and a file with the same text are the same template and digest alike.
+    A file that leads out of `root` (`../`, a symlink to `/proc/self/environ`) is refused
+    naming the key before it is opened: what it holds would be sent as the prompt.
     """
     file_key = f"{key}_file"
     if inline is not None and file is not None:
@@ -174,7 +184,9 @@ def load_template(
             return None
         return PromptTemplate.compile(inline, config_path=config_path, key=key)
     try:  # a regular file only: a FIFO would block, /dev/zero fill memory
-        data = read_regular(base_dir / file)
+        data = read_regular(Path(os.path.normpath(base_dir / file)), root=root or base_dir)
+    except Outside as exc:
+        raise ConfigError(config_path, file_key, outside_reason(file, exc)) from None
     except Unreadable as exc:
         if exc.reason == "no such file":
             raise ConfigError(config_path, file_key, f"no such file: {file}") from None

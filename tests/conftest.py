@@ -82,7 +82,8 @@ def llmock(llmock_pool: LlmockPool) -> LlmockServer:
 # --- session-wide: the secrets check and the reliability figures (tests/relkit.py) ----------
 #
 # Test secrets are recognisable (relkit.SECRET_PREFIX, and the older sk-test-/sk-live- keys,
-# in any case: relkit.SECRET).
+# in any case: relkit.SECRET), as themselves or in a spelling that decodes back to them (a JSON
+# or HTML escape, percent-encoding, base64: relkit.holds_test_secret).
 # At the end of the session every file under this session's pytest temp dirs (except *.toml:
 # configs are test *inputs*, some deliberately holding a key parallax must refuse), every
 # captured stdout/stderr/log section and every ParallaxError message raised in-process is
@@ -97,7 +98,7 @@ import relkit  # noqa: E402
 
 from runner.errors import ParallaxError  # noqa: E402
 
-_SECRET = relkit.SECRET
+_holds_secret = relkit.holds_test_secret
 _session: dict[str, object] = {"basetemp": None, "leaks": [], "outputs": 0, "messages": []}
 
 
@@ -125,7 +126,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     leaks: list[str] = _session["leaks"]  # type: ignore[assignment]
     for name, content in report.sections:
         _session["outputs"] = int(_session["outputs"]) + 1  # type: ignore[call-overload]
-        if _SECRET.search(content.encode("utf-8", "replace")):
+        if _holds_secret(content.encode("utf-8", "replace")):
             leaks.append(f"{report.nodeid}: {name}")
 
 
@@ -138,9 +139,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for path in base.rglob("*"):
             if path.is_file() and not path.is_symlink() and path.suffix != ".toml":
                 files += 1
-                if _SECRET.search(path.read_bytes()):
+                if _holds_secret(path.read_bytes()):
                     leaks.append(str(path))
-    leaks += [f"ParallaxError: {m[:120]}" for m in messages if _SECRET.search(m.encode())]
+    leaks += [f"ParallaxError: {m[:120]}" for m in messages if _holds_secret(m.encode())]
     relkit.record(
         "secrets",
         session_files_scanned=files,

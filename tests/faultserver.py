@@ -54,6 +54,9 @@ Hostile replies (tests/test_hostile.py) and the soak's random mix (tests/test_so
     chaos:<seed>           each request draws one mode at random from CHAOS_MODES
     reflect[:<code>]       <code> (401) whose body and X-Request-Id echo the request's auth headers,
                            and whose header `X-RateLimit-<key>` carries the key in its name
+    echo[:<code>|sse]      a reply whose text is every request header and the request body: a
+                           200 chat completion, <code> (500) as an HTML error page, or (sse) a
+                           200 stream, so whatever a request carried comes back in a body
     bomb[:<MB>]            200 whose `gzip, gzip` body of a few hundred KB inflates to <MB> (256) MB
 
 Streams (text/event-stream, in the request's protocol: OpenAI chunks or Anthropic events):
@@ -644,14 +647,30 @@ class FaultServer:
             extra[f"X-RateLimit-{key}"] = "1"
         return self._error(conn, int(arg or "401"), f"rejected credentials: {echoed}", extra)
 
+    def _echo(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        sent = "; ".join(f"{name}: {value}" for name, value in sorted(req.headers.items()))
+        text = f"headers: {sent} body: {req.body.decode('utf-8', 'replace')}"
+        if arg == "sse":
+            first, end = self._events(req, text)
+            done: list[dict[str, Any] | str] = (
+                [] if req.path.endswith("/v1/messages") else ["[DONE]"]
+            )
+            return self._send_stream(conn, [self._frame(e) for e in (*first, *end, *done)])
+        if arg:
+            page = f"<html><body><h1>{arg} upstream error</h1><pre>{text}</pre></body></html>"
+            return self._send(conn, int(arg), {"Content-Type": "text/html"}, page.encode())
+        return self._send(conn, 200, _JSON, self._completion(req, text, scripted=False))
+
     def _bomb(self, conn: socket.socket, req: Received, arg: str) -> bool:
         headers = {**_JSON, "Content-Encoding": "gzip, gzip"}
         return self._send(conn, 200, headers, _gzip_bomb(int(arg or "256")))
 
-    def _events(self, req: Received) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """The scripted reply as the request's protocol streams it: (events up to and with
-        the first piece of content, the events that finish it)."""
-        text = self._content(req.prompt) or ""
+    def _events(
+        self, req: Received, text: str | None = None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The scripted reply (or `text`) as the request's protocol streams it: (events up to
+        and with the first piece of content, the events that finish it)."""
+        text = text if text is not None else self._content(req.prompt) or ""
         model = self._served(req)
         if req.path.endswith("/v1/messages"):
             start = {"type": "message_start", "message": {"id": "msg_sse", "model": model}}
@@ -770,6 +789,7 @@ _HOSTILE: dict[str, Callable[[FaultServer, socket.socket, Received, str], bool]]
     "ssedrip": FaultServer._sse_drip,
     "ssewait": FaultServer._sse_wait,
     "reflect": FaultServer._reflect,
+    "echo": FaultServer._echo,
     "bomb": FaultServer._bomb,
 }
 

@@ -27,6 +27,48 @@ SECRET_PREFIX = "sk-paralleak-"
 # what the session-wide scan (conftest.py) looks for: this prefix and the older test keys, in
 # any case, since an upstream may lower-case a key (a header name does)
 SECRET = re.compile(rb"sk-(?:paralleak|test|live)-[A-Za-z0-9-]{4,}", re.IGNORECASE)
+# the spellings a file may hold a key in that decode back to it: a JSON `\uXXXX` escape, an
+# HTML character reference, a URL's percent-encoding (each turned back into the character)
+_ESCAPED = re.compile(
+    rb"\\u([0-9a-fA-F]{4})|&#[xX]([0-9a-fA-F]{1,6});|&#([0-9]{1,7});|%([0-9a-fA-F]{2})"
+)
+
+
+def _base64_prefixes() -> tuple[bytes, ...]:
+    """SECRET_PREFIX base64-encoded at each of the three byte alignments, in both alphabets:
+    what the prefix alone decides of an encoded key (a `Basic` header echoed, a token)."""
+    import base64
+
+    raw = SECRET_PREFIX.encode("ascii")
+    found = []
+    for offset in range(3):
+        encoded = base64.b64encode(bytes(offset) + raw)[: (offset + len(raw)) // 3 * 4]
+        core = encoded[4 if offset else 0 :]
+        found += [core, core.translate(bytes.maketrans(b"+/", b"-_"))]
+    return tuple(found)
+
+
+_BASE64_PREFIXES = _base64_prefixes()
+
+
+def _unescaped(data: bytes) -> bytes:
+    def char(match: re.Match[bytes]) -> bytes:
+        json_hex, html_hex, html_dec, pct = match.groups()
+        if pct is not None:
+            return bytes([int(pct, 16)])
+        code = int(json_hex or html_hex, 16) if html_dec is None else int(html_dec)
+        return chr(code).encode("utf-8", "replace") if code < 0x110000 else match.group(0)
+
+    return _ESCAPED.sub(char, data)
+
+
+def holds_test_secret(data: bytes) -> bool:
+    """Whether `data` holds a test key (SECRET) as itself, escaped (JSON, HTML, a URL) or
+    base64-encoded: the session-wide scan's test (conftest.py)."""
+    if SECRET.search(data) or any(core in data for core in _BASE64_PREFIXES):
+        return True
+    return bool(_ESCAPED.search(data)) and SECRET.search(_unescaped(data)) is not None
+
 
 FIGURES: dict[str, Counter[str]] = {}
 

@@ -711,11 +711,13 @@ def test_params_hold_json_values_only(tmp_path: Path, value: str, key: str, reas
 
 
 def test_params_are_kept_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """JSON values of any shape pass through unchanged, `${VAR}` read as everywhere."""
+    """JSON values of any shape pass through unchanged, a `${VAR}` that body_env lists read
+    as everywhere."""
     monkeypatch.setenv("PARALLAX_TEST_EFFORT", "low")
     text = (
         'params = { top_p = 0.5, seed = 7, stop = ["\\n"], extra = { a = true }, '
         'reasoning_effort = "${PARALLAX_TEST_EFFORT}" }\nstream = true\n'
+        'body_env = ["PARALLAX_TEST_EFFORT"]\n'
     )
     shape = load_config(_cand(tmp_path, text)).shape("cand")
     expected = {

@@ -107,6 +107,7 @@ done
 SERVE_CONFIG = """\
 runs_dir = "../runs"
 snapshots_dir = "../snapshots"
+input_root = ".."
 serve_grace_seconds = 5
 serve_heartbeat_seconds = 1
 
@@ -130,6 +131,7 @@ schedule = "0 3 * * *"
 
 HANGING_CONFIG = """\
 runs_dir = "../runs"
+input_root = ".."
 
 [endpoints.reference]
 kind = "openai-chat"

@@ -391,8 +391,12 @@ def test_schema_refs_inside_the_schema_resolve(tmp_path: Path) -> None:
                 '{"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}',
                 '{"allOf": [{"$ref": "#/allOf/0"}]}',
                 '{"$schema": "https://json-schema.org/draft/2019-09/schema", "$recursiveRef": "#"}',
-                '{"$dynamicRef": "#meta"}',
             )
+        ),
+        (  # no anchor of that name anywhere in the schema: refused as a $ref naming nothing
+            '{"id": "a", "prompt": "p", "expect": {"json_schema": {"$dynamicRef": "#meta"}}}\n',
+            1,
+            "has a $ref that names nothing in the schema: '#meta'",
         ),
         ('{"id": "a", "prompt": "p", "expect": []}\n', 1, "'expect' must be an object"),
         (

@@ -7,11 +7,13 @@ captured output and every ParallaxError message is searched for the test secrets
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -20,6 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from relkit import (
     PARALLAX,
+    RUN_TIMEOUT,
     SECRET,
     SECRET_PREFIX,
     endpoint_toml,
@@ -114,11 +117,255 @@ def test_a_key_put_into_a_header_name_is_masked_whatever_its_case(
     record("secrets", header_name_files_checked=len(files))
 
 
+def _parallax(
+    config: Path, *args: str | Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*PARALLAX, *map(str, args), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        cwd=config.parent,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+
+
+def _written(root: Path) -> list[Path]:
+    """Every file parallax wrote under `root` (the configs the test wrote are its input)."""
+    return [p for p in root.rglob("*") if p.is_file() and p.suffix != ".toml"]
+
+
+@pytest.mark.slow
+def test_a_header_secret_echoed_in_a_body_is_masked_in_every_file(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A key sent as `headers = { x-custom-auth = "${VAR}" }` (how a non-Bearer key such as
+    Azure's `api-key` travels) is a secret: an upstream that echoes it back in a 200 body, an
+    SSE body or a 500 page leaves `***` in raw.jsonl, and the key in no file parallax writes
+    (run dir, reports, JUnit, history page) and in nothing it prints."""
+    secret = f"{SECRET_PREFIX}header-51c0de"
+    prompts = write_cases(tmp_path, 4)
+    fault_server.prompt_modes[prompts[0]] = "echo:500"
+    header = 'headers = { x-custom-auth = "${PARALLEAK_HDR}" }\n'
+    endpoints = endpoint_toml("ref", fault_server.url("echo", "ref")) + header
+    endpoints += endpoint_toml("cand", fault_server.url("echo:sse", "cand"))
+    endpoints += header + "stream = true\n"
+    config = write_config(tmp_path, endpoints, suite_toml("s"))
+    env = {"PARALLEAK_HDR": secret}
+
+    done = _parallax(config, "run", "--junit", tmp_path / "runs" / "j.xml", env=env)
+    run_dir = next((tmp_path / "runs" / "s").glob("2*"))
+    shown = [
+        _parallax(config, "report", run_dir, env=env),
+        _parallax(config, "history", "--html", env=env),
+        _parallax(config, "replay", run_dir, env=env),
+    ]
+
+    assert done.returncode in (0, 2, 3), done.stderr
+    assert all(p.returncode in (0, 2, 3) for p in shown), [p.stderr for p in shown]
+    sent = {r.headers.get("x-custom-auth") for r in fault_server.received()}
+    assert sent == {secret}  # the header went out as configured
+    bodies = [
+        json.loads(line)["response"]["body"]
+        for line in (run_dir / "raw.jsonl").read_text().splitlines()
+    ]
+    assert all("x-custom-auth: ***" in body for body in bodies), bodies[:2]
+    assert any(body.startswith("<html>") for body in bodies)  # the 500 page
+    assert any(body.startswith("data: ") for body in bodies)  # the stream
+    files = _written(tmp_path)
+    assert {"report.html", "report.md", "j.xml", "index.html"} <= {p.name for p in files}
+    assert not [p for p in files if secret.encode() in p.read_bytes()]
+    said = done.stdout + done.stderr + "".join(p.stdout + p.stderr for p in shown)
+    assert secret not in said
+    record("secrets", header_echo_files_checked=len(files))
+
+
+@pytest.mark.slow
+def test_a_secret_a_template_sends_is_masked_and_replays_byte_for_byte(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A `${VAR}` the endpoint lists in body_env is sent in the prompt as written, and stored
+    as `***` in the request and in the reply that echoes it; the live run grades what is
+    stored, so a replay rewrites outcomes.jsonl and disagreement.json byte for byte."""
+    secret = f"{SECRET_PREFIX}tenant-0b5e55"
+    write_cases(tmp_path, 3)
+    template = 'user_template = "{{ prompt }} tenant=${PARALLEAK_TENANT}"\n'
+    endpoints = endpoint_toml("ref", fault_server.url("ok", "ref"))
+    endpoints += endpoint_toml("cand", fault_server.url("ok", "cand"))
+    endpoints += template + 'body_env = ["PARALLEAK_TENANT"]\n'
+    config = write_config(tmp_path, endpoints, suite_toml("s"))
+    env = {"PARALLEAK_TENANT": secret}
+
+    done = _parallax(config, "run", env=env)
+    run_dir = next((tmp_path / "runs" / "s").glob("2*"))
+    replay = _parallax(config, "replay", run_dir, env=env)
+    report = _parallax(config, "report", run_dir, env=env)
+
+    assert done.returncode == 0, done.stderr
+    assert replay.returncode == 0, replay.stderr
+    assert report.returncode == 0, report.stderr
+    prompts = {r.prompt for r in fault_server.received("ok") if "/cand/" in r.path}
+    assert all(p.endswith(f" tenant={secret}") for p in prompts) and len(prompts) == 3
+    rows = [json.loads(line) for line in (run_dir / "raw.jsonl").read_text().splitlines()]
+    cand = [r for r in rows if r["side"] == "candidate"]
+    assert all(
+        r["request"]["body"]["messages"][-1]["content"].endswith(" tenant=***") for r in cand
+    )
+    assert all(" tenant=***" in r["response"]["body"] for r in cand)
+    replayed = next(d for d in (tmp_path / "runs" / "s").glob("2*") if d != run_dir)
+    for name in ("outcomes.jsonl", "disagreement.json"):
+        assert (replayed / name).read_bytes() == (run_dir / name).read_bytes()
+    files = _written(tmp_path)
+    assert not [p for p in files if secret.encode() in p.read_bytes()]
+    assert secret not in done.stdout + done.stderr + replay.stdout + report.stdout
+
+
+def test_a_template_that_reads_the_environment_unasked_is_refused(tmp_path: Path) -> None:
+    """`${API_KEY}` in an inline template would send the key to a third party as the prompt
+    and store it with the run: refused at load, naming the key and how to mean it (exit 78),
+    the value in no line."""
+    secret = f"{SECRET_PREFIX}unasked-77aa"
+    write_cases(tmp_path, 1)
+    endpoints = endpoint_toml("ref", "http://127.0.0.1:9/v1") + endpoint_toml(
+        "cand", "http://127.0.0.1:9/v1"
+    )
+    endpoints += 'system = "Key: ${PARALLEAK_UNASKED}"\n'
+    config = write_config(tmp_path, endpoints, suite_toml("s"))
+
+    done = _parallax(config, "validate", env={"PARALLEAK_UNASKED": secret})
+
+    assert done.returncode == 78, done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line
+    assert "endpoints.cand.system: ${PARALLEAK_UNASKED}" in line
+    assert "endpoints.cand.body_env" in line
+    assert secret not in done.stdout + done.stderr
+
+
+def _load_endpoint(tmp_path: Path, table: str) -> Any:
+    """Load a config whose one endpoint `e` is `table` (and a suite that calls it)."""
+    from runner.config import load_config
+
+    (tmp_path / "cases.jsonl").write_text('{"id": "a", "prompt": "p"}\n')
+    path = tmp_path / "p.toml"
+    suite = '[suites.s]\nfixtures = "cases.jsonl"\nreference = "e"\ncandidate = "e"\n'
+    path.write_text(f"[endpoints.e]\n{table}{suite}")
+    return load_config(path)
+
+
+_CHAT = 'kind = "openai-chat"\nbase_url = "http://h/v1"\nmodel = "m"\n'
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        (_CHAT + 'user_template = "{{ prompt }} ${V}"\n', "user_template"),
+        (_CHAT + 'system = "${V}"\n', "system"),
+        (_CHAT + 'params = { user = { id = "${V:-x}" } }\n', "params.user.id"),
+        (
+            'kind = "http-json"\nbase_url = "http://h/v1"\nbody_template = { a = ["${V}"] }\n',
+            "body_template.a[0]",
+        ),
+    ],
+    ids=["user_template", "system", "params", "body_template"],
+)
+def test_a_body_key_reads_the_environment_only_when_body_env_lists_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str, key: str
+) -> None:
+    """A `${VAR}` in what goes into the request body is refused at load, naming the key,
+    whether or not VAR is set; listed in body_env it is read, and its value is a secret."""
+    from runner import logs
+    from runner.errors import ConfigError
+
+    value = f"{SECRET_PREFIX}body-e4c0"
+    monkeypatch.setenv("V", value)
+    with mock.patch.object(logs, "_known_secrets", set()), pytest.raises(ConfigError) as caught:
+        _load_endpoint(tmp_path, table)
+    assert caught.value.key == f"endpoints.e.{key}"
+    assert "${V}" in caught.value.reason and "body_env" in caught.value.reason
+    with mock.patch.object(logs, "_known_secrets", set()):
+        _load_endpoint(tmp_path, table + 'body_env = ["V"]\n')
+        assert logs.scrub_text(f"sent {value}") == "sent ***"
+
+
+def test_what_an_endpoint_sends_from_the_environment_is_a_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A value read for base_url or a header is masked from the moment the config loads; one
+    read for a setting shown as it is (the model alias, a path) is not."""
+    from runner import logs
+
+    monkeypatch.setenv("PARALLEAK_H", f"{SECRET_PREFIX}hdr-1f2e")
+    monkeypatch.setenv("PARALLEAK_U", "http://gateway.internal:8080/v1")
+    monkeypatch.setenv("PARALLEAK_M", "model-from-env")
+    table = (
+        'kind = "openai-chat"\nbase_url = "${PARALLEAK_U}"\nmodel = "${PARALLEAK_M}"\n'
+        'headers = { api-key = "${PARALLEAK_H}" }\n'
+    )
+    with mock.patch.object(logs, "_known_secrets", set()):
+        _load_endpoint(tmp_path, table)
+        shown = logs.scrub_text(
+            f"{os.environ['PARALLEAK_H']} {os.environ['PARALLEAK_U']} model-from-env"
+        )
+    assert shown == "*** *** model-from-env"
+
+
+def test_the_endpoint_keys_whose_env_values_are_secret() -> None:
+    """Every endpoint key is a setting shown as it is or a secret when read from `${VAR}`: a
+    key added later is a secret until it is listed as shown (this test then says so)."""
+    from runner.config import SHOWN_ENDPOINT_KEYS, EndpointConfig
+
+    assert set(EndpointConfig.model_fields) >= SHOWN_ENDPOINT_KEYS
+    secret = set(EndpointConfig.model_fields) - SHOWN_ENDPOINT_KEYS
+    assert secret == {"base_url", "headers", "system", "user_template", "params", "body_template"}
+
+
+def test_an_error_about_a_secret_key_shows_it_masked(tmp_path: Path) -> None:
+    """A base_url read from the environment that is no URL is refused naming the key, and
+    the line shows the value as `***` (it was registered as it was read)."""
+    write_cases(tmp_path, 1)
+    endpoints = endpoint_toml("ref", "${PARALLEAK_URL}") + endpoint_toml("cand", "http://h/v1")
+    config = write_config(tmp_path, endpoints, suite_toml("s"))
+    secret = f"{SECRET_PREFIX}notaurl-9d"
+
+    done = _parallax(config, "validate", env={"PARALLEAK_URL": secret})
+
+    assert done.returncode == 78, done.stderr
+    assert "endpoints.ref: base_url must be an http(s) URL, got '***'" in done.stderr
+    assert secret not in done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("spelling", [str.lower, str.upper, str.swapcase])
 def test_the_session_scan_finds_a_test_key_in_any_case(spelling: Callable[[str], str]) -> None:
     """The end-of-session scan (conftest.py) matches a test key however its case was changed:
     an upstream or a header name may lower-case it."""
     assert SECRET.search(spelling(KEY).encode()) is not None
+
+
+@pytest.mark.parametrize(
+    "spell",
+    [
+        lambda key: json.dumps(key).replace("-", "\\u002d"),
+        lambda key: key.replace("s", "&#115;").replace("k", "&#x6B;"),
+        lambda key: key.replace("-", "%2D"),
+        lambda key: base64.b64encode(f"user:{key}".encode()).decode(),
+        lambda key: base64.urlsafe_b64encode(f"u{key}".encode()).decode(),
+    ],
+    ids=["json-escape", "html-reference", "percent", "base64", "base64-urlsafe"],
+)
+def test_the_session_scan_finds_a_test_key_however_it_is_spelled(
+    spell: Callable[[str], str],
+) -> None:
+    """The end-of-session scan (conftest.py) also finds a key in a spelling that decodes back
+    to it: a JSON escape in raw.jsonl, an HTML character reference in report.html, a URL's
+    percent-encoding, base64 at any alignment; an ordinary escape is no hit."""
+    from relkit import holds_test_secret
+
+    spelled = spell(KEY).encode()
+    assert SECRET.search(spelled) is None  # the plain pattern alone would miss it
+    assert holds_test_secret(spelled)
+    assert not holds_test_secret(b'{"a": "\\u00e9 &#233; %C3%A9 sk-other-1234"}')
 
 
 def _json_string(text: str, escaped: list[bool]) -> str:
@@ -191,8 +438,6 @@ def test_fields_named_as_credentials_are_masked_but_case_ids_are_data() -> None:
 def test_a_base64_echo_of_the_key_is_masked(prefix: str, alphabet: str) -> None:
     """An upstream may echo the key base64-encoded (`Basic` credentials, an encoded token) at
     any byte alignment: what is stored or logged no longer decodes back to it."""
-    import base64
-
     from runner import logs
 
     encode = base64.b64encode if alphabet == "standard" else base64.urlsafe_b64encode

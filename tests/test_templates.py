@@ -434,11 +434,12 @@ def test_a_template_file_that_is_no_regular_file_is_refused_without_reading(
     tmp_path: Path,
 ) -> None:
     """A FIFO nobody writes to (or /dev/zero) named as a template file is refused at once,
-    as the config and fixture readers refuse it, never read until it blocks or fills memory."""
+    as the config and fixture readers refuse it, never read until it blocks or fills memory
+    (/dev/zero under an input root that holds it: outside one it is refused as outside)."""
     os.mkfifo(tmp_path / "fifo.j2")
     for file in ("fifo.j2", "/dev/zero"):
         with pytest.raises(ConfigError) as caught:
-            load_template("p.toml", tmp_path, KEY, inline=None, file=file)
+            load_template("p.toml", tmp_path, KEY, inline=None, file=file, root=Path("/"))
         expected = (
             f"p.toml: {KEY}_file: cannot read {file}: not a regular file (a device, FIFO or socket)"
         )

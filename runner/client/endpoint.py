@@ -153,6 +153,7 @@ class HttpEndpoint:
         header = cfg.served_model_header
         self._kept = KEPT_HEADERS | ({header} if header else frozenset())
         logs.register_secret(api_key)
+        self._shown_url = logs.scrub_text(self._url)  # a base_url from the environment: masked
         # Request headers as httpx.AsyncClient would send them, built once. Requests go straight
         # to the transport: the client's cookie jar, auth flow and redirect loop are all unused
         # here and cost more CPU per call than the HTTP exchange itself (bench/RESULTS.md).
@@ -258,7 +259,13 @@ class HttpEndpoint:
             endpoint=self.name,
             adapter=self._cfg.kind,
             model_alias=self._cfg.model,
-            request={"method": "POST", "url": self._url, "body": body},
+            # as sent, but with every secret masked (a `body_env` value, a key in the URL): what
+            # is stored is what a report shows and a replay reads
+            request={
+                "method": "POST",
+                "url": self._shown_url,
+                "body": logs.scrub_body(body, content),
+            },
             attempts=tuple(attempts),
             transport=str(attempts[-1].transport),
             # the final attempt's: never an earlier attempt's body (a refused one has none)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import DataError, FixtureError, ParallaxError, UsageError
+from runner.files import Outside, Unreadable, inside
 from runner.invocation import command, shown_path
 
 CONFIG_FILE = "parallax.toml"
@@ -161,12 +162,11 @@ def source_file(base: Path, name: str) -> Path:
     such a name is a DataError, read by nobody."""
     path = base / name.removeprefix("file://")
     try:
-        inside = path.resolve().is_relative_to(base.resolve())
-    except (OSError, RuntimeError):  # a symlink loop
-        inside = False
-    if not inside:
-        raise DataError(path, "outside the config's folder: not read")
-    return path
+        return inside(path, base)
+    except Outside:
+        raise DataError(path, "outside the config's folder: not read") from None
+    except Unreadable as exc:
+        raise DataError(path, exc.reason) from None
 
 
 def tomlable(value: Any) -> bool:

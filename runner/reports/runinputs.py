@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner import logs
 from runner.config import LoadedConfig, Price, load_config
 from runner.errors import DataError, ParallaxError
 from runner.fixtures.load import FixtureFile
@@ -88,8 +89,8 @@ class RunInputs:
         self._fixtures: FixtureFile | None = None
         self._refs: CaseRefs | None = None
         self._fixture_note: str | None = None
+        self.config = self._load_config()  # first: its input root is where tools files may be
         self._open_fixtures()
-        self.config = self._load_config()
         self._prices = {side: self._price(side) for side in SIDES}
 
     # ------------------------------------------------------------------ fixtures
@@ -112,7 +113,7 @@ class RunInputs:
         assert isinstance(pinned, Mapping)
         if digest != pinned.get("digest"):
             self.notes.append(f"{path} changed since this run: a case whose row was edited says so")
-        fixtures = FixtureFile(path)
+        fixtures = FixtureFile(path, root=self.config.input_root if self.config else None)
         fixtures.KEEP = 8  # a report reads each case once: a run's cache of 2,048 is no use
         try:
             self._refs = fixtures.validate()
@@ -182,7 +183,8 @@ class RunInputs:
                 except ParallaxError:
                     pass
                 else:
-                    request = {"method": None, "url": None, "body": sent}
+                    # rendered from the config again: a `body_env` secret masked as stored
+                    request = {"method": None, "url": None, "body": logs.scrub_value(sent)}
                     return request_view(kind, request, cap=cap, source=Source.STANDS_IN)
         said: dict[str, Any] = {"messages": turns(PLAIN, case)}
         if case.tools:

@@ -29,7 +29,11 @@ def build_endpoint(
     if cfg.kind == "recorded":
         from runner.recorded import RecordedEndpoint, load_cassette
 
-        cassette = load_cassette(loaded.resolve(cfg.cassette)) if cfg.cassette else {}
+        cassette = (
+            load_cassette(loaded.input(cfg.cassette, f"endpoints.{endpoint_name}.cassette"))
+            if cfg.cassette
+            else {}
+        )
         return RecordedEndpoint(
             endpoint_name,
             suite=suite,

@@ -38,7 +38,7 @@ def resume_problem(loaded: LoadedConfig, suite: str, manifest: Mapping[str, Any]
     if not isinstance(fixtures, dict):  # a hand-edited manifest: nothing to check it against
         return "its manifest has no fixtures object"
     try:
-        digest: str | None = file_digest(loaded.resolve(cfg.fixtures))
+        digest: str | None = file_digest(loaded.input(cfg.fixtures, f"suites.{suite}.fixtures"))
     except OSError:
         digest = None
     if fixtures.get("digest") != digest:

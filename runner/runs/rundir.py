@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from runner import __version__
+from runner import __version__, logs
 from runner.config import LoadedConfig, load_config
 from runner.errors import ConfigError, DataError, UsageError
 from runner.ledger import read_json_object
@@ -26,13 +26,14 @@ MANIFEST_VERSION = 1
 
 
 def _public_url(url: str | None) -> str | None:
-    """Drop any user:password@ from a URL before it is written anywhere."""
+    """Drop any user:password@ and query from a URL before it is written anywhere, and mask
+    what is left of a secret (a base_url read from the environment is one: `runner.config`)."""
     if not url:
         return url
     parts = urlsplit(url)
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return logs.scrub_text(urlunsplit((parts.scheme, netloc, parts.path, "", "")))
 
 
 def file_digest(path: Path) -> str:
