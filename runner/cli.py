@@ -213,7 +213,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
         today=today,
         force=args.force,
     )
-    print(json.dumps(changes, sort_keys=True))
+    print(json.dumps(changes, sort_keys=True, allow_nan=False))
     return 0
 
 
@@ -229,7 +229,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from runner.diff import diff_ledgers, exit_code
 
     counts = diff_ledgers(_ledger(args.base), _ledger(args.cand))
-    print(json.dumps(counts, sort_keys=True))
+    print(json.dumps(counts, sort_keys=True, allow_nan=False))
     return exit_code(counts)
 
 
@@ -294,7 +294,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     }
     if not stratified:
         report["note"] = "unstratified: no case names a stratum, ceiling detector skipped"
-    print(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2, allow_nan=False))
     return (1 if alerts else 0) | (2 if unscored else 0)
 
 
@@ -319,7 +319,7 @@ def cmd_health(args: argparse.Namespace) -> int:
 
     # not $PARALLAX_CONFIG: an image sets it for `run`, while its daemon may name another config
     report = daemon_health(Path(args.config) if args.config else None, max_age=args.max_age)
-    print(json.dumps(report, sort_keys=True))
+    print(json.dumps(report, sort_keys=True, allow_nan=False))
     return 0 if report["healthy"] else 1
 
 

@@ -45,6 +45,12 @@ from runner.templates import load_template, request_sha
 ENDPOINT_KINDS = ("recorded", "openai-chat", "anthropic-messages", "http-json")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a page of TOML; a bigger one is the wrong file
 MAX_HEARTBEAT_SECONDS = 3600.0  # a daemon silent for longer than an hour is not watched at all
+# The largest price per million tokens and budget a config may name, in US dollars: a dollar a
+# token is past any model's price, and a billion dollars past any night's spend. Every cost
+# parallax computes (tokens bounded by `runner.usage.MAX_TOKENS`) then stays a finite number.
+MAX_PRICE_PER_MTOK = 1_000_000.0
+MAX_BUDGET_USD = 1_000_000_000.0
+MAX_TOKENS_CAP = 2**31 - 1  # the largest max_tokens a provider parses (a 32-bit int)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]*\Z")  # "" too: the body's model only
@@ -214,9 +220,9 @@ class Price(_Strict):
     """What an endpoint's tokens cost, in US dollars per million; cached prompt tokens cost
     `input_per_mtok` unless `cached_input_per_mtok` says otherwise (`runner.usage`)."""
 
-    input_per_mtok: float = Field(ge=0)
-    output_per_mtok: float = Field(ge=0)
-    cached_input_per_mtok: float | None = Field(None, ge=0)
+    input_per_mtok: float = Field(ge=0, le=MAX_PRICE_PER_MTOK)
+    output_per_mtok: float = Field(ge=0, le=MAX_PRICE_PER_MTOK)
+    cached_input_per_mtok: float | None = Field(None, ge=0, le=MAX_PRICE_PER_MTOK)
 
 
 class EndpointConfig(_Strict):
@@ -231,7 +237,7 @@ class EndpointConfig(_Strict):
     protocol: Literal["openai-chat", "anthropic-messages"] | None = None
     headers: dict[HeaderName, HeaderValue] = Field(default_factory=dict)
     temperature: float = Field(0.0, ge=0)
-    max_tokens: int = Field(512, ge=1)
+    max_tokens: int = Field(512, ge=1, le=MAX_TOKENS_CAP)
     concurrency: int = Field(8, ge=1, le=4096)
     rpm: float | None = Field(None, gt=0)
     timeout: Timeouts = Field(default_factory=Timeouts)
@@ -339,7 +345,7 @@ class SuiteConfig(_Strict):
         ]
     ] = Field(default_factory=list)
     alpha: float = Field(0.05, gt=0, lt=1)  # significance level of the paired test
-    budget_usd: float | None = Field(None, gt=0)  # overrides the top-level budget_usd
+    budget_usd: float | None = Field(None, gt=0, le=MAX_BUDGET_USD)  # overrides the top level
 
 
 class Config(_Strict):
@@ -359,7 +365,7 @@ class Config(_Strict):
     serve_heartbeat_seconds: float = Field(15.0, ge=0.01, le=MAX_HEARTBEAT_SECONDS)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     # the most one run of a suite may spend, in US dollars (`runner.budget`); unset: no cap
-    budget_usd: float | None = Field(None, gt=0)
+    budget_usd: float | None = Field(None, gt=0, le=MAX_BUDGET_USD)
     endpoints: dict[str, EndpointConfig]
     suites: dict[str, SuiteConfig]
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from runner import jsontext
 from runner.text import visible
 
 # structlog imports rich, when it is installed, for a traceback renderer parallax never uses
@@ -324,7 +325,7 @@ def configure(*, json: bool | None = None, after_stdout: AfterStdout = AfterStdo
     if json is None:
         json = not sys.stdout.isatty()
     rendering: list[Any] = (
-        [structlog.processors.JSONRenderer()]
+        [structlog.processors.JSONRenderer(serializer=jsontext.text)]
         if json
         else [_visible_processor, structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())]
     )

@@ -599,6 +599,54 @@ def test_a_header_value_from_a_variable_is_checked_and_never_shown(
     assert "secret" not in str(err)
 
 
+# --- amounts past any real one ------------------------------------------------------------------
+
+_PRICED = re.sub(
+    r'model = "(\w+-model)"',
+    'model = "\\1"\nprice = { input_per_mtok = 3, output_per_mtok = 15 }',
+    MINIMAL,
+)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ("input_per_mtok = 3,", "input_per_mtok = 1e308,", "endpoints.ref.price.input_per_mtok"),
+        ("output_per_mtok = 15", "output_per_mtok = 1e7", "endpoints.ref.price.output_per_mtok"),
+        (
+            "output_per_mtok = 15",
+            "output_per_mtok = 15, cached_input_per_mtok = 1e300",
+            "endpoints.ref.price.cached_input_per_mtok",
+        ),
+        ('snapshots_dir = "s"', "budget_usd = 1e308", "budget_usd"),
+        ('candidate = "cand"', 'candidate = "cand"\nbudget_usd = 1e10', "suites.cities.budget_usd"),
+        (
+            'model = "cand-model"',
+            'model = "cand-model"\nmax_tokens = 10000000000000',
+            "endpoints.cand.max_tokens",
+        ),
+    ],
+)
+def test_a_price_budget_or_max_tokens_past_any_real_one_is_refused_at_load(
+    tmp_path: Path, old: str, new: str, key: str
+) -> None:
+    """A price of 1e308 made a budget's estimate overflow (a traceback) and, without a budget,
+    summary.json's cost `Infinity`: every amount a cost is computed from is bounded at load
+    (a dollar a token, a billion-dollar budget, a 32-bit max_tokens), named by its key."""
+    err = load_error(tmp_path, ('snapshots_dir = "s"\n' + _PRICED).replace(old, new, 1))
+    assert (err.key, err.reason.startswith("Input should be less than or equal to ")) == (key, True)
+
+
+def test_the_largest_price_and_budget_load(tmp_path: Path) -> None:
+    """The bounds themselves are amounts a config may name."""
+    text = "budget_usd = 1e9\n" + _PRICED.replace("input_per_mtok = 3,", "input_per_mtok = 1e6,")
+    loaded = load_config(write(tmp_path, text))
+    assert (loaded.budget_usd("cities"), loaded.endpoint("ref").price) == (
+        1e9,
+        Price(input_per_mtok=1e6, output_per_mtok=15),
+    )
+
+
 # --- numbers that are not finite ----------------------------------------------------------------
 
 # where each config table's keys are written in MINIMAL: (text before, text after a key line)

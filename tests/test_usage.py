@@ -274,3 +274,54 @@ def test_a_live_run_against_llmock_takes_tokens_and_cost_from_the_replies(
     replayed = json.loads(again.read_text("utf-8"))["usage"]
     recorded = json.loads((source / "summary.json").read_text("utf-8"))["usage"]
     assert replayed == recorded  # a function of the outcome rows
+
+
+def _recorded_suite(tmp_path: Path, usage: dict[str, Any], *, top: str = "", price: str) -> None:
+    """Two recorded cases per side, each reply carrying `usage`, both sides at `price`."""
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(c) + "\n" for c in TEXT_CASES), "utf-8")
+    rows = [{"case_id": c["id"], "completion": "hi", "usage": usage} for c in TEXT_CASES]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    (tmp_path / "parallax.toml").write_text(
+        f'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n{top}\n'
+        + "".join(
+            f'[endpoints.{n}]\nkind = "recorded"\ncassette = "c.jsonl"\nprice = {price}\n'
+            for n in ("ref", "cand")
+        )
+        + '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"\n',
+        "utf-8",
+    )
+
+
+@pytest.mark.parametrize("top", ["", "budget_usd = 5"])
+def test_a_price_past_any_real_one_is_a_config_error_not_infinity(tmp_path: Path, top: str) -> None:
+    """A price of 1e308 crashed at the budget's estimate (a traceback) or, without a budget,
+    wrote `Infinity` into summary.json: it is refused at load, naming the key (exit 78)."""
+    _recorded_suite(
+        tmp_path,
+        {"prompt_tokens": 5, "completion_tokens": 3},
+        top=top,
+        price="{ input_per_mtok = 1e308, output_per_mtok = 1 }",
+    )
+    for command in ("validate", "run"):
+        done = run_parallax(command, "--config", "parallax.toml", cwd=tmp_path)
+        assert done.returncode == 78, done.stderr
+        (line,) = done.stderr.splitlines()
+        assert line.startswith("parallax: parallax.toml: endpoints.ref.price.input_per_mtok: ")
+    assert not (tmp_path / "runs" / "s").exists()
+
+
+def test_the_dearest_price_on_the_largest_usage_is_a_finite_summary(tmp_path: Path) -> None:
+    """At the largest price and token counts parallax takes, with a budget, every figure in
+    summary.json is a number JSON can hold."""
+    _recorded_suite(
+        tmp_path,
+        {"prompt_tokens": 10**9, "completion_tokens": 10**9},
+        top="budget_usd = 1e9",
+        price="{ input_per_mtok = 1e6, output_per_mtok = 1e6 }",
+    )
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert done.returncode in (0, 1, 2, 3), done.stderr
+    (summary,) = tmp_path.glob("runs/s/*/summary.json")
+    usage = json.loads(summary.read_text("utf-8"), parse_constant=pytest.fail)["usage"]
+    cost = usage["sides"]["candidate"]["cost_usd"]  # 2e9 a call: the budget may cut the second
+    assert cost in (2e9, 4e9), cost
