@@ -47,7 +47,7 @@ MAX_CONFIG_BYTES = 1 << 20  # a config is a page of TOML; a bigger one is the wr
 MAX_HEARTBEAT_SECONDS = 3600.0  # a daemon silent for longer than an hour is not watched at all
 # The largest price per million tokens and budget a config may name, in US dollars: a dollar a
 # token is past any model's price, and a billion dollars past any night's spend. Every cost
-# parallax computes (tokens bounded by `runner.usage.MAX_TOKENS`) then stays a finite number.
+# parallax computes (from counts bounded by `runner.usage.MAX_TOKENS`) stays a finite number.
 MAX_PRICE_PER_MTOK = 1_000_000.0
 MAX_BUDGET_USD = 1_000_000_000.0
 MAX_TOKENS_CAP = 2**31 - 1  # the largest max_tokens a provider parses (a 32-bit int)
