@@ -2,9 +2,11 @@
 
 Heavy modules are imported inside each command so `parallax --help` starts fast. Every
 ParallaxError becomes one line on stderr and its exit code; argparse's usage errors exit 64
-(not argparse's 2, which means "incomplete" here). For the commands whose stdout is the log
-stream (`run`, `replay`, `serve`) the same failure is also one `run.failed` line there, so a
-nightly job that never started is seen by whatever alerts on its logs.
+(not argparse's 2, which means "incomplete" here). Any other exception is a bug in parallax:
+exit 70 (an `InternalError`), never the 1 a Python traceback exits with, which reads as "review
+needed". For the commands whose stdout is the log stream (`run`, `replay`, `serve`) the same
+failure is also one `run.failed` line there (a bug's with its traceback), so a nightly job that
+never started, or stopped, is seen by whatever alerts on its logs.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # _Refused keeps its leading underscore: run.failed names the first public class, UsageError
 from runner.arguments import DEFAULT_CONFIG, GRADE_THRESHOLDS, _Refused, build_parser
-from runner.errors import ConfigError, DataError, ParallaxError, UsageError
+from runner.errors import ConfigError, DataError, InternalError, ParallaxError, UsageError
 
 if TYPE_CHECKING:
     from runner.config import LoadedConfig
@@ -477,6 +480,14 @@ def _failed(exc: ParallaxError, command: str | None) -> int:
     from runner.text import visible
 
     message = logs.scrub_text(str(exc))
+    bug: dict[str, Any] = {}
+    if isinstance(exc, InternalError):  # what a bug report needs
+        found = "".join(traceback.format_exception(exc.cause))
+        bug = {"traceback": found[-4000:]}
+        if exc.run_dir is not None:
+            bug["run_dir"] = str(exc.run_dir)
+        if command not in _LOG_STREAM:  # no log line to carry it: stderr, above the line
+            logs.say(logs.scrub_text(found.rstrip()))
     if command in _LOG_STREAM:
         if not logs.configured():  # the command line was refused before the command ran
             logs.configure()
@@ -486,6 +497,7 @@ def _failed(exc: ParallaxError, command: str | None) -> int:
             exit_code=exc.exit_code,
             error=next(c.__name__ for c in type(exc).__mro__ if not c.__name__.startswith("_")),
             message=message,
+            **bug,
         )
     line = message if isinstance(exc, _Refused) else f"parallax: {message}"
     # a control character or a bidi control from a file or an argument (a key with a newline,
@@ -529,4 +541,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         drop_stream(sys.stdout)
         return EXIT_CLOSED_PIPE
+    except Exception as exc:  # a bug, whatever the command: one line and exit 70
+        return _failed(InternalError(exc), _command_in(argv))
     return code

@@ -45,7 +45,7 @@ RUN_FINISHED = "run.finished"
 RUN_RESUMED = "run.resumed"
 RUN_STOPPING = "run.stopping"  # a stop signal came: no new call, calls in flight get the grace
 RUN_INTERRUPTED = "run.interrupted"  # a stop signal: ledgers flushed, the run dir left to resume
-RUN_FAILED = "run.failed"  # run, replay or serve refused to start or ended on a ParallaxError
+RUN_FAILED = "run.failed"  # run, replay or serve refused to start, or stopped on an error
 REPORT_FAILED = "report.failed"  # report.html/report.md could not be written
 # alerts (the paging contract)
 ALERT_DISAGREEMENT_CHANGED = "alert.disagreement_changed"
