@@ -265,14 +265,17 @@ def cmd_grade(args: argparse.Namespace) -> int:
         # (a schema miss, kept out of the rates), never graded as a wrong answer
         answer, problem = read_answer(text, expects_json=case.expects_json)
         reply = Reply(text, answer, tool_calls=case.completion_calls)
-        misses = [problem] if problem else list(grade(case, reply, graders).misses)
-        results.append((stratum, None if problem else not misses))
+        graded = None if problem else grade(case, reply, graders)
+        misses = [problem] if graded is None else list(graded.misses)
+        # a custom grader past its time limit leaves the answer unscored too
+        scored = graded is not None and graded.task_score is not None
+        results.append((stratum, not misses if scored else None))
         if misses:
             failure = {
                 "case_id": case.id,
                 "stratum": stratum,
                 "passed": False,
-                "scored": problem is None,
+                "scored": scored,
                 "reasons": misses,
             }
             if case.tools or case.completion_calls:  # the calls the tool misses are about

@@ -334,6 +334,9 @@ class SuiteConfig(_Strict):
     reference: Text
     candidate: Text
     graders: Text | None = None
+    # how long one call of a custom grader may run before its reply is unscored
+    # (`grader_error:timeout`): the one bound on grading that is the clock's (`runner.grading`)
+    grader_timeout_seconds: float = Field(30.0, gt=0, le=86_400)
     samples: int = Field(1, ge=1, le=100)
     schedule: Text | None = None  # five-field cron (six: seconds first), for `parallax serve`
     timezone: Text = "UTC"

@@ -52,7 +52,11 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
     if (problem := file_problem(fixtures_path)) is not None:
         raise ConfigError(loaded.path, f"suites.{name}.fixtures", f"{problem}: {cfg.fixtures}")
     graders = load_graders(
-        cfg.graders, loaded.base_dir, config_path=str(loaded.path), key=f"suites.{name}.graders"
+        cfg.graders,
+        loaded.base_dir,
+        config_path=str(loaded.path),
+        key=f"suites.{name}.graders",
+        seconds=cfg.grader_timeout_seconds,
     )
     fixtures = FixtureFile(fixtures_path)
     shapes = [loaded.shape(getattr(cfg, side)) for side in SIDES]
