@@ -13,13 +13,10 @@ compile fails `validate` and every command at load, never mid-run.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import os
 import re
 import tomllib
-import types
-import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -36,6 +33,16 @@ from pydantic import (
     model_validator,
 )
 
+from runner.configtypes import (
+    HEADER_NAME,
+    TYPE_WORDS,
+    HeaderName,
+    HeaderValue,
+    from_env,
+    header_value,
+    typed,
+    written,
+)
 from runner.errors import ConfigError, reason_of
 from runner.files import Unreadable, file_problem, read_regular
 from runner.jsontext import MAX_DEPTH, long_integer_line
@@ -53,11 +60,6 @@ MAX_BUDGET_USD = 1_000_000_000.0
 MAX_TOKENS_CAP = 2**31 - 1  # the largest max_tokens a provider parses (a 32-bit int)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]*\Z")  # "" too: the body's model only
-# RFC 9110's field-value as every client sends it unchanged: visible ASCII, inner spaces and
-# tabs. A line break would split the request; a NUL, a control or a byte past ASCII is refused
-# or rewritten by some client mid-run; spaces at an end are stripped by the server.
-_HEADER_VALUE = re.compile(r"^(?:[!-~](?:[ \t!-~]*[!-~])?)?\Z")
 # The body keys a chat protocol sets itself, and from what: a `params` entry would send a
 # second value for one of them (which wins would depend on the protocol's code) or contradict
 # the request_sha that pins the endpoint key it duplicates.
@@ -90,78 +92,6 @@ SHAPE_KEYS = ("system", "system_file", "user_template", "user_template_file", "p
 Text = Annotated[str, Field(min_length=1)]
 
 
-def _header_name(name: str) -> str:
-    if not name or not _HEADER_NAME.match(name):
-        raise ValueError(f"{name!r} is no header name (letters, digits, '-', no spaces)")
-    return name
-
-
-def _header_value(value: str) -> str:
-    """(The value is never part of the message: a header may carry a secret.)"""
-    if not _HEADER_VALUE.match(value):
-        raise ValueError(
-            "is no header value: printable ASCII only (no line break, control or non-ASCII "
-            "character, no space at either end)"
-        )
-    return value
-
-
-# Every config value that is sent as a request header, checked at load: `validate` finds a
-# value no client could send, instead of a run failing at its first call naming no key.
-HeaderName = Annotated[str, AfterValidator(_header_name)]
-HeaderValue = Annotated[str, AfterValidator(_header_value)]
-
-
-class _FromEnv(str):
-    """A config string that holds a `${VAR}`: where a key is not text (a number, a flag) its
-    value is read as the TOML value it spells, as if written in the file (`_Strict._typed`)."""
-
-    __slots__ = ()
-
-
-def _takes_text(annotation: Any) -> bool:
-    """Whether a field accepts a string as written: text, a choice of names, or either."""
-    if annotation is str:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin is Annotated:
-        return _takes_text(typing.get_args(annotation)[0])
-    if origin is Literal:
-        return all(isinstance(choice, str) for choice in typing.get_args(annotation))
-    if origin in (typing.Union, types.UnionType):
-        return any(_takes_text(arm) for arm in typing.get_args(annotation))
-    return False
-
-
-def _holds_tables(annotation: Any) -> bool:
-    """Whether a field's value is (or holds) config tables, which type their own strings."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return True
-    return any(_holds_tables(arm) for arm in typing.get_args(annotation))
-
-
-def _plain(value: Any) -> Any:
-    """`value` with every _FromEnv inside it a plain str (a table or array field keeps its
-    strings as strings: a header or a param read from a variable is still text)."""
-    if isinstance(value, _FromEnv):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _scalar(text: str) -> Any:
-    """A variable's text as the TOML scalar it spells (`5`, `0.5`, `true`, `inf`), else the
-    text itself, which the field then refuses as it would refuse a string in the file."""
-    try:
-        value = tomllib.loads(f"v = {text}")["v"]
-    except (tomllib.TOMLDecodeError, ValueError, RecursionError):
-        return text
-    return value if isinstance(value, int | float) else text  # a bool is an int
-
-
 def _article(kind: str) -> str:
     """`an openai-chat`, `an http-json`, `a recorded`: every message names a kind this way."""
     return f"an {kind}" if kind.startswith(("a", "e", "i", "o", "u", "http")) else f"a {kind}"
@@ -191,10 +121,7 @@ class _Strict(BaseModel):
     def _typed(cls, value: Any, info: ValidationInfo) -> Any:
         if info.field_name is None:
             return value
-        annotation = cls.model_fields[info.field_name].annotation
-        if isinstance(value, _FromEnv) and not _takes_text(annotation):
-            return _scalar(value)
-        return value if _holds_tables(annotation) else _plain(value)
+        return typed(value, cls.model_fields[info.field_name].annotation)
 
 
 class Timeouts(_Strict):
@@ -246,7 +173,7 @@ class EndpointConfig(_Strict):
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     body_template: dict[str, Any] | None = None
     answer_pointer: str = "/answer"  # "" is the whole body
-    anthropic_version: Annotated[Text, AfterValidator(_header_value)] = "2023-06-01"
+    anthropic_version: Annotated[Text, AfterValidator(header_value)] = "2023-06-01"
     # the response header that names the model which served a call (a gateway's backend);
     # unset: known gateways' headers (LiteLLM's x-litellm-model-name), "": the body's `model`
     served_model_header: str | None = None
@@ -306,7 +233,7 @@ class EndpointConfig(_Strict):
         """A header name (RFC 9110's token), lower-cased as raw.jsonl keeps header names."""
         if name is None:
             return None
-        if not _HEADER_NAME.match(name):
+        if not HEADER_NAME.match(name):
             raise ValueError(f"{name!r} is no header name (letters, digits, '-', no spaces)")
         return name.lower()
 
@@ -496,44 +423,6 @@ def _interpolate(value: Any, path: Path, key: str, empties: dict[str, str]) -> A
     return value
 
 
-def _from_env(written: Any, read: Any) -> Any:
-    """`read` (the interpolated config) with each string that held a `${VAR}` in the file
-    (`written`) marked as one, so a key that is not text reads it as a value (`_FromEnv`)."""
-    if isinstance(written, str) and isinstance(read, str):
-        return _FromEnv(read) if _VAR.search(written) else read
-    if isinstance(written, Mapping) and isinstance(read, Mapping):
-        return {k: _from_env(written.get(k), v) for k, v in read.items()}
-    if isinstance(written, list) and isinstance(read, list) and len(written) == len(read):
-        return [_from_env(w, r) for w, r in zip(written, read, strict=True)]
-    return read
-
-
-_TYPE_WORDS = {
-    "bool_type": "true or false",
-    "int_type": "a whole number",
-    "float_type": "a number",
-    "string_type": "a string",
-    "dict_type": "a table",
-    "model_type": "a table",
-    "list_type": "an array",
-}
-
-
-def _written(value: Any) -> str:
-    """A refused value as TOML writes it, short (a table or an array by its kind only)."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, str):
-        return json.dumps(value)[:60]
-    if isinstance(value, int | float):
-        return repr(value)[:60]
-    if isinstance(value, Mapping):
-        return "a table"
-    if isinstance(value, list):
-        return "an array"
-    return type(value).__name__
-
-
 def _first_error(path: Path, exc: ValidationError, empties: Mapping[str, str]) -> ConfigError:
     errors = exc.errors()
     first = errors[0]
@@ -553,8 +442,8 @@ def _first_error(path: Path, exc: ValidationError, empties: Mapping[str, str]) -
         reason = f"must be a finite number, got {first['input']}"
     elif first["type"] == "string_too_short":
         reason = "must not be empty"
-    elif first["type"] in _TYPE_WORDS:  # strict: what TOML wrote is not of the key's type
-        reason = f"must be {_TYPE_WORDS[first['type']]}, got {_written(first['input'])}"
+    elif first["type"] in TYPE_WORDS:  # strict: what TOML wrote is not of the key's type
+        reason = f"must be {TYPE_WORDS[first['type']]}, got {written(first['input'])}"
     else:
         reason = str(first["msg"]).removeprefix("Value error, ")
         # a rule about a table whose value came out of an empty variable: say which one
@@ -590,7 +479,7 @@ def load_config(path: Path) -> LoadedConfig:
         raise ConfigError(path, None, f"invalid TOML: {reason_of(exc)}{at}") from None
     _refuse_too_deep(data, path)
     empties: dict[str, str] = {}
-    data = _from_env(data, _interpolate(data, path, "", empties))
+    data = from_env(data, _interpolate(data, path, "", empties), _VAR)
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
