@@ -548,3 +548,38 @@ def test_a_template_file_that_is_no_regular_file_is_refused_without_reading(
             f"p.toml: {KEY}_file: cannot read {file}: not a regular file (a device, FIFO or socket)"
         )
         assert expected == str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("template", "reason"),
+    [
+        ("{{ 'x' * 1000000000 }}", "repeating a value 1000000000 times (*) would build"),
+        ("{% if false %}{{ 10 ** 100000000 }}{% endif %}{{ prompt | string }}", None),
+        ("{{ prompt.upper | string }}", "turns a function into text (|string)"),
+    ],
+)
+def test_validate_refuses_an_unbounded_template_naming_the_case_and_key(
+    tmp_path: Path, template: str, reason: str | None
+) -> None:
+    """`{{ 'x' * 1000000000 }}` passed `validate` at 3.85 GB and `10 ** 100000000` hung the
+    config's load: `validate` exits 65 on one line naming the fixture line, the case, the
+    bound and the key, or passes the template whose huge constant never runs."""
+    from relkit import run_parallax
+
+    (tmp_path / "f.jsonl").write_text('{"id": "c1", "prompt": "Hi."}\n', "utf-8")
+    (tmp_path / "c.jsonl").write_text('{"case_id": "c1", "completion": "x"}\n', "utf-8")
+    (tmp_path / "parallax.toml").write_text(
+        'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
+        '[endpoints.ref]\nkind = "recorded"\ncassette = "c.jsonl"\n'
+        f'[endpoints.cand]\nkind = "recorded"\ncassette = "c.jsonl"\nuser_template = "{template}"\n'
+        '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"\n',
+        "utf-8",
+    )
+    done = run_parallax("validate", "--config", "parallax.toml", cwd=tmp_path)
+    if reason is None:
+        assert done.returncode == 0, done.stderr
+        return
+    assert done.returncode == 65, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("parallax: f.jsonl:1: case 'c1': ") and reason in line, line
+    assert line.endswith("(in endpoints.cand.user_template)")
