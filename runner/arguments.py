@@ -23,7 +23,10 @@ _VERDICT = """  0   clean
   2   incomplete: transport or schema misses (infrastructure, not quality)
   3   both 1 and 2
 """
-_ERRORS = "  64  usage error    65  bad fixture or data file    78  bad config\n"
+_ERRORS = (
+    "  64  usage error    65  bad fixture or data file    78  bad config\n"
+    "  70  a bug in parallax (one line naming it; a run dir it stopped resumes)\n"
+)
 _LOGGED = _ERRORS + "      each of them also one run.failed line on stdout\n"
 _CLOSED_PIPE = "  141 stdout closed by its reader (`| head`): stopped quietly\n"
 _DATA = _ERRORS + _CLOSED_PIPE
@@ -31,7 +34,7 @@ _DATA = _ERRORS + _CLOSED_PIPE
 # Every command shares one contract; each --help lists only the codes that command returns.
 EXIT_CODES = (
     f"exit codes:\n{_VERDICT}{_ERRORS}"
-    "  70  serve: the scheduler itself crashed    74  serve: its stdout was closed\n"
+    "  74  serve: its stdout was closed\n"
     "  130 / 143  run, replay: stopped by SIGINT / SIGTERM (a run resumes with --resume)\n"
     "  141  a command's data on stdout found no reader (`| head`)\n"
 )
@@ -61,7 +64,8 @@ _COMMAND_EXIT_CODES = {
     "grade": "  0   no stratum alert\n  1   a stratum alert\n"
     "  2   a case could not be scored (a JSON case answered otherwise: answer_not_json)\n"
     "  3   both 1 and 2\n" + _DATA,
-    "serve": "  0   stopped by SIGTERM, SIGINT or SIGHUP\n  70  the scheduler itself crashed\n"
+    "serve": "  0   stopped by SIGTERM, SIGINT or SIGHUP\n"
+    "  70  also: the scheduler itself crashed\n"
     "  74  stdout closed by its reader: stopped as on SIGTERM (restart it)\n" + _LOGGED,
     "health": "  0   the daemon runs with a fresh heartbeat; without --config, also when no\n"
     "      daemon was ever started on this host (a one-shot container: nothing to check)\n"

@@ -2,9 +2,11 @@
 
 Heavy modules are imported inside each command so `parallax --help` starts fast. Every
 ParallaxError becomes one line on stderr and its exit code; argparse's usage errors exit 64
-(not argparse's 2, which means "incomplete" here). For the commands whose stdout is the log
-stream (`run`, `replay`, `serve`) the same failure is also one `run.failed` line there, so a
-nightly job that never started is seen by whatever alerts on its logs.
+(not argparse's 2, which means "incomplete" here). Any other exception is a bug in parallax:
+exit 70 (an `InternalError`), never the 1 a Python traceback exits with, which reads as "review
+needed". For the commands whose stdout is the log stream (`run`, `replay`, `serve`) the same
+failure is also one `run.failed` line there (a bug's with its traceback), so a nightly job that
+never started, or stopped, is seen by whatever alerts on its logs.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # _Refused keeps its leading underscore: run.failed names the first public class, UsageError
 from runner.arguments import DEFAULT_CONFIG, GRADE_THRESHOLDS, _Refused, build_parser
-from runner.errors import ConfigError, DataError, ParallaxError, UsageError
+from runner.errors import ConfigError, DataError, InternalError, ParallaxError, UsageError
 
 if TYPE_CHECKING:
     from runner.config import LoadedConfig
@@ -215,7 +218,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
         today=today,
         force=args.force,
     )
-    print(json.dumps(changes, sort_keys=True))
+    print(json.dumps(changes, sort_keys=True, allow_nan=False))
     return 0
 
 
@@ -231,7 +234,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from runner.diff import diff_ledgers, exit_code
 
     counts = diff_ledgers(_ledger(args.base), _ledger(args.cand))
-    print(json.dumps(counts, sort_keys=True))
+    print(json.dumps(counts, sort_keys=True, allow_nan=False))
     return exit_code(counts)
 
 
@@ -264,14 +267,17 @@ def cmd_grade(args: argparse.Namespace) -> int:
         # (a schema miss, kept out of the rates), never graded as a wrong answer
         answer, problem = read_answer(text, expects_json=case.expects_json)
         reply = Reply(text, answer, tool_calls=case.completion_calls)
-        misses = [problem] if problem else list(grade(case, reply, graders).misses)
-        results.append((stratum, None if problem else not misses))
+        graded = None if problem else grade(case, reply, graders)
+        misses = [problem] if graded is None else list(graded.misses)
+        # a custom grader past its time limit leaves the answer unscored too
+        scored = graded is not None and graded.task_score is not None
+        results.append((stratum, not misses if scored else None))
         if misses:
             failure = {
                 "case_id": case.id,
                 "stratum": stratum,
                 "passed": False,
-                "scored": problem is None,
+                "scored": scored,
                 "reasons": misses,
             }
             if case.tools or case.completion_calls:  # the calls the tool misses are about
@@ -296,7 +302,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     }
     if not stratified:
         report["note"] = "unstratified: no case names a stratum, ceiling detector skipped"
-    print(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2, allow_nan=False))
     return (1 if alerts else 0) | (2 if unscored else 0)
 
 
@@ -321,7 +327,7 @@ def cmd_health(args: argparse.Namespace) -> int:
 
     # not $PARALLAX_CONFIG: an image sets it for `run`, while its daemon may name another config
     report = daemon_health(Path(args.config) if args.config else None, max_age=args.max_age)
-    print(json.dumps(report, sort_keys=True))
+    print(json.dumps(report, sort_keys=True, allow_nan=False))
     return 0 if report["healthy"] else 1
 
 
@@ -517,6 +523,14 @@ def _failed(exc: ParallaxError, command: str | None) -> int:
     from runner.text import visible
 
     message = logs.scrub_text(str(exc))
+    bug: dict[str, Any] = {}
+    if isinstance(exc, InternalError):  # what a bug report needs
+        found = "".join(traceback.format_exception(exc.cause))
+        bug = {"traceback": found[-4000:]}
+        if exc.run_dir is not None:
+            bug["run_dir"] = str(exc.run_dir)
+        if command not in _LOG_STREAM:  # no log line to carry it: stderr, above the line
+            logs.say(logs.scrub_text(found.rstrip()))
     if command in _LOG_STREAM:
         if not logs.configured():  # the command line was refused before the command ran
             logs.configure()
@@ -526,6 +540,7 @@ def _failed(exc: ParallaxError, command: str | None) -> int:
             exit_code=exc.exit_code,
             error=next(c.__name__ for c in type(exc).__mro__ if not c.__name__.startswith("_")),
             message=message,
+            **bug,
         )
     line = message if isinstance(exc, _Refused) else f"parallax: {message}"
     # a control character or a bidi control from a file or an argument (a key with a newline,
@@ -569,4 +584,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         drop_stream(sys.stdout)
         return EXIT_CLOSED_PIPE
+    except Exception as exc:  # a bug, whatever the command: one line and exit 70
+        return _failed(InternalError(exc), _command_in(argv))
     return code

@@ -31,14 +31,26 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from runner.configtypes import (
+    HEADER_NAME,
+    TYPE_WORDS,
+    HeaderName,
+    HeaderValue,
+    from_env,
+    header_value,
+    typed,
+    written,
+)
 from runner.errors import ConfigError, reason_of
 from runner.files import (
     Outside,
@@ -55,9 +67,14 @@ from runner.templates import load_template, request_sha
 ENDPOINT_KINDS = ("recorded", "openai-chat", "anthropic-messages", "http-json")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a page of TOML; a bigger one is the wrong file
 MAX_HEARTBEAT_SECONDS = 3600.0  # a daemon silent for longer than an hour is not watched at all
+# The largest price per million tokens and budget a config may name, in US dollars: a dollar a
+# token is past any model's price, and a billion dollars past any night's spend. Every cost
+# parallax computes (from counts bounded by `runner.usage.MAX_TOKENS`) stays a finite number.
+MAX_PRICE_PER_MTOK = 1_000_000.0
+MAX_BUDGET_USD = 1_000_000_000.0
+MAX_TOKENS_CAP = 2**31 - 1  # the largest max_tokens a provider parses (a 32-bit int)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]*\Z")  # "" too: the body's model only
 # The body keys a chat protocol sets itself, and from what: a `params` entry would send a
 # second value for one of them (which wins would depend on the protocol's code) or contradict
 # the request_sha that pins the endpoint key it duplicates.
@@ -116,14 +133,25 @@ def valid_name(name: object) -> bool:
 
 
 class _Strict(BaseModel):
-    """Every config table: unknown keys refused, and no float may be infinite or NaN.
+    """Every config table: unknown keys refused, strict types, and no float infinite or NaN.
 
-    TOML spells `inf` and `nan` as numbers (and `${VAR}` may read "inf" from the environment);
-    a timeout, rate or threshold that is not finite passes every bound below and only fails
+    Strict: a value is of its key's type as TOML writes it, never coerced (`stream = "yes"`
+    or `stream = 1` is no boolean, `budget_usd = true` no amount), so a typo is refused
+    instead of read as something the author did not write. A `${VAR}` is the one string read
+    as a number or boolean, as if its value were written in the file: `budget_usd =
+    "${BUDGET:-5}"` is 5. TOML spells `inf` and `nan` as numbers (so can a variable); a
+    timeout, rate or threshold that is not finite passes every bound below and only fails
     mid-run, deep in a library, so every float field refuses them here, at load.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _typed(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name is None:
+            return value
+        return typed(value, cls.model_fields[info.field_name].annotation)
 
 
 class Timeouts(_Strict):
@@ -149,9 +177,9 @@ class Price(_Strict):
     """What an endpoint's tokens cost, in US dollars per million; cached prompt tokens cost
     `input_per_mtok` unless `cached_input_per_mtok` says otherwise (`runner.usage`)."""
 
-    input_per_mtok: float = Field(ge=0)
-    output_per_mtok: float = Field(ge=0)
-    cached_input_per_mtok: float | None = Field(None, ge=0)
+    input_per_mtok: float = Field(ge=0, le=MAX_PRICE_PER_MTOK)
+    output_per_mtok: float = Field(ge=0, le=MAX_PRICE_PER_MTOK)
+    cached_input_per_mtok: float | None = Field(None, ge=0, le=MAX_PRICE_PER_MTOK)
 
 
 class EndpointConfig(_Strict):
@@ -164,9 +192,9 @@ class EndpointConfig(_Strict):
     cassette: Text | None = None
     # recorded only: the wire format its replies are written in (a live kind is its own)
     protocol: Literal["openai-chat", "anthropic-messages"] | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[HeaderName, HeaderValue] = Field(default_factory=dict)
     temperature: float = Field(0.0, ge=0)
-    max_tokens: int = Field(512, ge=1)
+    max_tokens: int = Field(512, ge=1, le=MAX_TOKENS_CAP)
     concurrency: int = Field(8, ge=1, le=4096)
     rpm: float | None = Field(None, gt=0)
     timeout: Timeouts = Field(default_factory=Timeouts)
@@ -175,7 +203,7 @@ class EndpointConfig(_Strict):
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     body_template: dict[str, Any] | None = None
     answer_pointer: str = "/answer"  # "" is the whole body
-    anthropic_version: Text = "2023-06-01"
+    anthropic_version: Annotated[Text, AfterValidator(header_value)] = "2023-06-01"
     # the response header that names the model which served a call (a gateway's backend);
     # unset: known gateways' headers (LiteLLM's x-litellm-model-name), "": the body's `model`
     served_model_header: str | None = None
@@ -226,9 +254,6 @@ class EndpointConfig(_Strict):
             parts.port  # noqa: B018 - urlsplit checks the port's range only when it is read
         except ValueError:
             raise ValueError(f"base_url has an invalid port: {self.base_url!r}") from None
-        for name, value in self.headers.items():
-            if any(c in name + value for c in "\r\n\0"):
-                raise ValueError(f"header {name!r} contains a line break or NUL")
         if self.kind == "http-json" and self.body_template is None:
             raise ValueError("an http-json endpoint needs body_template")
         if self.kind != "http-json" and not self.model:
@@ -243,7 +268,7 @@ class EndpointConfig(_Strict):
         """A header name (RFC 9110's token), lower-cased as raw.jsonl keeps header names."""
         if name is None:
             return None
-        if not _HEADER_NAME.match(name):
+        if not HEADER_NAME.match(name):
             raise ValueError(f"{name!r} is no header name (letters, digits, '-', no spaces)")
         return name.lower()
 
@@ -271,6 +296,9 @@ class SuiteConfig(_Strict):
     reference: Text
     candidate: Text
     graders: Text | None = None
+    # how long one call of a custom grader may run before its reply is unscored
+    # (`grader_error:timeout`): the one bound on grading that is the clock's (`runner.grading`)
+    grader_timeout_seconds: float = Field(30.0, gt=0, le=86_400)
     samples: int = Field(1, ge=1, le=100)
     schedule: Text | None = None  # five-field cron (six: seconds first), for `parallax serve`
     timezone: Text = "UTC"
@@ -282,7 +310,7 @@ class SuiteConfig(_Strict):
         ]
     ] = Field(default_factory=list)
     alpha: float = Field(0.05, gt=0, lt=1)  # significance level of the paired test
-    budget_usd: float | None = Field(None, gt=0)  # overrides the top-level budget_usd
+    budget_usd: float | None = Field(None, gt=0, le=MAX_BUDGET_USD)  # overrides the top level
 
 
 class Config(_Strict):
@@ -305,7 +333,7 @@ class Config(_Strict):
     serve_heartbeat_seconds: float = Field(15.0, ge=0.01, le=MAX_HEARTBEAT_SECONDS)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     # the most one run of a suite may spend, in US dollars (`runner.budget`); unset: no cap
-    budget_usd: float | None = Field(None, gt=0)
+    budget_usd: float | None = Field(None, gt=0, le=MAX_BUDGET_USD)
     endpoints: dict[str, EndpointConfig]
     suites: dict[str, SuiteConfig]
 
@@ -531,6 +559,8 @@ def _first_error(path: Path, exc: ValidationError, empties: Mapping[str, str]) -
         reason = f"must be a finite number, got {first['input']}"
     elif first["type"] == "string_too_short":
         reason = "must not be empty"
+    elif first["type"] in TYPE_WORDS:  # strict: what TOML wrote is not of the key's type
+        reason = f"must be {TYPE_WORDS[first['type']]}, got {written(first['input'])}"
     else:
         reason = str(first["msg"]).removeprefix("Value error, ")
         # a rule about a table whose value came out of an empty variable: say which one
@@ -567,7 +597,7 @@ def load_config(path: Path) -> LoadedConfig:
     _refuse_too_deep(data, path)
     _refuse_body_vars(data, path)
     empties: dict[str, str] = {}
-    data = _interpolate(data, path, "", empties)
+    data = from_env(data, _interpolate(data, path, "", empties), _VAR)
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:

@@ -4,7 +4,8 @@
     ├── UsageError           64  wrong arguments, missing run directory, refused action
     ├── DataError            65  a data file parallax reads is broken (ledger, snapshot, cassette)
     │   └── FixtureError     65  a fixture row is malformed: path:line: reason
-    └── ConfigError          78  the TOML config, an env var or a grader module is wrong
+    ├── ConfigError          78  the TOML config, an env var or a grader module is wrong
+    └── InternalError        70  parallax itself failed (a bug), not its input (EX_SOFTWARE)
 
 Transport failures are never exceptions that escape a call: they are stamps (data).
 """
@@ -69,6 +70,28 @@ class ConfigError(ParallaxError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.path, self.key, self.reason)
+
+
+class InternalError(ParallaxError):
+    """An error no input explains: a bug in parallax, caught where it stops a command so that
+    it is one line and exit 70 (never 1, which reads as a verdict). `cause` is the exception,
+    kept for the traceback a log line carries; `run_dir` the run it left unfinished, if any,
+    and `then` what finishes it (a command line to print)."""
+
+    exit_code = 70
+
+    def __init__(
+        self, cause: BaseException, run_dir: Path | None = None, then: str | None = None
+    ) -> None:
+        self.cause = cause
+        self.run_dir = run_dir
+        leaf = cause  # an error inside a task group is named, not the group that carried it
+        while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
+            leaf = leaf.exceptions[0]
+        detail = " ".join(str(leaf).split())[:300]
+        found = f"{type(leaf).__name__}: {detail}" if detail else type(leaf).__name__
+        left = f"; {then}" if then else ""
+        super().__init__(f"internal error (a bug in parallax), {found}{left}")
 
 
 def reason_of(exc: ValueError) -> str:

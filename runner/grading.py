@@ -3,12 +3,21 @@
 Graders are plain functions `(text, expect) -> list[str]`, never a model: a judge saturates just
 like the suite it grades. Grading is a pure function of (case, reply, graders) so that `replay`
 reproduces outcomes byte for byte; nothing here reads the network or global state after the
-grader modules are loaded, and the clock only bounds what a hostile reply could make endless
-(a pattern's search, a schema's check), which no ordinary reply comes near.
+grader modules are loaded.
+
+A grade never depends on how fast the machine is, so what a hostile reply could make endless is
+bounded by work, never by the clock: patterns are searched with RE2, whose time is linear in
+the text (no pattern backtracks without end), and one answer's schema check counts its keyword
+checks (`SCHEMA_STEPS`) and how deeply they nest (`SCHEMA_DEPTH`, with the stack made deep
+enough for that nesting wherever the check starts, so no RecursionError comes first). The same
+reply gets the same misses live, in a replay and on a loaded machine. Only a custom grader, code
+parallax cannot count, is bounded by the clock (`GraderSet.seconds`): one that runs past it is
+unscored (`grader_error:timeout`), never a task miss.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -16,8 +25,9 @@ import importlib.machinery
 import importlib.util
 import os
 import re
+import signal
 import sys
-import time
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -57,18 +67,48 @@ BUILTIN_KEYS: tuple[str, ...] = (
 DEFAULT_MAX_CHARS = 1200
 
 _SENTENCE_END = re.compile(r"[.!?]")
-REGEX_SECONDS = 1.0  # per search of a fixture's `regex` / `not_regex` pattern
-# One answer's whole json_schema check, its searches and `$ref` branches together: a reply
-# picks how many keys a pattern is searched on and how deep a branching `$ref` recurses.
-SCHEMA_SECONDS = 1.0
-_schema_deadline: ContextVar[float | None] = ContextVar("schema_deadline", default=None)
+# One reply's schema checks, its `json_schema` and every tool call's arguments together: a
+# reply picks how many keys a pattern is searched on and how deep a branching `$ref` recurses
+# (2**40 checks of a few hundred bytes), so the check counts its work. A hundred thousand
+# keyword checks is some 20,000 array items of a few keys each: under a second of CPU.
+SCHEMA_STEPS = 100_000
+TEXT_PER_STEP = 1024  # a pattern search costs a step per this many characters it reads, too
+# How deeply keyword checks may nest: a recursive schema over an answer nested MAX_DEPTH (128)
+# levels takes two or three a level. Each takes at most `_FRAMES_PER_LEVEL` Python frames.
+SCHEMA_DEPTH = 512
+_FRAMES_PER_LEVEL = 8
+GRADER_SECONDS = 30.0  # a custom grader's default time limit (a suite's grader_timeout_seconds)
+GRADER_TIMEOUT = "grader_error:timeout"  # the miss of a custom grader that ran past it
+_work: ContextVar[_Work | None] = ContextVar("schema_work", default=None)
 # instances any schema can be tried on at load: a `$ref` that loops or names no anchor fails
 # on them, so it is a fixture error instead of a traceback in a run
 _TRIAL_ANSWERS: tuple[Any, ...] = ({}, [], "", 0, None, True)
 
 
-class _OutOfTime(Exception):
-    """An answer's schema check ran past SCHEMA_SECONDS."""
+class _OverBudget(Exception):
+    """An answer's schema check took more work than its bound (`miss` says which)."""
+
+    def __init__(self, miss: str) -> None:
+        super().__init__(miss)
+        self.miss = miss
+
+
+@dataclass(slots=True)
+class _Work:
+    """The work one reply's schema checks did so far: keyword checks and their nesting."""
+
+    steps: int = 0
+    depth: int = 0
+
+    def charge(self, steps: int) -> None:
+        self.steps += steps
+        if self.steps > SCHEMA_STEPS:
+            raise _OverBudget("schema_too_complex")
+
+
+class _GraderTimeout(BaseException):
+    """A custom grader ran past its time limit (a BaseException: its own `except Exception`
+    does not swallow it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +125,7 @@ class GraderSet:
     key: str = "graders"
     # the folder a grader file a fixture row names must lead into; None: base_dir
     root: Path | None = None
+    seconds: float = GRADER_SECONDS  # how long one call of a custom grader may run
     _extra: dict[str, ModuleType] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -122,19 +163,35 @@ class GraderSet:
 
 
 def load_graders(
-    spec: str | None, base_dir: Path, *, config_path: str, key: str, root: Path | None = None
+    spec: str | None,
+    base_dir: Path,
+    *,
+    config_path: str,
+    key: str,
+    root: Path | None = None,
+    seconds: float = GRADER_SECONDS,
 ) -> GraderSet:
-    """Load a suite's graders from a Python file (relative to base_dir) or a module name.
+    """Load a suite's graders from a Python file (relative to base_dir) or a module name;
+    `seconds` bounds each call of one.
 
     Any failure while importing becomes a one-line ConfigError naming the file, so a typo in a
     grader module exits 78 before a single request is sent. With `root` (a config's input
     root) the file, and every grader file a fixture row names, must lead into it.
     """
     if spec is None or not spec.strip():
-        return GraderSet(base_dir=base_dir, config_path=config_path, key=key, root=root)
+        return GraderSet(
+            base_dir=base_dir, config_path=config_path, key=key, root=root, seconds=seconds
+        )
     module = _import(spec.strip(), base_dir, config_path=config_path, key=key, root=root)
     _registry(module, config_path, key)  # reject a malformed GRADERS now, not mid-run
-    return GraderSet(base_dir=base_dir, module=module, config_path=config_path, key=key, root=root)
+    return GraderSet(
+        base_dir=base_dir,
+        module=module,
+        config_path=config_path,
+        key=key,
+        root=root,
+        seconds=seconds,
+    )
 
 
 def check_case(case: Case, graders: GraderSet) -> None:
@@ -162,9 +219,10 @@ def grade(case: Case, reply: Reply, graders: GraderSet) -> Grade:
     no `empty_completion` (it answered with a call), but a `must_include` still misses on it.
     The tool checks (`runner.toolgrade`) count toward the same task_score. A custom grader
     that raises or returns garbage yields `grader_error:<Class>` instead of crashing the run:
-    one broken grader must not cost the whole night's ledger. Expectation keys that are
-    neither built-in nor handled by a grader are ignored here; `check_case` refuses them at
-    load time.
+    one broken grader must not cost the whole night's ledger. One that runs past its time
+    limit yields `grader_error:timeout`, and the reply is unscored (`Grade.unscored`): how fast
+    the machine was says nothing of the reply. Expectation keys that are neither built-in nor
+    handled by a grader are ignored here; `check_case` refuses them at load time.
     """
     tally = _Tally()
     text = reply.text
@@ -182,31 +240,37 @@ def grade(case: Case, reply: Reply, graders: GraderSet) -> Grade:
         count = sum(1 for piece in _SENTENCE_END.split(text) if piece.strip())
         tally.check(count <= limit, f"too_verbose:{count}>{limit}")
     for pattern in _patterns(expect.get("regex")):
-        found = _search(pattern, text)
-        tally.check(found is True, f"regex_{'mismatch' if found is False else 'timeout'}:{pattern}")
+        tally.check(_search(pattern, text), f"regex_mismatch:{pattern}")
     for pattern in _patterns(expect.get("not_regex")):
-        found = _search(pattern, text)
-        tally.check(found is False, f"regex_{'forbidden' if found else 'timeout'}:{pattern}")
+        tally.check(not _search(pattern, text), f"regex_forbidden:{pattern}")
     if "json_fields" in expect:
         _grade_fields(tally, reply.answer, expect["json_fields"])
+    work = _Work()  # one reply's schema checks share one bound
     if "json_schema" in expect:
         tally.checks += 1
-        violations = _schema_violations(reply.answer, expect["json_schema"])
+        violations = _schema_violations(reply.answer, expect["json_schema"], work)
         tally.misses.extend(violations)
         tally.passed += not violations
-    tools = toolgrade.grade_tools(reply.tool_calls, expect, case.tools)
+    tools = toolgrade.grade_tools(reply.tool_calls, expect, case.tools, work)
     tally.misses.extend(tools.misses)
     tally.checks += tools.checks
     tally.passed += tools.passed_checks
 
     grader = graders.resolve(case)
+    timed_out = False
     if grader is not None:
-        custom = _run_custom(grader, text, expect)
+        custom = _run_custom(grader, text, expect, graders.seconds)
+        timed_out = custom == [GRADER_TIMEOUT]
         checks = max(1, sum(1 for key in expect if not _graded_here(key)))
         tally.checks += checks
         tally.passed += checks - min(len(custom), checks)
         tally.misses.extend(custom)
-    return Grade(misses=tuple(tally.misses), checks=tally.checks, passed_checks=tally.passed)
+    return Grade(
+        misses=tuple(tally.misses),
+        checks=tally.checks,
+        passed_checks=tally.passed,
+        unscored=timed_out,
+    )
 
 
 def _graded_here(key: str) -> bool:
@@ -253,36 +317,83 @@ def _json_equal(left: Any, right: Any) -> bool:
     return type(left) is type(right) and bool(left == right)
 
 
-def _schema_violations(answer: Any, schema: Mapping[str, Any]) -> list[str]:
+def _schema_violations(
+    answer: Any, schema: Mapping[str, Any], work: _Work | None = None
+) -> list[str]:
     """One miss per failing location, sorted so the list is stable across jsonschema versions.
 
     Several errors at one path (two missing required keys both sit at `$`) collapse into one
-    code: the code names where the answer is wrong, and repeating it would add nothing.
+    code: the code names where the answer is wrong, and repeating it would add nothing. A
+    check past its work bound is `schema_too_complex` (more than SCHEMA_STEPS keyword checks,
+    counted across the reply's checks in `work`) or `schema_too_deep` (nested past
+    SCHEMA_DEPTH: a `$ref` that loops for this answer), whatever the machine.
     """
     from jsonschema.validators import validator_for  # imported by the few suites that use it
 
     validator = _bounded(validator_for(schema))(schema, registry=_nowhere())
-    token = _schema_deadline.set(time.monotonic() + SCHEMA_SECONDS)
+    work = work if work is not None else _Work()
+    token = _work.set(work)
     try:
-        paths = {error.json_path for error in validator.iter_errors(answer)}
-    except _OutOfTime:
-        return ["schema_timeout"]
-    except Exception as exc:  # a loop or a dangling anchor only this answer reaches
+        with _stack_for(SCHEMA_DEPTH * _FRAMES_PER_LEVEL):
+            paths = {error.json_path for error in validator.iter_errors(answer)}
+    except _OverBudget as over:
+        return [over.miss]
+    except Exception as exc:  # a dangling anchor only this answer reaches
         return [f"schema_error:{type(exc).__name__.lstrip('_')}"]
     finally:
-        _schema_deadline.reset(token)
+        work.depth = 0
+        _work.reset(token)
     return [f"schema_violation:{path}" for path in sorted(paths)]
 
 
+@contextlib.contextmanager
+def _stack_for(frames: int) -> Iterator[None]:
+    """Room for `frames` more Python frames than the caller already has, for the block.
+
+    The recursion limit counts frames from the bottom of the stack, which is deeper in a live
+    run than in a replay or a test: without this, the same deep check could fail with a
+    RecursionError in one and pass in another.
+    """
+    depth, frame = 0, sys._getframe().f_back
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    old = sys.getrecursionlimit()
+    if depth + frames + 100 > old:
+        sys.setrecursionlimit(depth + frames + 100)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
 def schema_problem(schema: Mapping[str, Any]) -> str | None:
-    """Why a valid schema still cannot check answers, or None: tried on a few answers, a
-    `$ref` that loops back on itself or a `$dynamicRef` that names no anchor fails at once."""
+    """Why a valid schema still cannot check answers, or None: a pattern RE2 cannot search
+    (a backreference, a lookaround), or, tried on a few answers, a `$ref` that loops back on
+    itself or a `$dynamicRef` that names no anchor (each fails at once)."""
+    for pattern in _schema_patterns(schema):
+        if (why := pattern_problem(pattern)) is not None:
+            return f"has a pattern {pattern!r} that cannot be searched: {why}"
     for answer in _TRIAL_ANSWERS:
         misses = _schema_violations(answer, schema)
         if misses and not misses[0].startswith("schema_violation:"):
             found = misses[0].partition(":")[2] or misses[0]
             return f"cannot check an answer ({found}: a $ref that loops, or one that names nothing)"
     return None
+
+
+def _schema_patterns(schema: Any) -> Iterator[str]:
+    """Every regular expression a schema holds: `pattern` values, `patternProperties` keys."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("pattern"), str):
+                yield node["pattern"]
+            if isinstance(node.get("patternProperties"), dict):
+                yield from (key for key in node["patternProperties"] if isinstance(key, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 @functools.cache
@@ -297,29 +408,37 @@ def _nowhere() -> Any:
 
 @functools.cache
 def _bounded(cls: Any) -> Any:
-    """`cls` with its regular-expression keywords searched as `regex` / `not_regex` are.
+    """`cls` with its work counted, and its regular-expression keywords searched with RE2.
 
-    jsonschema runs `pattern`, `patternProperties` and `additionalProperties` through `re`,
-    unbounded: a schema pattern that backtracks without end on some reply stalled the run.
-    A search that runs out of time is a violation where it ran: the answer fails there.
-    (`unevaluatedProperties` searches patterns too, deep inside jsonschema: a schema that
+    Every keyword check is a step of the reply's work and a level of nesting while it runs
+    (`_Work`); jsonschema runs `pattern`, `patternProperties` and `additionalProperties`
+    through `re`, which backtracks without end on some patterns, so those search as `regex`
+    does. (`unevaluatedProperties` searches patterns too, deep inside jsonschema: a schema that
     pairs it with `patternProperties` is refused when the fixture loads.)
     """
     from jsonschema import ValidationError
     from jsonschema.validators import extend
 
-    def timed(keyword: Callable[..., Any]) -> Callable[..., Any]:
-        def check(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-            deadline = _schema_deadline.get()
-            if deadline is not None and time.monotonic() > deadline:
-                raise _OutOfTime
-            return keyword(validator, value, instance, schema)
+    def counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
+        def check(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[Any]:
+            work = _work.get()
+            if work is None:  # a validator used outside `_schema_violations`: not counted
+                yield from keyword(validator, value, instance, schema) or ()
+                return
+            work.charge(1)
+            if work.depth >= SCHEMA_DEPTH:
+                raise _OverBudget("schema_too_deep")
+            work.depth += 1
+            try:
+                yield from keyword(validator, value, instance, schema) or ()
+            finally:
+                work.depth -= 1
 
         return check
 
     def pattern(validator: Any, wanted: str, instance: Any, schema: Any) -> Iterator[Any]:
         if validator.is_type(instance, "string") and not _search(wanted, instance):
-            yield ValidationError(f"{instance!r:.80} does not match {wanted!r} (in time)")
+            yield ValidationError(f"{instance!r:.80} does not match {wanted!r}")
 
     def pattern_properties(
         validator: Any, patterns: dict[str, Any], instance: Any, schema: Any
@@ -327,10 +446,7 @@ def _bounded(cls: Any) -> Any:
         if validator.is_type(instance, "object"):
             for wanted, subschema in patterns.items():
                 for key, value in instance.items():
-                    found = _search(wanted, key)
-                    if found is None:  # unknown whether the subschema applies: not valid
-                        yield ValidationError(f"{wanted!r} ran out of time", path=(key,))
-                    elif found:
+                    if _search(wanted, key):
                         yield from validator.descend(value, subschema, path=key, schema_path=wanted)
 
     def additional_properties(
@@ -357,28 +473,39 @@ def _bounded(cls: Any) -> Any:
         "additionalProperties": additional_properties,
     }
     return extend(  # type: ignore[no-untyped-call]  # jsonschema's stubs leave it untyped
-        cls, {name: timed(keyword) for name, keyword in keywords.items()}
+        cls, {name: counted(keyword) for name, keyword in keywords.items()}
     )
 
 
-def _search(pattern: str, text: str) -> bool | None:
-    """Whether `pattern` occurs in `text`; None when it ran out of time.
+def pattern_problem(pattern: str) -> str | None:
+    """Why RE2 cannot search `pattern` (its own words), or None."""
+    import re2
 
-    A pattern that backtracks without end on some reply (`(a|aa)+$`) would stall the whole
-    run in one grade: the `regex` engine, `re`'s syntax with a timeout, bounds each search.
-    """
-    import regex  # only suites with patterns pay for the import
-
-    seconds = REGEX_SECONDS
-    deadline = _schema_deadline.get()
-    if deadline is not None:  # inside a schema check: what is left of its time, at most
-        seconds = min(seconds, deadline - time.monotonic())
-        if seconds <= 0:
-            raise _OutOfTime
     try:
-        return regex.search(pattern, text, timeout=seconds) is not None
-    except TimeoutError:
-        return None
+        _compiled(pattern)
+    except (re2.error, ValueError) as exc:  # ValueError: text RE2 cannot take (a surrogate)
+        message = exc.args[0] if exc.args else exc
+        return message.decode("utf-8", "replace") if isinstance(message, bytes) else str(message)
+    return None
+
+
+def _search(pattern: str, text: str) -> bool:
+    """Whether `pattern` occurs in `text`, searched with RE2 in time linear in the text (`re`
+    backtracks for hours on `(a|aa)+$` over a run of a's); inside a schema check, a step of
+    its work per TEXT_PER_STEP characters read."""
+    work = _work.get()
+    if work is not None:
+        work.charge(1 + len(text) // TEXT_PER_STEP)
+    return _compiled(pattern).search(text) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> Any:
+    import re2  # only suites with patterns pay for the import
+
+    options = re2.Options()
+    options.log_errors = False  # a refusal is reported once, as the fixture's error
+    return re2.compile(pattern, options=options)
 
 
 def _patterns(value: Any) -> list[str]:
@@ -387,10 +514,14 @@ def _patterns(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def _run_custom(grader: Grader, text: str, expect: Mapping[str, Any]) -> list[str]:
-    """Call a user grader on a private copy of expect, so it cannot change later grades."""
+def _run_custom(grader: Grader, text: str, expect: Mapping[str, Any], seconds: float) -> list[str]:
+    """Call a user grader on a private copy of expect, so it cannot change later grades; one
+    that runs past `seconds` is GRADER_TIMEOUT."""
     try:
-        result = grader(text, copy_json(dict(expect)))
+        with _time_limit(seconds):
+            result = grader(text, copy_json(dict(expect)))
+    except _GraderTimeout:
+        return [GRADER_TIMEOUT]
     except KeyboardInterrupt:  # the user's Ctrl-C, not the grader's failure
         raise
     except BaseException as exc:  # sys.exit(), GeneratorExit, a grader's own BaseException
@@ -398,6 +529,33 @@ def _run_custom(grader: Grader, text: str, expect: Mapping[str, Any]) -> list[st
     if not isinstance(result, list) or not all(isinstance(miss, str) for miss in result):
         return ["grader_error:TypeError"]
     return list(result)
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise _GraderTimeout in the block once it has run `seconds` (SIGALRM's timer).
+
+    A custom grader is arbitrary code: only the clock can bound it. The timer is the main
+    thread's (where a run, a replay's workers and `grade` grade); elsewhere the block runs
+    unbounded rather than not at all.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    armed = True
+
+    def expired(signum: int, frame: Any) -> None:
+        if armed:
+            raise _GraderTimeout
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _import(

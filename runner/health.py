@@ -82,7 +82,7 @@ def write_pointer(heartbeat: Path, config: Path) -> Path:
         if (problem := _private_problem(folder)) is not None:
             raise UsageError(f"{path}: cannot write the daemon pointer `health` reads: {problem}")
         tmp = folder / f"{POINTER_NAME}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(doc, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(doc, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
         tmp.replace(path)
     except OSError as exc:
         raise UsageError(

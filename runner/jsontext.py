@@ -8,11 +8,18 @@ Text a person or a server wrote (fixture rows, reply bodies, JSON answers) is re
 MAX_DEPTH levels of nesting before it is parsed: the stdlib's recursion limit depends on how
 deep the caller's stack already is, so without a fixed bound the same hostile reply could be
 graded one way live and another in a replay.
+
+No JSON parallax writes holds a number that is not finite (`Infinity` and `NaN` are not JSON):
+a ledger row or a log line, which carry what a server sent, writes one as null (`dumps`,
+`text`); a record parallax computed itself (summary.json, manifest.json, a snapshot) refuses
+to be written with one (`ledger.write_json`), since a figure that is not finite is a bug that
+no null should hide.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from typing import Any
@@ -39,7 +46,41 @@ def dumps(row: Any) -> bytes:
     try:
         return orjson.dumps(row, option=_CANONICAL)
     except TypeError:
-        return json.dumps(row, sort_keys=True, separators=(",", ":")).encode("ascii")
+        return json.dumps(finite(row), sort_keys=True, separators=(",", ":")).encode("ascii")
+
+
+def text(value: Any, **options: Any) -> str:
+    """JSON text for a line that must be written whatever it holds (a log line): the stdlib's,
+    with a number that is not finite written as null, as `dumps` writes it."""
+    try:
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:  # a non-finite number; anything else fails again below
+        return json.dumps(finite(value), allow_nan=False, **options)
+
+
+def finite(value: Any) -> Any:
+    """`value` with every float that is not finite as None (a copy where one is found)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def non_finite_at(value: Any) -> str | None:
+    """Where the first number in `value` that is not finite sits (`$.usage.cost_usd`), or None."""
+    stack: list[tuple[Any, str]] = [(value, "$")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return where
+        if isinstance(item, dict):
+            stack.extend((v, f"{where}.{k}") for k, v in reversed(item.items()))
+        elif isinstance(item, list | tuple):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None
 
 
 def loads(raw: bytes | str) -> Any:

@@ -147,7 +147,7 @@ def testsuite(rep: RunReport) -> ET.Element:
                 text = xml_safe(", ".join(map(str, side_alerts)))
                 child = ET.SubElement(tc, "failure", message=text, type="stratum_alert")
                 rates = _as_mapping(summary.get("strata")).get(side)
-                child.text = xml_safe(json.dumps(rates, sort_keys=True))
+                child.text = xml_safe(json.dumps(rates, sort_keys=True, allow_nan=False))
                 counts["failures"] += 1
     for key, value in counts.items():
         suite.set(key, str(value))

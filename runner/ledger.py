@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from runner.errors import DataError, reason_of
-from runner.jsontext import dumps, loads
+from runner.jsontext import dumps, loads, non_finite_at
 
 
 def read_jsonl(path: Path, *, tolerate_torn_tail: bool = True) -> Iterator[tuple[int, Any]]:
@@ -164,8 +164,16 @@ def write_atomic(path: Path, parts: Iterable[bytes]) -> None:
 
 
 def write_json(path: Path, value: Any) -> None:
-    """A small JSON file (manifest, summary, snapshot), indented so a review diff reads well."""
-    data = (json.dumps(value, ensure_ascii=False, sort_keys=True, indent=2) + "\n").encode()
+    """A small JSON file (manifest, summary, snapshot), indented so a review diff reads well.
+
+    A figure that is not finite is refused, the file left as it was (`runner.jsontext`)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, indent=2, allow_nan=False)
+    except ValueError:
+        if (where := non_finite_at(value)) is None:
+            raise
+        raise ValueError(f"{path}: {where} is not a finite number; not written") from None
+    data = (text + "\n").encode()
     write_atomic(path, [data])
 
 

@@ -114,7 +114,7 @@ def _exclusive(path: Path, refused: Callable[[Path, dict[str, Any]], UsageError]
             "since": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(holder) + "\n").encode("utf-8"), 0)
+        os.pwrite(fd, (json.dumps(holder, allow_nan=False) + "\n").encode("utf-8"), 0)
         try:
             yield path
         finally:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from runner import jsontext
 from runner.text import visible
 
 # structlog imports rich, when it is installed, for a traceback renderer parallax never uses
@@ -44,7 +45,7 @@ RUN_FINISHED = "run.finished"
 RUN_RESUMED = "run.resumed"
 RUN_STOPPING = "run.stopping"  # a stop signal came: no new call, calls in flight get the grace
 RUN_INTERRUPTED = "run.interrupted"  # a stop signal: ledgers flushed, the run dir left to resume
-RUN_FAILED = "run.failed"  # run, replay or serve refused to start or ended on a ParallaxError
+RUN_FAILED = "run.failed"  # run, replay or serve refused to start, or stopped on an error
 REPORT_FAILED = "report.failed"  # report.html/report.md could not be written
 # alerts (the paging contract)
 ALERT_DISAGREEMENT_CHANGED = "alert.disagreement_changed"
@@ -357,7 +358,7 @@ def configure(*, json: bool | None = None, after_stdout: AfterStdout = AfterStdo
     if json is None:
         json = not sys.stdout.isatty()
     rendering: list[Any] = (
-        [structlog.processors.JSONRenderer()]
+        [structlog.processors.JSONRenderer(serializer=jsontext.text)]
         if json
         else [_visible_processor, structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())]
     )

@@ -349,14 +349,18 @@ class Outcome:
 
 @record
 class Grade:
-    """What the graders say of one admitted reply."""
+    """What the graders say of one admitted reply; `unscored` when they could not say (a
+    custom grader ran past its time limit): no task_score, so the row is not admitted."""
 
     misses: tuple[str, ...]
     checks: int
     passed_checks: int
+    unscored: bool = False
 
     @property
-    def task_score(self) -> float:
+    def task_score(self) -> float | None:
+        if self.unscored:
+            return None
         return self.passed_checks / self.checks if self.checks else 1.0
 
 

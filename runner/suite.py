@@ -58,6 +58,7 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
         config_path=str(loaded.path),
         key=f"suites.{name}.graders",
         root=loaded.input_root,
+        seconds=cfg.grader_timeout_seconds,
     )
     fixtures = FixtureFile(fixtures_path, root=loaded.input_root)
     shapes = [loaded.shape(getattr(cfg, side)) for side in SIDES]

@@ -12,7 +12,9 @@ immutable sandbox with StrictUndefined, minus the two things in it that draw at 
 `range`, `dict`, `namespace`, `cycler` and `joiner`. A template may print only plain values:
 text, numbers, and lists or objects of them. A function, a generator or a Jinja2 helper object
 prints with its memory address, which differs from run to run, and a null as the word "None",
-which no prompt means: both are errors, as an undefined name is. A case without a system
+which no prompt means: both are errors, as an undefined name is, by whatever path a value is
+turned into text. A render is bounded by its work, never by the clock (`runner.sandbox`: its
+size, what it builds, its loops). A case without a system
 prompt (or, for a `messages` case, without a prompt) sees that name as null: false in
 `{% if system %}`, replaced by `system or "..."` and `system | default("...")`, an error when
 printed. There is no loader: a template cannot include, import or extend another, so what the
@@ -58,10 +60,6 @@ class _Vars(dict[str, str]):
 _Vars.__name__ = _Vars.__qualname__ = "vars"  # so a sandbox refusal says "of 'vars' object"
 
 
-class _Refused(Exception):
-    """A template printed a value whose text would not be the same on every run."""
-
-
 @dataclass(frozen=True, slots=True)
 class PromptTemplate:
     """One compiled endpoint template and where it came from, for the errors it raises.
@@ -95,6 +93,8 @@ class PromptTemplate:
             at = f"{where}{line}: " if line is not None else ""
             raise ConfigError(config_path, key, f"{at}{reason}")
 
+        from runner.sandbox import Bounded
+
         env = _jinja().env
         try:
             tree = env.parse(source)
@@ -112,7 +112,7 @@ class PromptTemplate:
                 )
                 if use.name not in known:
                     refuse(use.lineno, f"No {kind} named {use.name!r}.")
-            compiled = env.from_string(tree)
+            compiled = env.from_string(Bounded().visit(tree))
         except TemplateSyntaxError as exc:
             refuse(exc.lineno, exc.message or type(exc).__name__)
         except (RecursionError, SyntaxError):  # SyntaxError: Python's own cap on nesting
@@ -146,11 +146,13 @@ class PromptTemplate:
             "system": absent("system") if system is None else system,
             "vars": _Vars(vars or {}),
         }
+        from runner.sandbox import Refused, render
+
         try:
-            return self._compiled.render(context)
+            return render(self._compiled, context)
         except SecurityError as exc:
             reason = f"refused by the sandbox: {exc}"
-        except (TemplateError, _Refused) as exc:  # an undefined name, an unprintable value
+        except (TemplateError, Refused) as exc:  # an undefined name, a value no data, a bound
             reason = str(exc) or type(exc).__name__
         except Exception as exc:  # the template's own arithmetic, recursion, a bad call
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -256,8 +258,9 @@ class _Jinja:
 @functools.cache
 def _jinja() -> _Jinja:
     from jinja2 import StrictUndefined
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
     from jinja2.utils import missing
+
+    from runner.sandbox import BoundedSandbox, Refused, printable
 
     class Undefined(StrictUndefined):
         """StrictUndefined, naming what is missing as the template wrote it."""
@@ -287,16 +290,16 @@ def _jinja() -> _Jinja:
         return Absent(f"{name!r} is null for this case (test it with {{% if {name} %}})", name=name)
 
     def finalize(value: Any) -> Any:
-        if isinstance(value, StrictUndefined) or _printable(value):
+        if isinstance(value, StrictUndefined) or printable(value):
             return value  # an undefined value raises its own error when it is printed
         if value is None:
-            raise _Refused("prints null")
+            raise Refused("prints null")
         if callable(value):
-            raise _Refused("prints a function, not what it returns (call it with `()`)")
+            raise Refused("prints a function, not what it returns (call it with `()`)")
         kind = type(value).__name__
-        raise _Refused(f"prints a {kind}, whose text is not the same on every run")
+        raise Refused(f"prints a {kind}, whose text is not the same on every run")
 
-    env = ImmutableSandboxedEnvironment(
+    env = BoundedSandbox(
         undefined=Undefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -305,18 +308,3 @@ def _jinja() -> _Jinja:
     del env.globals["lipsum"]  # random words
     del env.filters["random"]  # a random item
     return _Jinja(env=env, absent=absent)
-
-
-def _printable(value: Any, depth: int = 0) -> bool:
-    """Whether `value`'s text is the same on every run: text, numbers, and lists or objects
-    of them (as a case's vars or a template's own literals are), not too deeply nested; a
-    null inside one prints as it would in Python, which is at least the same every time."""
-    if isinstance(value, str | int | float) or (value is None and depth > 0):  # bool is an int
-        return True
-    if depth >= 32:
-        return False
-    if isinstance(value, list | tuple):
-        return all(_printable(item, depth + 1) for item in value)
-    if isinstance(value, dict):
-        return all(_printable(k, depth + 1) and _printable(v, depth + 1) for k, v in value.items())
-    return False

@@ -34,7 +34,6 @@ code `tool_missing:<name>`. Calls nothing expected cost nothing here; `no_tool_c
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -63,8 +62,10 @@ def grade_tools(
     calls: Sequence[ToolCallLike],
     expect: Mapping[str, Any],
     tools: Sequence[Mapping[str, Any]],
+    work: grading._Work | None = None,
 ) -> Grade:
     """The tool checks of one admitted reply, in the order the module docstring lists them.
+    `work` is the reply's schema work so far (grading's; None: a bound of its own).
 
     `tools` are the ones the case offered, OpenAI-style and already checked by the fixture
     loader; none offered means no `tool_unknown` check. `expect` passed `tool_expect_problem`.
@@ -95,7 +96,7 @@ def grade_tools(
         checks, passed = checks + 1, passed + (not found)
         misses.extend(found)
     if expect.get("tool_args_schema") is True:
-        found = _schema_misses(calls, offered)
+        found = _schema_misses(calls, offered, work)
         checks, passed = checks + 1, passed + (not found)
         misses.extend(found)
     return Grade(misses=tuple(misses), checks=checks, passed_checks=passed)
@@ -153,29 +154,30 @@ def _names(calls: Iterable[ToolCallLike]) -> list[str]:
 
 
 def _schema_misses(
-    calls: Sequence[ToolCallLike], offered: Mapping[str, Mapping[str, Any] | None]
+    calls: Sequence[ToolCallLike],
+    offered: Mapping[str, Mapping[str, Any] | None],
+    work: grading._Work | None,
 ) -> list[str]:
     """Every call's arguments against its tool's `parameters`, each (tool, location) once.
 
     A call to a tool not offered has no schema (it is `tool_unknown`), nor has one that
-    declares no parameters. Grading bounds one answer's check by SCHEMA_SECONDS; a reply of
-    many calls gets that bound once, not once a call: past it, the next call's check is
-    `schema_timeout` and the rest go unchecked, as a hostile answer's own check would end.
+    declares no parameters. Grading bounds one reply's schema checks by their work (`work`,
+    shared with its `json_schema` check); a reply of many calls gets that bound once, not once
+    a call: past it, that call's check is `schema_too_complex` and the rest go unchecked, as a
+    hostile answer's own check would end.
     """
-    deadline = time.monotonic() + grading.SCHEMA_SECONDS
     found: list[str] = []
+    work = work if work is not None else grading._Work()
     for call in calls:
         schema = offered.get(call.name)
         if schema is None:
             continue
-        misses = ["schema_timeout"]
-        if time.monotonic() <= deadline:
-            misses = grading._schema_violations(dict(call.arguments), schema)
-        # a location, or schema_timeout / schema_error:<Class> as grading words them
+        misses = grading._schema_violations(dict(call.arguments), schema, work)
+        # a location, or schema_too_complex / schema_too_deep / schema_error:<Class>
         found.extend(
             f"tool_args_schema:{call.name}:{m.removeprefix('schema_violation:')}" for m in misses
         )
-        if "schema_timeout" in misses:
+        if "schema_too_complex" in misses:
             break
     return list(dict.fromkeys(found))
 

@@ -10,7 +10,9 @@ Tokens are normalised to one shape whatever the protocol: OpenAI's `prompt_token
 `completion_tokens` and `prompt_tokens_details.cached_tokens`; Anthropic's `input_tokens`
 and `output_tokens`, with its cache reads (`cache_read_input_tokens`) and writes counted in
 the prompt as OpenAI counts them, the reads as cached. A call whose usage is missing or not
-numbers (a timeout, a reply without it) is counted apart: its cost is unknown, never zero.
+numbers (a timeout, a reply without it) is counted apart: its cost is unknown, never zero. So
+is one whose counts are past any call's (`MAX_TOKENS`): a reply that claims a 401-digit prompt
+would otherwise price past what a float holds, and stop the run on every resume and replay.
 
 Money is float-only and exact to the cent: tokens are summed as integers and priced once per
 side and stratum, `(uncached * input + cached * cached_input + completion * output) / 1e6`,
@@ -31,6 +33,10 @@ if TYPE_CHECKING:  # annotations only
     from runner.config import Price
 
 PERCENTILES = (50, 90, 99)
+# No call reads or writes a billion tokens (the largest context windows hold ten million): a
+# count past it is no count. Summed over any run and priced at `config.MAX_PRICE_PER_MTOK`,
+# every cost stays a finite float.
+MAX_TOKENS = 1_000_000_000
 _INT_MAX = 2**32 - 1  # what an array('I') holds: a call longer than 49 days is clamped
 
 
@@ -55,14 +61,15 @@ class Call:
 
 
 def _count(value: Any) -> int | None:
-    """A token count: a non-negative int (a bool or a float is no count)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    """A token count: an int from 0 to MAX_TOKENS (a bool or a float is no count)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS:
         return value
     return None
 
 
 def tokens_of(usage: Mapping[str, Any] | None) -> Tokens | None:
-    """A reply's usage in one shape, or None when it says no prompt and completion counts."""
+    """A reply's usage in one shape, or None when it says no prompt and completion counts, or
+    claims a count past MAX_TOKENS anywhere (a cache count too: it is no usage to believe)."""
     if not isinstance(usage, Mapping):
         return None
     if "prompt_tokens" in usage or "completion_tokens" in usage:  # OpenAI's shape
@@ -71,16 +78,21 @@ def tokens_of(usage: Mapping[str, Any] | None) -> Tokens | None:
             _count(usage.get("completion_tokens")),
         )
         details = usage.get("prompt_tokens_details")
-        cached = _count(details.get("cached_tokens")) if isinstance(details, Mapping) else None
-        if prompt is None or completion is None:
+        cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+        if prompt is None or completion is None or _past(cached):
             return None
-        return Tokens(prompt, completion, min(cached or 0, prompt))
+        return Tokens(prompt, completion, min(_count(cached) or 0, prompt))
     prompt, completion = _count(usage.get("input_tokens")), _count(usage.get("output_tokens"))
-    if prompt is None or completion is None:
+    read, written = usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens")
+    if prompt is None or completion is None or _past(read) or _past(written):
         return None
-    read = _count(usage.get("cache_read_input_tokens")) or 0
-    written = _count(usage.get("cache_creation_input_tokens")) or 0
+    read, written = _count(read) or 0, _count(written) or 0
     return Tokens(prompt + read + written, completion, read)
+
+
+def _past(value: Any) -> bool:
+    """Whether an optional count is a number past MAX_TOKENS."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > MAX_TOKENS
 
 
 def call_of(outcome: Outcome) -> Call:

@@ -223,10 +223,11 @@ def test_each_help_lists_the_exit_codes_its_command_returns() -> None:
     for command, text in helps.items():
         assert "64  usage error" in text, command
         assert ("78  bad config" in text) == (command not in READS_NO_CONFIG), command
+        assert "70  a bug in parallax" in text, command  # every command can meet one
         gates = "review needed" in text
         assert gates == (command in ("run", "replay")), command
     assert "1   it does not" in helps["health"]
-    assert "70  the scheduler itself crashed" in helps["serve"]
+    assert "70  also: the scheduler itself crashed" in helps["serve"]
     assert "1   a stratum alert" in helps["grade"]
 
 
@@ -1429,3 +1430,76 @@ def test_exit_zero_on_review_clears_only_the_review_bit(
     assert max(codes) == verdict
     summaries = [json.loads((d / "summary.json").read_text()) for d in run_dirs(root, "cities")]
     assert [s["exit_code"] for s in summaries] == [1, 1]
+
+
+# --- a bug is exit 70, never 1 ------------------------------------------------------------
+
+
+def test_a_bug_after_calls_began_exits_70_and_leaves_a_run_dir_that_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An exception no input explains, raised once replies arrive (as a 401-digit usage count
+    once raised OverflowError in the cost math), exited 1 with a traceback, which a job reads
+    as "review needed". It is one line and exit 70, one `run.failed` line carries the
+    traceback and the run dir, and the run dir resumes to the run it would have been."""
+    from runner.cli import main
+    from runner.gate import Folds
+
+    root = make_demo(tmp_path)
+    monkeypatch.chdir(root)
+
+    def broken(self: Folds, *args: Any) -> None:
+        raise OverflowError("int too large to convert to float")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Folds, "add", broken)
+        code = main(["run", "--config", "config/demo.toml", "--suite", "cities"])
+    out, err = capsys.readouterr()
+    run_dir = only_run_dir(root, "cities")
+    assert code == 70
+    (line,) = err.splitlines()  # one line on stderr, no traceback there
+    assert line.startswith(
+        "parallax: internal error (a bug in parallax), OverflowError: int too large to "
+        "convert to float; finish the run with `"
+    )
+    assert line.endswith(f"run --resume {run_dir.relative_to(root)}`")
+    (failed,) = [row for row in log_lines(out) if row["event"] == "run.failed"]
+    assert (failed["exit_code"], failed["error"], failed["run_dir"]) == (
+        70,
+        "InternalError",
+        str(run_dir.relative_to(root)),
+    )
+    assert "OverflowError" in failed["traceback"] and "in broken" in failed["traceback"]
+    assert load(run_dir / "manifest.json")["finished_at"] is None
+    assert jsonl(run_dir / "raw.jsonl")  # calls began: their exchanges are kept
+
+    code = main(["run", "--config", "config/demo.toml", "--resume", str(run_dir)])
+    capsys.readouterr()
+    assert code in (0, 1, 2, 3)
+    fresh = main(["run", "--config", "config/demo.toml", "--suite", "cities"])
+    capsys.readouterr()
+    (other,) = (d for d in run_dirs(root, "cities") if d != run_dir)
+    assert (code, gates(run_dir)) == (fresh, gates(other))
+
+
+def test_a_bug_in_a_command_without_a_run_exits_70_with_its_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Whatever the command, a bug is exit 70; one whose stdout is data has no log line to
+    carry the traceback, so it is on stderr, above the one line that names the bug."""
+    from runner import diff
+    from runner.cli import main
+
+    root = make_demo(tmp_path)
+    monkeypatch.chdir(root)
+    (root / "a.jsonl").write_text("", "utf-8")
+
+    def broken(*args: Any) -> None:
+        raise KeyError("side")
+
+    monkeypatch.setattr(diff, "diff_ledgers", broken)
+    code = main(["diff", "a.jsonl", "a.jsonl"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (70, "")
+    assert err.startswith("Traceback (most recent call last):") and "in broken" in err
+    assert err.splitlines()[-1] == "parallax: internal error (a bug in parallax), KeyError: 'side'"

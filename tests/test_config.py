@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 import typing
 from pathlib import Path
@@ -462,6 +463,190 @@ def test_a_served_model_header_that_is_no_header_name_is_a_config_error(tmp_path
     assert "endpoints.cand.served_model_header" in str(error)
 
 
+# --- strict types -------------------------------------------------------------------------------
+
+
+def _in_cand(line: str) -> str:
+    return MINIMAL.replace('model = "cand-model"\n', f'model = "cand-model"\n{line}\n')
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "reason"),
+    [
+        (_in_cand('stream = "yes"'), "endpoints.cand.stream", 'must be true or false, got "yes"'),
+        (_in_cand("stream = 1"), "endpoints.cand.stream", "must be true or false, got 1"),
+        (
+            "budget_usd = true\n" + MINIMAL,
+            "budget_usd",
+            "must be a number, got true",
+        ),
+        (_in_cand("max_tokens = 512.0"), "endpoints.cand.max_tokens", "must be a whole number"),
+        (_in_cand('temperature = "0"'), "endpoints.cand.temperature", 'must be a number, got "0"'),
+        (_in_cand("concurrency = true"), "endpoints.cand.concurrency", "must be a whole number"),
+        (_in_cand('retry = { attempts = "3" }'), "endpoints.cand.retry.attempts", "whole number"),
+        (_in_cand("headers = { X-Team = 7 }"), "endpoints.cand.headers.X-Team", "must be a string"),
+        (MINIMAL + "noise_check = 1\n", "suites.cities.noise_check", "must be true or false"),
+        (MINIMAL + "samples = 2.0\n", "suites.cities.samples", "must be a whole number"),
+    ],
+)
+def test_a_value_not_of_its_keys_type_is_refused_not_coerced(
+    tmp_path: Path, text: str, key: str, reason: str
+) -> None:
+    """`stream = "yes"` is no boolean and `budget_usd = true` no amount: each is refused at its
+    key with what was written, instead of read as a value the author never wrote."""
+    err = load_error(tmp_path, text)
+    assert (err.key, reason in err.reason) == (key, True), str(err)
+
+
+@pytest.mark.parametrize(
+    ("line", "value", "read"),
+    [
+        ('budget_usd = "${PARALLAX_TEST_VALUE:-5}"', None, 5.0),
+        ('budget_usd = "${PARALLAX_TEST_VALUE}"', "0.25", 0.25),
+        ('run_grace_seconds = "${PARALLAX_TEST_VALUE}"', "7", 7.0),
+    ],
+)
+def test_a_variable_is_read_as_the_number_it_spells(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, value: str | None, read: float
+) -> None:
+    """A `${VAR}` is the one string a number key takes: its value is read as if written there
+    (so `budget_usd = "${PARALLAX_BUDGET:-5}"`, as the README suggests, stays a budget)."""
+    if value is None:
+        monkeypatch.delenv("PARALLAX_TEST_VALUE", raising=False)
+    else:
+        monkeypatch.setenv("PARALLAX_TEST_VALUE", value)
+    priced = 'model = "\\1"\nprice = { input_per_mtok = 1, output_per_mtok = 1 }'
+    text = line + "\n" + re.sub(r'model = "(\w+-model)"', priced, MINIMAL)
+    config = load_config(write(tmp_path, text)).config
+    name = line.split(" = ", maxsplit=1)[0]
+    assert getattr(config, name) == read
+
+
+@pytest.mark.parametrize(
+    ("value", "read"), [("true", True), ("false", False), ("yes", None), ("1", None)]
+)
+def test_a_variable_is_a_boolean_only_when_it_spells_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, read: bool | None
+) -> None:
+    """`stream = "${STREAM}"` reads true or false as TOML writes them; "yes" or "1" in the
+    variable is refused as it would be in the file."""
+    monkeypatch.setenv("PARALLAX_TEST_VALUE", value)
+    text = _in_cand('stream = "${PARALLAX_TEST_VALUE}"')
+    if read is None:
+        err = load_error(tmp_path, text)
+        assert err.key == "endpoints.cand.stream"
+        assert err.reason.startswith("must be true or false, got ")
+    else:
+        assert load_config(write(tmp_path, text)).endpoint("cand").stream is read
+
+
+def test_a_variable_in_a_text_key_stays_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model, a header or a param read from a variable is the variable's text, even when
+    it looks like a number: only a key that is no text reads a number from it."""
+    monkeypatch.setenv("PARALLAX_TEST_VALUE", "123")
+    var = '"${PARALLAX_TEST_VALUE}"'
+    text = _in_cand(f"headers = {{ X-Team = {var} }}\nparams = {{ user = {var} }}").replace(
+        'model = "cand-model"', 'model = "${PARALLAX_TEST_VALUE}"'
+    )
+    cand = load_config(write(tmp_path, text)).endpoint("cand")
+    assert (cand.model, cand.headers, cand.params) == ("123", {"X-Team": "123"}, {"user": "123"})
+    assert {type(cand.model), type(cand.headers["X-Team"]), type(cand.params["user"])} == {str}
+
+
+# --- header values ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ('anthropic_version = "a\\nb"', "endpoints.cand.anthropic_version"),
+        ('anthropic_version = "2023-06-01 "', "endpoints.cand.anthropic_version"),
+        ('headers = { X-Team = "caf\u00e9" }', "endpoints.cand.headers.X-Team"),
+        ('headers = { X-Team = "a\\u0007b" }', "endpoints.cand.headers.X-Team"),
+        ('headers = { X-Team = " padded" }', "endpoints.cand.headers.X-Team"),
+    ],
+)
+def test_a_value_no_header_can_carry_is_refused_at_load(
+    tmp_path: Path, line: str, key: str
+) -> None:
+    """Every config value sent as a header (anthropic_version, each of `headers`) is checked at
+    load: `validate` refuses one no client sends as written, naming its key, instead of a run
+    that fails at its first call naming none."""
+    err = load_error(tmp_path, _in_cand(line))
+    assert err.key == key
+    assert err.reason.startswith("is no header value: printable ASCII only")
+
+
+def test_a_header_name_that_is_no_token_is_refused_at_load(tmp_path: Path) -> None:
+    """A header name with a space or a colon (or an empty one) is refused naming it."""
+    err = load_error(tmp_path, _in_cand('headers = { "X Team" = "a" }'))
+    assert (err.key, "is no header name" in err.reason) == (
+        "endpoints.cand.headers.X Team.[key]",
+        True,
+    )
+
+
+def test_a_header_value_from_a_variable_is_checked_and_never_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A header read from a variable (Azure's `api-key`) with a key file's newline is refused
+    at its key, and the message never shows the value."""
+    monkeypatch.setenv("PARALLAX_TEST_VALUE", "sk-secret-value\n")
+    err = load_error(tmp_path, _in_cand('headers = { api-key = "${PARALLAX_TEST_VALUE}" }'))
+    assert err.key == "endpoints.cand.headers.api-key"
+    assert "secret" not in str(err)
+
+
+# --- amounts past any real one ------------------------------------------------------------------
+
+_PRICED = re.sub(
+    r'model = "(\w+-model)"',
+    'model = "\\1"\nprice = { input_per_mtok = 3, output_per_mtok = 15 }',
+    MINIMAL,
+)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ("input_per_mtok = 3,", "input_per_mtok = 1e308,", "endpoints.ref.price.input_per_mtok"),
+        ("output_per_mtok = 15", "output_per_mtok = 1e7", "endpoints.ref.price.output_per_mtok"),
+        (
+            "output_per_mtok = 15",
+            "output_per_mtok = 15, cached_input_per_mtok = 1e300",
+            "endpoints.ref.price.cached_input_per_mtok",
+        ),
+        ('snapshots_dir = "s"', "budget_usd = 1e308", "budget_usd"),
+        ('candidate = "cand"', 'candidate = "cand"\nbudget_usd = 1e10', "suites.cities.budget_usd"),
+        (
+            'model = "cand-model"',
+            'model = "cand-model"\nmax_tokens = 10000000000000',
+            "endpoints.cand.max_tokens",
+        ),
+    ],
+)
+def test_a_price_budget_or_max_tokens_past_any_real_one_is_refused_at_load(
+    tmp_path: Path, old: str, new: str, key: str
+) -> None:
+    """A price of 1e308 made a budget's estimate overflow (a traceback) and, without a budget,
+    summary.json's cost `Infinity`: every amount a cost is computed from is bounded at load
+    (a dollar a token, a billion-dollar budget, a 32-bit max_tokens), named by its key."""
+    err = load_error(tmp_path, ('snapshots_dir = "s"\n' + _PRICED).replace(old, new, 1))
+    assert (err.key, err.reason.startswith("Input should be less than or equal to ")) == (key, True)
+
+
+def test_the_largest_price_and_budget_load(tmp_path: Path) -> None:
+    """The bounds themselves are amounts a config may name."""
+    text = "budget_usd = 1e9\n" + _PRICED.replace("input_per_mtok = 3,", "input_per_mtok = 1e6,")
+    loaded = load_config(write(tmp_path, text))
+    assert (loaded.budget_usd("cities"), loaded.endpoint("ref").price) == (
+        1e9,
+        Price(input_per_mtok=1e6, output_per_mtok=15),
+    )
+
+
 # --- numbers that are not finite ----------------------------------------------------------------
 
 # where each config table's keys are written in MINIMAL: (text before, text after a key line)
@@ -660,8 +845,12 @@ def test_an_undefined_name_is_the_cases_error_when_rendered(tmp_path: Path) -> N
             "endpoints.cand.user_template_file",
             "not both",
         ),
-        ('stream = "sometimes"\n', "endpoints.cand.stream", "valid boolean"),
-        ("params = 3\n", "endpoints.cand.params", "valid dictionary"),
+        (
+            'stream = "sometimes"\n',
+            "endpoints.cand.stream",
+            'must be true or false, got "sometimes"',
+        ),
+        ("params = 3\n", "endpoints.cand.params", "must be a table, got 3"),
     ],
 )
 def test_a_template_or_shape_key_that_cannot_work_names_its_key(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -289,75 +290,188 @@ def test_custom_grader_runs_with_the_builtin_keys(suite: GraderSet) -> None:
     assert expected == (result.misses, result.checks, result.passed_checks)
 
 
-def test_a_pattern_that_backtracks_without_end_times_out_as_a_miss(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """`(a|aa)+$` on a long run of a's backtracks for hours in `re`: the search is bounded and
-    the check is a `regex_timeout` miss, for `regex` and `not_regex` alike."""
-    monkeypatch.setattr(grading, "REGEX_SECONDS", 0.05)
+def test_a_pattern_that_backtracks_in_re_is_searched_in_linear_time() -> None:
+    """`(a|aa)+$` on a long run of a's backtracks for hours in `re`; RE2 searches it in time
+    linear in the text, so the check is an ordinary answer, for `regex` and `not_regex`
+    alike, on any machine: no timeout exists to reach."""
     pattern, text = "(a|aa)+$", "a" * 60 + "b"
     expect = {"regex": [pattern, "a+"], "not_regex": [pattern, "zz"]}
     result = grade(case(expect), Reply(text=text), GraderSet.empty())
-    assert result.misses == (f"regex_timeout:{pattern}", f"regex_timeout:{pattern}")
-    assert (result.checks, result.passed_checks) == (6, 4)
+    assert result.misses == (f"regex_mismatch:{pattern}",)
+    assert (result.checks, result.passed_checks) == (6, 5)
+    long = grade(case({"regex": pattern}), Reply(text="a" * 500_000 + "b"), NONE)
+    assert long.misses == ("over_budget:500001>1200", f"regex_mismatch:{pattern}")
 
 
 @pytest.mark.parametrize(
-    "schema",
+    ("schema", "misses"),
     [
-        {"type": "object", "properties": {"x": {"pattern": "^(a|aa)+$"}}},
-        {"type": "object", "patternProperties": {"^(a|aa)+$": {"type": "integer"}}},
-        {"type": "object", "patternProperties": {"^(a|aa)+$": {}}, "additionalProperties": False},
+        (
+            {"type": "object", "properties": {"x": {"pattern": "^(a|aa)+$"}}},
+            ("schema_violation:$.x",),
+        ),
+        (
+            {"type": "object", "patternProperties": {"^(a|aa)+$": {"type": "integer"}}},
+            ("schema_violation:$.aaaa",),
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"x": {}},
+                "patternProperties": {"^(a|aa)+$": {}},
+                "additionalProperties": False,
+            },
+            ("schema_violation:$",),
+        ),
     ],
     ids=["pattern", "patternProperties", "additionalProperties"],
 )
-def test_a_schema_pattern_that_backtracks_without_end_is_bounded(
-    monkeypatch: pytest.MonkeyPatch, schema: dict[str, Any]
+def test_a_schema_pattern_that_backtracks_in_re_is_searched_as_regex_is(
+    schema: dict[str, Any], misses: tuple[str, ...]
 ) -> None:
-    """jsonschema searches patterns with `re`, unbounded: each search is bounded as `regex`
-    is, and one that runs out of time counts as no match, so the answer is a violation."""
-    monkeypatch.setattr(grading, "REGEX_SECONDS", 0.05)
-    hostile = "a" * 60 + "!"
-    answer = {"x": hostile, hostile: "not an integer"}
-    reply = Reply(text="{}", answer=answer)
-    result = grade(case({"json_schema": schema}), reply, GraderSet.empty())
-    assert [m for m in result.misses if m.startswith("schema_violation:")], result.misses
+    """jsonschema searches patterns with `re`, which backtracks without end on `^(a|aa)+$`:
+    each is searched with RE2 instead, and matches exactly as `re` would have: a hostile key
+    or value does not match, `aaaa` does."""
+    hostile = "a" * 50_000 + "!"
+    answer = {"x": hostile, hostile: "any", "aaaa": "not an integer"}
+    result = grade(case({"json_schema": schema}), Reply(text="{}", answer=answer), NONE)
+    assert result.misses == misses
 
 
-@pytest.mark.parametrize(
-    ("schema", "answer"),
-    [
-        (  # two `$ref`s back to the root at every level: 2**depth checks of a small reply
-            {"properties": {"a": {"allOf": [{"$ref": "#"}, {"$ref": "#"}]}}},
-            functools.reduce(lambda inner, _: {"a": inner}, range(40), 1),
-        ),
-        (  # a pattern that backtracks, searched on as many keys as the reply cares to send
-            {"type": "object", "patternProperties": {"^(a|aa)+$": {"type": "string"}}},
-            {"a" * (24 + i) + "!": "x" for i in range(30)},
-        ),
-    ],
-    ids=["branching-ref", "many-keys"],
-)
-def test_one_answers_schema_check_has_one_time_budget(
-    monkeypatch: pytest.MonkeyPatch, schema: dict[str, Any], answer: Any
-) -> None:
-    """A reply chose how long its check took (hours for the first, a second a key for the
-    second), on the event loop of a live run: the whole check of one answer is bounded, and
-    one that runs out of time is the miss `schema_timeout`."""
-    monkeypatch.setattr(grading, "SCHEMA_SECONDS", 0.2)
-    reply = Reply(text="{}", answer=answer)
-    result = grade(case({"json_schema": schema}), reply, GraderSet.empty())
-    assert "schema_timeout" in result.misses, result.misses
+BRANCHING = {"properties": {"a": {"allOf": [{"$ref": "#"}, {"$ref": "#"}]}}}  # 2**depth checks
+LOOP = {"properties": {"a": {"$ref": "#/properties/a"}}}  # loops only under key `a`
+RECURSIVE = {"type": "object", "properties": {"a": {"$ref": "#"}}}  # a tree of `a`s: valid
 
 
-def test_a_ref_loop_only_one_answer_reaches_is_a_miss() -> None:
+def nested(depth: int) -> Any:
+    return functools.reduce(lambda inner, _: {"a": inner}, range(depth), {})
+
+
+def schema_misses(schema: Mapping[str, Any], answer: Any) -> tuple[str, ...]:
+    return grade(case({"json_schema": schema}), Reply(text="{}", answer=answer), NONE).misses
+
+
+def test_one_replys_schema_check_is_bounded_by_its_work() -> None:
+    """Two `$ref`s back to the root at every level make 2**40 checks of a few hundred bytes:
+    past SCHEMA_STEPS keyword checks the miss is `schema_too_complex`, wherever the check
+    stood when it got there, so the same reply gets the same miss on every machine."""
+    assert schema_misses(BRANCHING, nested(40)) == ("schema_too_complex",)
+    assert schema_misses(BRANCHING, nested(3)) == ()  # 2**3 checks: well within
+
+
+def test_a_ref_that_loops_for_one_answer_is_too_deep_not_a_recursion_error() -> None:
     """A `$ref` that loops only under key `a` passes the load-time trial; the answer that has
-    `a` gets the miss `schema_error:RecursionError`, not a traceback that ends the run."""
-    schema = {"properties": {"a": {"$ref": "#/properties/a"}}}
-    result = grade(
-        case({"json_schema": schema}), Reply(text="{}", answer={"a": 1}), GraderSet.empty()
+    `a` nests its checks without end. That was `schema_error:RecursionError` on an idle
+    machine and `schema_timeout` on a loaded one; it is `schema_too_deep` on every one."""
+    assert schema_misses(LOOP, {"a": 1}) == ("schema_too_deep",)
+
+
+def _at_depth(frames: int, call: Any) -> Any:
+    """`call()` from `frames` Python frames deeper than here: a live run grades deep inside
+    its event loop, a replay or a test near the bottom of the stack."""
+    if frames <= 0:
+        return call()
+    return _at_depth(frames - 1, call)
+
+
+@pytest.mark.parametrize("frames", [0, 600, 5_000])
+def test_a_deep_check_gets_the_same_answer_however_deep_the_stack_it_starts_on(
+    frames: int,
+) -> None:
+    """The recursion limit counts frames from the bottom of the stack: a check that fitted in
+    a replay could raise RecursionError in a live run, deeper in its event loop. A recursive
+    schema over an answer nested 128 levels (the deepest answer parallax parses) passes, and
+    a loop is `schema_too_deep`, from any starting depth (5,000 frames: past the default
+    limit of 1,000, raised here so that the caller can get that deep at all)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, frames + 1_000))
+    try:
+        deep = _at_depth(frames, lambda: schema_misses(RECURSIVE, nested(128)))
+        loop = _at_depth(frames, lambda: schema_misses(LOOP, {"a": 1}))
+    finally:
+        sys.setrecursionlimit(limit)
+    assert (deep, loop) == ((), ("schema_too_deep",))
+    assert sys.getrecursionlimit() == limit
+
+
+def test_a_grade_never_reads_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine so loaded that an hour passes between two looks at the clock grades the
+    reply that was once `schema_timeout` or `schema_error:RecursionError` (and a pattern that
+    backtracks) exactly as an idle one does."""
+    import time
+
+    replies = [
+        (BRANCHING, nested(40)),
+        (LOOP, {"a": 1}),
+        ({"properties": {"x": {"pattern": "^(a|aa)+$"}}}, {"x": "a" * 5_000 + "!"}),
+    ]
+    monkeypatch.setattr(grading, "SCHEMA_STEPS", 5_000)  # the same bound, reached sooner
+    idle = [schema_misses(schema, answer) for schema, answer in replies]
+    hour = iter(range(0, 10**9, 3600))
+    for name in ("monotonic", "perf_counter", "time"):
+        monkeypatch.setattr(time, name, lambda: float(next(hour)))
+    loaded = [schema_misses(schema, answer) for schema, answer in replies]
+    assert (
+        loaded == idle == [("schema_too_complex",), ("schema_too_deep",), ("schema_violation:$.x",)]
     )
-    assert result.misses == ("schema_error:RecursionError",)
+
+
+def test_a_pattern_re2_cannot_search_is_refused_at_load(tmp_path: Path) -> None:
+    """RE2 has no backreferences or lookarounds (they are what backtracks without end): a
+    `regex`, or a schema's `pattern` or `patternProperties` key, that uses one is a fixture
+    error naming the pattern, before any call."""
+    rows = [
+        {"id": "a", "prompt": "p", "expect": {"regex": "(a)\\1"}},
+        {"id": "b", "prompt": "p", "expect": {"not_regex": ["ok", "x(?=y)"]}},
+        {"id": "c", "prompt": "p", "expect": {"json_schema": {"pattern": "(?<!a)b"}}},
+        {"id": "d", "prompt": "p", "expect": {"json_schema": {"patternProperties": {"(?=k)": {}}}}},
+    ]
+    for row in rows:
+        path = tmp_path / f"{row['id']}.jsonl"
+        path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+        with pytest.raises(FixtureError) as caught:
+            load_cases(path)
+        assert caught.value.exit_code == 65
+        assert "pattern" in str(caught.value) and f"{path}:1:" in str(caught.value)
+
+
+LOOPING = """\
+def forever(text, expect):
+    while True:
+        try:
+            pass
+        except Exception:  # a grader that swallows its own errors cannot swallow the limit
+            pass
+"""
+
+
+def test_a_custom_grader_past_its_time_limit_is_unscored_not_a_miss(tmp_path: Path) -> None:
+    """A custom grader is code parallax cannot count, so only the clock bounds it: past the
+    suite's limit it is `grader_error:timeout` and the reply is unscored (no task_score),
+    never a task miss a fast machine would not have given. The timer is put back after."""
+    import signal
+
+    write_module(tmp_path, "slow.py", LOOPING)
+    graders = load_graders(
+        None, tmp_path, config_path="parallax.toml", key="suites.s.graders", seconds=0.2
+    )
+    before = signal.getsignal(signal.SIGALRM)
+    result = grade(
+        case({"must_include": ["x"]}, grader="slow.py:forever"), Reply(text="x"), graders
+    )
+    assert (result.misses, result.task_score) == (("grader_error:timeout",), None)
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) is before
+
+
+def test_a_custom_graders_limit_defaults_to_thirty_seconds(tmp_path: Path) -> None:
+    """The limit is generous: 30 s unless the suite's grader_timeout_seconds says otherwise,
+    and a grader within it is graded as ever, its reply scored."""
+    graders = load(tmp_path, None)
+    assert graders.seconds == grading.GRADER_SECONDS == 30.0
+    write_module(tmp_path, "extra.py", "def quiet(text, expect):\n    return []\n")
+    result = grade(case({}, grader="extra.py:quiet"), Reply(text="x"), graders)
+    assert (result.misses, result.task_score) == ((), 1.0)
 
 
 def test_a_grader_that_raises_is_a_miss(suite: GraderSet) -> None:
@@ -630,3 +744,41 @@ def tally(result: Grade) -> tuple[tuple[str, ...], int, int]:
 
 def _fields(value: Case) -> dict[str, Any]:
     return {name: getattr(value, name) for name in value.__dataclass_fields__}
+
+
+def test_a_run_whose_grader_runs_past_its_limit_is_incomplete_and_replays_the_same(
+    tmp_path: Path,
+) -> None:
+    """In a run, the reply a custom grader could not grade in time is unscored: the case is
+    incomplete (exit 2, listed under grader_errors), never a failed case, and a replay, which
+    meets the same endless grader, says the same."""
+    from relkit import run_parallax
+
+    write_module(tmp_path, "slow.py", LOOPING)
+    rows = [
+        {"id": "slow", "prompt": "p", "expect": {"kind": 1}, "grader": "slow.py:forever"},
+        {"id": "fine", "prompt": "q", "must_include": ["hi"]},
+    ]
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    replies = [{"case_id": r["id"], "completion": "hi"} for r in rows]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in replies), "utf-8")
+    (tmp_path / "parallax.toml").write_text(
+        'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
+        '[endpoints.ref]\nkind = "recorded"\ncassette = "c.jsonl"\n'
+        '[endpoints.cand]\nkind = "recorded"\ncassette = "c.jsonl"\n'
+        '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"\n'
+        "grader_timeout_seconds = 0.5\n",
+        "utf-8",
+    )
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    (run_dir,) = tmp_path.glob("runs/s/*/")
+    rows_out = [json.loads(line) for line in (run_dir / "outcomes.jsonl").read_text().splitlines()]
+    slow = [r for r in rows_out if r["case_id"] == "slow"]
+    assert [(r["schema"], r["task_score"], r["misses"]) for r in slow] == [
+        ("ok", None, ["grader_error:timeout"])
+    ] * 2
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["grader_errors"], summary["incomplete"]) == (["slow"], ["slow"])
+    replay = run_parallax("replay", "--config", "parallax.toml", run_dir, cwd=tmp_path)
+    assert replay.returncode == 2, replay.stderr

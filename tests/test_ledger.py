@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,25 @@ def test_dumps_keeps_what_orjson_refuses_and_reads_it_back(tmp_path: Path, value
     assert b"\n" not in line
     path = ledger(tmp_path, line + b"\n")
     assert [(1, value)] == rows(path)
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan])
+def test_no_ledger_row_holds_a_number_that_is_not_finite(bad: float) -> None:
+    """`Infinity` and `NaN` are not JSON: a row writes one as null, on orjson's path and on
+    the stdlib's (taken for an integer orjson cannot hold)."""
+    for row in ({"x": bad}, {"x": [bad], "big": 10**30}):
+        assert json.loads(dumps(row), parse_constant=pytest.fail)["x"] in (None, [None])
+
+
+def test_a_record_with_a_number_that_is_not_finite_is_not_written(tmp_path: Path) -> None:
+    """summary.json, manifest.json and snapshots are parallax's own figures: one that is not
+    finite is a bug, refused naming where it sits, and the file on disk stays as it was."""
+    path = tmp_path / "summary.json"
+    write_json(path, {"ok": 1})
+    with pytest.raises(ValueError, match=r"summary.json: \$.usage.sides\[1\].cost_usd is not a"):
+        write_json(path, {"usage": {"sides": [{"cost_usd": 1.0}, {"cost_usd": math.inf}]}})
+    assert json.loads(path.read_text()) == {"ok": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
 
 
 # --- read_jsonl ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ exactly as under `parallax run | head -n 1`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import subprocess
@@ -273,6 +274,19 @@ def test_the_console_shows_hidden_characters_in_a_value_as_escapes(
 
     assert "\u202e" not in line and "\x00" not in line
     assert "case=invoice\\u202egpj.exe" in line and "model=a\\x00b" in line
+
+
+def test_a_log_line_never_holds_a_number_that_is_not_finite(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A log line is JSON a log shipper must parse: a figure that is not finite (from whatever
+    a server sent) is written as null, never as the `Infinity` no JSON parser reads."""
+    from runner import logs
+
+    logs.configure(json=True)
+    logs.get_logger().info(logs.RUN_FINISHED, cost_usd={"candidate": math.inf}, ratio=math.nan)
+    line = json.loads(capsys.readouterr().out, parse_constant=pytest.fail)
+    assert (line["cost_usd"], line["ratio"]) == ({"candidate": None}, None)
 
 
 def test_the_readme_lists_every_log_event_and_exit_code() -> None:

@@ -1113,6 +1113,41 @@ async def test_endpoint_outage_makes_one_run_incomplete_and_the_next_tick_runs_n
     assert events(logs, "scheduler.job_crashed") == []
 
 
+async def test_a_bug_in_one_run_is_a_job_crash_with_its_traceback_and_the_daemon_goes_on(
+    tmp_path: Path, fault_server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug mid-run (an exception no input explains) is the run's `scheduler.job_crashed`
+    with exit code 70 and the traceback a bug report needs; the next fire runs as usual."""
+    from runner.gate import Folds
+
+    loaded = write_config(tmp_path, fault_server)
+    clock = ManualClock(START)
+    real, calls = Folds.add, []
+
+    def first_fails(self: Folds, *args: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OverflowError("int too large to convert to float")
+        real(self, *args)
+
+    monkeypatch.setattr(Folds, "add", first_fails)
+    with capture_logs() as logs:
+        daemon = Daemon(loaded, clock=clock, handle_signals=False)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            await until(lambda: bool(events(logs, "scheduler.next_fire")))
+            clock.advance(30)
+            await until(lambda: len(events(logs, "scheduler.job_crashed")) == 1)
+            clock.advance(60)
+            await until(lambda: len(events(logs, "scheduler.job_finished")) == 1)
+            daemon.request_stop()
+    (crashed,) = events(logs, "scheduler.job_crashed")
+    assert (crashed["exit_code"], crashed["error"]) == (70, "InternalError")
+    assert "OverflowError: int too large" in crashed["traceback"]
+    assert "in first_fails" in crashed["traceback"]
+    assert events(logs, "scheduler.crashed") == []
+
+
 # the lock --------------------------------------------------------------------------------
 
 

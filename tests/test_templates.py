@@ -155,6 +155,111 @@ def test_plain_values_print() -> None:
 
 
 @pytest.mark.parametrize(
+    ("source", "how"),
+    [
+        ("{{ prompt.upper | string }}", "|string"),
+        ("{{ '%s' | format(prompt.upper) }}", "|format"),
+        ("{{ [prompt.upper] | join }}", "|join"),
+        ("{{ prompt.upper ~ '' }}", "~"),
+        ("{{ prompt.upper | pprint }}", "|pprint"),
+        ("{{ prompt.upper | upper }}", "|upper"),
+        ("{{ '%s' % prompt.upper }}", "'%' formatting"),
+        ("{{ '%(a)s' % {'a': cycler} }}", "'%' formatting"),
+        ("{{ '{}'.format(prompt.upper) }}", "str.format"),
+        ("{{ ', '.join([dict]) }}", "str.join"),
+        ("{{ vars | map('upper') | string }}", "|string"),
+        ("{% set x %}{{ 'a' ~ joiner() }}{% endset %}{{ x }}", "~"),
+        ("{{ 'total: ' ~ vars.items() }}", "~"),
+    ],
+)
+def test_a_value_that_is_no_data_never_becomes_text(source: str, how: str) -> None:
+    """Printing a function or a helper object was refused, but `|string`, `|format`, `|join`,
+    `~`, `|pprint` (and `%`, str.format) turned one into text that holds its memory address,
+    which `validate` passed and which differed on every run: every path is refused."""
+    message = render_error(source, vars={"a": "x"})
+    assert "case 'c7': turns " in message and f"into text ({how})" in message, message
+    assert message.endswith(f"(in {KEY})")
+
+
+def test_data_still_becomes_text_by_every_path() -> None:
+    """The same paths over text, numbers and lists of them render as before."""
+    source = (
+        "{{ 7 | string }} {{ '%s-%d' | format('a', 2) }} {{ [1, 'b'] | join('/') }} "
+        "{{ 'x' ~ 1 }} {{ [1] | pprint }} {{ '%s' % prompt }} {{ '{}!'.format(vars.a) }} "
+        "{{ ','.join(vars | list) }} {{ vars | dictsort | string }}"
+    )
+    assert render(source, vars={"a": "x"}) == ("7 a-2 1/b x1 [1] Name the SKU. x! a [('a', 'x')]")
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        (
+            "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+            "runs more than 100000 loop iterations",
+        ),
+        ("{{ 10 ** 100000000 }}", "10 ** 100000000 would have more than 16384 bits"),
+        ("{{ 'x' * 1000000000 }}", "repeating a value 1000000000 times (*) would build"),
+        ("{{ [1] * 1000000000 }}", "repeating a value 1000000000 times (*) would build"),
+        ("{{ 'x' * 2 * 1000000 }}", "would build 2000000 characters or more, past 1000000"),
+        ("{{ 'x' | center(1000000000) }}", "the center filter is given 1000000000"),
+        ("{{ 'x'.ljust(1000000000) }}", "str.ljust is given 1000000000"),
+        ("{{ '%1000000000d' % 1 }}", "'%' formatting asks for a width of 1000000000"),
+        ("{{ '{:>1000000000}'.format(1) }}", "str.format asks for a width of 1000000000"),
+        ("{{ '%1000000000d' | format(1) }}", "the format filter asks for a width"),
+        ("{{ ('x' * 1000000) | replace('x', 'xx') }}", "the replace filter would build"),
+        ("{{ ('x\n' * 400000) | indent(1000) }}", "the indent filter would build"),
+        ("{{ 'a\tb'.expandtabs(1000000000) }}", "str.expandtabs would build"),
+        (
+            "{% set ns = namespace(s='x') %}{% for i in range(40) %}"
+            "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+            "~ would build 1048576 characters or more",
+        ),
+        (
+            "{% set ns = namespace(s='x') %}{% for i in range(40) %}"
+            "{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s | length }}",
+            "'+' builds a value of 1048576 characters",
+        ),
+        ("{{ range(10000) | map('center', 1000000) | join }}", "builds more than 10000000"),
+        (
+            "{% macro m() %}{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}{% endmacro %}"
+            "{{ m() | length }}",
+            "builds more than 10000000 characters in all",
+        ),
+        (
+            "{% for i in range(2000) %}{{ 'y' * 1000 }}{% endfor %}",
+            "renders more than 1000000 characters",
+        ),
+    ],
+)
+def test_a_template_is_bounded_by_work_never_by_the_clock(source: str, reason: str) -> None:
+    """Nested range(100000) loops ran for minutes, `10 ** 100000000` hung and `'x' *
+    1000000000` took gigabytes: every render is bounded in what it builds and how long it
+    loops, each refusal one line naming the case and the key, the same on every machine."""
+    message = render_error(source)
+    assert message.startswith("suite.jsonl:7: case 'c7': ") and reason in message, message
+    assert message.endswith(f"(in {KEY})")
+
+
+def test_a_huge_constant_is_never_folded_when_the_config_loads() -> None:
+    """Jinja2 folds constant expressions when it compiles, even under `{% if false %}`: the
+    config's load computed `10 ** 100000000` (and `'x' * 1000000000`). They are left to the
+    render, which refuses them only where they run."""
+    for source in ("{% if false %}{{ 10 ** 100000000 }}{{ 'x' * 1000000000 }}{% endif %}ok",):
+        assert render(source) == "ok"
+    compiled("{{ 10 ** 100000000 }}{{ ('x' | center(100)) | center(1000000000) }}")
+
+
+def test_the_bounds_leave_a_large_ordinary_prompt_alone() -> None:
+    """A prompt of a few hundred kilobytes, built in loops, renders as it always did."""
+    source = (
+        "{% for i in range(5000) %}{{ loop.index }}: {{ prompt }} {{ 'ab' * 20 }}\n{% endfor %}"
+    )
+    out = render(source)
+    assert out.count("\n") == 5000 and len(out) > 250_000
+
+
+@pytest.mark.parametrize(
     "source",
     [
         "{{ ''.__class__.__mro__ }}",
@@ -444,3 +549,38 @@ def test_a_template_file_that_is_no_regular_file_is_refused_without_reading(
             f"p.toml: {KEY}_file: cannot read {file}: not a regular file (a device, FIFO or socket)"
         )
         assert expected == str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("template", "reason"),
+    [
+        ("{{ 'x' * 1000000000 }}", "repeating a value 1000000000 times (*) would build"),
+        ("{% if false %}{{ 10 ** 100000000 }}{% endif %}{{ prompt | string }}", None),
+        ("{{ prompt.upper | string }}", "turns a function into text (|string)"),
+    ],
+)
+def test_validate_refuses_an_unbounded_template_naming_the_case_and_key(
+    tmp_path: Path, template: str, reason: str | None
+) -> None:
+    """`{{ 'x' * 1000000000 }}` passed `validate` at 3.85 GB and `10 ** 100000000` hung the
+    config's load: `validate` exits 65 on one line naming the fixture line, the case, the
+    bound and the key, or passes the template whose huge constant never runs."""
+    from relkit import run_parallax
+
+    (tmp_path / "f.jsonl").write_text('{"id": "c1", "prompt": "Hi."}\n', "utf-8")
+    (tmp_path / "c.jsonl").write_text('{"case_id": "c1", "completion": "x"}\n', "utf-8")
+    (tmp_path / "parallax.toml").write_text(
+        'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
+        '[endpoints.ref]\nkind = "recorded"\ncassette = "c.jsonl"\n'
+        f'[endpoints.cand]\nkind = "recorded"\ncassette = "c.jsonl"\nuser_template = "{template}"\n'
+        '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"\n',
+        "utf-8",
+    )
+    done = run_parallax("validate", "--config", "parallax.toml", cwd=tmp_path)
+    if reason is None:
+        assert done.returncode == 0, done.stderr
+        return
+    assert done.returncode == 65, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("parallax: f.jsonl:1: case 'c1': ") and reason in line, line
+    assert line.endswith("(in endpoints.cand.user_template)")

@@ -274,3 +274,106 @@ def test_a_live_run_against_llmock_takes_tokens_and_cost_from_the_replies(
     replayed = json.loads(again.read_text("utf-8"))["usage"]
     recorded = json.loads((source / "summary.json").read_text("utf-8"))["usage"]
     assert replayed == recorded  # a function of the outcome rows
+
+
+def _recorded_suite(
+    tmp_path: Path, usage: dict[str, Any], *, top: str = "", price: str, extra: str = ""
+) -> None:
+    """Two recorded cases per side, each reply carrying `usage`, both sides at `price`
+    (`extra`: more endpoint keys, such as the protocol a recorded side streams in)."""
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(c) + "\n" for c in TEXT_CASES), "utf-8")
+    rows = [{"case_id": c["id"], "completion": "hi", "usage": usage} for c in TEXT_CASES]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    (tmp_path / "parallax.toml").write_text(
+        f'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n{top}\n'
+        + "".join(
+            f'[endpoints.{n}]\nkind = "recorded"\ncassette = "c.jsonl"\nprice = {price}\n{extra}'
+            for n in ("ref", "cand")
+        )
+        + '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"\n',
+        "utf-8",
+    )
+
+
+@pytest.mark.parametrize("top", ["", "budget_usd = 5"])
+def test_a_price_past_any_real_one_is_a_config_error_not_infinity(tmp_path: Path, top: str) -> None:
+    """A price of 1e308 crashed at the budget's estimate (a traceback) or, without a budget,
+    wrote `Infinity` into summary.json: it is refused at load, naming the key (exit 78)."""
+    _recorded_suite(
+        tmp_path,
+        {"prompt_tokens": 5, "completion_tokens": 3},
+        top=top,
+        price="{ input_per_mtok = 1e308, output_per_mtok = 1 }",
+    )
+    for command in ("validate", "run"):
+        done = run_parallax(command, "--config", "parallax.toml", cwd=tmp_path)
+        assert done.returncode == 78, done.stderr
+        (line,) = done.stderr.splitlines()
+        assert line.startswith("parallax: parallax.toml: endpoints.ref.price.input_per_mtok: ")
+    assert not (tmp_path / "runs" / "s").exists()
+
+
+def test_the_dearest_price_on_the_largest_usage_is_a_finite_summary(tmp_path: Path) -> None:
+    """At the largest price and token counts parallax takes, with a budget, every figure in
+    summary.json is a number JSON can hold."""
+    _recorded_suite(
+        tmp_path,
+        {"prompt_tokens": 10**9, "completion_tokens": 10**9},
+        top="budget_usd = 1e9",
+        price="{ input_per_mtok = 1e6, output_per_mtok = 1e6 }",
+    )
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert done.returncode in (0, 1, 2, 3), done.stderr
+    (summary,) = tmp_path.glob("runs/s/*/summary.json")
+    usage = json.loads(summary.read_text("utf-8"), parse_constant=pytest.fail)["usage"]
+    cost = usage["sides"]["candidate"]["cost_usd"]  # 2e9 a call: the budget may cut the second
+    assert cost in (2e9, 4e9), cost
+
+
+HUGE = int("9" * 401)
+
+
+@pytest.mark.parametrize(
+    ("extra", "usage"),
+    [
+        ("", {"prompt_tokens": HUGE, "completion_tokens": 3}),
+        ("stream = true\n", {"prompt_tokens": HUGE, "completion_tokens": 3}),
+        (
+            'protocol = "anthropic-messages"\nstream = true\n',
+            {"input_tokens": HUGE, "output_tokens": 3},
+        ),
+        ("", {"prompt_tokens": 5, "completion_tokens": 10**9 + 1}),
+        (
+            'protocol = "anthropic-messages"\n',
+            {"input_tokens": 5, "output_tokens": 3, "cache_read_input_tokens": HUGE},
+        ),
+    ],
+    ids=["openai-json", "openai-sse", "anthropic-sse", "past-a-billion", "anthropic-cache"],
+)
+def test_a_usage_count_past_any_call_is_no_usage_and_the_run_finishes(
+    tmp_path: Path, extra: str, usage: dict[str, Any]
+) -> None:
+    """A reply claiming a 401-digit prompt (in an OpenAI body, an OpenAI stream or an
+    Anthropic stream) raised OverflowError in the cost math: a traceback, exit 1, an empty
+    outcomes.jsonl, and a run dir that resume, replay and report failed on for ever. A count
+    past a billion tokens is no usage: the call's cost is unknown, and the run finishes."""
+    _recorded_suite(
+        tmp_path,
+        usage,
+        top="budget_usd = 5",
+        price="{ input_per_mtok = 3, output_per_mtok = 15 }",
+        extra=extra,
+    )
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert done.returncode in (0, 1, 2, 3), done.stderr
+    assert "Traceback" not in done.stderr
+    (run_dir,) = tmp_path.glob("runs/s/*/")
+    assert len((run_dir / "outcomes.jsonl").read_text("utf-8").splitlines()) == 4
+    sides = _summary(tmp_path)["usage"]["sides"]
+    for side in ("reference", "candidate"):
+        block = sides[side]
+        assert (block["calls"], block["calls_with_usage"], block["cost_unknown_calls"]) == (2, 0, 2)
+    replay = run_parallax("replay", "--config", "parallax.toml", run_dir, cwd=tmp_path)
+    assert replay.returncode == done.returncode, replay.stderr
+    report = run_parallax("report", "--config", "parallax.toml", run_dir, cwd=tmp_path)
+    assert report.returncode == done.returncode, report.stderr

@@ -29,8 +29,9 @@ from runner.gate import (
     fold,
     unscored_by,
 )
+from runner.grading import GRADER_TIMEOUT
 from runner.ledger import write_json, write_json_map
-from runner.model import NOISE, SIDES, STRATA
+from runner.model import NOISE, SIDES, STRATA, Schema
 from runner.regressions import fired, regressions
 from runner.regressions import log_alerts as log_regressions
 from runner.runs.rundir import read_manifest
@@ -276,7 +277,11 @@ def side_prices(loaded: LoadedConfig, suite: Suite) -> dict[str, Any]:
 
 
 def _grader_failed(view: SideView) -> bool:
-    return any(m.startswith("grader_error:") for m in (*view.misses, *view.noise))
+    """A grader error among its misses, or a grader that ran out of time: an unscored side
+    whose reply was read (schema ok) and whose detail names it."""
+    if any(m.startswith("grader_error:") for m in (*view.misses, *view.noise)):
+        return True
+    return view.schema == Schema.OK and GRADER_TIMEOUT in view.detail.split(",")
 
 
 def _verdict_word(exit_code: int) -> str:

@@ -11,9 +11,10 @@ from typing import Any
 from runner import logs
 from runner.budget import Budget
 from runner.config import LoadedConfig
-from runner.errors import DataError, UsageError
+from runner.errors import DataError, InternalError, ParallaxError, UsageError
 from runner.files import check_writable
 from runner.gate import Folds
+from runner.invocation import command
 from runner.lock import holds_suite_lock
 from runner.model import Endpoint
 from runner.regrade import heal
@@ -25,8 +26,9 @@ from runner.runs.mode import RunMode
 from runner.runs.plan import resume_problem, start
 from runner.runs.rundir import new_run_dir, read_manifest
 from runner.runs.summary import recorded_summary
-from runner.shutdown import Shutdown
+from runner.shutdown import Interrupted, Shutdown
 from runner.suite import Suite, prepare_suite
+from runner.text import visible
 from runner.usage import usage_fields
 
 _RESUMED_FILES = ("manifest.json", "raw.jsonl", "outcomes.jsonl")
@@ -93,6 +95,7 @@ async def run_suite_async(
         suite = prepare_suite(loaded, name)
     limit = loaded.budget_usd(name)
     budget = Budget(limit) if limit is not None else None
+    started: list[Path] = []  # the run dir once there is one: what a bug would leave unfinished
     try:
         endpoints = build_endpoints(loaded, suite, budget) if mode.calls else {}
         try:
@@ -105,11 +108,27 @@ async def run_suite_async(
                 mode=mode,
                 shutdown=shutdown,
                 budget=budget,
+                started=started,
             )
+        except (ParallaxError, Interrupted):
+            raise
+        except Exception as exc:  # a bug: exit 70, the run dir left as a killed run's is
+            run_dir = started[0] if started else None
+            then = _finish(run_dir, mode, parent_dir) if run_dir is not None else None
+            raise InternalError(exc, run_dir, then) from exc
         finally:
             await close_endpoints(endpoints)
     finally:
         suite.fixtures.close()
+
+
+def _finish(run_dir: Path, mode: RunMode, parent_dir: Path | None) -> str:
+    """What finishes a run a bug stopped, as the user types it: a run resumes in place; a
+    replay's new run dir is left unfinished, and the parent is replayed again."""
+    if mode is RunMode.REPLAY and parent_dir is not None:
+        again = visible(command("replay", parent_dir), one_line=True)
+        return f"its new run dir {visible(str(run_dir), one_line=True)} is unfinished: `{again}`"
+    return f"finish the run with `{visible(command('run', '--resume', run_dir), one_line=True)}`"
 
 
 async def _run_prepared(
@@ -122,6 +141,7 @@ async def _run_prepared(
     mode: RunMode,
     shutdown: Shutdown | None,
     budget: Budget | None,
+    started: list[Path],
 ) -> tuple[Path, int, dict[str, Any]]:
     import structlog
 
@@ -130,6 +150,7 @@ async def _run_prepared(
     if mode is RunMode.RESUME:
         assert resume_dir is not None
         run_dir = resume_dir
+        started.append(run_dir)
         manifest = read_manifest(run_dir)
         if manifest.get("suite") != name:
             raise UsageError(
@@ -156,6 +177,7 @@ async def _run_prepared(
         done = heal(run_dir, suite, folds)
     else:
         run_dir = new_run_dir(loaded.runs_dir, name)
+        started.append(run_dir)
         try:
             start(loaded, suite, run_dir, parent_dir=parent_dir, mode=mode)
             done = heal(run_dir, suite, folds)

@@ -16,7 +16,7 @@ import anyio
 
 from runner import logs
 from runner.config import LoadedConfig
-from runner.errors import ConfigError, ParallaxError, UsageError
+from runner.errors import ConfigError, InternalError, ParallaxError, UsageError
 from runner.health import heartbeat_path, write_pointer
 from runner.lock import SuiteLocked, daemon_lock, is_locked
 from runner.runs.mode import RunMode
@@ -500,7 +500,9 @@ class Daemon:
                 message=str(exc),
                 exit_code=exc.exit_code if isinstance(exc, ParallaxError) else None,
                 elapsed_s=round(time.monotonic() - t0, 3),
-                traceback=None if isinstance(exc, ParallaxError) else _traceback(exc),
+                traceback=None
+                if isinstance(exc, ParallaxError) and not isinstance(exc, InternalError)
+                else _traceback(exc),
             )
             return
         self._log.info(

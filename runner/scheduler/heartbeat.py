@@ -51,5 +51,5 @@ def write_heartbeat(
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(doc, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
     tmp.replace(path)
