@@ -23,10 +23,8 @@ _VERDICT = """  0   clean
   2   incomplete: transport or schema misses (infrastructure, not quality)
   3   both 1 and 2
 """
-_ERRORS = (
-    "  64  usage error    65  bad fixture or data file    78  bad config\n"
-    "  70  a bug in parallax (one line naming it; a run dir it stopped resumes)\n"
-)
+_BUG = "  70  a bug in parallax (one line naming it; a run dir it stopped resumes)\n"
+_ERRORS = "  64  usage error    65  bad fixture or data file    78  bad config\n" + _BUG
 _LOGGED = _ERRORS + "      each of them also one run.failed line on stdout\n"
 _CLOSED_PIPE = "  141 stdout closed by its reader (`| head`): stopped quietly\n"
 _DATA = _ERRORS + _CLOSED_PIPE
@@ -72,11 +70,12 @@ _COMMAND_EXIT_CODES = {
     "  1   it does not\n" + _DATA,
     "init": "  0   the starter written, or nothing needed (each file was there: left alone)\n"
     "  64  usage error, or a file cannot be written (DIR is a file, no permission)\n"
+    + _BUG
     + _CLOSED_PIPE,
     "import": "  0   the suite written (what could not be mapped is listed, not an error)\n"
     "  64  usage error, no such file, or --out exists and is not empty (nothing written)\n"
     "  65  the file is broken (a line that is no JSON, YAML that does not parse), or no\n"
-    "      case in it could be mapped\n" + _CLOSED_PIPE,
+    "      case in it could be mapped\n" + _BUG + _CLOSED_PIPE,
     "history": "  0   printed (--html: every page written)\n"
     + _DATA
     + "  64  also (--html): no finished run of the suite, PATH for more than one suite, or\n"

@@ -209,8 +209,8 @@ def test_a_hosted_evals_data_file_imports_its_items(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(x) for x in (tmp_path / "hosted" / "cases.jsonl").read_text().splitlines()]
     assert [(r["prompt"][:30], r["expect"]) for r in rows] == [
-        ("Is this review positive or neg", {"regex": "\\Anegative\\Z"}),
-        ("Is this review positive or neg", {"regex": "\\Apositive\\Z"}),
+        ("Is this review positive or neg", {"regex": "\\Anegative\\z"}),
+        ("Is this review positive or neg", {"regex": "\\Apositive\\z"}),
     ]
     assert "`input_messages` template" in (tmp_path / "hosted" / "IMPORT-NOTES.md").read_text()
     assert parallax("validate", "--config", "hosted/parallax.toml", cwd=tmp_path).returncode == 0

@@ -16,7 +16,7 @@ API's `string_check` grader):
   whitespace, either text contains the other) -> the custom grader `fuzzy_match`, written
   beside the suite, which normalises exactly as evals' `normalize` does: no built-in key can;
 - `string-check-eq` / `-ne` / `-like` / `-ilike` (`string_check`'s operations on a string
-  ideal) -> `regex` `\\Aideal\\Z`, `not_regex` of the same, `regex` of the escaped ideal, and
+  ideal) -> `regex` `\\Aideal\\z`, `not_regex` of the same, `regex` of the escaped ideal, and
   `must_include`.
 
 What evals sends and parallax sends differently is said in the notes: a string `input` is the
@@ -74,9 +74,9 @@ _MAPPED = {
     Check.FUZZY_MATCH: "FuzzyMatch -> the custom grader `fuzzy_match` in graders.py, which "
     "normalises both texts exactly as evals' `normalize` does (lower case, no punctuation, no "
     "articles, single spaces) and passes when either contains the other, for any ideal",
-    Check.STRING_CHECK_EQ: "string_check `eq` -> `regex` `\\A<ideal>\\Z` (the ideal escaped): "
+    Check.STRING_CHECK_EQ: "string_check `eq` -> `regex` `\\A<ideal>\\z` (the ideal escaped): "
     "the whole reply, case-sensitive",
-    Check.STRING_CHECK_NE: "string_check `ne` -> `not_regex` `\\A<ideal>\\Z`",
+    Check.STRING_CHECK_NE: "string_check `ne` -> `not_regex` `\\A<ideal>\\z`",
     Check.STRING_CHECK_LIKE: "string_check `like` -> `regex` of the escaped ideal: "
     "case-sensitive containment",
     Check.STRING_CHECK_ILIKE: "string_check `ilike` -> `must_include`: case-insensitive "
@@ -303,7 +303,7 @@ def _expect(ideals: list[str], check: Check) -> dict[str, Any] | None:
         return {"ideal": ideals}
     if len(ideals) != 1:
         return None
-    exact = f"\\A{group}\\Z"
+    exact = f"\\A{group}\\z"
     if check is Check.STRING_CHECK_EQ:
         return {"regex": exact}
     if check is Check.STRING_CHECK_NE:

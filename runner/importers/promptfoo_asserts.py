@@ -6,7 +6,7 @@ promptfoo grades the output text (src/assertions/: contains.ts, regex.ts, equals
 - `contains`, `contains-all` -> `regex` of the escaped value(s): exact, case-sensitive;
 - `icontains`, `icontains-all` -> `must_include`: exact but for casefold against toLowerCase;
 - `contains-any` / `icontains-any` -> `regex` `(?:a|b)` / `(?i)(?:a|b)`: exact;
-- `starts-with` -> `regex` `\\A<value>`; `equals` (text) -> `regex` `\\A<value>\\Z`: exact;
+- `starts-with` -> `regex` `\\A<value>`; `equals` (text) -> `regex` `\\A<value>\\z`: exact;
 - `regex` -> `regex`: JavaScript's syntax read as Python's (the note says where they differ);
 - `equals` (an object), `is-json`, `contains-json` -> `json_schema`: a reply that is no JSON
   is unscored in parallax, not a failed case;
@@ -222,9 +222,9 @@ def _map_text(kind: str, texts: list[str], found: Expectation, notes: Notes) -> 
         patterns.append(f"\\A{either}")
         notes.mapping(f"`{kind}` -> `{key}` `\\A<value>`, the value escaped")
     elif base == "equals":
-        patterns.append(f"\\A{either}\\Z")
+        patterns.append(f"\\A{either}\\z")
         notes.mapping(
-            f"`{kind}` (text) -> `{key}` `\\A<value>\\Z`, the value escaped: the whole reply, "
+            f"`{kind}` (text) -> `{key}` `\\A<value>\\z`, the value escaped: the whole reply, "
             "exactly, as promptfoo compares it"
         )
     elif base == "regex":
