@@ -336,6 +336,7 @@ def test_a_reason_link_shows_exactly_its_cases(browser: Browser, hostile: Hostil
             reason = tab.page.locator(f'#reasons li.reason[data-reason="{kind}"]')
             counts[kind] = int(reason.locator(".count").inner_text())
             reason.locator("a").click()
+            tab.view_applied()
             actual[kind] = sorted(_shown_ids(tab))
     assert (expected, {k: len(v) for k, v in expected.items()}) == (actual, counts)
 

@@ -265,13 +265,13 @@ def test_a_reason_link_shows_exactly_the_cases_it_counts(browser: Browser, repor
         count = int(str(reason.locator(".count").text_content()))
         page.select_option("select[name=sort]", "id")
         reason.locator("a").click()
-        page.wait_for_function("() => location.hash.includes('gate=')")
+        tab.view_applied()
         assert page.input_value("select[name=gate]") == "disagreement_changed"
         assert len(shown(tab)) == count
         assert count_line(tab) == f"{count} of 8 cases"
         page.select_option("select[name=gate]", "")
         reason.locator("a").click()
-        wait_for_count(tab, count)
+        tab.view_applied()
         assert len(shown(tab)) == count
 
 
@@ -300,7 +300,8 @@ def test_each_counting_reason_links_to_exactly_its_cases(browser: Browser, repor
         for kind, hash_, count in reasons:
             if kind in EXACT:
                 page.evaluate("(h) => { location.hash = h; }", hash_)
-                wait_for_count(tab, count)
+                tab.view_applied()
+                assert count_line(tab) == f"{count} of 8 cases", kind
                 assert len(shown(tab)) == count, kind
 
 
@@ -327,11 +328,11 @@ def test_following_each_reason_shows_exactly_as_many_cases_as_it_counts(
             count = int(str(reason.locator(".count").text_content()))
             page.select_option("select[name=gate]", "unchanged")  # from another view each time
             reason.locator("a").click()
-            # no reason is about the unchanged cases: the view left is the link's own
-            page.wait_for_function("() => document.forms.filters.gate.value !== 'unchanged'")
+            tab.view_applied()
             assert len(shown(tab)) == count, reason.text_content()
             assert count_line(tab) == f"{count} of 14 cases"
         page.locator("#reasons li[data-reason='significant_regression'] a").click()
+        tab.view_applied()
         assert sorted(shown(tab)) == sorted(CANDIDATE_LOST)
         assert (
             page.input_value("select[name=passed]"),
@@ -373,7 +374,7 @@ def test_following_a_latency_regression_shows_the_cases_it_paired(
         reason = page.locator("#reasons li[data-reason='latency_regression']")
         count = int(str(reason.locator(".count").text_content()))
         reason.locator("a").click()
-        wait_for_count(tab, count)
+        tab.view_applied()
         assert (count, sorted(shown(tab)), count_line(tab)) == (10, sorted(TIMED), "10 of 12 cases")
         assert page.input_value("select[name=paired]") == "latency"
         assert tab.problems() == []
@@ -396,7 +397,7 @@ def test_a_choice_the_run_has_no_case_for_is_hidden_until_a_link_names_it(
         assert not page.is_visible("select[name=stratum]")
         assert page.is_visible("select[name=failed]") is False  # no side failed a case
         page.evaluate("() => { location.hash = 'stratum=easy'; }")
-        wait_for_count(tab, 0)
+        tab.view_applied()
         assert page.is_visible("select[name=stratum]")
         assert page.input_value("select[name=stratum]") == "easy"
         assert tab.problems() == []

@@ -69,6 +69,9 @@
     if (hash !== location.hash.slice(1)) {
       history.replaceState(null, "", hash ? `#${hash}` : location.pathname + location.search);
     }
+    // what the table shows now, as its fragment: equal to location.hash (without "#") once
+    // the view a link or a control asked for is applied (tests and scripts wait on it)
+    table.dataset.view = hash;
   }
 
   function choose(select, value) {
