@@ -232,6 +232,7 @@ HOSTILE_INPUTS = {
     "url": f"javascript:window.{PWNED}='url'",
     "bidi": "invoice\u202egpj.exe \u2066isolated\u2069",
     "nul": "before\x00after",
+    "zero-width": "ref\u200bund\u200c\u200d\u2060\ufeff",
 }
 # a case both sides keep passing, so the history page lists its id among the ceiling candidates
 HOSTILE_QUIET = f"quiet </li></ul><img src=x onerror=\"window.{PWNED}='ceiling'\">\u202e"

@@ -1282,8 +1282,9 @@ def test_the_printed_summary_says_what_the_exit_code_stands_on(
 def test_the_printed_summary_shows_hidden_characters_as_escapes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A case id with a right-to-left override, a NUL or a newline cannot disguise itself or
-    forge a line of the summary: each shows as its escape, on the line that names it."""
+    """A case id with a right-to-left override, a zero-width space, a NUL or a newline cannot
+    disguise itself or forge a line of the summary: each shows as its escape, on the line that
+    names it."""
     from runner.runs.summary import print_summary
 
     summary = {
@@ -1294,14 +1295,15 @@ def test_the_printed_summary_shows_hidden_characters_as_escapes(
         "admitted": 3,
         "unadmitted": 0,
         "gate_counts": {"disagreement_changed": 3},
-        "review": ["invoice\u202egpj.exe", "nul\x00id", "two\n  run dir: /etc"],
+        "review": ["invoice\u202egpj.exe", "nul\x00id", "two\n  run dir: /etc", "ref\u200bund"],
     }
     print_summary(summary, Path("runs/s/r1"))
     err = capsys.readouterr().err
-    assert "\u202e" not in err and "\x00" not in err
+    assert "\u202e" not in err and "\x00" not in err and "\u200b" not in err
     lines = err.splitlines()
     assert lines[0] == "parallax · s\\u202e: REVIEW (exit 1)"
-    assert "  review: invoice\\u202egpj.exe, nul\\x00id, two\\n  run dir: /etc" in lines
+    review = "  review: invoice\\u202egpj.exe, nul\\x00id, two\\n  run dir: /etc, ref\\u200bund"
+    assert review in lines
     assert [line for line in lines if line.startswith("  run dir:")] == ["  run dir: runs/s/r1"]
 
 
