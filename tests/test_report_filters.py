@@ -123,7 +123,9 @@ def test_each_filter_shows_exactly_its_cases_and_writes_the_fragment(
     that carry it, says how many, and keeps the choice in the fragment."""
     with browser.open(report) as tab:
         gates, strata = rows(tab, "gate"), rows(tab, "stratum")
-        moved, misses = rows(tab, "moved"), rows(tab, "miss")
+        moved = rows(tab, "moved")
+        ref, cand = rows(tab, "missReference"), rows(tab, "missCandidate")
+        misses = {k: f"{ref[k] or ''}\n{cand[k] or ''}" for k in ref}  # either side's, a line each
         tab.page.select_option("select[name=gate]", "disagreement_changed")
         expected = sorted(k for k, g in gates.items() if g == "disagreement_changed")
         assert sorted(shown(tab)) == expected
@@ -148,7 +150,7 @@ def test_each_filter_shows_exactly_its_cases_and_writes_the_fragment(
 
         tab.page.select_option("select[name=miss]", "missing:ok")
         assert sorted(shown(tab)) == sorted(
-            k for k, m in misses.items() if "missing:ok" in m.split()
+            k for k, m in misses.items() if "missing:ok" in m.split("\n")
         )
         assert fragment(tab) == {"miss": ["missing:ok"]}
         tab.page.select_option("select[name=miss]", "")
@@ -401,6 +403,44 @@ def test_a_choice_the_run_has_no_case_for_is_hidden_until_a_link_names_it(
         assert page.is_visible("select[name=stratum]")
         assert page.input_value("select[name=stratum]") == "easy"
         assert tab.problems() == []
+
+
+def _spaced(root: Path) -> Path:
+    """A run in which the candidate misses a needle with a space in it."""
+    cases = [
+        {"id": "fjord", "prompt": "p", "expect": {"must_include": ["Fjord Express"]}},
+        {"id": "plain", "prompt": "p", "expect": {"must_include": ["ok"]}},
+    ]
+    project = Project(root, cases)
+    project.cassettes(
+        {"fjord": {"completion": "the Fjord Express", "model": "ref-1"}},
+        {"fjord": {"completion": "nope", "model": "cand-1"}},
+    )
+    run_dir, _, _ = project.run()
+    return run_dir / "report.html"
+
+
+@pytest.mark.parametrize(
+    ("view", "expected"),
+    [
+        ("miss=missing%3AFjord+Express", ["fjord"]),
+        ("miss=missing:Fjord%20Express&missed=candidate", ["fjord"]),
+        ("miss=missing%3AFjord+Express&missed=reference", []),
+        ("missed=candidate", ["fjord"]),
+    ],
+)
+def test_a_link_naming_a_miss_code_with_spaces_shows_its_case(
+    browser: Browser, tmp_path: Path, view: str, expected: list[str]
+) -> None:
+    """`#miss=` with a code as disagreement.json has it, spaces and all, shows the cases with
+    it (its spaces were turned into `_`, so it showed none); `missed` narrows it to a side."""
+    report = in_thread(_spaced, tmp_path)
+    with browser.open(report, fragment=view) as tab:
+        options = tab.page.eval_on_selector_all(
+            "select[name=miss] option", "options => options.map((o) => o.value)"
+        )
+        assert (shown(tab), "missing:Fjord Express" in options) == (expected, True)
+        assert count_line(tab) == f"{len(expected)} of 2 cases"
 
 
 def _many(root: Path) -> Path:
