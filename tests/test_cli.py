@@ -416,6 +416,34 @@ def test_demo_run_logs_one_json_object_per_line(
         assert stamp.utcoffset() == timedelta(0), event["timestamp"]
 
 
+def test_run_dir_is_absolute_in_the_log_for_a_run_a_retry_a_replay_and_a_resume(
+    tmp_path: Path,
+) -> None:
+    """`run.started` named a run's dir relative to where it was started (a relative config
+    path) and a retry's or a replay's absolute: the field is the dir's absolute path, for
+    every mode, so a log reader can open it from anywhere."""
+    root = make_demo(tmp_path)
+    first = parallax("run", "--config", "config/demo.toml", "--suite", "ceiling", cwd=root)
+    run_dir = only_run_dir(root, "ceiling").relative_to(root)
+    found = {"run": first}
+    found["retry"] = parallax("run", "--retry-unscored", run_dir, cwd=root)
+    found["replay"] = parallax("replay", run_dir, cwd=root)
+    manifest = load(root / run_dir / "manifest.json")  # now as if killed before its verdict
+    (root / run_dir / "manifest.json").write_text(json.dumps({**manifest, "finished_at": None}))
+    found["resume"] = parallax("run", "--resume", run_dir, cwd=root)
+    shown = {
+        mode: [
+            e["run_dir"]
+            for e in log_lines(proc.stdout)
+            if e["event"] in ("run.started", "run.resumed")
+        ]
+        for mode, proc in found.items()
+    }
+    assert shown["run"] == shown["resume"] == [str(root / run_dir)]
+    for mode, dirs in shown.items():
+        assert [(Path(d).is_absolute(), Path(d).is_dir()) for d in dirs] == [(True, True)], mode
+
+
 def test_demo_run_emits_lifecycle_and_alert_events(
     demo_run: tuple[Path, Any, dict[str, bytes]],
 ) -> None:
