@@ -229,10 +229,14 @@ def cmd_pin(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from runner.diff import diff_ledgers, exit_code
+    from runner import logs
+    from runner.diff import compare, exit_code, finding_lines
+    from runner.text import visible
 
-    counts = diff_ledgers(_ledger(args.base), _ledger(args.cand))
+    counts, findings = compare(_ledger(args.base), _ledger(args.cand))
     print(json.dumps(counts, sort_keys=True))
+    for line in finding_lines(findings):  # which rows: case, side, sample, what went wrong
+        logs.say(visible(line, one_line=True))
     return exit_code(counts)
 
 
