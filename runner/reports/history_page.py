@@ -103,7 +103,7 @@ class Page:
     charts: Mapping[str, Chart]
     changes: tuple[Mapping[str, Any], ...]  # history.model_changes, oldest first, labelled
     retire_after: int | None  # None: not known (no config), no ceiling candidates shown
-    ceiling: tuple[tuple[str, int], ...]  # (case id, nights quiet), the first CEILING_SHOWN
+    ceiling: tuple[tuple[str, int], ...]  # (case id, runs quiet in a row), the first CEILING_SHOWN
     ceiling_total: int
     notes: tuple[str, ...]
     generated_at: str
