@@ -336,7 +336,7 @@ COSTED = tuple(case["id"] for case in STRATIFIED[2:])
 def ratio_project(root: Path) -> Path:
     """A run whose latency and cost gates (limits x1.1) both fire: the candidate takes 300 ms
     where the reference takes 100 on the TIMED cases, and four times the tokens on the COSTED
-    ones; the other cases report no time (0 ms) or no usage, so no pair."""
+    ones; the other cases report no time or no usage, so no pair."""
     project = Project(root, STRATIFIED)
     config = project.config.read_text(encoding="utf-8")
     limits = "retire_after = 2\nlatency_ratio_max = 1.1\ncost_ratio_max = 1.1\n"
