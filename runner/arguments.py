@@ -20,7 +20,9 @@ _VERDICT = """  0   clean
       a significant regression, non-inferiority not shown, or a latency or
       cost regression not ruled out when fail_on asks for it, a reference
       whose request changed
-  2   incomplete: transport or schema misses (infrastructure, not quality)
+  2   incomplete: unscored cases, not compared: transport misses (infrastructure:
+      no reply to grade) or schema misses (the side's own format failure: not
+      JSON, tool arguments not a JSON object, a broken stream)
   3   both 1 and 2
 """
 _BUG = "  70  a bug in parallax (one line naming it; a run dir it stopped resumes)\n"
@@ -57,7 +59,8 @@ _COMMAND_EXIT_CODES = {
     + _CLOSED_PIPE,
     "pin": "  0   every row printed\n" + _DATA,
     "validate": "  0   nothing wrong\n" + _DATA,
-    "diff": "  0   clean\n  1   a silent regression\n  2   transport or schema misses\n"
+    "diff": "  0   clean\n  1   a silent regression\n"
+    "  2   transport misses (infrastructure) or schema misses (CAND's format failures)\n"
     "  3   both 1 and 2\n" + _DATA,
     "grade": "  0   no stratum alert\n  1   a stratum alert\n"
     "  2   a case could not be scored (a JSON case answered otherwise: answer_not_json)\n"

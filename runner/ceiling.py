@@ -36,8 +36,9 @@ def detect(rates: Mapping[str, Mapping[str, Any]], thresholds: Thresholds) -> li
     """Alerts that refuse a green verdict: a blind harness is as bad as a regression.
 
     `missing_stratum` and `thin_stratum` judge the suite, so they count its cases; rows that
-    could not be scored are the run's trouble (exit 2, infrastructure), not a review of the
-    suite. A ceiling is still only claimed on at least two admitted rows in every stratum.
+    could not be scored are the run's trouble (exit 2, unscored: infrastructure or a side's
+    format failure), not a review of the suite. A ceiling is still only claimed on at least two
+    admitted rows in every stratum.
     """
     alerts: list[str] = []
     cases = [int(rates[name]["n"]) + int(rates[name]["unadmitted"]) for name in STRATA]

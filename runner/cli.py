@@ -80,10 +80,10 @@ def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
     from runner.config import check_files, check_keys
     from runner.requestsha import request_problem
     from runner.runs.mode import RunMode
-    from runner.runs.plan import unscored_keys
+    from runner.runs.plan import all_scored, replay_problem
     from runner.runs.run import run_suite
     from runner.runs.rundir import config_for_run, read_manifest
-    from runner.runs.summary import print_summary
+    from runner.runs.summary import print_summary, recorded_summary
     from runner.shutdown import Interrupted
 
     if args.resume and args.retry_unscored:
@@ -92,8 +92,11 @@ def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
     loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
     manifest = read_manifest(run_dir)
     (suite,) = loaded.suite_names(manifest["suite"])
-    if args.retry_unscored and manifest.get("finished_at") and not unscored_keys(run_dir):
+    finished = manifest.get("finished_at") is not None
+    if args.retry_unscored and finished and all_scored(run_dir, recorded_summary(run_dir)):
         raise UsageError(f"{run_dir}: every row was scored; nothing to retry")
+    if args.resume and (why := replay_problem(loaded, suite, manifest)) is not None:
+        raise UsageError(f"{run_dir}: cannot resume: {why}")
     if args.suite and args.suite != suite:
         raise UsageError(f"{run_dir}: is a run of suite {suite!r}, not {args.suite!r}")
     if args.retry_unscored and (why := request_problem(loaded, suite, manifest)) is not None:
@@ -231,10 +234,14 @@ def cmd_pin(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from runner.diff import diff_ledgers, exit_code
+    from runner import logs
+    from runner.diff import compare, exit_code, finding_lines
+    from runner.text import visible
 
-    counts = diff_ledgers(_ledger(args.base), _ledger(args.cand))
+    counts, findings = compare(_ledger(args.base), _ledger(args.cand))
     print(json.dumps(counts, sort_keys=True, allow_nan=False))
+    for line in finding_lines(findings):  # which rows: case, side, sample, what went wrong
+        logs.say(visible(line, one_line=True))
     return exit_code(counts)
 
 

@@ -398,7 +398,8 @@ def streaks(rows: Iterable[RunRow]) -> dict[str, int]:
 
 
 def ceiling_candidates(rows: Iterable[RunRow], retire_after: int) -> list[str]:
-    """Cases both sides passed with an empty disagreement for `retire_after` nights running."""
+    """Cases both sides passed with an empty disagreement in each of the last `retire_after`
+    runs that count (a replay and a run a retry completed do not)."""
     return sorted(case for case, n in streaks(rows).items() if n >= retire_after)
 
 

@@ -1,7 +1,8 @@
 """JUnit XML for CI systems: one testsuite per run, one testcase per case.
 
 `disagreement_changed` and `alias_swap` are failures (quality: review needed); a case that could
-not be scored is an error (infrastructure), whatever its gate class: a `new_case` or
+not be scored is an error (unscored: a transport miss is infrastructure, a schema miss the
+side's own format failure, and neither can be graded), whatever its gate class: a `new_case` or
 `fixture_move` whose call timed out is as unscored as a `transport_miss`. Scored `new_case` and
 `fixture_move` cases are skipped (a test edit, not a result). A stratum alert needs review too,
 so a stratified suite adds one `strata` testcase per side that fails when that side has alerts.

@@ -165,7 +165,7 @@ class Attempt:
 
     n: int
     transport: str
-    elapsed_ms: int
+    elapsed_ms: int | None  # None: no time was measured (a cassette's call that records none)
     status: int | None = None
     error: str | None = None  # exception class name
     message: str | None = None
@@ -200,8 +200,9 @@ class Exchange:
     response: Response | None
     started_at: str  # UTC ISO-8601
     # the final attempt's milliseconds from handing its request to the transport to its last
-    # byte: the model's time for the reply that is graded, never parallax's own waiting
-    elapsed_ms: int
+    # byte: the model's time for the reply that is graded, never parallax's own waiting; None:
+    # no time measured (a recorded call whose cassette gives none)
+    elapsed_ms: int | None
     answer_pointer: str | None = None  # http-json: where the answer sits in the body
     # the response header naming the served model, as the endpoint configured it: None when it
     # named none (known gateways' headers are read), "" for the body's `model` only
@@ -251,7 +252,7 @@ class Exchange:
             transport=str(data["transport"]),
             response=_response(response) if response is not None else None,
             started_at=str(data["started_at"]),
-            elapsed_ms=int(data["elapsed_ms"]),
+            elapsed_ms=None if data["elapsed_ms"] is None else int(data["elapsed_ms"]),
             answer_pointer=_opt_str(data, "answer_pointer"),
             served_model_header=_opt_str(data, "served_model_header"),
             stream=_opt_bool(data, "stream"),
@@ -282,7 +283,7 @@ class Outcome:
     detail: str
     http_status: int | None
     attempts: int
-    elapsed_ms: int
+    elapsed_ms: int | None  # copied from the exchange: None when no time was measured
     usage: Mapping[str, Any] | None = None
     request_sha: str | None = None  # copied from the exchange
     tool_calls: tuple[str, ...] = ()  # the names of the tools the reply called, in order
@@ -336,7 +337,7 @@ class Outcome:
             detail=str(data.get("detail", "")),
             http_status=data.get("http_status"),
             attempts=int(data.get("attempts", 1)),
-            elapsed_ms=int(data.get("elapsed_ms", 0)),
+            elapsed_ms=None if (ms := data.get("elapsed_ms", 0)) is None else int(ms),
             usage=data.get("usage"),
             request_sha=_opt_str(data, "request_sha"),
             tool_calls=tuple(str(name) for name in data.get("tool_calls") or ()),

@@ -20,6 +20,7 @@ Cassette rows (JSONL), keyed by `case_id`, optionally narrowed by `suite`, `side
     {"case_id": "c6", "status": 503, "body": "upstream busy"}
     {"case_id": "c7", "body": "<html>not json</html>"}   # a 200 with this raw body
     {"case_id": "c8", "completion": "Hi", "elapsed_ms": 850}        # the call took 850 ms
+                                                    # (without it: no latency, never 0 ms)
 
 With no matching row, a case's own recorded `completion` (seed 000 rows) and recorded tool
 calls are the reply.
@@ -243,8 +244,9 @@ class RecordedEndpoint:
             attempt = Attempt(
                 n=1,
                 transport=played.transport,
-                # what the recorded call took, as data (a cassette itself takes no time)
-                elapsed_ms=int(entry.get("elapsed_ms", 0)) if entry is not None else 0,
+                # what the recorded call took, as data; a row that says nothing measured none
+                # (a cassette takes no time: 0 ms would read as a call that fast)
+                elapsed_ms=entry.get("elapsed_ms") if entry is not None else None,
                 status=played.response.status if played.response is not None else None,
                 error=played.error,
                 message=played.message,

@@ -205,15 +205,17 @@ class PairFold:
         latencies[slot], costs[slot] = latency, cost
 
     def _value(self, side: str, call: Call) -> tuple[float, float]:
-        """(latency, cost) of one call; NaN where unknown, and both for an unadmitted call."""
-        if call.elapsed_ms is None:  # not admitted: the case is no pair
+        """(latency, cost) of one call; NaN where unknown (a latency no one measured), and both
+        for an unadmitted call."""
+        if not call.admitted:  # the case is no pair
             return _UNKNOWN, _UNKNOWN
+        latency = _UNKNOWN if call.elapsed_ms is None else call.elapsed_ms
         price, tokens = self._prices[side], call.tokens
         if price is None or tokens is None:
-            return call.elapsed_ms, _UNKNOWN
+            return latency, _UNKNOWN
         # in dollars, unrounded: a small call rounded to the micro-dollar would skew its ratio
         cost = micro_usd(tokens.prompt, tokens.completion, tokens.cached, price) / 1_000_000
-        return call.elapsed_ms, cost
+        return latency, cost
 
     def pairs(self, metric: Metric) -> list[tuple[float, float]]:
         """(reference, candidate) per case with both values known and above zero, by case id:

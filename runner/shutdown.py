@@ -69,7 +69,7 @@ class Interrupted(Exception):
         logs.get_logger().warning(
             logs.RUN_INTERRUPTED,
             signal=self.signal.name,
-            run_dir=str(run_dir) if run_dir else None,
+            run_dir=str(run_dir.absolute()) if run_dir else None,
             resumable=run_dir is not None,
             run_id=run_dir.name if run_dir else None,
             suite=run_dir.parent.name if run_dir else None,

@@ -16,12 +16,22 @@ import sys
 from typing import Any, overload
 
 _ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-# Unicode's Bidi_Control characters: embeddings and overrides (U+202A-U+202E), isolates
-# (U+2066-U+2069), the marks LRM, RLM (U+200E, U+200F) and ALM (U+061C)
-_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+# Unicode's format characters (category Cf, as of Unicode 15): invisible, yet they change
+# what text shows or how it compares. The Bidi_Control characters among them (U+061C,
+# U+200E-U+200F, U+202A-U+202E, U+2066-U+2069) reorder what follows; the zero-width ones
+# (U+200B-U+200D, U+2060, U+FEFF, the soft hyphen U+00AD) make two ids that look the same
+# differ; tags (U+E0000-U+E007F) can spell hidden words. Spelled out here rather than built
+# from unicodedata at import (a tenth of a second of every command's start); tests/test_text.py
+# checks that it holds every Cf character this Python knows.
+_FORMAT = (
+    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f"
+)
 _C0_C1 = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"  # all but tab, newline, carriage return
-_HIDDEN = re.compile(f"[{_BIDI}{_C0_C1}]|\r(?!\n)")
-_HIDDEN_ONE_LINE = re.compile(f"[{_BIDI}{_C0_C1}\t\n\r]")
+_HIDDEN = re.compile(f"[{_FORMAT}{_C0_C1}]|\r(?!\n)")
+_HIDDEN_ONE_LINE = re.compile(f"[{_FORMAT}{_C0_C1}\t\n\r]")
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -83,9 +93,11 @@ def visible(value: Any, *, one_line: bool = False) -> str:
     """Untrusted text as a reader can trust it: what could disguise it is shown as an escape.
 
     A bidi control reorders what follows it (`invoice\\u202egpj.exe` displays as
-    `invoiceexe.jpg`; a reply can render reversed), and a NUL or another C0/C1 control is
-    invisible, rewrites a terminal line or breaks the file it lands in. Each is replaced by
-    its escape: `\\u202e` for a bidi control, `\\x00` for a control character, `\\r` for a
+    `invoiceexe.jpg`; a reply can render reversed), a zero-width character or another
+    format character (Unicode category Cf) is invisible (`a\\u200bb` looks like `ab`), and a
+    NUL or another C0/C1 control is invisible, rewrites a terminal line or breaks the file it
+    lands in. Each is replaced by its escape: `\\u202e` for a format character (`\\U000e0041` past
+    U+FFFF, `\\xad` for the soft hyphen), `\\x00` for a control character, `\\r` for a
     carriage return not followed by a newline. Tab, newline and CRLF stay as they are, unless
     `one_line`: then they are `\\t`, `\\n`, `\\r` too, so a value can never start a line of
     its own (a summary line, an error message). Everything else, backslashes included, is
@@ -102,7 +114,9 @@ def _escape(match: re.Match[str]) -> str:
     if char in _NAMED:
         return _NAMED[char]
     code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 @overload

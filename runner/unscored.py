@@ -1,8 +1,14 @@
 """Why a run could not score some of its cases, and what the person reading the summary can do.
 
-An incomplete run (exit 2 or 3) is an infrastructure problem, and the one question its summary
-must answer is which one: `candidate: 20 connect_error (...: Connection refused)` says it at a
-glance where a list of case ids does not. `summary.json` keeps, per side, how many cases that
+An incomplete run (exit 2 or 3) left cases unscored for one of two kinds of reason, and they
+are not the same news. A transport miss (a timeout, a refused connection, a 5xx, a rate limit,
+a call the budget cancelled) is infrastructure: no reply came back to grade. A schema miss is
+the side's own failure of format: a reply came back that was not JSON when JSON was asked, with
+tool arguments that are not a JSON object, or as a broken stream; a candidate that stops
+answering in the format asked has regressed, even though no grade can say by how much
+(`blame` says which, in one set of words for every place that says it). The one question the
+summary must answer is which: `candidate: 20 connect_error (...: Connection refused)` says it
+at a glance where a list of case ids does not. `summary.json` keeps, per side, how many cases that
 side left unscored and the most common reasons (a stamp and its detail); the printed summary
 shows the top ones and the next step that can work: `promote` refuses a run with unscored
 cases unless told `--allow-partial`, so it is never suggested bare for such a run.
@@ -27,13 +33,22 @@ KEPT = 5  # reasons per side kept in summary.json
 SHOWN = 3  # reasons per side printed
 
 
+SCHEMA = "schema"  # the stamp `reason_of` gives an unscored side whose reply came back
+
+
+def blame(schema: bool, side: str) -> str:
+    """Whose trouble an unscored case is: infrastructure for a transport miss, the side's own
+    format failure for a schema miss."""
+    return f"the {side}'s own format failure" if schema else "infrastructure"
+
+
 def reason_of(view: SideView) -> tuple[str, str]:
     """An unscored side's (stamp, detail): its transport stamp, or `schema` when the call was
     answered but the reply could not be read; the detail without the stamp it repeats."""
     if view.transport != Transport.OK:
         detail = view.detail.removeprefix(view.transport).removeprefix(": ")
         return view.transport, detail
-    return "schema", view.detail
+    return SCHEMA, view.detail
 
 
 def unscored_summary(results: Sequence[Verdict]) -> dict[str, Any]:
@@ -58,19 +73,24 @@ def unscored_summary(results: Sequence[Verdict]) -> dict[str, Any]:
 
 
 def why_lines(summary: Mapping[str, Any]) -> list[str]:
-    """`  candidate: 20 connect_error (detail)` per side and reason, the most common first."""
+    """`  candidate: 20 connect_error (detail) — infrastructure` per side and reason, the most
+    common first; the rest counted on one line, or named when it is a single reason (a line
+    that says "1 more, for other reasons" is as long as the reason it hides)."""
     unscored = mapping_of(summary.get("unscored"))
     lines = []
     for side in SIDES:
         view = mapping_of(unscored.get(side))
         reasons = view.get("reasons")
         rows = [mapping_of(r) for r in reasons] if isinstance(reasons, list) else []
-        for row in rows[:SHOWN]:
-            detail = f" ({row.get('detail')})" if row.get("detail") else ""
-            lines.append(f"  {side}: {row.get('cases')} {row.get('stamp')}{detail}")
-        shown = sum(r["cases"] for r in rows[:SHOWN] if isinstance(r.get("cases"), int))
         total = view.get("cases")
-        if isinstance(total, int) and total > shown and rows:
+        counted = sum(r["cases"] for r in rows if isinstance(r.get("cases"), int))
+        last = len(rows) == SHOWN + 1 and total == counted  # nothing left after the next one
+        for row in rows[: SHOWN + 1 if last else SHOWN]:
+            detail = f" ({row.get('detail')})" if row.get("detail") else ""
+            why = blame(row.get("stamp") == SCHEMA, side)
+            lines.append(f"  {side}: {row.get('cases')} {row.get('stamp')}{detail} — {why}")
+        shown = sum(r["cases"] for r in rows[:SHOWN] if isinstance(r.get("cases"), int))
+        if isinstance(total, int) and total > shown and rows and not last:
             lines.append(f"  {side}: {total - shown} more, for other reasons (see report.html)")
     return lines
 

@@ -55,9 +55,10 @@ class Call:
 
     stratum: str | None
     tokens: Tokens | None
-    elapsed_ms: int | None  # admitted calls only
+    elapsed_ms: int | None  # admitted calls only, and only when a time was measured
     ttft_ms: int | None  # admitted streams only
     sent: bool = True  # False for a call the run's budget kept from being made: no call, no cost
+    admitted: bool = True  # the admission rule: only these enter a paired comparison
 
 
 def _count(value: Any) -> int | None:
@@ -103,6 +104,7 @@ def call_of(outcome: Outcome) -> Call:
         elapsed_ms=outcome.elapsed_ms if admitted else None,
         ttft_ms=outcome.ttft_ms if admitted else None,
         sent=outcome.detail != NOT_SENT_DETAIL or outcome.transport != Transport.CANCELLED,
+        admitted=admitted,
     )
 
 
@@ -412,8 +414,7 @@ def trend_line(sides: Mapping[str, Any]) -> str:
             continue
         cost = figures.get("cost_usd")
         money = f"${cost:.4f}" if isinstance(cost, int | float) else "unpriced"
-        parts.append(
-            f"{side} {money}, {_cell(figures.get('total_tokens'))} tokens, "
-            f"p50 {_cell(figures.get('latency_p50_ms'))} ms"
-        )
+        p50 = figures.get("latency_p50_ms")
+        latency = "no latency" if p50 is None else f"p50 {_cell(p50)} ms"  # none measured
+        parts.append(f"{side} {money}, {_cell(figures.get('total_tokens'))} tokens, {latency}")
     return "usage: " + "; ".join(parts) if parts else ""

@@ -118,6 +118,15 @@ class Tab:
             link.click()
         return self.page.url
 
+    def view_applied(self) -> None:
+        """Until report.html says its case table shows the view its URL names: the table's
+        `data-view` equals the fragment. A followed link's `hashchange` is handled in a task
+        of its own, after the click returns, and on a loaded machine well after; a search
+        typed applies once typing pauses, so wait for its `q` in the fragment instead."""
+        self.page.wait_for_function(
+            "() => document.getElementById('cases')?.dataset.view === location.hash.slice(1)"
+        )
+
     def screenshot(self, name: str, *, full_page: bool = False) -> Path | None:
         """`$PARALLAX_ARTIFACTS/<name>.png` when that variable is set, else nothing."""
         folder = os.environ.get("PARALLAX_ARTIFACTS")

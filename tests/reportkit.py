@@ -232,6 +232,7 @@ HOSTILE_INPUTS = {
     "url": f"javascript:window.{PWNED}='url'",
     "bidi": "invoice\u202egpj.exe \u2066isolated\u2069",
     "nul": "before\x00after",
+    "zero-width": "ref\u200bund\u200c\u200d\u2060\ufeff",
 }
 # a case both sides keep passing, so the history page lists its id among the ceiling candidates
 HOSTILE_QUIET = f"quiet </li></ul><img src=x onerror=\"window.{PWNED}='ceiling'\">\u202e"
@@ -335,7 +336,7 @@ COSTED = tuple(case["id"] for case in STRATIFIED[2:])
 def ratio_project(root: Path) -> Path:
     """A run whose latency and cost gates (limits x1.1) both fire: the candidate takes 300 ms
     where the reference takes 100 on the TIMED cases, and four times the tokens on the COSTED
-    ones; the other cases report no time (0 ms) or no usage, so no pair."""
+    ones; the other cases report no time or no usage, so no pair."""
     project = Project(root, STRATIFIED)
     config = project.config.read_text(encoding="utf-8")
     limits = "retire_after = 2\nlatency_ratio_max = 1.1\ncost_ratio_max = 1.1\n"

@@ -145,7 +145,7 @@ def test_missing_and_thin_strata_are_both_reported() -> None:
 
 def test_a_stratum_whose_rows_all_failed_transport_is_no_suite_alert() -> None:
     """The stratum has cases; that none could be scored is the run's trouble (exit 2,
-    infrastructure), not a reason to review the suite (exit 1 on top, so 3)."""
+    unscored), not a reason to review the suite (exit 1 on top, so 3)."""
     rows = [*results((2, 0), (2, 0), (0, 0)), ("stretch", None), ("stretch", None)]
     assert detect(strata_rates(rows), DEFAULT) == []
 

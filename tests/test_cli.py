@@ -420,6 +420,34 @@ def test_demo_run_logs_one_json_object_per_line(
         assert stamp.utcoffset() == timedelta(0), event["timestamp"]
 
 
+def test_run_dir_is_absolute_in_the_log_for_a_run_a_retry_a_replay_and_a_resume(
+    tmp_path: Path,
+) -> None:
+    """`run.started` named a run's dir relative to where it was started (a relative config
+    path) and a retry's or a replay's absolute: the field is the dir's absolute path, for
+    every mode, so a log reader can open it from anywhere."""
+    root = make_demo(tmp_path)
+    first = parallax("run", "--config", "config/demo.toml", "--suite", "ceiling", cwd=root)
+    run_dir = only_run_dir(root, "ceiling").relative_to(root)
+    found = {"run": first}
+    found["retry"] = parallax("run", "--retry-unscored", run_dir, cwd=root)
+    found["replay"] = parallax("replay", run_dir, cwd=root)
+    manifest = load(root / run_dir / "manifest.json")  # now as if killed before its verdict
+    (root / run_dir / "manifest.json").write_text(json.dumps({**manifest, "finished_at": None}))
+    found["resume"] = parallax("run", "--resume", run_dir, cwd=root)
+    shown = {
+        mode: [
+            e["run_dir"]
+            for e in log_lines(proc.stdout)
+            if e["event"] in ("run.started", "run.resumed")
+        ]
+        for mode, proc in found.items()
+    }
+    assert shown["run"] == shown["resume"] == [str(root / run_dir)]
+    for mode, dirs in shown.items():
+        assert [(Path(d).is_absolute(), Path(d).is_dir()) for d in dirs] == [(True, True)], mode
+
+
 def test_demo_run_emits_lifecycle_and_alert_events(
     demo_run: tuple[Path, Any, dict[str, bytes]],
 ) -> None:
@@ -1339,8 +1367,9 @@ def test_the_printed_summary_says_what_the_exit_code_stands_on(
 def test_the_printed_summary_shows_hidden_characters_as_escapes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A case id with a right-to-left override, a NUL or a newline cannot disguise itself or
-    forge a line of the summary: each shows as its escape, on the line that names it."""
+    """A case id with a right-to-left override, a zero-width space, a NUL or a newline cannot
+    disguise itself or forge a line of the summary: each shows as its escape, on the line that
+    names it."""
     from runner.runs.summary import print_summary
 
     summary = {
@@ -1351,14 +1380,15 @@ def test_the_printed_summary_shows_hidden_characters_as_escapes(
         "admitted": 3,
         "unadmitted": 0,
         "gate_counts": {"disagreement_changed": 3},
-        "review": ["invoice\u202egpj.exe", "nul\x00id", "two\n  run dir: /etc"],
+        "review": ["invoice\u202egpj.exe", "nul\x00id", "two\n  run dir: /etc", "ref\u200bund"],
     }
     print_summary(summary, Path("runs/s/r1"))
     err = capsys.readouterr().err
-    assert "\u202e" not in err and "\x00" not in err
+    assert "\u202e" not in err and "\x00" not in err and "\u200b" not in err
     lines = err.splitlines()
     assert lines[0] == "parallax · s\\u202e: REVIEW (exit 1)"
-    assert "  review: invoice\\u202egpj.exe, nul\\x00id, two\\n  run dir: /etc" in lines
+    review = "  review: invoice\\u202egpj.exe, nul\\x00id, two\\n  run dir: /etc, ref\\u200bund"
+    assert review in lines
     assert [line for line in lines if line.startswith("  run dir:")] == ["  run dir: runs/s/r1"]
 
 

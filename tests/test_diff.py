@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +182,62 @@ def test_a_malformed_ledger_names_file_and_line(tmp_path: Path, text: str, reaso
     with pytest.raises(DataError) as info:
         diff_ledgers(good, bad)
     assert f"{bad}:2: {reason}" == str(info.value)
+
+
+def _diff(*args: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runner", "diff", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_diff_names_the_case_side_sample_and_miss_of_each_pair_that_needs_a_look(
+    tmp_path: Path,
+) -> None:
+    """The counts said "1 silent regression" and nothing of which: stderr now names each
+    regression, transport miss and schema miss by case, side and sample with what CAND's row
+    says (its new misses, its stamp and detail), regressions first; stdout keeps the counts."""
+    base = ledger(
+        tmp_path,
+        "b.jsonl",
+        [
+            row(case_id="fjord", misses=[]),
+            row(case_id="late", side="reference"),
+            row(case_id="garbled", sample=1),
+            row(case_id="same"),
+        ],
+    )
+    cand = ledger(
+        tmp_path,
+        "c.jsonl",
+        [
+            row(case_id="fjord", task_score=0.5, misses=["missing:Fjord Express"]),
+            row(case_id="late", side="reference", transport="timeout", task_score=None,
+                detail="timeout: ReadTimeout"),
+            row(case_id="garbled", sample=1, schema="fail", task_score=None, detail="not_json"),
+            row(case_id="same"),
+        ],
+    )  # fmt: skip
+    proc = _diff(base, cand, cwd=tmp_path)
+    assert (proc.returncode, json.loads(proc.stdout)) == (
+        3,
+        {"other": 1, "schema_miss": 1, "silent_regression": 1, "transport_miss": 1},
+    )
+    assert proc.stderr.splitlines() == [
+        "silent_regression: fjord (candidate, sample 0): task_score 1.0 -> 0.5, "
+        "new misses: missing:Fjord Express",
+        "transport_miss: late (reference, sample 0): timeout (timeout: ReadTimeout)",
+        "schema_miss: garbled (candidate, sample 1): schema fail (not_json)",
+    ]
+
+
+def test_diff_names_at_most_twenty_pairs_and_counts_the_rest(tmp_path: Path) -> None:
+    """A ledger of regressions does not flood the terminal: twenty lines, then the rest."""
+    base = ledger(tmp_path, "b.jsonl", [row(case_id=f"c{n:02d}") for n in range(25)])
+    cand = ledger(tmp_path, "c.jsonl", [row(case_id=f"c{n:02d}", task_score=0) for n in range(25)])
+    lines = _diff(base, cand, cwd=tmp_path).stderr.splitlines()
+    assert (len(lines), lines[-1]) == (21, "... and 5 more")

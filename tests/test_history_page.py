@@ -290,6 +290,16 @@ def test_ceiling_candidates_are_listed(suite: Suite) -> None:
     assert expected == actual
 
 
+def test_ceiling_candidates_count_runs_and_say_runs(suite: Suite) -> None:
+    """The streak counts runs (those that stand for a night: no replay), as `history` and
+    report.html say; the page said "nights" of the same count."""
+    text = (suite.dir / "index.html").read_text(encoding="utf-8")
+    section = text.split('<section id="ceiling">', 1)[1].split("</section>", 1)[0]
+    assert "night" not in section
+    assert "in each of the last 2 runs or more" in section
+    assert re.search(r"</code> \(\d+ runs in a row\)</li>", section), section
+
+
 def test_text_history_is_unchanged_but_for_runs_in_one_second(tmp_path: Path) -> None:
     """`history`'s started column keeps the UTC second; two runs in one second add their id."""
     project = Project(tmp_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -98,6 +99,72 @@ def test_the_retry_hint_of_a_refused_promote_runs_as_printed(tmp_path: Path) -> 
     retried = shell(hint, cwd=root, path=path)
     assert retried.returncode in {0, 1, 2, 3}, retried.stderr
     assert len([p for p in (root / "runs" / "ceiling").iterdir() if p.is_dir()]) == 2
+
+
+SUGGESTED = re.compile(r"`([^`]*\b(?:run|promote|replay|report) [^`]*)`")
+
+
+def suggestions(stderr: str) -> list[str]:
+    """Every command line between backticks the output suggests running."""
+    return SUGGESTED.findall(stderr)
+
+
+def ran_as_printed(line: str, root: Path) -> subprocess.CompletedProcess[str]:
+    """`line` run from `root` by a shell: it must do its work, not refuse (0 to 3)."""
+    done = shell(line, cwd=root, path=path_without_parallax())
+    assert "Traceback" not in done.stderr, (line, done.stderr)
+    assert done.returncode in {0, 1, 2, 3}, (line, done.returncode, done.stderr)
+    return done
+
+
+def test_every_command_the_demo_s_summaries_suggest_runs_as_printed(tmp_path: Path) -> None:
+    """Each command a run's summary names (a retry of the unscored cases, a promote, with
+    --allow-partial or not) does its work when pasted: none is refused."""
+    root = copy_demo(tmp_path)
+    run = shell(f"{SCRIPT} run --config config/demo.toml", cwd=root, path=path_without_parallax())
+    assert run.returncode == 3, run.stderr
+    found = suggestions(run.stderr)
+    assert {line.split()[1] for line in found} == {"run", "promote"}, found
+    for line in found:
+        ran_as_printed(line, root)
+
+
+def _killed(root: Path) -> Path:
+    """A cities run made to read as killed before its end: no verdict, its last call missing."""
+    shell(f"{SCRIPT} run --config config/demo.toml --suite cities", cwd=root, path=os.defpath)
+    (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
+    for name in ("summary.json", "disagreement.json", "report.md", "report.html"):
+        (run_dir / name).unlink()
+    for name in ("raw.jsonl", "outcomes.jsonl"):
+        lines = (run_dir / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        (run_dir / name).write_text("".join(lines[:-1]), encoding="utf-8")
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "finished_at": None}))
+    return run_dir
+
+
+def test_a_replay_of_a_killed_run_suggests_commands_that_work(tmp_path: Path) -> None:
+    """The replay of a killed run reads the call its parent never made as unscored and says
+    `run --retry-unscored REPLAY` calls it: run as printed, it did ("every row was scored;
+    nothing to retry", exit 64), and now calls it and scores every case. `--resume` of the
+    replay is refused (64, as the README says; it exited with the replay's verdict) and
+    names the command that replays again, which runs as printed."""
+    root = copy_demo(tmp_path)
+    killed = _killed(root)
+    replay = shell(f"{SCRIPT} replay {killed}", cwd=root, path=path_without_parallax())
+    assert replay.returncode in {2, 3}, replay.stderr
+    [retry] = [line for line in suggestions(replay.stderr) if "--retry-unscored" in line]
+    ran_as_printed(retry, root)
+    newest = max(p for p in (root / "runs" / "cities").iterdir() if p.is_dir())
+    summary = json.loads((newest / "summary.json").read_text(encoding="utf-8"))
+    assert (summary["mode"], summary["unadmitted"]) == ("retry", 0)
+    replayed = retry.split()[-1]
+    resume = shell(f"{SCRIPT} run --resume {replayed}", cwd=root, path=path_without_parallax())
+    assert (resume.returncode, len(resume.stderr.splitlines())) == (64, 1), resume.stderr
+    assert "a replay calls nothing, so there is nothing to resume" in resume.stderr
+    [again] = suggestions(resume.stderr)
+    assert again.split()[1:] == ["replay", f"runs/cities/{killed.name}"]
+    ran_as_printed(again, root)
 
 
 def git(*args: str, cwd: Path) -> str:

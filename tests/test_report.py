@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import unicodedata
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -388,13 +389,18 @@ def test_a_big_run_lists_every_case_and_caps_only_the_details_shown_without_scri
 
 RLO_ID = "invoice\u202egpj.exe"  # displays as "invoiceexe.jpg"
 NUL_ID = "nul\x00id"
+ZW_ID = "ref\u200bund\u2060\ufeff"  # displays as "refund"
 TICK_ID = "t`ick<b>&amp;"
 DISGUISED_REPLY = "ok \u202eesrever\u202c and a NUL\x00 and \x1b[2J"
 # an escape or an entity per character, long enough to be cut in every cell and line
 ENTITIES = "<&>\\|" * 400
-_BIDI_OR_CONTROL = re.compile(
-    "[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\x00-\x08\x0b-\x1f\x7f-\x9f]"
-)
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _hidden(text: str) -> list[str]:
+    """The format characters (bidi controls, zero-width ones: Unicode category Cf) and the
+    control characters but tab and newline that `text` holds."""
+    return [c for c in text if unicodedata.category(c) == "Cf"] + _CONTROL.findall(text)
 
 
 @pytest.fixture(scope="module")
@@ -402,7 +408,7 @@ def disguised(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A second run whose case ids and replies hold bidi controls, NULs and markup."""
     cases = [
         {"id": case_id, "prompt": "p", "expect": {"must_include": ["ok"]}}
-        for case_id in (RLO_ID, NUL_ID, TICK_ID, "entities", ENTITIES[:200])
+        for case_id in (RLO_ID, NUL_ID, ZW_ID, TICK_ID, "entities", ENTITIES[:200])
     ]
     project = Project(tmp_path_factory.mktemp("disguised"), cases)
     first, _, _ = project.run()
@@ -412,6 +418,7 @@ def disguised(tmp_path_factory: pytest.TempPathFactory) -> Path:
         {
             RLO_ID: {"completion": DISGUISED_REPLY, "model": "cand-1"},
             NUL_ID: {"completion": f"{DISGUISED_REPLY} {ENTITIES}", "model": "cand-1"},
+            ZW_ID: {"completion": "o\u200bk\u200c\u200d", "model": "cand-1"},
             "entities": {"completion": ENTITIES, "model": "cand-1"},
             TICK_ID: {"fault": "timeout"},
             ENTITIES[:200]: {"fault": "timeout"},
@@ -423,9 +430,12 @@ def disguised(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_html_shows_bidi_controls_and_nuls_as_escapes(disguised: Path) -> None:
     """No bidi control and no control character but tab and newline reaches report.html:
-    the case id reads `invoice\\u202egpj.exe`, the reply's override and NUL are escapes."""
+    the case id reads `invoice\\u202egpj.exe`, the reply's override and NUL are escapes, and so
+    are zero-width characters, which would make two different ids look the same."""
     page = (disguised / "report.html").read_text(encoding="utf-8")
-    assert _BIDI_OR_CONTROL.findall(page) == []
+    assert _hidden(page) == []
+    assert "ref\\u200bund\\u2060\\ufeff" in page
+    assert "o\\u200bk\\u200c\\u200d" in page
     assert "invoice\\u202egpj.exe" in page
     assert "nul\\x00id" in page
     assert "ok \\u202eesrever\\u202c and a NUL\\x00 and \\x1b[2J" in page
@@ -435,7 +445,8 @@ def test_html_shows_bidi_controls_and_nuls_as_escapes(disguised: Path) -> None:
 def test_markdown_shows_bidi_controls_and_nuls_as_escapes(disguised: Path) -> None:
     """The same in report.md, where a backslash is itself escaped: `\\\\u202e` shows `\\u202e`."""
     text = (disguised / "report.md").read_text(encoding="utf-8")
-    assert _BIDI_OR_CONTROL.findall(text) == []
+    assert _hidden(text) == []
+    assert "ref\\\\u200bund" in text
     assert "invoice\\\\u202egpj.exe" in text
     assert "esrever\\\\u202c and a NUL\\\\x00" in text
 
@@ -473,7 +484,7 @@ def test_md_text_is_capped_between_escapes(text: str, cap: int) -> None:
     cell = md_text(text, cap=cap)
     assert len(cell) <= cap
     assert _whole_escapes(cell.removesuffix("…")), cell
-    assert _BIDI_OR_CONTROL.findall(cell) == []
+    assert _hidden(cell) == []
 
 
 TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}

@@ -129,8 +129,9 @@ def test_page_structure_survives_a_closing_table(browser: Browser, report: Path)
 
 # everything in the DOM that would show a payload escaped its text: the global a script sets,
 # elements that load or run something, handlers, link targets, and the raw characters
-# text.visible turns into escapes (a parser drops a raw NUL from text and makes it U+FFFD in
-# an attribute, so only its escape shown as text proves it was handled: see below)
+# text.visible turns into escapes: format characters (bidi controls, zero-width ones) and NUL
+# (a parser drops a raw NUL from text and makes it U+FFFD in an attribute, so only its escape
+# shown as text proves it was handled: see below)
 _INERT_FACTS = f"""() => {{
   const all = (s) => [...document.querySelectorAll(s)];
   const html = document.documentElement.outerHTML;
@@ -145,7 +146,7 @@ _INERT_FACTS = f"""() => {{
     hrefs: all('[href], [src], [action], [formaction]')
       .map((e) => e.getAttribute('href') ?? e.getAttribute('src') ?? e.getAttribute('action')
         ?? e.getAttribute('formaction')),
-    raw: [...html.matchAll(/[\\u202a-\\u202e\\u2066-\\u2069\\u200e\\u200f\\u061c\\u0000\\ufffd]/g)]
+    raw: [...html.matchAll(/[\\p{{Cf}}\\u0000\\ufffd]/gu)]
       .map((m) => m[0].codePointAt(0).toString(16)),
     csp: document.querySelector('meta[http-equiv="Content-Security-Policy"]')?.content ?? '',
   }};
@@ -336,6 +337,7 @@ def test_a_reason_link_shows_exactly_its_cases(browser: Browser, hostile: Hostil
             reason = tab.page.locator(f'#reasons li.reason[data-reason="{kind}"]')
             counts[kind] = int(reason.locator(".count").inner_text())
             reason.locator("a").click()
+            tab.view_applied()
             actual[kind] = sorted(_shown_ids(tab))
     assert (expected, {k: len(v) for k, v in expected.items()}) == (actual, counts)
 

@@ -123,7 +123,9 @@ def test_each_filter_shows_exactly_its_cases_and_writes_the_fragment(
     that carry it, says how many, and keeps the choice in the fragment."""
     with browser.open(report) as tab:
         gates, strata = rows(tab, "gate"), rows(tab, "stratum")
-        moved, misses = rows(tab, "moved"), rows(tab, "miss")
+        moved = rows(tab, "moved")
+        ref, cand = rows(tab, "missReference"), rows(tab, "missCandidate")
+        misses = {k: f"{ref[k] or ''}\n{cand[k] or ''}" for k in ref}  # either side's, a line each
         tab.page.select_option("select[name=gate]", "disagreement_changed")
         expected = sorted(k for k, g in gates.items() if g == "disagreement_changed")
         assert sorted(shown(tab)) == expected
@@ -148,7 +150,7 @@ def test_each_filter_shows_exactly_its_cases_and_writes_the_fragment(
 
         tab.page.select_option("select[name=miss]", "missing:ok")
         assert sorted(shown(tab)) == sorted(
-            k for k, m in misses.items() if "missing:ok" in m.split()
+            k for k, m in misses.items() if "missing:ok" in m.split("\n")
         )
         assert fragment(tab) == {"miss": ["missing:ok"]}
         tab.page.select_option("select[name=miss]", "")
@@ -265,13 +267,13 @@ def test_a_reason_link_shows_exactly_the_cases_it_counts(browser: Browser, repor
         count = int(str(reason.locator(".count").text_content()))
         page.select_option("select[name=sort]", "id")
         reason.locator("a").click()
-        page.wait_for_function("() => location.hash.includes('gate=')")
+        tab.view_applied()
         assert page.input_value("select[name=gate]") == "disagreement_changed"
         assert len(shown(tab)) == count
         assert count_line(tab) == f"{count} of 8 cases"
         page.select_option("select[name=gate]", "")
         reason.locator("a").click()
-        wait_for_count(tab, count)
+        tab.view_applied()
         assert len(shown(tab)) == count
 
 
@@ -300,7 +302,8 @@ def test_each_counting_reason_links_to_exactly_its_cases(browser: Browser, repor
         for kind, hash_, count in reasons:
             if kind in EXACT:
                 page.evaluate("(h) => { location.hash = h; }", hash_)
-                wait_for_count(tab, count)
+                tab.view_applied()
+                assert count_line(tab) == f"{count} of 8 cases", kind
                 assert len(shown(tab)) == count, kind
 
 
@@ -327,11 +330,11 @@ def test_following_each_reason_shows_exactly_as_many_cases_as_it_counts(
             count = int(str(reason.locator(".count").text_content()))
             page.select_option("select[name=gate]", "unchanged")  # from another view each time
             reason.locator("a").click()
-            # no reason is about the unchanged cases: the view left is the link's own
-            page.wait_for_function("() => document.forms.filters.gate.value !== 'unchanged'")
+            tab.view_applied()
             assert len(shown(tab)) == count, reason.text_content()
             assert count_line(tab) == f"{count} of 14 cases"
         page.locator("#reasons li[data-reason='significant_regression'] a").click()
+        tab.view_applied()
         assert sorted(shown(tab)) == sorted(CANDIDATE_LOST)
         assert (
             page.input_value("select[name=passed]"),
@@ -373,7 +376,7 @@ def test_following_a_latency_regression_shows_the_cases_it_paired(
         reason = page.locator("#reasons li[data-reason='latency_regression']")
         count = int(str(reason.locator(".count").text_content()))
         reason.locator("a").click()
-        wait_for_count(tab, count)
+        tab.view_applied()
         assert (count, sorted(shown(tab)), count_line(tab)) == (10, sorted(TIMED), "10 of 12 cases")
         assert page.input_value("select[name=paired]") == "latency"
         assert tab.problems() == []
@@ -396,10 +399,48 @@ def test_a_choice_the_run_has_no_case_for_is_hidden_until_a_link_names_it(
         assert not page.is_visible("select[name=stratum]")
         assert page.is_visible("select[name=failed]") is False  # no side failed a case
         page.evaluate("() => { location.hash = 'stratum=easy'; }")
-        wait_for_count(tab, 0)
+        tab.view_applied()
         assert page.is_visible("select[name=stratum]")
         assert page.input_value("select[name=stratum]") == "easy"
         assert tab.problems() == []
+
+
+def _spaced(root: Path) -> Path:
+    """A run in which the candidate misses a needle with a space in it."""
+    cases = [
+        {"id": "fjord", "prompt": "p", "expect": {"must_include": ["Fjord Express"]}},
+        {"id": "plain", "prompt": "p", "expect": {"must_include": ["ok"]}},
+    ]
+    project = Project(root, cases)
+    project.cassettes(
+        {"fjord": {"completion": "the Fjord Express", "model": "ref-1"}},
+        {"fjord": {"completion": "nope", "model": "cand-1"}},
+    )
+    run_dir, _, _ = project.run()
+    return run_dir / "report.html"
+
+
+@pytest.mark.parametrize(
+    ("view", "expected"),
+    [
+        ("miss=missing%3AFjord+Express", ["fjord"]),
+        ("miss=missing:Fjord%20Express&missed=candidate", ["fjord"]),
+        ("miss=missing%3AFjord+Express&missed=reference", []),
+        ("missed=candidate", ["fjord"]),
+    ],
+)
+def test_a_link_naming_a_miss_code_with_spaces_shows_its_case(
+    browser: Browser, tmp_path: Path, view: str, expected: list[str]
+) -> None:
+    """`#miss=` with a code as disagreement.json has it, spaces and all, shows the cases with
+    it (its spaces were turned into `_`, so it showed none); `missed` narrows it to a side."""
+    report = in_thread(_spaced, tmp_path)
+    with browser.open(report, fragment=view) as tab:
+        options = tab.page.eval_on_selector_all(
+            "select[name=miss] option", "options => options.map((o) => o.value)"
+        )
+        assert (shown(tab), "missing:Fjord Express" in options) == (expected, True)
+        assert count_line(tab) == f"{len(expected)} of 2 cases"
 
 
 def _many(root: Path) -> Path:

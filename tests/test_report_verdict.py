@@ -23,6 +23,7 @@ from reportkit import (
     reasons_project,
 )
 
+from runner.model import SIDES
 from runner.reports.html import html_parts
 from runner.reports.model import build_report
 from runner.reports.verdict import Kind, Tally, Weight, reasons, said
@@ -35,7 +36,7 @@ def _page(run_dir: Path) -> Node:
 def _reasons(page: Node) -> list[tuple[str, str | None, str, str, str | None]]:
     """(kind, side, count, text, href) of each reason, in the order the page lists them."""
     found = []
-    for li in page.one("ul", id="reasons").find("li", class_="reason"):
+    for li in page.one("div", id="reasons").find("li", class_="reason"):
         link = li.one("a")
         found.append(
             (
@@ -99,7 +100,7 @@ def test_the_verdict_is_the_first_thing_on_the_page(first_night: Path) -> None:
         header.one("div", class_="word").text(),
     )
     assert expected == actual
-    assert header.find("ul", id="reasons")
+    assert header.find("div", id="reasons")
 
 
 def test_a_candidate_stratum_alert_is_said_at_the_top_not_under_an_empty_review_list(
@@ -153,14 +154,31 @@ def test_each_reason_of_a_hostile_run_has_its_count_and_link(hostile: Path) -> N
     for key, count in {
         ("disagreement_changed", None, "#gate=disagreement_changed"): "5",
         ("alias_drift", None, "#gate=alias_swap"): "1",
-        ("unscored", None, "#miss=transport%3Atimeout"): "1",
-        ("unscored", None, "#miss=schema%3Anot_json"): "1",
+        ("unscored", "candidate", "#miss=transport%3Atimeout&missed=candidate"): "1",
+        ("unscored", "candidate", "#miss=schema%3Anot_json&missed=candidate"): "1",
         ("stratum_alert", "candidate", "#stratum=medium&failed=candidate&sort=delta"): "5",
     }.items():
         assert found.get(key) == count, (key, found)
     weights = [li.get("data-weight") for li in page.find("li", class_="reason")]
     assert weights == sorted(weights, key=["review", "incomplete", "note"].index)
     assert page.one("header", id="verdict").get("data-verdict") == "review+incomplete"
+
+
+def test_an_alias_swap_names_the_accepted_and_the_served_model_in_the_summary(
+    hostile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """summary.json keeps each swap (side, the model the snapshot accepted, the one served,
+    on how many cases), and the summary on stderr names both models: the review line alone
+    named only the case."""
+    from runner.runs.summary import print_summary
+
+    summary = json.loads((hostile / "summary.json").read_text(encoding="utf-8"))
+    assert summary["alias_drift"] == [
+        {"side": "candidate", "accepted": "cand-1", "served": "cand-2-<b>preview</b>", "count": 1}
+    ]
+    print_summary(summary, hostile)
+    line = "  alias swap (candidate): accepted cand-1, served cand-2-<b>preview</b> on 1 case(s)"
+    assert line in capsys.readouterr().err.splitlines()
 
 
 def test_which_side_moved_is_marked_and_the_reference_moving_is_a_reason(moved: Path) -> None:
@@ -198,7 +216,6 @@ def test_every_case_is_a_row_with_its_marks_and_its_detail(hostile: Path) -> Non
             if ref["task_score"] is not None and cand["task_score"] is not None
             else ""
         )
-        misses = sorted({*ref["misses"], *cand["misses"]})
         assert (
             row.get("id"),
             row.get("data-gate"),
@@ -210,12 +227,16 @@ def test_every_case_is_a_row_with_its_marks_and_its_detail(hostile: Path) -> Non
             case["stratum"] or "",
             delta,
         )
-        assert set(misses) <= set((row.get("data-miss") or "").split())
+        for side, view in (("reference", ref), ("candidate", cand)):
+            assert set(view["misses"]) <= set(_codes(row, side)), (case_id, side)
         assert row.one("a", class_="open").get("href") == f"#case={quote_plus(case_id)}"
         detail = page.one("template", id=f"t-{index}").one("section", class_="case-detail")
         assert detail.get("data-id") == case_id
     timeout = page.one("tr", data_id="timeout")
-    assert "transport:timeout" in (timeout.get("data-miss") or "").split()
+    assert (_codes(timeout, "reference"), _codes(timeout, "candidate")) == (
+        [],
+        ["transport:timeout"],
+    )
 
 
 def test_review_cases_read_without_script(hostile: Path) -> None:
@@ -243,11 +264,18 @@ def test_review_cases_read_without_script(hostile: Path) -> None:
 def test_report_md_says_why_in_one_line(hostile: Path) -> None:
     """report.md names the verdict's reasons under its first lines, within the line cap."""
     lines = (hostile / "report.md").read_text(encoding="utf-8").splitlines()
-    [why] = [line for line in lines if line.startswith("**Why:** ")]
-    assert why.startswith(
-        "**Why:** disagreement changed on 5 cases; a served model changed on 1 case"
+    [review] = [line for line in lines if line.startswith("**Needs review:** ")]
+    [unscored] = [line for line in lines if line.startswith("**Unscored, per side:** ")]
+    assert review.startswith(
+        "**Needs review:** disagreement changed on 5 cases; a served model changed on 1 case"
     )
-    assert "unscored: transport:timeout" in why or "and 1 more" in why
+    assert "unscored" not in review
+    assert unscored == (
+        "**Unscored, per side:** 1 case unscored on the candidate: schema:not\\_json (the "
+        "candidate's own format failure); 1 case unscored on the candidate: "
+        "transport:timeout (infrastructure)"
+    )
+    assert lines.index(review) < lines.index(unscored)
 
 
 def _summary(**fields: Any) -> dict[str, Any]:
@@ -378,14 +406,22 @@ def _tokens(row: Node, name: str) -> list[str]:
     return (row.get(f"data-{name}") or "").split()
 
 
-def _matches(row: Node, key: str, value: str) -> bool:
+def _codes(row: Node, side: str) -> list[str]:
+    """One side's miss codes and unscored stamp, as the row holds them (one a line)."""
+    codes = row.get(f"data-miss-{side}")
+    return codes.split("\n") if codes else []
+
+
+def _matches(row: Node, key: str, value: str, view: dict[str, str]) -> bool:
     """Whether one filter of the page's fragment keeps this row, as report.js decides it."""
     if key in ("gate", "stratum"):
         return row.get(f"data-{key}") == value
     if key == "moved":
         return row.get("data-moved") in (value, "both")
-    if key == "miss":
-        return any(m == value or m.startswith(f"{value}:") for m in _tokens(row, "miss"))
+    if key in ("miss", "missed"):  # a code on a side: `missed` names it, else either
+        code, side = view.get("miss", ""), view.get("missed", "")
+        codes = [m for s in ((side,) if side else SIDES) for m in _codes(row, s)]
+        return any(not code or m == code or m.startswith(f"{code}:") for m in codes)
     if key in ("failed", "passed", "request", "paired"):
         return value in _tokens(row, key)
     if key == "changed":
@@ -400,7 +436,7 @@ def _shown(page: Node, href: str) -> list[str]:
     return [
         str(row.get("data-id"))
         for row in page.one("table", id="cases").find("tr", class_="case")
-        if all(_matches(row, key, value) for key, value in view)
+        if all(_matches(row, key, value, dict(view)) for key, value in view)
     ]
 
 
@@ -410,17 +446,159 @@ def slower(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return ratio_project(tmp_path_factory.mktemp("slower"))
 
 
-@pytest.mark.parametrize("run", ["first_night", "hostile", "moved", "many_reasons", "slower"])
+@pytest.fixture(scope="module")
+def sided(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """After a promote, both sides left case `both` unscored, each its own way (the reference
+    timed out, the candidate answered an HTML page), and the candidate alone timed out on
+    `cand`: two stamps, two sides, one case with both."""
+    project = Project(tmp_path_factory.mktemp("sided"), BASE_CASES)
+    first, _, _ = project.run()
+    project.promote(first)
+    project.cases = [*BASE_CASES, *({**BASE_CASES[0], "id": i} for i in ("both", "cand"))]
+    project._write_jsonl("cases.jsonl", project.cases)
+    project.cassettes(
+        {"both": {"fault": "timeout"}},
+        {"both": {"status": 200, "body": "<html>oops</html>"}, "cand": {"fault": "timeout"}},
+    )
+    run_dir, _, _ = project.run()
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def thin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stratified suite with one easy case, one medium and no stretch case at all."""
+    cases = [c for c in BASE_CASES if c["id"] in ("easy-a", "med-a")]
+    run_dir, _, _ = Project(tmp_path_factory.mktemp("thin"), cases).run()
+    return run_dir
+
+
+def test_the_reasons_come_in_groups_what_gates_then_what_was_unscored_then_notes(
+    many_reasons: Path, hostile: Path
+) -> None:
+    """The verdict's reasons stand in three groups, each under its heading: what gates
+    (review), what each side left unscored (incomplete), then what is only noted."""
+    found = []
+    for run_dir in (many_reasons, hostile):
+        reasons = _page(run_dir).one("div", id="reasons")
+        found.append(
+            [
+                (
+                    section.get("data-weight"),
+                    section.one("h2").text(),
+                    {li.get("data-weight") for li in section.find("li", class_="reason")},
+                )
+                for section in reasons.find("section", class_="reasons")
+            ]
+        )
+    review = ("review", "Needs review: what gates", {"review"})
+    unscored = (
+        "incomplete",
+        "Unscored, per side: not compared, so the run is incomplete",
+        {"incomplete"},
+    )
+    notes = ("note", "Notes: reported, not gated on", {"note"})
+    assert found == [[review, unscored, notes], [review, unscored]]
+
+
+def test_a_transport_miss_is_infrastructure_and_a_schema_miss_the_side_s_format_failure(
+    sided: Path,
+) -> None:
+    """A case left unscored is not called "an infrastructure problem, not a quality one"
+    whatever its stamp: a timeout is infrastructure, an answer that is not JSON the side's
+    own format failure (for the candidate, a regression in format), in report.html, in
+    report.md and on stderr alike."""
+    page = _page(sided)
+    notes = {
+        (li.get("data-side"), li.one("a").text()): li.one("span", class_="why").text()
+        for li in page.find("li", data_reason="unscored")
+    }
+    schema = notes["candidate", "1 1 case unscored on the candidate: schema:not_json"]
+    timeout = notes["candidate", "1 1 case unscored on the candidate: transport:timeout"]
+    assert "the candidate's own format failure" in schema and "regressed in format" in schema
+    assert "infrastructure" in timeout and "format" not in timeout
+    markdown = (sided / "report.md").read_text(encoding="utf-8")
+    assert "(the candidate's own format failure)" in markdown
+    assert "transport:timeout (infrastructure)" in markdown
+    for text in (page.text(), markdown):
+        assert "an infrastructure problem, not a quality one" not in text
+
+
+def test_each_side_s_unscored_cases_are_a_reason_of_their_own_linking_to_exactly_them(
+    sided: Path,
+) -> None:
+    """Per side and stamp, a reason with its count and a link to that side's cases with that
+    stamp: the reference's timeout is `both` alone, the candidate's `cand` alone, however
+    the other side fared on them."""
+    page = _page(sided)
+    found = {
+        (kind, side, count, href): _shown(page, str(href))
+        for kind, side, count, _, href in _reasons(page)
+        if kind == "unscored"
+    }
+    assert found == {
+        ("unscored", "reference", "1", "#miss=transport%3Atimeout&missed=reference"): ["both"],
+        ("unscored", "candidate", "1", "#miss=schema%3Anot_json&missed=candidate"): ["both"],
+        ("unscored", "candidate", "1", "#miss=transport%3Atimeout&missed=candidate"): ["cand"],
+    }
+
+
+def test_the_misses_column_says_which_side_missed(sided: Path) -> None:
+    """Each side's codes and unscored stamp stand under that side's name in the misses
+    column, and in the row's data-miss-SIDE; a side with none is left out."""
+    page = _page(sided)
+    found = {}
+    for case_id in ("both", "cand", "easy-a"):
+        row = page.one("tr", data_id=case_id)
+        cell = row.one("td", class_="misses")
+        found[case_id] = (
+            [div.text() for div in cell.find("div")],
+            _codes(row, "reference"),
+            _codes(row, "candidate"),
+        )
+    assert found == {
+        "both": (
+            ["reference: transport:timeout", "candidate: schema:not_json"],
+            ["transport:timeout"],
+            ["schema:not_json"],
+        ),
+        "cand": (["candidate: transport:timeout"], [], ["transport:timeout"]),
+        "easy-a": ([], [], []),
+    }
+
+
+def test_an_alert_about_the_strata_links_to_each_stratum_it_is_about(thin: Path) -> None:
+    """Two thin strata were one reason linking to every case, and an empty stratum's reason
+    linked to every case too: now each thin stratum is a reason linking to its one case, and
+    the empty one links to its stratum, which shows no case, as its count says."""
+    page = _page(thin)
+    found = [
+        (text.split(" on the ")[0], side, count, href, _shown(page, str(href)))
+        for kind, side, count, text, href in _reasons(page)
+        if kind == "stratum_alert" and ("thin" in text or "missing" in text)
+    ]
+    per_side = [
+        ("1 stratum alert thin_stratum", "#stratum=easy", ["easy-a"]),
+        ("1 stratum alert thin_stratum", "#stratum=medium", ["med-a"]),
+        ("0 stratum alert missing_stratum", "#stratum=stretch", []),
+    ]
+    expected = [
+        (words, side, words[0], href, ids) for side in SIDES for words, href, ids in per_side
+    ]
+    assert sorted(expected) == sorted(found)
+
+
+@pytest.mark.parametrize(
+    "run", ["first_night", "hostile", "moved", "many_reasons", "slower", "sided", "thin"]
+)
 def test_every_reason_links_to_exactly_the_cases_it_counts(
     run: str, request: pytest.FixtureRequest
 ) -> None:
     """Each reason's link is a view of the table that shows as many cases as its count says
-    (an alert about empty strata counts strata, and is left out)."""
+    (an alert about an empty stratum: none)."""
     page = _page(request.getfixturevalue(run))
     checked = [
         (kind, text, len(_shown(page, str(href))), int(count))
         for kind, _, count, text, href in _reasons(page)
-        if "missing_stratum" not in text
     ]
     assert checked
     assert [(k, t, n) for k, t, n, _ in checked] == [(k, t, n) for k, t, _, n in checked]

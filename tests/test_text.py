@@ -12,6 +12,9 @@ from runner.text import visible
 
 BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
 CONTROLS = [c for c in [*range(0x20), *range(0x7F, 0xA0)] if chr(c) not in "\t\n\r"]
+# every format character this Python's Unicode database knows: zero-width ones, bidi
+# controls, the BOM, the soft hyphen, tags
+FORMAT = [c for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"]
 
 
 def test_the_bidi_controls_are_exactly_unicodes_bidi_control_set() -> None:
@@ -47,6 +50,27 @@ def test_every_c0_and_c1_control_but_tab_newline_and_cr_is_escaped(code: int) ->
     )
 
 
+@pytest.mark.parametrize("code", FORMAT, ids=[f"U+{c:04X}" for c in FORMAT])
+def test_every_format_character_is_escaped(code: int) -> None:
+    """A zero-width space, joiner or non-joiner, a word joiner, a BOM, a tag (Unicode category
+    Cf): invisible, so two case ids that differ by one look the same; each is shown as its
+    escape, in either mode."""
+    if code < 0x100:
+        escape = f"\\x{code:02x}"
+    else:
+        escape = f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+    expected = f"a{escape}b"
+    assert (visible(f"a{chr(code)}b"), visible(f"a{chr(code)}b", one_line=True)) == (
+        expected,
+        expected,
+    )
+
+
+def test_two_ids_that_differ_by_a_zero_width_space_read_apart() -> None:
+    """`refund` and `ref<U+200B>und` look alike on a page; shown, they do not."""
+    assert (visible("refund"), visible("ref\u200bund")) == ("refund", "ref\\u200bund")
+
+
 def test_tab_newline_and_crlf_stay_in_text_and_a_lone_cr_is_escaped() -> None:
     """A body keeps its lines; a carriage return that could rewrite a line is shown."""
     assert visible("a\tb\r\nc\nd\re") == "a\tb\r\nc\nd\\re"
@@ -61,7 +85,7 @@ def test_one_line_escapes_tab_newline_and_cr_too() -> None:
 
 def test_ordinary_text_is_left_alone() -> None:
     """Accents, CJK, emoji, backslashes and markup are not this function's business."""
-    text = "café 漢字 😀 C:\\path\\x00 <b>&amp;</b> zero\u200bwidth"
+    text = "café 漢字 😀 C:\\path\\x00 <b>&amp;</b> עברית"
     assert visible(text) == text
     assert visible(None) == ""
     assert visible(42) == "42"
@@ -69,13 +93,14 @@ def test_ordinary_text_is_left_alone() -> None:
 
 @given(st.text(), st.booleans())
 def test_no_hidden_character_survives(text: str, one_line: bool) -> None:
-    """Whatever the input, the output holds no bidi control and no control character other
-    than tab, newline and the CR of a CRLF (none of those either in one-line mode)."""
+    """Whatever the input, the output holds no format character (bidi controls among them)
+    and no control character other than tab, newline and the CR of a CRLF (none of those
+    either in one-line mode)."""
     shown = visible(text, one_line=one_line)
     kept = "" if one_line else "\t\n"
     for i, char in enumerate(shown):
         code = ord(char)
-        assert code not in BIDI
+        assert code not in BIDI and unicodedata.category(char) != "Cf", (text, shown)
         if code in CONTROLS or char in "\t\n\r":
             assert char in kept or (
                 char == "\r" and not one_line and shown[i + 1 : i + 2] == "\n"

@@ -50,7 +50,7 @@ def test_a_run_against_a_dead_port_says_why_and_suggests_no_promote(tmp_path: Pa
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
     reason = f"ConnectError: cannot connect to 127.0.0.1:{port}: Connection refused"
-    assert f"  candidate: 20 connect_error ({reason})" in lines, proc.stderr
+    assert f"  candidate: 20 connect_error ({reason}) — infrastructure" in lines, proc.stderr
     # the reference was scored everywhere: no reason line for it (its usage line is no reason)
     assert not [line for line in lines if re.match(r"  reference: \d+ [a-z_]+ \(", line)]
     assert "ssl:default" not in proc.stderr
@@ -125,7 +125,9 @@ def test_a_summary_from_before_the_count_still_never_suggests_a_bare_promote() -
 
 
 def test_the_top_reasons_per_side_are_printed_and_the_rest_counted() -> None:
-    """Three reasons a side, the most common first; the cases behind the others are counted."""
+    """Three reasons a side, the most common first, each saying whose trouble it is (a
+    transport miss infrastructure, a schema miss the side's own format failure); the cases
+    behind the others are counted."""
     reasons = [
         {"stamp": "timeout", "detail": "ReadTimeout: x", "cases": 9},
         {"stamp": "http_error", "detail": "HTTP 503", "cases": 5},
@@ -142,12 +144,25 @@ def test_the_top_reasons_per_side_are_printed_and_the_rest_counted() -> None:
         }
     )
     assert why_lines(summary) == [
-        "  reference: 1 cancelled",
-        "  candidate: 9 timeout (ReadTimeout: x)",
-        "  candidate: 5 http_error (HTTP 503)",
-        "  candidate: 2 schema (not_json)",
+        "  reference: 1 cancelled — infrastructure",
+        "  candidate: 9 timeout (ReadTimeout: x) — infrastructure",
+        "  candidate: 5 http_error (HTTP 503) — infrastructure",
+        "  candidate: 2 schema (not_json) — the candidate's own format failure",
         "  candidate: 4 more, for other reasons (see report.html)",
     ]
+
+
+def test_a_fourth_reason_that_is_the_last_is_printed_not_counted() -> None:
+    """ "1 more, for other reasons" took a line as long as the reason it hid: when what is
+    left after three reasons is one known reason, it is printed instead."""
+    reasons = [
+        {"stamp": "timeout", "detail": "ReadTimeout: x", "cases": 9},
+        {"stamp": "http_error", "detail": "HTTP 503", "cases": 5},
+        {"stamp": "schema", "detail": "not_json", "cases": 2},
+        {"stamp": "rate_limited", "detail": "HTTP 429", "cases": 1},
+    ]
+    summary = _summary(unscored={"candidate": {"cases": 17, "reasons": reasons}})
+    assert why_lines(summary)[3:] == ["  candidate: 1 rate_limited (HTTP 429) — infrastructure"]
 
 
 @pytest.mark.parametrize("unscored", [None, "junk", {"candidate": {"reasons": "junk"}}])

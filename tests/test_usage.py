@@ -228,7 +228,66 @@ def test_a_recorded_run_sums_cassette_usage_and_prices_each_side(tmp_path: Path)
     assert "| candidate / reference |  |  |  |  |  | 15.0000 |" in report
     assert "<h2>Cost and latency</h2>" in (run_dir / "report.html").read_text("utf-8")
     history = run_parallax("history", "--config", "parallax.toml", cwd=tmp_path)
-    assert "usage: reference $0.0032, 4800 tokens, p50 0 ms; candidate $0.0480" in history.stdout
+    # a cassette that records no time measured none: no latency, never "p50 0 ms"
+    assert (ref["latency_ms"], cand["latency_ms"]) == (None, None)
+    assert "reference: 2 call(s) · 4800 tokens · $0.0032 · no latency" in done.stderr
+    assert "usage: reference $0.0032, 4800 tokens, no latency; candidate $0.0480" in history.stdout
+
+
+def test_a_recorded_call_without_a_recorded_time_has_no_latency_not_zero(tmp_path: Path) -> None:
+    """A recorded run showed "latency 0 ms" everywhere: a cassette takes no time, so a call
+    whose row records none measured none. Its exchange and outcome hold null, its side has no
+    latency figures, and its case says none was measured; a row that records its time keeps
+    it, and the latency gate still pairs only calls timed on both sides."""
+    cases = [{"id": f"c{n}", "prompt": "p", "expect": {"must_include": ["ok"]}} for n in range(2)]
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), "utf-8")
+    (tmp_path / "ref.jsonl").write_text(
+        "".join(json.dumps({"case_id": c["id"], "completion": "ok"}) + "\n" for c in cases)
+    )
+    timed = [
+        {"case_id": "c0", "completion": "ok", "elapsed_ms": 250},
+        {"case_id": "c1", "completion": "ok"},
+    ]
+    (tmp_path / "cand.jsonl").write_text("".join(json.dumps(r) + "\n" for r in timed))
+    (tmp_path / "parallax.toml").write_text(
+        'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
+        '[endpoints.ref]\nkind = "recorded"\ncassette = "ref.jsonl"\n'
+        '[endpoints.cand]\nkind = "recorded"\ncassette = "cand.jsonl"\n'
+        '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"\n',
+        "utf-8",
+    )
+    done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    (run_dir,) = tmp_path.glob("runs/s/*/")
+    rows = [json.loads(line) for line in (run_dir / "outcomes.jsonl").read_text().splitlines()]
+    raw = [json.loads(line) for line in (run_dir / "raw.jsonl").read_text().splitlines()]
+    sides = _summary(tmp_path)["usage"]["sides"]
+    assert {(r["side"], r["case_id"]): r["elapsed_ms"] for r in rows} == {
+        ("reference", "c0"): None,
+        ("reference", "c1"): None,
+        ("candidate", "c0"): 250,
+        ("candidate", "c1"): None,
+    }
+    assert (
+        sorted(
+            (e["elapsed_ms"], e["attempts"][0]["elapsed_ms"])
+            for e in raw
+            if e["side"] == "reference"
+        )
+        == [(None, None)] * 2
+    )
+    assert (sides["reference"]["latency_ms"], sides["candidate"]["latency_ms"]) == (
+        None,
+        {"p50": 250, "p90": 250, "p99": 250},
+    )
+    assert "reference: 2 call(s) · no usage · cost unpriced · no latency" in done.stderr
+    page = (run_dir / "report.html").read_text("utf-8")
+    assert "<dt>latency</dt><dd>none measured</dd>" in page and "<dd>250 ms</dd>" in page
+    assert "1 attempt: HTTP 200, no time measured" in page
+    assert " 0 ms" not in page
+    replayed = run_parallax("replay", run_dir, cwd=tmp_path)
+    assert replayed.returncode in (0, 1), replayed.stderr
+    (again,) = (p for p in tmp_path.glob("runs/s/*/") if p != run_dir)
+    assert (again / "outcomes.jsonl").read_bytes() == (run_dir / "outcomes.jsonl").read_bytes()
 
 
 @pytest.mark.parametrize("protocol", [Protocol.OPENAI, Protocol.ANTHROPIC])

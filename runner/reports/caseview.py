@@ -74,7 +74,7 @@ class AttemptView:
     status: int | None
     error: str | None
     message: str | None
-    elapsed_ms: int
+    elapsed_ms: int | None
     retry_after: float | None
 
 
@@ -112,7 +112,7 @@ class SampleView:
     task_score: float | None
     misses: tuple[str, ...]
     detail: str
-    elapsed_ms: int
+    elapsed_ms: int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,7 +67,7 @@ class Usage:
     side: str
     cost: str
     tokens: str
-    p50: str
+    p50: str  # "p50 12 ms", or "no latency" where none was measured (a recorded run)
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class Page:
     charts: Mapping[str, Chart]
     changes: tuple[Mapping[str, Any], ...]  # history.model_changes, oldest first, labelled
     retire_after: int | None  # None: not known (no config), no ceiling candidates shown
-    ceiling: tuple[tuple[str, int], ...]  # (case id, nights quiet), the first CEILING_SHOWN
+    ceiling: tuple[tuple[str, int], ...]  # (case id, runs quiet in a row), the first CEILING_SHOWN
     ceiling_total: int
     notes: tuple[str, ...]
     generated_at: str
@@ -167,7 +167,9 @@ def _usage(row: RunRow) -> tuple[Usage, ...]:
             money = f"${cost:.4f}" + (f" (+{unknown} call(s) unknown)" if unknown else "")
         if calls and not calls.get("with_usage"):
             tokens = "no usage"
-        out.append(Usage(side, money, tokens, _figure(figures.get("latency_p50_ms"), " ms")))
+        p50 = figures.get("latency_p50_ms")
+        latency = "no latency" if p50 is None else f"p50 {_figure(p50, ' ms')}"  # none measured
+        out.append(Usage(side, money, tokens, latency))
     return tuple(out)
 
 

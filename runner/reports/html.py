@@ -32,6 +32,7 @@ from runner.reports.verdict import (
     MOVED,
     Kind,
     Marks,
+    grouped,
     headline,
     marks_of,
     reasons,
@@ -176,9 +177,10 @@ class CaseRow:
         return "#" + urlencode({"case": visible(self.case_id)})
 
     @property
-    def miss(self) -> str:
-        """The miss codes and unscored stamps, space-separated: the `miss` filter's tokens."""
-        return " ".join(self.marks.misses)
+    def misses(self) -> list[tuple[str, str]]:
+        """Per side with any, its miss codes and unscored stamp, one a line: the `miss`
+        filter's tokens (`data-miss-SIDE`; a code keeps its spaces and holds no newline)."""
+        return [(side, "\n".join(codes)) for side, codes in self.marks.sided if codes]
 
     @property
     def delta(self) -> str:
@@ -237,6 +239,7 @@ def context(rep: RunReport) -> dict[str, Any]:
         "verdict": verdict,
         "headline": headline(verdict),
         "reasons": found,
+        "reason_groups": grouped(found),
         "said": said(verdict, found),
         "s": s,
         "run_id": s.get("run_id") or rep.run_dir.name,
@@ -270,6 +273,7 @@ def context(rep: RunReport) -> dict[str, Any]:
         "filter_strata": _options(tally.strata, STRATA),
         "filter_moved": [(m, n) for m in MOVED if (n := tally.moved_count(m))],
         "filter_misses": _options(tally.misses)[:MISS_OPTIONS],
+        "filter_missed": _options(tally.missed, SIDES),
         "filter_failed": _options(tally.failed, SIDES),
         "filter_passed": _options(tally.passed, SIDES),
         "filter_request": _options(

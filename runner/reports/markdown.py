@@ -19,7 +19,7 @@ from runner.history import mapping_of, strings_of
 from runner.model import SIDES
 from runner.reports.caseview import CaseView
 from runner.reports.model import REVIEW_ORDER, RunReport, incomplete_groups, signal_lines
-from runner.reports.verdict import Weight, reasons
+from runner.reports.verdict import Weight, grouped, reasons
 from runner.requestsha import request_lines
 from runner.text import visible
 
@@ -142,7 +142,8 @@ def _md_usage(s: Mapping[str, Any]) -> list[str]:
 
 
 def _md_head(rep: RunReport) -> list[str]:
-    """The verdict, the run, and the verdict's reasons: a red run's review list may be empty."""
+    """The verdict, the run, and the verdict's reasons, what gates apart from what each side
+    left unscored: a red run's review list may be empty."""
     s = rep.summary
     verdict = str(s.get("verdict") or "unknown")
     icon = {"clean": "✅", "review": "🟠", "incomplete": "⚪", "review+incomplete": "🔴"}
@@ -155,10 +156,16 @@ def _md_head(rep: RunReport) -> list[str]:
         "unadmitted",
         "",
     ]
-    gating = [r for r in reasons(s, rep.tally) if r.weight is not Weight.NOTE]
-    if gating:
-        why = _md_list([md_text(r.text, MD_WHY_CAP) for r in gating], MD_LINE_CAP - 9, sep="; ")
-        lines += [f"**Why:** {why}", ""]
+    groups = dict(grouped(reasons(s, rep.tally)))
+    for weight, head in (
+        (Weight.REVIEW, "Needs review"),
+        (Weight.INCOMPLETE, "Unscored, per side"),
+    ):
+        said = [f"{r.text} ({r.blame})" if r.blame else r.text for r in groups.get(weight, ())]
+        if said:
+            budget = MD_LINE_CAP - len(head) - 6
+            why = _md_list([md_text(t, MD_WHY_CAP) for t in said], budget, sep="; ")
+            lines += [f"**{head}:** {why}", ""]
     return lines
 
 
@@ -216,7 +223,10 @@ def render_markdown(rep: RunReport) -> str:
         lines.append("")
     groups = incomplete_groups(rep)
     if groups:
-        lines.append("**Unscored (transport and schema misses)**")
+        lines.append(
+            "**Unscored** (not compared: a transport miss is infrastructure, a schema miss the "
+            "side's own format failure)"
+        )
         lines.append("")
         for stamp_, rows in groups.items():
             total = rep.totals.get(stamp_, len(rows))

@@ -7,6 +7,11 @@ coordinate computed here, where it can be tested as numbers; `templates/trend.sv
 one into an inline SVG, so model names and run ids in a tooltip or a label are escaped by the
 engine like any other text. Columns are labelled by `history.run_labels`, unique among the runs
 shown: two runs in one minute show their seconds.
+
+Text is laid out here too, from an estimate of its width (`text_width`): the left margin is as
+wide as the widest tick label, so "9649 ms" is never cut to "549 ms"; a value axis is in round
+steps up to a round top (`nice_step`); column labels thin out until they no longer touch; a
+model's name stops (with "…") where the next name in its lane starts, its tooltip whole.
 """
 
 from __future__ import annotations
@@ -37,6 +42,33 @@ SIDE_COLOURS = {"reference": "#475569", "candidate": "#e11d48"}
 # one colour per distinct set of served models, in the order the sets first appear
 MODEL_COLOURS = ("#3b82f6", "#f59e0b", "#10b981", "#a855f7", "#ef4444", "#14b8a6", "#eab308")
 MAX_LABELS = 12  # beyond this many columns, every k-th is labelled (each keeps its tooltip)
+# an 11 px label's average character width in the chart's units, on the wide side (system-ui
+# digits are about 6.1): what a margin or a gap is made wide enough for
+CHAR_W = 6.6
+GAP = 8  # the least room between two labels, and between a tick label and the plot
+MARGIN = 44  # the left margin at the least (the count and percent axes fit in it)
+
+
+def text_width(text: str) -> float:
+    """About how wide `text` is drawn in a chart's 11 px label font."""
+    return len(text) * CHAR_W
+
+
+def nice_step(most: float, *, ticks: int = 4, whole: bool = False) -> float:
+    """A round step (1, 2, 2.5 or 5 times a power of ten; 2.5 left out for `whole` counts,
+    never below 1 for them) that cuts 0..`most` into at most `ticks` steps."""
+    raw = max(most, 1e-12) / ticks
+    power = 10.0 ** math.floor(math.log10(raw))
+    factors = (1, 2, 5, 10) if whole else (1, 2, 2.5, 5, 10)
+    step = next(f * power for f in factors if f * power >= raw * (1 - 1e-9))
+    return max(1.0, step) if whole else step
+
+
+def axis(most: float, *, whole: bool = False) -> tuple[float, list[float]]:
+    """The axis's round top, at or above `most`, and its tick values from 0 up to it."""
+    step = nice_step(most, whole=whole)
+    count = max(1, math.ceil(most / step - 1e-9))
+    return step * count, [step * i for i in range(count + 1)]
 
 
 def colour(gate: str) -> str:
@@ -133,11 +165,25 @@ class _Frame:
         return self.top + self.plot_h * (1 - frac)
 
     def ticks(self, marks: Sequence[tuple[float, str]]) -> tuple[Tick, ...]:
-        """Grid lines at each (share of the height, text)."""
+        """Grid lines at each (share of the height, text); the left margin widens to hold the
+        widest text, so none is cut at the chart's edge. Call before placing anything."""
+        self.left = max([self.left, *(math.ceil(text_width(t) + 6 + GAP) for _, t in marks)])
         return tuple(Tick(round(self.y(frac), 1), text) for frac, text in marks)
 
+    def fit_columns(self, names: Sequence[str]) -> None:
+        """Widen the right margin until the last column's label fits inside the chart (the
+        first fits in the left margin). Call before placing anything."""
+        widest = max((text_width(name) for name in names), default=0.0)
+        for _ in range(3):  # the slot shrinks as the margin grows: settle it
+            self.right = max(self.right, math.ceil(widest / 2 - self.slot / 2 + 2))
+
     def column_labels(self, names: Sequence[str]) -> tuple[Label, ...]:
-        step = 1 if len(names) <= MAX_LABELS + 4 else -(-len(names) // MAX_LABELS)
+        """Every k-th column's label, k as small as keeps them from touching (and at most
+        MAX_LABELS of them past MAX_LABELS + 4 columns)."""
+        widest = max((text_width(name) for name in names), default=0.0)
+        step = max(1, math.ceil((widest + GAP) / self.slot))
+        if len(names) > MAX_LABELS + 4:
+            step = max(step, -(-len(names) // MAX_LABELS))
         return tuple(
             Label(round(self.x(i), 1), self.height - 14, name)
             for i, name in enumerate(names)
@@ -155,10 +201,10 @@ class _Frame:
         )
 
 
-def _count_ticks(most: int) -> tuple[tuple[float, str], ...]:
-    """0, a whole half and `most`: a count axis never reads 1.5 cases."""
-    half = most // 2
-    return ((0, "0"), (half / most, str(half)), (1, str(most))) if half else ((0, "0"), (1, "1"))
+def _count_axis(most: int) -> tuple[float, tuple[tuple[float, str], ...]]:
+    """A count axis's round top and its ticks in whole steps: it never reads 1.5 cases."""
+    top, values = axis(most, whole=True)
+    return top, tuple((v / top, f"{v:.0f}") for v in values)
 
 
 def gate_chart(rows: Sequence[RunRow], labels: Sequence[str]) -> Chart:
@@ -166,7 +212,9 @@ def gate_chart(rows: Sequence[RunRow], labels: Sequence[str]) -> Chart:
     frame = _Frame(len(rows))
     if not rows:
         return frame.chart("gate classes per run", empty=True)
-    most = max(1, *(sum(r.gate_counts.values()) for r in rows))
+    most, marks = _count_axis(max(1, *(sum(r.gate_counts.values()) for r in rows)))
+    ticks = frame.ticks(marks)
+    frame.fit_columns(labels)
     bar_w = min(42.0, frame.slot * 0.7)
     rects = []
     for i, (row, name) in enumerate(zip(rows, labels, strict=True)):
@@ -189,7 +237,7 @@ def gate_chart(rows: Sequence[RunRow], labels: Sequence[str]) -> Chart:
             )
     return frame.chart(
         "gate classes per run",
-        ticks=frame.ticks(_count_ticks(most)),
+        ticks=ticks,
         rects=tuple(rects),
         labels=frame.column_labels(labels),
         legend=tuple((g, colour(g)) for g in GATE_CLASSES),
@@ -246,10 +294,12 @@ def rate_chart(rows: Sequence[RunRow], labels: Sequence[str], side: str) -> Char
         (name if stratified else "all", STRATUM_COLOURS[name], _stratum_rate(side, name))
         for name in strata
     ]
+    ticks = frame.ticks(((0, "0%"), (0.5, "50%"), (1, "100%")))
+    frame.fit_columns(labels)
     lines, dots = _series(frame, rows, labels, named)
     return frame.chart(
         what,
-        ticks=frame.ticks(((0, "0%"), (0.5, "50%"), (1, "100%"))),
+        ticks=ticks,
         lines=lines,
         dots=dots,
         labels=frame.column_labels(labels),
@@ -273,7 +323,9 @@ def noise_chart(rows: Sequence[RunRow], labels: Sequence[str]) -> Chart:
     counts = [c for r in rows for c in (r.flaky, floor(r)) if c is not None]
     if not rows or not any(r.flaky or r.noise_floor for r in rows):
         return frame.chart(what, empty=True)
-    most = max(1, *counts)
+    most, marks = _count_axis(max(1, *counts))
+    ticks = frame.ticks(marks)
+    frame.fit_columns(labels)
 
     def flaky(row: RunRow) -> tuple[float, str]:
         return row.flaky / most, str(row.flaky)
@@ -289,7 +341,7 @@ def noise_chart(rows: Sequence[RunRow], labels: Sequence[str]) -> Chart:
     lines, dots = _series(frame, rows, labels, named)
     return frame.chart(
         what,
-        ticks=frame.ticks(_count_ticks(most)),
+        ticks=ticks,
         lines=lines,
         dots=dots,
         labels=frame.column_labels(labels),
@@ -305,6 +357,7 @@ def served_chart(rows: Sequence[RunRow], labels: Sequence[str]) -> Chart:
     what = "served models per run"
     if not rows or not any(r.served_models.get(s) for r in rows for s in SIDES):
         return frame.chart(what, empty=True)
+    frame.fit_columns(labels)
     fills: dict[tuple[str, ...], str] = {}
     rects: list[Rect] = []
     texts: list[Label] = []
@@ -312,6 +365,7 @@ def served_chart(rows: Sequence[RunRow], labels: Sequence[str]) -> Chart:
         top = 10 + lane * (lane_h + gap)
         texts.append(Label(frame.left - 8, top + lane_h / 2 + 4, side, "end"))
         before: tuple[str, ...] | None = None
+        names: list[Label] = []  # where this lane's served set changes, named
         for i, (row, label) in enumerate(zip(rows, labels, strict=True)):
             served = tuple(sorted(row.served_models.get(side) or ()))
             if not served:
@@ -329,15 +383,42 @@ def served_chart(rows: Sequence[RunRow], labels: Sequence[str]) -> Chart:
                 )
             )
             if served != before:
-                texts.append(
+                names.append(
                     Label(round(frame.x(i) - frame.slot / 2 + 3, 1), top - 2, models, "start")
                 )
             before = served
+        texts.extend(_cut_to_room(names, frame.width - frame.right))
     return frame.chart(what, rects=tuple(rects), labels=(*texts, *frame.column_labels(labels)))
+
+
+def _cut_to_room(names: Sequence[Label], end: float) -> list[Label]:
+    """Start-anchored names of one lane, each cut (with "…") where the next one starts, the
+    last at `end`: a long model name ran into the next. A name with no room for a character
+    and "…" is left out; its blocks' tooltips still name it."""
+    kept = []
+    for name, after in zip(names, [*(n.x for n in names[1:]), end][: len(names)], strict=True):
+        room = int((after - name.x - GAP) // CHAR_W)
+        text = name.text if len(name.text) <= room else name.text[: room - 1] + "…"
+        if room >= 2:
+            kept.append(Label(name.x, name.y, text, name.anchor))
+    return kept
 
 
 def _money(value: float) -> str:
     return f"${value:.4f}" if value < 1 else f"${value:.2f}"
+
+
+def _decimals(step: float) -> int:
+    """How many decimals show every tick of a `step` axis as it is (0.25: 2)."""
+    return next((d for d in range(12) if abs(round(step, d) - step) < step * 1e-6), 12)
+
+
+def _tick_text(key: str, value: float, step: float) -> str:
+    """A round tick's text: dollars to the step's decimals (at least 2); milliseconds, or
+    seconds from a 1 s step up."""
+    if key == "cost_usd":
+        return f"${value:.{max(2, _decimals(step))}f}"
+    return f"{value / 1000:g} s" if step >= 1000 else f"{value:g} ms"
 
 
 def usage_chart(rows: Sequence[RunRow], labels: Sequence[str], key: str) -> Chart:
@@ -356,7 +437,10 @@ def usage_chart(rows: Sequence[RunRow], labels: Sequence[str], key: str) -> Char
     ]
     if not values or not any(values):
         return frame.chart(what, empty=True)
-    most = float(max(values))
+    most, marks = axis(float(max(values)))
+    step = marks[1]
+    ticks = frame.ticks(tuple((v / most, _tick_text(key, v, step)) for v in marks))
+    frame.fit_columns(labels)
 
     def of(side: str) -> Callable[[RunRow], tuple[float, str] | None]:
         def value_of(row: RunRow) -> tuple[float, str] | None:
@@ -380,7 +464,7 @@ def usage_chart(rows: Sequence[RunRow], labels: Sequence[str], key: str) -> Char
     lines, dots = _series(frame, rows, labels, named)
     return frame.chart(
         what,
-        ticks=frame.ticks(((0, fmt(0)), (0.5, fmt(most / 2)), (1, fmt(most)))),
+        ticks=ticks,
         lines=lines,
         dots=dots,
         labels=frame.column_labels(labels),

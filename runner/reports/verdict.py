@@ -20,10 +20,13 @@ from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, FIXTURE_MOVE, FLAKY, N
 from runner.history import mapping_of, strings_of
 from runner.model import SIDES
 from runner.requestsha import REFERENCE
+from runner.text import visible
+from runner.unscored import blame
 
 DRIFT_SHOWN = 3  # served-model changes named in the alias drift reason
 CODE_CAP = 200  # characters of one miss code kept for the table's filter
 MOVED = ("reference", "candidate", "both")  # the table's `moved` filter: `both` is in the others
+View = tuple[tuple[str, str], ...]  # a view of the case table: its filters, as (key, value)
 # the cases the candidate lost: the paired test's discordant pairs against it, worst first
 LOST = (("passed", "reference"), ("failed", "candidate"), ("sort", "delta"))
 
@@ -47,11 +50,21 @@ class Kind(StrEnum):
 
 
 class Weight(StrEnum):
-    """What a reason does to the exit code: the review bit, the incomplete bit, or nothing."""
+    """What a reason does to the exit code: the review bit, the incomplete bit, or nothing.
+    The verdict lists its reasons in these groups, in this order."""
 
     REVIEW = "review"
     INCOMPLETE = "incomplete"
     NOTE = "note"
+
+    @property
+    def heading(self) -> str:
+        """The group's heading over its reasons."""
+        return {
+            Weight.REVIEW: "Needs review: what gates",
+            Weight.INCOMPLETE: "Unscored, per side: not compared, so the run is incomplete",
+            Weight.NOTE: "Notes: reported, not gated on",
+        }[self]
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,7 @@ class Reason:
     view: tuple[tuple[str, str], ...] = ()
     side: str | None = None
     note: str = ""  # what it means, said after the reason on the page
+    blame: str = ""  # an unscored reason's: infrastructure, or the side's own format failure
 
     @property
     def href(self) -> str:
@@ -77,7 +91,8 @@ class Marks:
     """What the case table says about one case, beyond its gate class and stratum."""
 
     moved: str  # "reference", "candidate", "both" or "": whose misses left the accepted ones
-    misses: tuple[str, ...]  # each side's miss codes and the stamp of an unscored side
+    # per side (in SIDES order), its miss codes and, when it was left unscored, its stamp
+    sided: tuple[tuple[str, tuple[str, ...]], ...]
     stamps: tuple[tuple[str, str], ...]  # (side, stamp code) of each side left unscored
     delta: float | None  # candidate task score minus reference task score
     # the sides scored that failed and passed it (an unscored side is in neither): what the
@@ -86,10 +101,21 @@ class Marks:
     failed: tuple[str, ...] = ()
     passed: tuple[str, ...] = ()
 
+    @property
+    def misses(self) -> tuple[str, ...]:
+        """Every code either side has, once, sorted: what the `miss` filter counts."""
+        return tuple(sorted({code for _, codes in self.sided for code in codes}))
+
+    def of(self, side: str) -> tuple[str, ...]:
+        """One side's codes."""
+        return next((codes for name, codes in self.sided if name == side), ())
+
 
 def _code(text: str) -> str:
-    """A miss code as one token of a space-separated attribute."""
-    return "_".join(text.split())[:CODE_CAP]
+    """A miss code as the table's `miss` filter holds it: as it is (spaces kept, so a link
+    naming the real code finds it), on one line (a newline or tab in a needle shown as its
+    escape, so a newline can separate codes in an attribute), at most CODE_CAP characters."""
+    return visible(text, one_line=True)[:CODE_CAP]
 
 
 def stamp_code(view: Mapping[str, Any]) -> str | None:
@@ -114,13 +140,16 @@ def marks_of(case: Mapping[str, Any]) -> Marks:
     moved = "both" if len(moved_sides) == len(SIDES) else "".join(moved_sides)
     views = {side: mapping_of(case.get(side)) for side in SIDES}
     stamps = tuple((s, code) for s, v in views.items() if (code := stamp_code(v)) is not None)
-    codes = {_code(m) for v in views.values() for m in strings_of(v.get("misses")) if m.strip()}
-    codes.update(code for _, code in stamps)
+    sided = []
+    for side, view in views.items():
+        codes = {_code(m) for m in strings_of(view.get("misses")) if m.strip()}
+        codes.update(code for stamped, code in stamps if stamped == side)
+        sided.append((side, tuple(sorted(codes))))
     ref, cand = _score(views["reference"]), _score(views["candidate"])
     delta = cand - ref if ref is not None and cand is not None else None
     failed = tuple(side for side, v in views.items() if v.get("passed") is False)
     passed = tuple(side for side, v in views.items() if v.get("passed") is True)
-    return Marks(moved, tuple(sorted(codes)), stamps, delta, failed, passed)
+    return Marks(moved, tuple(sided), stamps, delta, failed, passed)
 
 
 def request_sides(summary: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
@@ -148,7 +177,8 @@ class Tally:
     passed: Counter[str] = field(default_factory=Counter)  # per side, the cases it passed
     # of those, the cases a review gate holds: the moves the verdict stands on
     moved_in_review: Counter[str] = field(default_factory=Counter)
-    misses: Counter[str] = field(default_factory=Counter)
+    misses: Counter[str] = field(default_factory=Counter)  # code -> cases, either side
+    missed: Counter[str] = field(default_factory=Counter)  # per side, the cases it missed on
     stamps: dict[str, Counter[str]] = field(default_factory=dict)  # code -> cases per side
     stamped: Counter[str] = field(default_factory=Counter)  # code -> cases, either side
     drift: Counter[str] = field(default_factory=Counter)  # alias_swap details
@@ -172,6 +202,7 @@ class Tally:
         self.failed.update(marks.failed)
         self.passed.update(marks.passed)
         self.misses.update(marks.misses)
+        self.missed.update(side for side, codes in marks.sided if codes)
         for side, code in marks.stamps:
             self.stamps.setdefault(code, Counter())[side] += 1
         self.stamped.update({code for _, code in marks.stamps})
@@ -280,16 +311,18 @@ def _stratum_alerts(summary: Mapping[str, Any]) -> list[Reason]:
             name = _STRATUM_OF.get(alert)
             rate = mapping_of(rates.get(name)) if name else {}
             n, passed = _int(rate.get("n")), _int(rate.get("passed"))
-            view: tuple[tuple[str, str], ...]
+            found: list[tuple[int, str, View]]
             if alert == "stretch_too_easy":
-                count, words = passed, f"it passed {passed} of {n} stretch cases"
-                view = (("stratum", "stretch"), ("passed", side))
+                words = f"it passed {passed} of {n} stretch cases"
+                found = [(passed, words, (("stratum", "stretch"), ("passed", side)))]
             elif name:
-                count, words = n - passed, f"it failed {n - passed} of {n} {name} cases"
-                view = (("stratum", name), ("failed", side), ("sort", "delta"))
+                words = f"it failed {n - passed} of {n} {name} cases"
+                found = [
+                    (n - passed, words, (("stratum", name), ("failed", side), ("sort", "delta")))
+                ]
             else:
-                count, words, view = _suite_alert(alert, rates)
-            ranked.append(
+                found = _suite_alert(alert, rates)
+            ranked.extend(
                 (
                     not alert.endswith("_regression"),
                     Reason(
@@ -302,33 +335,36 @@ def _stratum_alerts(summary: Mapping[str, Any]) -> list[Reason]:
                         note=words,
                     ),
                 )
+                for count, words, view in found
             )
     # a regression is the news; a suite too easy to measure (ceiling, stretch_too_easy) after it
     return [r for _, r in sorted(ranked, key=lambda rank_reason: rank_reason[0])]
 
 
-def _suite_alert(
-    alert: str, rates: Mapping[str, Any]
-) -> tuple[int, str, tuple[tuple[str, str], ...]]:
-    """The count, the words and the table view of an alert about the strata together."""
+def _suite_alert(alert: str, rates: Mapping[str, Any]) -> list[tuple[int, str, View]]:
+    """The count, the words and the table view of an alert about the strata together: one
+    per stratum it is about (an empty stratum, a thin one), each linking to that stratum's
+    cases (none, for an empty one: the table then says so), or one about them all."""
 
     def size(name: str) -> int:
         rate = mapping_of(rates.get(name))
         return sum(v for k in ("n", "unadmitted") if isinstance(v := rate.get(k), int))
 
     names = [str(name) for name in rates]
+    # an alert summary.json's rates do not explain
+    unknown: list[tuple[int, str, View]] = [(0, "see the strata below", ())]
     if alert == "missing_stratum":
-        # about strata with no case: it counts strata, and its view is every case there is
         empty = [name for name in names if size(name) == 0]
-        return len(empty), f"no case in {', '.join(empty) or 'a stratum'}", ()
+        words = "no case in {}: nothing tells how it does there"
+        return [(0, words.format(name), (("stratum", name),)) for name in empty] or unknown
     if alert == "thin_stratum":
         thin = [name for name in names if size(name) == 1]
-        view = (("stratum", thin[0]),) if len(thin) == 1 else ()
-        return len(thin), f"only one case in {', '.join(thin) or 'a stratum'}", view
+        words = "only one case in {}: too few to tell"
+        return [(1, words.format(name), (("stratum", name),)) for name in thin] or unknown
     if alert == "ceiling":
         total = sum(size(name) for name in names)
-        return total, f"it passed (nearly) every case of every stratum ({total} cases)", ()
-    return 0, "see the strata below", ()
+        return [(total, f"it passed (nearly) every case of every stratum ({total} cases)", ())]
+    return unknown
 
 
 def _gating(gating: bool) -> str:
@@ -402,21 +438,44 @@ def _ratios(summary: Mapping[str, Any]) -> list[Reason]:
     return reasons
 
 
+_NOT_IN_FORMAT = (
+    "a reply came back, not in the format asked (not JSON, tool arguments that are not a JSON "
+    "object, a broken stream)"
+)
+
+
 def _unscored(tally: Tally) -> list[Reason]:
+    """Per side, a reason per stamp it left cases unscored with, the most common first."""
     reasons = []
-    for code, n in sorted(tally.stamped.items(), key=lambda kv: (-kv[1], kv[0])):
-        sides = tally.stamps[code]
-        on = ", ".join(f"{side} {sides[side]}" for side in SIDES if sides[side])
-        reasons.append(
-            Reason(
-                Kind.UNSCORED,
-                Weight.INCOMPLETE,
-                n,
-                f"{plural(n, 'case')} unscored: {code}",
-                (("miss", code),),
-                note=f"{on}; not compared: an infrastructure problem, not a quality one",
+    for side in SIDES:
+        found = [(code, sides[side]) for code, sides in tally.stamps.items() if sides[side]]
+        for code, n in sorted(found, key=lambda code_n: (-code_n[1], code_n[0])):
+            schema = code.startswith("schema:")
+            whose = blame(schema, side)
+            if not schema:
+                what = (
+                    "no reply came back to grade (the endpoint, the network, a rate limit or "
+                    f"the budget): {whose}, not a grade of the model"
+                )
+            elif side == REFERENCE:
+                what = f"{_NOT_IN_FORMAT}: {whose}, the frozen path broke its format"
+            else:
+                what = (
+                    f"{_NOT_IN_FORMAT}: {whose}; a candidate that stops answering in the "
+                    "format asked has regressed in format"
+                )
+            reasons.append(
+                Reason(
+                    Kind.UNSCORED,
+                    Weight.INCOMPLETE,
+                    n,
+                    f"{plural(n, 'case')} unscored on the {side}: {code}",
+                    (("miss", code), ("missed", side)),
+                    side,
+                    note=f"{what}; not compared",
+                    blame=whose,
+                )
             )
-        )
     return reasons
 
 
@@ -442,7 +501,8 @@ def _notes(tally: Tally) -> list[Reason]:
 
 
 def reasons(summary: Mapping[str, Any], tally: Tally) -> list[Reason]:
-    """Every reason of the verdict: the review ones, the incomplete ones, then the notes."""
+    """Every reason of the verdict: what gates (review), what each side left unscored
+    (incomplete), then the notes."""
     found = [
         *_changes(summary, tally),
         *_stratum_alerts(summary),
@@ -453,6 +513,12 @@ def reasons(summary: Mapping[str, Any], tally: Tally) -> list[Reason]:
     ]
     order = list(Weight)
     return sorted(found, key=lambda r: order.index(r.weight))
+
+
+def grouped(found: list[Reason]) -> list[tuple[Weight, list[Reason]]]:
+    """The reasons in their groups (what gates, what was unscored per side, notes), each
+    group that has any."""
+    return [(w, group) for w in Weight if (group := [r for r in found if r.weight is w])]
 
 
 HEADLINES = {

@@ -233,6 +233,11 @@ def finalize(
         "strata": strata,
         "stratum_alerts": stratum_alerts,
         "served_models": served,
+        # the accepted model a side was served another instead of, and on how many cases
+        "alias_drift": [
+            {k: drift[k] for k in ("side", "accepted", "served", "count")}
+            for drift in alias_drift(results, snapshot)
+        ],
         "request_changed": requests,
         "unscored": unscored_summary(results),
         "paired": tests,
@@ -288,6 +293,22 @@ def _verdict_word(exit_code: int) -> str:
     return {0: "clean", 1: "review", 2: "incomplete", 3: "review+incomplete"}[exit_code]
 
 
+def alias_drift(results: Sequence[Verdict], snapshot: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per side, accepted model and model served instead: the cases it was served on. Per call,
+    whatever the gate class: a transport or schema miss must not hide a swap."""
+    drift: dict[tuple[str, str, str | None], list[str]] = {}
+    for v in results:
+        accepted = (snapshot.get(v.case_id) or {}).get("models") or {}
+        for side in SIDES:
+            was: str = accepted.get(side) or ""
+            for served in drifted(getattr(v, side), was):
+                drift.setdefault((side, was, served), []).append(v.case_id)
+    return [
+        {"side": side, "accepted": was, "served": served, "count": len(ids), "case_ids": ids}
+        for (side, was, served), ids in drift.items()
+    ]
+
+
 def _log_alerts(
     log: Any,
     results: Sequence[Verdict],
@@ -321,23 +342,8 @@ def _log_alerts(
     for gate, event in ((TRANSPORT_MISS, logs.ALERT_TRANSPORT), (SCHEMA_MISS, logs.ALERT_SCHEMA)):
         if details := unscored[gate]:
             log.warning(event, count=len(details), case_ids=list(details), details=details)
-    # per call, whatever the gate class: a transport or schema miss must not hide a swap
-    drift: dict[tuple[str, str, str | None], list[str]] = {}
-    for v in results:
-        accepted = (snapshot.get(v.case_id) or {}).get("models") or {}
-        for side in SIDES:
-            was: str = accepted.get(side) or ""
-            for served in drifted(getattr(v, side), was):
-                drift.setdefault((side, was, served), []).append(v.case_id)
-    for (side, was, served), case_ids in drift.items():
-        log.warning(
-            logs.ALERT_ALIAS_DRIFT,
-            side=side,
-            accepted=was,
-            served=served,
-            count=len(case_ids),
-            case_ids=case_ids,
-        )
+    for drift in alias_drift(results, snapshot):
+        log.warning(logs.ALERT_ALIAS_DRIFT, **drift)
     for side, alerts in stratum_alerts.items():
         if alerts:
             log.warning(logs.ALERT_STRATUM, side=side, alerts=alerts, rates=strata[side])

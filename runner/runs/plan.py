@@ -19,20 +19,30 @@ from runner.runs.rundir import file_digest, manifest_for, read_manifest
 from runner.suite import Suite
 
 
+def replay_problem(loaded: LoadedConfig, suite: str, manifest: Mapping[str, Any]) -> str | None:
+    """Why a replay is never resumed, finished or not (it calls nothing: replaying again
+    is how it is done again), with the command that does; None for any other run."""
+    if RunMode.read(manifest.get("mode")) is not RunMode.REPLAY:
+        return None
+    parent = manifest.get("parent")
+    again = (
+        command("replay", loaded.runs_dir / suite / parent)
+        if isinstance(parent, str)
+        else command("replay", "RUN_DIR")
+    )
+    if manifest.get("finished_at") is None:
+        return f"an interrupted replay calls nothing; run `{again}` again"
+    return f"a replay calls nothing, so there is nothing to resume; `{again}` replays again"
+
+
 def resume_problem(loaded: LoadedConfig, suite: str, manifest: Mapping[str, Any]) -> str | None:
     """Why an interrupted run cannot be finished in place, or None.
 
     Its rows were called for the cases and samples it started with: finished against edited
     fixtures or another `samples`, one run would grade two suites and read as one verdict.
     """
-    if RunMode.read(manifest.get("mode")) is RunMode.REPLAY:
-        parent = manifest.get("parent")
-        again = (
-            command("replay", loaded.runs_dir / suite / parent)
-            if isinstance(parent, str)
-            else command("replay", "RUN_DIR")
-        )
-        return f"an interrupted replay calls nothing; run `{again}` again"
+    if (why := replay_problem(loaded, suite, manifest)) is not None:
+        return why
     cfg = loaded.config.suites[suite]
     fixtures = manifest.get("fixtures") or {}
     if not isinstance(fixtures, dict):  # a hand-edited manifest: nothing to check it against
@@ -51,6 +61,17 @@ def resume_problem(loaded: LoadedConfig, suite: str, manifest: Mapping[str, Any]
 def unscored_keys(run_dir: Path) -> set[tuple[str, str, int]]:
     """Keys of the rows a run could not score (transport or schema misses)."""
     return {o.key for o in read_outcomes(run_dir / "outcomes.jsonl") if not o.admitted}
+
+
+def all_scored(run_dir: Path, summary: Mapping[str, Any] | None) -> bool:
+    """Whether a finished run left nothing to retry. Its summary counts the cases it could not
+    score, the calls it never made among them: a replay of a killed run reads those
+    `cancelled` and has no row for them, so its outcomes alone say every row was scored.
+    Without a summary to read, its outcomes decide."""
+    unadmitted = summary.get("unadmitted") if summary is not None else None
+    if isinstance(unadmitted, int) and not isinstance(unadmitted, bool):
+        return unadmitted == 0
+    return not unscored_keys(run_dir)
 
 
 def _seed_raw(source: Path, target: Path, skip: set[tuple[str, str, int]]) -> None:

@@ -200,7 +200,9 @@ async def _run_prepared(
             samples=suite.samples,
             already_done=len(done),
             parent=parent_dir.name if parent_dir is not None else None,
-            run_dir=str(run_dir),
+            # absolute whatever the config path or the argument was: the same field, the same
+            # meaning for a run, a resume, a retry and a replay
+            run_dir=str(run_dir.absolute()),
         )
         if mode.calls:
             await call_all(

@@ -32,6 +32,23 @@ def recorded_summary(run_dir: Path) -> dict[str, Any] | None:
     return summary
 
 
+def drift_lines(summary: Mapping[str, Any]) -> list[str]:
+    """`  alias swap (candidate): accepted M, served N on 3 cases` per drift summary.json
+    records, the most cases first, at most SHOWN (a summary recorded before it kept them
+    prints none: the review line still names the cases)."""
+    found = summary.get("alias_drift")
+    rows = [mapping_of(row) for row in found] if isinstance(found, list) else []
+    rows.sort(key=lambda row: -(row["count"] if isinstance(row.get("count"), int) else 0))
+    lines = [
+        f"  alias swap ({row.get('side')}): accepted {row.get('accepted') or 'no model'}, "
+        f"served {row.get('served') or 'no model name'} on {row.get('count')} case(s)"
+        for row in rows[:SHOWN]
+    ]
+    if len(rows) > SHOWN:
+        lines.append(f"  alias swap: {len(rows) - SHOWN} more (see report.html)")
+    return lines
+
+
 def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
     """A few human lines on stderr; stdout stays one JSON object a line for log shippers.
 
@@ -52,6 +69,7 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
             more = f" (+{len(ids) - SHOWN} more)" if len(ids) > SHOWN else ""
             lines.append(f"  {key.replace('_', ' ')}: {', '.join(ids[:SHOWN])}{more}")
     lines.extend(f"  {line}" for line in requestsha.request_lines(summary))
+    lines.extend(drift_lines(summary))
     lines.extend(why_lines(summary))  # what kept the incomplete ones unscored, per side
     for side, alerts in mapping_of(summary.get("stratum_alerts")).items():
         if alerts := strings_of(alerts):

@@ -468,7 +468,7 @@ class Daemon:
         self._log.warning(
             logs.SCHEDULER_JOB_CANCELLED,
             suite=entry.name,
-            run_dir=str(left) if left else None,
+            run_dir=str(left.absolute()) if left else None,
             grace_seconds=self.grace,
             elapsed_s=round(time.monotonic() - t0, 3),
             resumable=left is not None,
@@ -509,7 +509,7 @@ class Daemon:
             logs.SCHEDULER_JOB_FINISHED,
             suite=entry.name,
             run_id=run_dir.name,
-            run_dir=str(run_dir),
+            run_dir=str(run_dir.absolute()),
             mode=mode,
             exit_code=code,
             verdict=summary.get("verdict"),

@@ -12,9 +12,11 @@
   if (!form || !table) return;
   const controls = form.elements;
   const shown = document.getElementById("shown");
+  const SIDES = ["reference", "candidate"];
   // each names a side (or a ratio gate: paired) among the tokens of the row's data-*
   const SIDED = ["failed", "passed", "request", "paired"];
-  const SELECTS = ["gate", "stratum", "moved", "miss", ...SIDED];
+  // `missed` names the side whose codes the `miss` filter reads (either, when empty)
+  const SELECTS = ["gate", "stratum", "moved", "miss", "missed", ...SIDED];
   const KEYS = [...SELECTS, "changed", "q", "sort", "case"];
   const DEFAULT_SORT = controls.sort.options[0].value;
   // the gate select lists the classes in the gate's own order: sorting by class follows it
@@ -29,7 +31,11 @@
       gate: row.dataset.gate,
       stratum: row.dataset.stratum,
       moved: row.dataset.moved,
-      misses: row.dataset.miss ? row.dataset.miss.split(" ") : [],
+      // per side, its miss codes and unscored stamp: one a line, spaces kept
+      misses: Object.fromEntries(SIDES.map((side) => {
+        const codes = row.getAttribute(`data-miss-${side}`);
+        return [side, codes ? codes.split("\n") : []];
+      })),
       sides: Object.fromEntries(SIDED.map((key) => [key, (row.dataset[key] || "").split(" ")])),
       delta: Number.isFinite(delta) ? delta : null,
       rank: classRank.get(row.dataset.gate) ?? classRank.size,
@@ -69,6 +75,9 @@
     if (hash !== location.hash.slice(1)) {
       history.replaceState(null, "", hash ? `#${hash}` : location.pathname + location.search);
     }
+    // what the table shows now, as its fragment: equal to location.hash (without "#") once
+    // the view a link or a control asked for is applied (tests and scripts wait on it)
+    table.dataset.view = hash;
   }
 
   function choose(select, value) {
@@ -115,7 +124,12 @@
       (!s.stratum || c.stratum === s.stratum) &&
       // a side moved when it moved alone or both did
       (!s.moved || c.moved === s.moved || c.moved === "both") &&
-      (!s.miss || c.misses.some((m) => m === s.miss || m.startsWith(`${s.miss}:`))) &&
+      (!(s.miss || s.missed) ||
+        (s.missed ? [s.missed] : SIDES).some((side) =>
+          (c.misses[side] || []).some(
+            (m) => !s.miss || m === s.miss || m.startsWith(`${s.miss}:`),
+          ),
+        )) &&
       SIDED.every((key) => !s[key] || c.sides[key].includes(s[key])) &&
       (!s.changed || c.gate !== "unchanged") &&
       (!q || c.text.includes(q))
