@@ -1527,7 +1527,7 @@ def test_a_bug_in_a_command_without_a_run_exits_70_with_its_traceback(
     def broken(*args: Any) -> None:
         raise KeyError("side")
 
-    monkeypatch.setattr(diff, "diff_ledgers", broken)
+    monkeypatch.setattr(diff, "compare", broken)
     code = main(["diff", "a.jsonl", "a.jsonl"])
     out, err = capsys.readouterr()
     assert (code, out) == (70, "")
