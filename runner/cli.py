@@ -78,7 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
     """`run --resume` and `run --retry-unscored`: one suite, the one the run dir is of."""
     from runner.config import check_files, check_keys
-    from runner.requestsha import request_problem
+    from runner.request.sha import request_problem
     from runner.runs.mode import RunMode
     from runner.runs.plan import all_scored, replay_problem
     from runner.runs.run import run_suite
@@ -251,7 +251,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from runner.ceiling import detect, strata_rates
     from runner.config import Thresholds
     from runner.fixtures.load import load_cases
-    from runner.grading import check_case, grade, load_graders
+    from runner.grading.graders import check_case, grade, load_graders
     from runner.model import Reply
     from runner.protocols.message import read_answer
 
@@ -343,7 +343,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     (a run refuses it), never a failure; one that is there but unusable fails as in a run."""
     from runner import logs
     from runner.config import check_files, load_config, missing_keys
-    from runner.recorded import load_cassette
+    from runner.recorded.endpoint import load_cassette
     from runner.scheduler.trigger import Trigger
     from runner.suite import prepare_suite
     from runner.text import visible

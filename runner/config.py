@@ -61,15 +61,15 @@ from runner.files import (
     read_regular,
 )
 from runner.jsontext import MAX_DEPTH, long_integer_line
-from runner.protocols.wire import Shape
-from runner.templates import load_template, request_sha
+from runner.request.shape import Shape
+from runner.request.templates import load_template, request_sha
 
 ENDPOINT_KINDS = ("recorded", "openai-chat", "anthropic-messages", "http-json")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a page of TOML; a bigger one is the wrong file
 MAX_HEARTBEAT_SECONDS = 3600.0  # a daemon silent for longer than an hour is not watched at all
 # The largest price per million tokens and budget a config may name, in US dollars: a dollar a
 # token is past any model's price, and a billion dollars past any night's spend. Every cost
-# parallax computes (from counts bounded by `runner.usage.MAX_TOKENS`) stays a finite number.
+# parallax computes (from counts bounded by `runner.cost.usage.MAX_TOKENS`) stays a finite number.
 MAX_PRICE_PER_MTOK = 1_000_000.0
 MAX_BUDGET_USD = 1_000_000_000.0
 MAX_TOKENS_CAP = 2**31 - 1  # the largest max_tokens a provider parses (a 32-bit int)
@@ -175,7 +175,7 @@ class RetryPolicy(_Strict):
 
 class Price(_Strict):
     """What an endpoint's tokens cost, in US dollars per million; cached prompt tokens cost
-    `input_per_mtok` unless `cached_input_per_mtok` says otherwise (`runner.usage`)."""
+    `input_per_mtok` unless `cached_input_per_mtok` says otherwise (`runner.cost.usage`)."""
 
     input_per_mtok: float = Field(ge=0, le=MAX_PRICE_PER_MTOK)
     output_per_mtok: float = Field(ge=0, le=MAX_PRICE_PER_MTOK)
@@ -284,7 +284,7 @@ class Thresholds(_Strict):
     # (0.02 is 2 points) the paired test's one-sided bound must stay above; unset, not asked
     non_inferiority_margin: float | None = Field(None, ge=0, lt=1)
     # the most candidate / reference may be per case (the geometric mean's lower bound must
-    # stay under it: `runner.regressions`); 1.1 allows 10% slower or dearer; unset, not asked
+    # stay under it: `runner.cost.regressions`); 1.1 allows 10% slower or dearer; unset, not asked
     latency_ratio_max: float | None = Field(None, gt=0)
     cost_ratio_max: float | None = Field(None, gt=0)
 
@@ -297,7 +297,8 @@ class SuiteConfig(_Strict):
     candidate: Text
     graders: Text | None = None
     # how long one call of a custom grader may run before its reply is unscored
-    # (`grader_error:timeout`): the one bound on grading that is the clock's (`runner.grading`)
+    # (`grader_error:timeout`): the one bound on grading that is the clock's
+    # (`runner.grading.graders`)
     grader_timeout_seconds: float = Field(30.0, gt=0, le=86_400)
     samples: int = Field(1, ge=1, le=100)
     schedule: Text | None = None  # five-field cron (six: seconds first), for `parallax serve`
@@ -332,7 +333,7 @@ class Config(_Strict):
     serve_misfire_grace_seconds: float = Field(600.0, ge=1)
     serve_heartbeat_seconds: float = Field(15.0, ge=0.01, le=MAX_HEARTBEAT_SECONDS)
     thresholds: Thresholds = Field(default_factory=Thresholds)
-    # the most one run of a suite may spend, in US dollars (`runner.budget`); unset: no cap
+    # the most one run of a suite may spend, in US dollars (`runner.cost.budget`); unset: no cap
     budget_usd: float | None = Field(None, gt=0, le=MAX_BUDGET_USD)
     endpoints: dict[str, EndpointConfig]
     suites: dict[str, SuiteConfig]

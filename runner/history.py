@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from runner.cost.usage import trend, trend_line
 from runner.errors import DataError
 from runner.gate import GATE_CLASSES
 from runner.ledger import read_json_object
@@ -33,7 +34,6 @@ from runner.model import SIDES, STRATA
 from runner.runs.mode import RunMode
 from runner.runs.names import started_of
 from runner.text import visible
-from runner.usage import trend, trend_line
 
 SUMMARY_VERSION = 1
 NOT_A_NIGHT = frozenset({RunMode.REPLAY})  # modes that regrade old replies instead of calling

@@ -96,7 +96,7 @@ class Transport(StrEnum):
     CANCELLED = "cancelled"
 
 
-# The error of an attempt the run's budget kept from being sent (`runner.budget`): its call is
+# The error of an attempt the run's budget kept from being sent (`runner.cost.budget`): its call is
 # stamped `cancelled` with this detail, and the outcome row's detail reads `NOT_SENT_DETAIL`.
 BUDGET = "budget"
 NOT_SENT_DETAIL = f"{Transport.CANCELLED}: {BUDGET}"
@@ -124,8 +124,8 @@ class Case:
     """One golden case, normalised from any of the accepted fixture shapes.
 
     Exactly one of `prompt` and `messages` is set: a single user turn, or a conversation as
-    written (OpenAI-style turns, checked by `runner.casekeys`). `tools` are already read from
-    the file a row names, so nothing downstream touches the filesystem for them.
+    written (OpenAI-style turns, checked by `runner.request.casekeys`). `tools` are already read
+    from the file a row names, so nothing downstream touches the filesystem for them.
     """
 
     id: str

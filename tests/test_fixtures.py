@@ -20,7 +20,7 @@ from runner.fixtures import validate
 from runner.fixtures.load import FixtureFile, load_cases, pin_lines
 from runner.fixtures.pin import fixture_sha
 from runner.fixtures.refs import CaseRef, CaseRefs, RefFields
-from runner.grading import GraderSet, check_case
+from runner.grading.graders import GraderSet, check_case
 from runner.model import Case, ToolCall
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -26,7 +26,7 @@ from runner.diff import compare
 from runner.errors import ConfigError, DataError, ParallaxError, UsageError
 from runner.fixtures.load import load_cases
 from runner.ledger import read_jsonl
-from runner.recorded import load_cassette
+from runner.recorded.endpoint import load_cassette
 from runner.regrade import read_exchanges, read_outcomes
 from runner.runs.run import run_suite
 from runner.runs.rundir import read_manifest

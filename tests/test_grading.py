@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from runner import grading
 from runner.errors import ConfigError, FixtureError
 from runner.fixtures.load import load_cases
-from runner.grading import (
+from runner.grading import graders as grading
+from runner.grading.graders import (
     BUILTIN_KEYS,
     GraderSet,
     check_case,

@@ -19,15 +19,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from llmockkit import LlmockServer, Protocol
 
-from runner.casekeys import ToolFiles
 from runner.errors import DataError
 from runner.fixtures.check import to_case
 from runner.fixtures.parse import Row
-from runner.grading import GraderSet, grade
+from runner.grading.graders import GraderSet, grade
 from runner.importers.promptfoo_asserts import map_assertions
 from runner.importers.suite import CASES_FILE, Notes
 from runner.importers.yamlfile import load_yaml
 from runner.model import Reply
+from runner.request.casekeys import ToolFiles
 
 DATA = Path(__file__).resolve().parent / "data" / "importers" / "promptfoo"
 PARALLAX = [sys.executable, "-m", "runner"]

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from runner.errors import DataError
-from runner.grading import GraderSet
+from runner.grading.graders import GraderSet
 from runner.history import run_dirs
 from runner.model import Case, Exchange, Reply
 from runner.protocols import anthropic_messages, openai_chat, read, sse
@@ -24,7 +24,7 @@ from runner.protocols.message import (
     ToolCall,
     graded,
 )
-from runner.recorded import RecordedEndpoint, load_cassette
+from runner.recorded.endpoint import RecordedEndpoint, load_cassette
 from runner.stamps import stamp
 
 pytestmark = pytest.mark.anyio

@@ -18,10 +18,7 @@ from relkit import RUN_TIMEOUT, run_parallax
 from structlog.testing import capture_logs
 
 from runner.config import Price, Thresholds, load_config
-from runner.errors import ConfigError
-from runner.gate import Folds
-from runner.model import Outcome
-from runner.regressions import (
+from runner.cost.regressions import (
     MAX_DRAWS,
     MIN_PAIRS,
     Finding,
@@ -30,9 +27,12 @@ from runner.regressions import (
     ratio_test,
     regressions,
 )
+from runner.cost.usage import call_of
+from runner.errors import ConfigError
+from runner.gate import Folds
+from runner.model import Outcome
 from runner.runs.mode import RunMode
 from runner.runs.run import run_suite
-from runner.usage import call_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -493,7 +493,7 @@ def test_too_few_paired_cases_fail_the_gate_closed(tmp_path: Path) -> None:
 def test_a_cassette_elapsed_ms_must_be_a_whole_number(tmp_path: Path) -> None:
     """A recorded latency that is negative or not an integer is a bad row (exit 65)."""
     from runner.errors import DataError
-    from runner.recorded import load_cassette
+    from runner.recorded.endpoint import load_cassette
 
     _cassette(tmp_path, [{"case_id": "c00", "completion": "yes", "elapsed_ms": -1}])
     with pytest.raises(DataError) as raised:

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner import grading, toolgrade
+from runner.grading import graders as grading
+from runner.grading import tools as toolgrade
+from runner.grading.tools import _assign, grade_tools, tool_expect_problem
 from runner.model import Grade
 from runner.protocols.message import ToolCall
-from runner.toolgrade import _assign, grade_tools, tool_expect_problem
 
 
 def called(name: str, arguments: dict[str, Any] | None = None) -> ToolCall:

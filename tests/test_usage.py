@@ -11,10 +11,10 @@ from llmockkit import LlmockServer, Protocol
 from relkit import run_parallax
 
 from runner.config import Price, load_config
+from runner.cost.usage import Call, Tokens, UsageFold, call_of, cost_usd, percentiles, tokens_of
 from runner.errors import ConfigError
 from runner.gate import Folds
 from runner.model import Outcome
-from runner.usage import Call, Tokens, UsageFold, call_of, cost_usd, percentiles, tokens_of
 
 
 def _outcome(side: str = "candidate", **fields: Any) -> Outcome:

@@ -7,8 +7,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from runner import logs
-from runner.budget import Budget, Meter, meter_for
 from runner.config import LoadedConfig
+from runner.cost.budget import Budget, Meter, meter_for
 from runner.gate import Folds
 from runner.ledger import LedgerWriter
 from runner.model import NOISE, SIDES, Case, Endpoint, Exchange
@@ -27,7 +27,7 @@ def build_endpoint(
     shape = loaded.shape(endpoint_name)
     meter = None if budget is None else meter_for(budget, cfg, shape)
     if cfg.kind == "recorded":
-        from runner.recorded import RecordedEndpoint, load_cassette
+        from runner.recorded.endpoint import RecordedEndpoint, load_cassette
 
         cassette = (
             load_cassette(loaded.input(cfg.cassette, f"endpoints.{endpoint_name}.cassette"))

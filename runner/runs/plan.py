@@ -8,12 +8,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from runner import requestsha
 from runner.config import LoadedConfig
 from runner.errors import DataError
 from runner.invocation import command
 from runner.ledger import LedgerWriter, write_json
 from runner.regrade import read_exchanges, read_outcomes
+from runner.request import sha as requestsha
 from runner.runs.mode import RunMode
 from runner.runs.rundir import file_digest, manifest_for, read_manifest
 from runner.suite import Suite

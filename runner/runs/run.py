@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from runner import logs
-from runner.budget import Budget
 from runner.config import LoadedConfig
+from runner.cost.budget import Budget
+from runner.cost.regressions import finished_fields
+from runner.cost.usage import usage_fields
 from runner.errors import DataError, InternalError, ParallaxError, UsageError
 from runner.files import check_writable
 from runner.gate import Folds
@@ -18,7 +20,6 @@ from runner.invocation import command
 from runner.lock import holds_suite_lock
 from runner.model import Endpoint
 from runner.regrade import heal
-from runner.regressions import finished_fields
 from runner.reports.write import REPORT_FILES, after_run
 from runner.runs.calls import build_endpoints, call_all, close_endpoints, meters
 from runner.runs.finalize import finalize, side_prices
@@ -29,7 +30,6 @@ from runner.runs.summary import recorded_summary
 from runner.shutdown import Interrupted, Shutdown
 from runner.suite import Suite, prepare_suite
 from runner.text import visible
-from runner.usage import usage_fields
 
 _RESUMED_FILES = ("manifest.json", "raw.jsonl", "outcomes.jsonl")
 

@@ -496,7 +496,7 @@ def check_schema(value: Any) -> str | None:
             "pairs unevaluatedProperties with patternProperties, whose patterns jsonschema "
             "would then search with no time bound: use additionalProperties"
         )
-    from runner.grading import schema_problem
+    from runner.grading.checks import schema_problem
 
     return schema_problem(value)
 

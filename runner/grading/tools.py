@@ -37,9 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-# grading's own JSON equality and bounded schema check, read off the module when called: so
-# grading can `from runner import toolgrade` at its top, whichever of the two loads first
-from runner import grading
+from runner.grading.checks import Work, json_equal, schema_violations
 from runner.model import Grade
 
 __all__ = ["TOOL_KEYS", "ToolCallLike", "grade_tools", "offered_tools", "tool_expect_problem"]
@@ -62,7 +60,7 @@ def grade_tools(
     calls: Sequence[ToolCallLike],
     expect: Mapping[str, Any],
     tools: Sequence[Mapping[str, Any]],
-    work: grading._Work | None = None,
+    work: Work | None = None,
 ) -> Grade:
     """The tool checks of one admitted reply, in the order the module docstring lists them.
     `work` is the reply's schema work so far (grading's; None: a bound of its own).
@@ -83,7 +81,7 @@ def grade_tools(
         for key in sorted(fields):
             if key not in got.arguments:
                 misses.append(f"tool_arg_missing:{name}.{key}")
-            elif not grading._json_equal(got.arguments[key], fields[key]):
+            elif not json_equal(got.arguments[key], fields[key]):
                 misses.append(f"tool_arg_mismatch:{name}.{key}")
             else:
                 passed += 1
@@ -156,7 +154,7 @@ def _names(calls: Iterable[ToolCallLike]) -> list[str]:
 def _schema_misses(
     calls: Sequence[ToolCallLike],
     offered: Mapping[str, Mapping[str, Any] | None],
-    work: grading._Work | None,
+    work: Work | None,
 ) -> list[str]:
     """Every call's arguments against its tool's `parameters`, each (tool, location) once.
 
@@ -167,12 +165,12 @@ def _schema_misses(
     hostile answer's own check would end.
     """
     found: list[str] = []
-    work = work if work is not None else grading._Work()
+    work = work if work is not None else Work()
     for call in calls:
         schema = offered.get(call.name)
         if schema is None:
             continue
-        misses = grading._schema_violations(dict(call.arguments), schema, work)
+        misses = schema_violations(dict(call.arguments), schema, work)
         # a location, or schema_too_complex / schema_too_deep / schema_error:<Class>
         found.extend(
             f"tool_args_schema:{call.name}:{m.removeprefix('schema_violation:')}" for m in misses
@@ -200,9 +198,7 @@ def _score(want: Mapping[str, Any], call: ToolCallLike) -> int:
     """The checks `call` would pass for `want`: its name, and each field it holds equal."""
     fields = want.get("arguments", {})
     args = call.arguments
-    return 1 + sum(
-        1 for key in fields if key in args and grading._json_equal(args[key], fields[key])
-    )
+    return 1 + sum(1 for key in fields if key in args and json_equal(args[key], fields[key]))
 
 
 def _assign(scores: Sequence[Sequence[int]]) -> list[int | None]:
