@@ -26,12 +26,14 @@ _VERDICT = """  0   clean
 _ERRORS = "  64  usage error    65  bad fixture or data file    78  bad config\n"
 _LOGGED = _ERRORS + "      each of them also one run.failed line on stdout\n"
 _CLOSED_PIPE = "  141 stdout closed by its reader (`| head`): stopped quietly\n"
+_DISK_FULL = "  74  the disk refused a write to the run dir (full, over quota, a file-size limit)\n"
 _DATA = _ERRORS + _CLOSED_PIPE
 
 # Every command shares one contract; each --help lists only the codes that command returns.
 EXIT_CODES = (
     f"exit codes:\n{_VERDICT}{_ERRORS}"
-    "  70  serve: the scheduler itself crashed    74  serve: its stdout was closed\n"
+    "  70  serve: the scheduler itself crashed    74  serve: its stdout was closed;\n"
+    "      run, replay, report: the disk refused a write (full, quota, size limit)\n"
     "  130 / 143  run, replay: stopped by SIGINT / SIGTERM (a run resumes with --resume)\n"
     "  141  a command's data on stdout found no reader (`| head`)\n"
 )
@@ -39,15 +41,23 @@ _COMMAND_EXIT_CODES = {
     "run": _VERDICT
     + "      (with --exit-zero-on-review, 1 exits 0 and 3 exits 2)\n"
     + _LOGGED
+    + _DISK_FULL
+    + "      (run.failed): the calls stop, the ledgers keep every row written; once there is\n"
+    "      space, --resume finishes the run (a report it cannot write is no error: the\n"
+    "      verdict stands, report.failed)\n"
     + "  130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM: calls in flight got run_grace_seconds,\n"
     "      the run dir is left to finish with --resume (run.interrupted)\n",
     "replay": _VERDICT
     + _LOGGED
+    + _DISK_FULL
+    + "      (run.failed): its new run dir is removed, replay again once there is space\n"
     + "  130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM: its new run dir is left unfinished,\n"
     "      replay again\n",
     "report": "  0-3 the run's own exit code (see `parallax run --help`)\n"
     + _ERRORS
     + "  64  also: the run dir is not writable    65  also: a report's name is a directory\n"
+    + _DISK_FULL
+    + "      the verdict and ledgers are untouched: write the reports again once there is space\n"
     + _CLOSED_PIPE,
     "promote": "  0   snapshot written\n  2   unscored cases and no --allow-partial\n"
     + _ERRORS

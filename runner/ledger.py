@@ -3,18 +3,33 @@
 One writer appends whole lines and flushes them to the OS after every batch, so a SIGKILL
 loses at most the calls still in flight, never a written row. A reader tolerates a torn last
 line (the one a kill can leave) and reports any other broken line with its file and number.
+A write the disk refuses (full, over quota, past a file-size limit) is a `StorageError`
+(exit 74) naming the file: the rows written before it stay whole, and a resume goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from runner.errors import DataError, reason_of
+from runner.errors import DISK_FULL, DataError, StorageError, reason_of
 from runner.jsontext import dumps, loads
+
+
+@contextlib.contextmanager
+def disk_refusal(path: Path) -> Iterator[None]:
+    """A write the disk refuses (no space, over quota, past RLIMIT_FSIZE) as a StorageError
+    naming `path`; any other OSError passes as it is."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in DISK_FULL:
+            raise StorageError(path, exc.strerror or str(exc)) from None
+        raise
 
 
 def read_jsonl(path: Path, *, tolerate_torn_tail: bool = True) -> Iterator[tuple[int, Any]]:
@@ -86,7 +101,7 @@ def repair_tail(path: Path) -> bool:
     """
     if not path.exists():
         return False
-    with path.open("rb+") as handle:
+    with disk_refusal(path), path.open("rb+") as handle:
         size = handle.seek(0, os.SEEK_END)
         if size == 0:
             return False
@@ -128,21 +143,28 @@ class LedgerWriter:
     def __init__(self, path: Path) -> None:
         repair_tail(path)
         self.path = path
-        self._handle: IO[bytes] = path.open("ab")
+        with disk_refusal(path):
+            self._handle: IO[bytes] = path.open("ab")
 
     def write(self, rows: Iterable[Any]) -> None:
         self.write_encoded(dumps(row) for row in rows)
 
     def write_encoded(self, rows: Iterable[bytes]) -> None:
-        """Rows already through `dumps` (by a worker process, say)."""
-        self._handle.write(b"".join(row + b"\n" for row in rows))
-        self._handle.flush()
+        """Rows already through `dumps` (by a worker process, say). A write the disk refuses
+        may leave part of the batch, ending in a torn line that the next writer cuts."""
+        data = b"".join(row + b"\n" for row in rows)
+        with disk_refusal(self.path):
+            self._handle.write(data)
+            self._handle.flush()
 
     def close(self) -> None:
         if not self._handle.closed:
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
-            self._handle.close()
+            with disk_refusal(self.path):
+                try:
+                    self._handle.flush()
+                    os.fsync(self._handle.fileno())
+                finally:
+                    self._handle.close()
 
 
 def write_atomic(path: Path, parts: Iterable[bytes]) -> None:

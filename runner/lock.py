@@ -113,8 +113,9 @@ def _exclusive(path: Path, refused: Callable[[Path, dict[str, Any]], UsageError]
             "host": socket.gethostname(),
             "since": datetime.now(UTC).isoformat(timespec="seconds"),
         }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(holder) + "\n").encode("utf-8"), 0)
+        with contextlib.suppress(OSError):  # who holds it is a courtesy: a full disk has none
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(holder) + "\n").encode("utf-8"), 0)
         try:
             yield path
         finally:

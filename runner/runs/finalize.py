@@ -29,7 +29,7 @@ from runner.gate import (
     fold,
     unscored_by,
 )
-from runner.ledger import write_json, write_json_map
+from runner.ledger import disk_refusal, write_json, write_json_map
 from runner.model import NOISE, SIDES, STRATA
 from runner.regressions import fired, regressions
 from runner.regressions import log_alerts as log_regressions
@@ -131,12 +131,7 @@ def finalize(
     for v in results:
         counts[v.gate] += 1
     counts[RETIRED_CASE] = len(retired)  # retired cases have no verdict, only a count
-    write_json_map(
-        run_dir / "disagreement.json",
-        {"version": DISAGREEMENT_VERSION, "suite": suite.name, "retired": retired},
-        "cases",
-        ((v.case_id, v.to_json()) for v in sorted(results, key=lambda v: v.case_id)),
-    )
+    _write_map(run_dir, suite.name, retired, results)
     strata: dict[str, Any] = {}
     stratum_alerts: dict[str, list[str]] = {}
     for side in SIDES:
@@ -262,10 +257,27 @@ def finalize(
         summary["noise_floor"] = noise_floor(results, noise)
     if not suite.stratified:
         summary["strata_note"] = "unstratified suite: no case names a stratum, detector skipped"
-    write_json(run_dir / "summary.json", summary)
+    _record(run_dir / "summary.json", summary)
     manifest["finished_at"] = summary["finished_at"]
-    write_json(run_dir / "manifest.json", manifest)
+    _record(run_dir / "manifest.json", manifest)  # the last write: now the run is finished
     return exit_code, summary
+
+
+def _write_map(run_dir: Path, suite: str, retired: list[str], results: Sequence[Verdict]) -> None:
+    path = run_dir / "disagreement.json"
+    with disk_refusal(path):
+        write_json_map(
+            path,
+            {"version": DISAGREEMENT_VERSION, "suite": suite, "retired": retired},
+            "cases",
+            ((v.case_id, v.to_json()) for v in sorted(results, key=lambda v: v.case_id)),
+        )
+
+
+def _record(path: Path, value: Mapping[str, Any]) -> None:
+    """summary.json or manifest.json; a write the disk refuses is a StorageError naming it."""
+    with disk_refusal(path):
+        write_json(path, value)
 
 
 def side_prices(loaded: LoadedConfig, suite: Suite) -> dict[str, Any]:

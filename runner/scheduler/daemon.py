@@ -16,7 +16,7 @@ import anyio
 
 from runner import logs
 from runner.config import LoadedConfig
-from runner.errors import ConfigError, ParallaxError, UsageError
+from runner.errors import ConfigError, ParallaxError, StorageError, UsageError
 from runner.health import heartbeat_path, write_pointer
 from runner.lock import SuiteLocked, daemon_lock, is_locked
 from runner.runs.mode import RunMode
@@ -75,6 +75,7 @@ class _Suite:
     handled: datetime | None = None  # the last fire time run, skipped or misfired
     resume_dir: Path | None = None
     covered_by: Path | None = None  # the run that stood for fires missed while no daemon ran
+    stalled: Path | None = None  # a run a full disk stopped: the next fire resumes it
     scope: anyio.CancelScope | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
     runs: int = 0
@@ -418,6 +419,8 @@ class Daemon:
         next start (`_covered`), and without one the next start makes it up."""
         if self._stopping:
             return
+        if mode is RunMode.RUN and entry.stalled is not None:  # space may be back: finish it
+            mode, resume_dir, entry.stalled = RunMode.RESUME, entry.stalled, None
         holder = is_locked(self.loaded.runs_dir, entry.name)
         if holder is not None:
             self._log.warning(
@@ -492,6 +495,8 @@ class Daemon:
             )
             return
         except Exception as exc:  # a run's failure must not stop the other suites
+            if isinstance(exc, StorageError):  # the disk was full: resumed at the next fire
+                entry.stalled, _ = find_interrupted(self.loaded, entry.name)
             self._log.error(
                 logs.SCHEDULER_JOB_CRASHED,
                 suite=entry.name,
