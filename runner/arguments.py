@@ -33,7 +33,7 @@ _DATA = _ERRORS + _CLOSED_PIPE
 EXIT_CODES = (
     f"exit codes:\n{_VERDICT}{_ERRORS}"
     "  70  serve: the scheduler itself crashed    74  serve: its stdout was closed;\n"
-    "      run, replay, report: the disk refused a write (full, quota, size limit)\n"
+    "      run, replay, report, prune: the disk refused a write (full, quota, size limit)\n"
     "  130 / 143  run, replay: stopped by SIGINT / SIGTERM (a run resumes with --resume)\n"
     "  141  a command's data on stdout found no reader (`| head`)\n"
 )
@@ -73,6 +73,12 @@ _COMMAND_EXIT_CODES = {
     "  3   both 1 and 2\n" + _DATA,
     "serve": "  0   stopped by SIGTERM, SIGINT or SIGHUP\n  70  the scheduler itself crashed\n"
     "  74  stdout closed by its reader: stopped as on SIGTERM (restart it)\n" + _LOGGED,
+    "prune": "  0   pruned, or with --dry-run the plan printed (a suite with a run in flight\n"
+    "      is left for the next prune)\n"
+    + _LOGGED
+    + "  64  also: another prune works on this runs dir\n"
+    + _DISK_FULL
+    + "      (compressing, or recording a pruned night): the plain ledgers stay whole\n",
     "health": "  0   the daemon runs with a fresh heartbeat; without --config, also when no\n"
     "      daemon was ever started on this host (a one-shot container: nothing to check)\n"
     "  1   it does not\n" + _DATA,
@@ -258,6 +264,20 @@ def _add_daemon_commands(add: Adder, config_help: str) -> None:
         "--run-now",
         action="store_true",
         help="also run each scheduled suite at start (one with an interrupted run resumes it)",
+    )
+
+    p = add(
+        "prune",
+        "Compress old runs' ledgers and delete runs past [retention] keep_nights, save the "
+        "latest of each suite, the snapshot's, unfinished ones and those named in keep "
+        "(serve does it after each run).",
+    )
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--suite", help="only this suite")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="change nothing: print the runs it would delete and compress, and those it keeps",
     )
 
     p = add("health", "Exit 0 when the serve daemon is running with a fresh heartbeat, else 1.")

@@ -90,6 +90,25 @@ def daemon_lock(runs_dir: Path) -> Iterator[Path]:
         yield path
 
 
+class PruneRunning(UsageError):
+    """Another `parallax prune` (or a daemon's) works on this runs dir (exit 64)."""
+
+    def __init__(self, path: Path, holder: dict[str, Any]) -> None:
+        who = _who(holder)
+        super().__init__(
+            f"{path}: another prune works on this runs dir ({who or 'holder unknown'}); "
+            "not starting a second one"
+        )
+
+
+@contextlib.contextmanager
+def prune_lock(runs_dir: Path) -> Iterator[Path]:
+    """Hold the runs dir's prune lock: two prunes at once would compress and delete the same
+    run dirs under each other."""
+    with _exclusive(runs_dir / ".parallax-prune.lock", PruneRunning) as path:
+        yield path
+
+
 @contextlib.contextmanager
 def suite_lock(runs_dir: Path, suite: str) -> Iterator[Path]:
     """Hold the suite's lock for the block; raise SuiteLocked at once if another holds it."""

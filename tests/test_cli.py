@@ -29,7 +29,7 @@ SCRIPT = Path(sys.executable).parent / "parallax"
 SUITES = ("ceiling", "support", "cities", "tools")
 SUBCOMMANDS = (
     *("run", "replay", "promote", "pin", "diff", "grade", "validate"),
-    *("serve", "health", "report", "history"),
+    *("serve", "health", "report", "history", "prune"),
 )
 RUN_FILES = ("manifest.json", "raw.jsonl", "outcomes.jsonl", "disagreement.json", "summary.json")
 OUTCOME_FIELDS = frozenset(

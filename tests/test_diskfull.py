@@ -275,6 +275,68 @@ def test_a_ledger_the_disk_refuses_is_a_storage_error_naming_it() -> None:
         writer.close()
 
 
+def _old(run_dir: Path, days: int) -> Path:
+    """The run moved `days` back, by the start its name says (what retention reads)."""
+    from datetime import timedelta
+
+    from runner.runs.names import RUN_STAMP
+
+    start = datetime.now(UTC) - timedelta(days=days)
+    return run_dir.rename(
+        run_dir.with_name(f"{start.strftime(RUN_STAMP)}-{run_dir.name.partition('-')[2]}")
+    )
+
+
+def test_a_prune_on_a_full_disk_makes_room_before_it_records(
+    tmp_path: Path, fault_server: FaultServer, small_disk: Path
+) -> None:
+    """With not a byte left, a prune still deletes what is past keep_nights: each deletion
+    frees the room its one-line record needs, so history keeps every pruned night."""
+    root = tmp_path / "prune"
+    config = _project(root, fault_server, runs_dir=small_disk)
+    for _ in range(3):
+        assert _parallax(root, "run", "--config", config).returncode == 0
+    runs = sorted(p for p in (small_disk / "s").iterdir() if p.is_dir())
+    gone = [_old(run, 90 - i) for i, run in enumerate(runs[:2])]
+    filler = _fill(small_disk, 0)
+    # the last pages, down to the last byte
+    with contextlib.suppress(OSError), filler.open("ab") as handle:
+        while handle.write(b"\0" * 4096):
+            handle.flush()
+    pruned = _parallax(root, "prune", "--config", config)
+    assert pruned.returncode == 0, pruned.stderr
+    assert not any(run.exists() for run in gone)
+    records = [
+        json.loads(line) for line in (small_disk / "s" / "pruned.jsonl").read_text().splitlines()
+    ]
+    assert [r["run_id"] for r in records] == [run.name for run in gone]
+    history = _parallax(root, "history", "--config", config)
+    assert history.stdout.count("pruned ") == 2
+
+
+def test_a_compression_the_disk_refuses_keeps_the_plain_ledgers(
+    tmp_path: Path, fault_server: FaultServer, small_disk: Path
+) -> None:
+    """A prune that cannot write a compressed ledger exits 74 with one line; the plain
+    ledgers stay as they were and no temporary file is left."""
+    root = tmp_path / "pack"
+    config = _project(root, fault_server, runs_dir=small_disk)
+    assert _parallax(root, "run", "--config", config).returncode == 0
+    assert _parallax(root, "run", "--config", config).returncode == 0
+    old = _old(sorted(p for p in (small_disk / "s").iterdir() if p.is_dir())[0], 10)
+    before = {name: (old / name).read_bytes() for name in ("raw.jsonl", "outcomes.jsonl")}
+    _fill(small_disk, 0)
+    refused = _parallax(root, "prune", "--config", config)
+    assert refused.returncode == 74, refused.stderr
+    (line,) = refused.stderr.strip().splitlines()
+    assert "raw.jsonl.gz: cannot write" in line
+    assert {name: (old / name).read_bytes() for name in before} == before
+    assert sorted(p.name for p in old.iterdir() if "jsonl" in p.name) == [
+        "outcomes.jsonl",
+        "raw.jsonl",
+    ]
+
+
 def test_serve_resumes_a_run_a_full_disk_stopped_at_the_next_fire(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -3,7 +3,6 @@ from its parent's scored rows, a replay from its parent's whole raw ledger."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from runner import requestsha
 from runner.config import LoadedConfig
 from runner.errors import DataError
 from runner.invocation import command
-from runner.ledger import LedgerWriter, disk_refusal, write_json
+from runner.ledger import LedgerWriter, copy_ledger, disk_refusal, stored, write_json
 from runner.regrade import read_exchanges, read_outcomes
 from runner.runs.mode import RunMode
 from runner.runs.rundir import file_digest, manifest_for, read_manifest
@@ -85,10 +84,9 @@ def start(
             ),
         )
     if mode is RunMode.REPLAY and parent_dir is not None:  # the raw ledger, as it was written
-        source = parent_dir / "raw.jsonl"
+        source = stored(parent_dir / "raw.jsonl")  # compressed by retention, read as written
         if not source.is_file():
             raise DataError(source, "no such file: nothing to replay")
-        with disk_refusal(run_dir / "raw.jsonl"):
-            shutil.copyfile(source, run_dir / "raw.jsonl")
+        copy_ledger(source, run_dir / "raw.jsonl")
     elif parent_dir is not None:
         _seed_raw(parent_dir, run_dir, unscored_keys(parent_dir))

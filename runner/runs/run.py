@@ -15,6 +15,7 @@ from runner.errors import DataError, StorageError, UsageError
 from runner.files import check_writable
 from runner.gate import Folds
 from runner.invocation import command
+from runner.ledger import packed_path
 from runner.lock import holds_suite_lock
 from runner.model import Endpoint
 from runner.regrade import heal
@@ -226,6 +227,12 @@ def _finished(run_dir: Path, manifest: Mapping[str, Any], suite: Suite) -> dict[
 
 def _check_appendable(run_dir: Path) -> None:
     """A resume appends to the ledgers in place: refuse before any call if it cannot."""
+    if any(packed_path(run_dir / name).exists() for name in _RESUMED_FILES[1:]):
+        # only a finished run is compressed (retention): its verdict went missing since
+        raise UsageError(
+            f"{run_dir}: cannot resume: its ledgers are compressed, so it finished; "
+            f"`{command('replay', run_dir)}` regrades it into a new run dir"
+        )
     check_writable(run_dir, _RESUMED_FILES, action="resume this run here")
 
 
