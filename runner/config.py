@@ -314,6 +314,23 @@ class SuiteConfig(_Strict):
     budget_usd: float | None = Field(None, gt=0, le=MAX_BUDGET_USD)  # overrides the top level
 
 
+class Retention(_Strict):
+    """What `parallax prune` (and `serve`, after each run) keeps of a runs dir as it ages: a
+    night is 24 hours from a run's start (`runner.retention`)."""
+
+    keep_nights: int = Field(60, ge=1)  # older runs are deleted, save the ones that must stay
+    compress_after_nights: int = Field(7, ge=0)  # older finished runs keep *.jsonl.gz instead
+    keep: list[Text] = Field(default_factory=list)  # run dirs never deleted: name or short id
+
+    @field_validator("keep")
+    @classmethod
+    def _run_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not valid_name(name):
+                raise ValueError(f"{name!r} is no run dir name (letters, digits, '_', '.', '-')")
+        return names
+
+
 class Config(_Strict):
     """The whole file, after interpolation, with paths still as written."""
 
@@ -335,6 +352,7 @@ class Config(_Strict):
     thresholds: Thresholds = Field(default_factory=Thresholds)
     # the most one run of a suite may spend, in US dollars (`runner.cost.budget`); unset: no cap
     budget_usd: float | None = Field(None, gt=0, le=MAX_BUDGET_USD)
+    retention: Retention = Field(default_factory=Retention)
     endpoints: dict[str, EndpointConfig]
     suites: dict[str, SuiteConfig]
 

@@ -47,6 +47,9 @@ RUN_STOPPING = "run.stopping"  # a stop signal came: no new call, calls in fligh
 RUN_INTERRUPTED = "run.interrupted"  # a stop signal: ledgers flushed, the run dir left to resume
 RUN_FAILED = "run.failed"  # run, replay or serve refused to start, or stopped on an error
 REPORT_FAILED = "report.failed"  # report.html/report.md could not be written
+# retention (`parallax prune`, and `serve` after each run)
+RUN_PRUNED = "run.pruned"  # a run dir past keep_nights deleted; history keeps a line of it
+RUN_COMPRESSED = "run.compressed"  # a finished run's ledgers kept as raw.jsonl.gz, ...
 # alerts (the paging contract)
 ALERT_DISAGREEMENT_CHANGED = "alert.disagreement_changed"
 ALERT_TRANSPORT = "alert.transport"
@@ -79,6 +82,7 @@ SCHEDULER_STOPPING = "scheduler.stopping"  # a signal arrived: no new runs, grac
 SCHEDULER_STOPPED = "scheduler.stopped"
 SCHEDULER_CRASHED = "scheduler.crashed"
 SCHEDULER_HEARTBEAT_FAILED = "scheduler.heartbeat_failed"  # the final heartbeat was not written
+SCHEDULER_PRUNE_FAILED = "scheduler.prune_failed"  # the prune after a run stopped on an error
 
 EVENTS: tuple[str, ...] = tuple(
     value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)

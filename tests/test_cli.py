@@ -29,7 +29,7 @@ SCRIPT = Path(sys.executable).parent / "parallax"
 SUITES = ("ceiling", "support", "cities", "tools")
 SUBCOMMANDS = (
     *("run", "replay", "promote", "pin", "diff", "grade", "validate", "init", "import"),
-    *("serve", "health", "report", "history"),
+    *("serve", "health", "report", "history", "prune"),
 )
 READS_NO_CONFIG = ("init", "import")  # commands whose --help has no 78 to list
 RUN_FILES = ("manifest.json", "raw.jsonl", "outcomes.jsonl", "disagreement.json", "summary.json")
