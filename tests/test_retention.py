@@ -28,7 +28,7 @@ from test_scheduler import events as events_named
 from runner import ledger, logs
 from runner.cli import main
 from runner.config import load_config
-from runner.diff import diff_ledgers
+from runner.diff import compare
 from runner.errors import ConfigError, DataError, UsageError
 from runner.history import format_text, suite_report
 from runner.lock import PruneRunning, SuiteLocked, prune_lock, suite_lock
@@ -158,8 +158,9 @@ def test_every_reader_reads_a_compressed_run_as_the_plain_one(tmp_path: Path) ->
         assert (replayed / name).read_bytes() == (again / name).read_bytes(), name
     assert code == plain_code
 
-    assert diff_ledgers(ledger.stored(old / "outcomes.jsonl"), plain / "outcomes.jsonl") == (
-        diff_ledgers(plain / "outcomes.jsonl", plain / "outcomes.jsonl")
+    assert (
+        compare(ledger.stored(old / "outcomes.jsonl"), plain / "outcomes.jsonl")[0]
+        == (compare(plain / "outcomes.jsonl", plain / "outcomes.jsonl")[0])
     )
     assert main(["diff", str(old), str(plain)]) == main(["diff", str(plain), str(plain)])
 
