@@ -309,6 +309,31 @@ def test_demo_run_writes_every_file_of_each_run_dir(
         assert not (REPO / "runs" / suite / run_dir.name).exists()
 
 
+# summary.json's keys as the README's "A run directory" lists them (samples' noise_floor and an
+# unstratified suite's strata_note come only with what asks for them)
+SUMMARY_KEYS = frozenset(
+    {
+        *("version", "run_id", "suite", "mode", "parent", "parent_finished", "started_at"),
+        *("finished_at", "exit_code", "verdict", "cases", "samples", "admitted", "unadmitted"),
+        *("gate_counts", "review", "flaky", "grader_errors", "incomplete", "retired"),
+        *("stratified", "strata", "stratum_alerts", "served_models", "alias_drift"),
+        *("request_changed", "unscored", "paired", "significant_regression", "not_non_inferior"),
+        *("regressions", "latency_regression", "cost_regression", "quiet_cases", "fail_on"),
+        *("usage", "budget"),
+    }
+)
+
+
+def test_demo_run_summaries_hold_every_documented_key(
+    demo_run: tuple[Path, Any, dict[str, bytes]],
+) -> None:
+    """Each suite's summary.json holds every key the README documents, and no other."""
+    root, _, _ = demo_run
+    for suite in SUITES:
+        keys = set(load(only_run_dir(root, suite) / "summary.json"))
+        assert keys - {"noise_floor", "strata_note"} == SUMMARY_KEYS, suite
+
+
 def test_demo_run_covers_the_gate_classes(demo_run: tuple[Path, Any, dict[str, bytes]]) -> None:
     """Across the three suites the demo yields every gate class the contract names."""
     root, _, _ = demo_run
