@@ -110,8 +110,8 @@ def test_the_restricted_check_rejects_what_the_admission_would() -> None:
 def test_pods_carry_the_label_the_logql_queries_select(
     where: str, template: dict[str, Any]
 ) -> None:
-    """README's LogQL selects {app="parallax"}: every pod template carries that label."""
-    assert '{app="parallax"}' in (REPO / "README.md").read_text()
+    """The alerting guide's LogQL selects {app="parallax"}: every pod template carries it."""
+    assert '{app="parallax"}' in (REPO / "docs" / "how-to" / "alerting.md").read_text()
     assert template["metadata"]["labels"]["app"] == "parallax", where
 
 
