@@ -210,6 +210,11 @@ def _row_keys() -> str:
     return _rows(("key", "what it holds"), [(f"`{k}`", v) for k, v in keys.items()])
 
 
+def _key(key: str) -> str:
+    """An expectation key in code type; `(always)` and the like as they are."""
+    return key if key.startswith("(") else f"`{key}`"
+
+
 def _misses_of(key: str) -> str:
     return ", ".join(f"`{m.form}`" for m in model.Miss if key in m.keys) or "—"
 
@@ -223,7 +228,7 @@ def _expect_keys() -> str:
 
 
 def _misses() -> str:
-    rows = [(f"`{m.form}`", ", ".join(m.keys), m.meaning) for m in model.Miss]
+    rows = [(f"`{m.form}`", ", ".join(map(_key, m.keys)), m.meaning) for m in model.Miss]
     return _rows(("miss", "checked by", "what it means"), rows)
 
 
