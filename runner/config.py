@@ -64,7 +64,9 @@ from runner.jsontext import MAX_DEPTH, long_integer_line
 from runner.protocols.wire import Shape
 from runner.templates import load_template, request_sha
 
-ENDPOINT_KINDS = ("recorded", "openai-chat", "anthropic-messages", "http-json")
+ENDPOINT_KINDS = (
+    *("recorded", "openai-chat", "openai-responses", "anthropic-messages", "gemini", "http-json"),
+)
 MAX_CONFIG_BYTES = 1 << 20  # a config is a page of TOML; a bigger one is the wrong file
 MAX_HEARTBEAT_SECONDS = 3600.0  # a daemon silent for longer than an hour is not watched at all
 # The largest price per million tokens and budget a config may name, in US dollars: a dollar a
@@ -77,19 +79,31 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # The body keys a chat protocol sets itself, and from what: a `params` entry would send a
 # second value for one of them (which wins would depend on the protocol's code) or contradict
-# the request_sha that pins the endpoint key it duplicates.
+# the request_sha that pins the endpoint key it duplicates. A dotted key is one inside a table
+# the protocol builds, which a params table of that name adds its other keys to.
 PROTOCOL_KEYS: dict[str, str] = {
     "model": "the endpoint's model",
     "messages": "the case and the endpoint's templates",
+    "input": "the case and the endpoint's templates",
+    "contents": "the case and the endpoint's templates",
     "system": "the case and the endpoint's system template",
+    "instructions": "the case and the endpoint's system template",
+    "systemInstruction": "the case and the endpoint's system template",
     "temperature": "the endpoint's temperature",
+    "generationConfig.temperature": "the endpoint's temperature",
     "max_tokens": "the endpoint's max_tokens",
+    "max_output_tokens": "the endpoint's max_tokens",
+    "generationConfig.maxOutputTokens": "the endpoint's max_tokens",
     "stream": "the endpoint's stream",
     "stream_options": "the endpoint's stream",
     "tools": "the case's tools",
     "tool_choice": "the case's tool_choice",
+    "toolConfig": "the case's tool_choice",
     "response_format": "the case's response_format",
     "output_format": "the case's response_format",
+    "text.format": "the case's response_format",
+    "generationConfig.responseMimeType": "the case's response_format",
+    "generationConfig.responseSchema": "the case's response_format",
 }
 # The endpoint keys whose `${VAR}` values are settings, shown as they are: what the endpoint
 # is and how it is called (a model alias, a path, a number, a variable's name). Every other
@@ -185,13 +199,17 @@ class Price(_Strict):
 class EndpointConfig(_Strict):
     """One endpoint: a live HTTP API or a recorded cassette, behind the same interface."""
 
-    kind: Literal["recorded", "openai-chat", "anthropic-messages", "http-json"]
+    kind: Literal[
+        "recorded", "openai-chat", "openai-responses", "anthropic-messages", "gemini", "http-json"
+    ]
     base_url: Text | None = None
     model: Text | None = None
     api_key_env: Text | None = None
     cassette: Text | None = None
     # recorded only: the wire format its replies are written in (a live kind is its own)
-    protocol: Literal["openai-chat", "anthropic-messages"] | None = None
+    protocol: Literal["openai-chat", "openai-responses", "anthropic-messages", "gemini"] | None = (
+        None
+    )
     headers: dict[HeaderName, HeaderValue] = Field(default_factory=dict)
     temperature: float = Field(0.0, ge=0)
     max_tokens: int = Field(512, ge=1, le=MAX_TOKENS_CAP)
@@ -759,11 +777,13 @@ def _shape(path: Path, name: str, ep: EndpointConfig, root: Path) -> Shape:
 def _check_params(path: Path, key: str, params: Mapping[str, Any]) -> None:
     """`params` are sent as JSON, as given: no body key the protocol sets itself, and only
     values JSON can carry (a TOML date or time is none; nor is an infinite or NaN number)."""
-    for name in params:
-        if (source := PROTOCOL_KEYS.get(name)) is not None:
-            raise ConfigError(
-                path, f"{key}.{name}", f"is set by parallax from {source}, not by params"
-            )
+    for name, value in params.items():
+        inner = [f"{name}.{sub}" for sub in value] if isinstance(value, Mapping) else []
+        for set_key in (name, *inner):
+            if (source := PROTOCOL_KEYS.get(set_key)) is not None:
+                raise ConfigError(
+                    path, f"{key}.{set_key}", f"is set by parallax from {source}, not by params"
+                )
     stack: list[tuple[Any, str]] = [(v, f"{key}.{k}") for k, v in reversed(list(params.items()))]
     while stack:  # depth first in the file's order: the first bad value is the one named
         value, where = stack.pop()

@@ -33,7 +33,16 @@ from runner.protocols.message import (
     load_json,
     str_or_none,
 )
-from runner.protocols.wire import Kind, Shape, Wire, bearer, json_headers, plain, turns
+from runner.protocols.wire import (
+    Kind,
+    Shape,
+    Wire,
+    bearer,
+    json_headers,
+    plain,
+    turns,
+    with_params,
+)
 
 if TYPE_CHECKING:
     from runner.config import EndpointConfig
@@ -66,7 +75,7 @@ def body(cfg: EndpointConfig, shape: Shape, case: Case) -> dict[str, Any]:
         sent["tool_choice"] = plain(case.tool_choice)
     if case.response_format is not None:
         sent["response_format"] = plain(case.response_format)
-    sent.update(plain(shape.params))
+    with_params(sent, shape.params)
     if shape.stream:
         sent["stream"] = True
         sent["stream_options"] = {"include_usage": True}
