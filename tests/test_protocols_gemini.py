@@ -184,7 +184,6 @@ def test_a_stream_that_ends_without_a_finish_reason_is_truncated(cut: int) -> No
         "[1]",
         json.dumps({"candidates": []}),
         json.dumps({"candidates": "x"}),
-        json.dumps(answer(call("f", 7), finish=None)),
     ],
 )
 def test_a_stream_with_one_broken_event_is_malformed(event: str) -> None:
@@ -193,6 +192,15 @@ def test_a_stream_with_one_broken_event_is_malformed(event: str) -> None:
     fold = gemini.fold_stream("".join(events))
     assert (fold.status, fold.detail) == (StreamStatus.MALFORMED, "stream_malformed")
     assert fold.message.response_model == "gemini-x"  # what came before is kept
+
+
+def test_a_streamed_call_whose_args_are_no_object_keeps_its_name() -> None:
+    """Arguments that are no object are the call's fault, not the stream's: it finishes, and
+    grading says tool_args_not_json while the call's name and finish are still read."""
+    fold = gemini.fold_stream(sse(answer(call("get_weather", 7))))
+    message = ok(fold)
+    assert [c.name for c in message.tool_calls] == ["get_weather"]
+    assert graded(message, expects_json=False) == "tool_args_not_json"
 
 
 @pytest.mark.parametrize(

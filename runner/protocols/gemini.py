@@ -34,6 +34,7 @@ candidate names its finish reason (or a blocked prompt its block reason). An eve
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -43,7 +44,6 @@ from runner.protocols import sse
 from runner.protocols.message import (
     STREAM_MALFORMED,
     STREAM_TRUNCATED,
-    TOOL_ARGS_NOT_JSON,
     TOOL_CALL_MALFORMED,
     Message,
     RawToolCall,
@@ -285,8 +285,8 @@ class _Reply:
                 if not isinstance(call, dict) or not isinstance(call.get("name"), str):
                     return TOOL_CALL_MALFORMED
                 arguments = call.get("args", {})
-                if not isinstance(arguments, dict | str):
-                    return TOOL_ARGS_NOT_JSON
+                if not isinstance(arguments, dict | str):  # judged as text: the name is kept
+                    arguments = json.dumps(arguments, ensure_ascii=False)
                 call_id = str_or_none(call.get("id"))
                 self.calls.append(RawToolCall(id=call_id, name=call["name"], arguments=arguments))
             elif isinstance(part.get("text"), str) and part.get("thought") is not True:

@@ -36,7 +36,6 @@ from runner.protocols import sse
 from runner.protocols.message import (
     STREAM_MALFORMED,
     STREAM_TRUNCATED,
-    TOOL_ARGS_NOT_JSON,
     TOOL_CALL_MALFORMED,
     Message,
     RawToolCall,
@@ -195,7 +194,7 @@ class _Item:
 
 def _item(doc: Any) -> _Item | str | None:
     """An item of a reply's `output` (or a stream's added or done item), or the schema detail
-    of a call that is no call; None when it is no object with a type."""
+    of a call without a name; None when it is no object with a type."""
     kind = doc.get("type") if isinstance(doc, dict) else None
     if not isinstance(kind, str):
         return None
@@ -217,8 +216,8 @@ def _item(doc: Any) -> _Item | str | None:
         call = _Item(FUNCTION_CALL, name=name, call_id=str_or_none(doc.get("call_id")))
         if isinstance(arguments, str | dict):
             call.input = arguments
-        elif arguments is not None:
-            return TOOL_ARGS_NOT_JSON
+        elif arguments is not None:  # judged as text, so the call's name is kept
+            call.input = json.dumps(arguments, ensure_ascii=False)
         return call
     return _Item("")
 
