@@ -121,6 +121,20 @@ WEATHER_PARIS = _row(
     tools="tools.json",
     expect={"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
 )
+# the same call by matchers: a city like Paris, a unit from a list
+WEATHER_LIKE_PARIS = _row(
+    "weather-like-paris",
+    prompt=PROMPT,
+    tools="tools.json",
+    expect={
+        "tool_calls": [
+            {
+                "name": "get_weather",
+                "arguments": {"city": {"$regex": "^Par"}, "unit": {"$one_of": ["celsius", "k"]}},
+            }
+        ]
+    },
+)
 HELLO = _row("hello", prompt="Say hello.", expect={"must_include": ["Hello"]})
 
 
@@ -199,15 +213,16 @@ def _suites(protocol: Protocol) -> list[Suite]:
         ),
         Suite(
             "exact",
-            (WEATHER_PARIS,),
+            (WEATHER_PARIS, WEATHER_LIKE_PARIS),
             reference={
-                "weather-paris": Expected(
+                name: Expected(
                     misses=("tool_arg_mismatch:get_weather.city",),
                     tool_calls=("get_weather",),
                     finish="tool",
                 )
+                for name in ("weather-paris", "weather-like-paris")
             },
-            candidate={"weather-paris": CALLED},
+            candidate={"weather-paris": CALLED, "weather-like-paris": CALLED},
             behaviour=(tool_call("get_weather", SCRIPTED_ARGS, times=None),),
         ),
         Suite(
