@@ -249,3 +249,21 @@ def test_an_order_miss_shows_the_order_expected_and_the_calls_made() -> None:
     )
     assert miss.expected == "calls in the order search, get_weather, send_email"
     assert miss.got == 'get_weather({}), send_email({}), search({"q": "x"})'
+
+
+def test_the_readme_matcher_example_is_an_expectation_that_grades() -> None:
+    """The Fixtures reference's matcher example loads and passes the calls it describes."""
+    import json
+    import re
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```json\n(.*?)```", readme, re.DOTALL) if "$regex" in b]
+    expect = json.loads(block)
+    tools = [{"type": "function", "function": {"name": n}} for n in ("search", "send_email")]
+    assert tool_expect_problem(expect, tools) is None
+    calls = [
+        called("search", query="Refund policy", limit=5),
+        called("send_email", to="oncall@example.com", body="..."),
+    ]
+    assert grade_tools(calls, expect, tools).misses == ()
+    assert grade_tools(calls[::-1], expect, tools).misses == ("tool_order:send_email",)
