@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from runner.errors import DataError
-from runner.grading import GraderSet
+from runner.grading.graders import GraderSet
 from runner.history import run_dirs
 from runner.model import Case, Exchange, Reply
 from runner.protocols import read, sse, wire_for
@@ -25,7 +25,7 @@ from runner.protocols.message import (
     graded,
 )
 from runner.protocols.sse import parse
-from runner.recorded import RecordedEndpoint, load_cassette
+from runner.recorded.endpoint import RecordedEndpoint, load_cassette
 from runner.stamps import stamp
 
 pytestmark = pytest.mark.anyio
@@ -831,11 +831,11 @@ def _token_before_the_break(protocol: str, row: dict[str, Any]) -> bool:
 
 
 def test_the_readme_cassette_example_loads(tmp_path: Path) -> None:
-    """The recorded endpoint's example rows in the README are a cassette as written."""
+    """The cassette reference's example rows are a cassette as written."""
     import re
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## The recorded endpoint", 1)[1]
+    formats = Path(__file__).resolve().parent.parent / "docs" / "reference" / "file-formats.md"
+    section = formats.read_text(encoding="utf-8").split("## Cassette", 1)[1]
     (block,) = re.findall(r"```json\n(.*?)```", section.split("\n## ", 1)[0], re.DOTALL)
     path = tmp_path / "cassette.jsonl"
     path.write_text(block, encoding="utf-8")

@@ -12,10 +12,10 @@ import pytest
 
 from runner.errors import FixtureError
 from runner.fixtures.load import load_cases
+from runner.grading.tools import grade_tools, matches, tool_expect_problem
 from runner.model import Grade
 from runner.protocols.message import ToolCall
 from runner.reports.expected import explain
-from runner.toolgrade import grade_tools, matches, tool_expect_problem
 
 
 def called(name: str, **arguments: Any) -> ToolCall:
@@ -251,13 +251,14 @@ def test_an_order_miss_shows_the_order_expected_and_the_calls_made() -> None:
     assert miss.got == 'get_weather({}), send_email({}), search({"q": "x"})'
 
 
-def test_the_readme_matcher_example_is_an_expectation_that_grades() -> None:
+def test_the_docs_matcher_example_is_an_expectation_that_grades() -> None:
     """The Fixtures reference's matcher example loads and passes the calls it describes."""
     import json
     import re
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    (block,) = [b for b in re.findall(r"```json\n(.*?)```", readme, re.DOTALL) if "$regex" in b]
+    page = Path(__file__).resolve().parent.parent / "docs" / "reference" / "fixtures.md"
+    text = page.read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```json\n(.*?)```", text, re.DOTALL) if "$regex" in b]
     expect = json.loads(block)
     tools = [{"type": "function", "function": {"name": n}} for n in ("search", "send_email")]
     assert tool_expect_problem(expect, tools) is None

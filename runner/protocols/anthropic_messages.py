@@ -52,7 +52,6 @@ from runner.protocols.wire import (
     TOOL,
     USER,
     Kind,
-    Shape,
     Wire,
     json_headers,
     plain,
@@ -60,6 +59,7 @@ from runner.protocols.wire import (
     turns,
     with_params,
 )
+from runner.request.shape import Shape
 
 if TYPE_CHECKING:
     from runner.config import EndpointConfig

@@ -58,7 +58,6 @@ from runner.protocols.wire import (
     SYSTEM,
     TOOL,
     Kind,
-    Shape,
     Wire,
     json_headers,
     plain,
@@ -66,6 +65,7 @@ from runner.protocols.wire import (
     turns,
     with_params,
 )
+from runner.request.shape import Shape
 
 if TYPE_CHECKING:
     from runner.config import EndpointConfig

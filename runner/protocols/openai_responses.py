@@ -50,7 +50,6 @@ from runner.protocols.wire import (
     SYSTEM,
     TOOL,
     Kind,
-    Shape,
     Wire,
     bearer,
     json_headers,
@@ -59,6 +58,7 @@ from runner.protocols.wire import (
     turns,
     with_params,
 )
+from runner.request.shape import Shape
 
 if TYPE_CHECKING:
     from runner.config import EndpointConfig

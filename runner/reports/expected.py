@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runner.grading.tools import ANY, CONTAINS, REGEX, matcher
 from runner.model import ToolCall
-from runner.toolgrade import ANY, CONTAINS, REGEX, matcher
 
 VALUE_CAP = 300  # characters of one expected or received value
 

@@ -52,10 +52,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-# grading's own JSON equality and bounded schema check, read off the module when called: so
-# grading can `from runner import toolgrade` at its top, whichever of the two loads first
-from runner import grading
-from runner.model import Grade
+from runner.grading.checks import Work, json_equal, pattern_problem, schema_violations, search
+from runner.model import Grade, Miss
 
 __all__ = [
     "TOOL_KEYS",
@@ -68,7 +66,16 @@ __all__ = [
     "tool_expect_problem",
 ]
 
-TOOL_KEYS: tuple[str, ...] = ("tool_calls", "no_tool_calls", "tool_args_schema", "tool_order")
+# The tool expectation keys and what each expects (the docs' fixture reference reads them).
+TOOL_KEYS: dict[str, str] = {
+    "tool_calls": 'a list of `{"name", "arguments"}`: each must be matched by a call of that '
+    "name whose arguments hold those fields, JSON-equal or as a matcher (`$regex`, "
+    "`$contains`, `$any`, `$one_of`) accepts; one check per call and per field",
+    "no_tool_calls": "`true`: the reply must call no tool",
+    "tool_args_schema": "`true`: every call's arguments must fit its offered tool's `parameters`",
+    "tool_order": "`true` (beside `tool_calls`): the expected calls must come in the order "
+    "listed (calls nobody expected may come between); one check",
+}
 _CALL_KEYS = frozenset({"name", "arguments"})
 REGEX, CONTAINS, ANY, ONE_OF = "$regex", "$contains", "$any", "$one_of"
 MATCHERS = (REGEX, CONTAINS, ANY, ONE_OF)
@@ -88,7 +95,7 @@ def grade_tools(
     calls: Sequence[ToolCallLike],
     expect: Mapping[str, Any],
     tools: Sequence[Mapping[str, Any]],
-    work: grading._Work | None = None,
+    work: Work | None = None,
 ) -> Grade:
     """The tool checks of one admitted reply, in the order the module docstring lists them.
     `work` is the reply's schema work so far (grading's; None: a bound of its own).
@@ -104,15 +111,15 @@ def grade_tools(
         name, fields = want["name"], want.get("arguments", {})
         checks += 1 + len(fields)
         if at is None:
-            misses.append(f"tool_missing:{name}")
+            misses.append(Miss.TOOL_MISSING.of(name))
             continue
         got = calls[at]
         passed += 1
         for key in sorted(fields):
             if key not in got.arguments:
-                misses.append(f"tool_arg_missing:{name}.{key}")
+                misses.append(Miss.TOOL_ARG_MISSING.of(f"{name}.{key}"))
             elif not matches(got.arguments[key], fields[key]):
-                misses.append(f"tool_arg_mismatch:{name}.{key}")
+                misses.append(Miss.TOOL_ARG_MISMATCH.of(f"{name}.{key}"))
             else:
                 passed += 1
     if expect.get("tool_order") is True:
@@ -120,11 +127,11 @@ def grade_tools(
         checks, passed = checks + 1, passed + (not found)
         misses.extend(found)
     if expect.get("no_tool_calls") is True:
-        found = [f"tool_unexpected:{name}" for name in _names(calls)]
+        found = [Miss.TOOL_UNEXPECTED.of(name) for name in _names(calls)]
         checks, passed = checks + 1, passed + (not found)
         misses.extend(found)
     if offered:
-        found = [f"tool_unknown:{name}" for name in _names(calls) if name not in offered]
+        found = [Miss.TOOL_UNKNOWN.of(name) for name in _names(calls) if name not in offered]
         checks, passed = checks + 1, passed + (not found)
         misses.extend(found)
     if expect.get("tool_args_schema") is True:
@@ -223,7 +230,7 @@ def _operand_problem(key: str, operand: Any) -> str | None:
     if key == REGEX:
         if not isinstance(operand, str):
             return "must be a pattern (a string)"
-        problem = grading.pattern_problem(operand)
+        problem = pattern_problem(operand)
         return None if problem is None else f"is no RE2 pattern: {problem}"
     if key == ANY:
         return None if operand is True else "must be true"
@@ -241,7 +248,7 @@ def matches(got: Any, want: Any) -> bool:
         if key == ANY:
             return True
         if key == REGEX:
-            return isinstance(got, str) and grading._search(operand, got)
+            return isinstance(got, str) and search(operand, got)
         if key == ONE_OF:
             return any(matches(got, item) for item in operand)
         return _contains(got, operand)
@@ -257,7 +264,7 @@ def matches(got: Any, want: Any) -> bool:
             and len(got) == len(want)
             and all(matches(g, w) for g, w in zip(got, want, strict=True))
         )
-    return grading._json_equal(got, want)
+    return json_equal(got, want)
 
 
 def _contains(got: Any, needle: Any) -> bool:
@@ -278,7 +285,7 @@ def _order_misses(pairs: Sequence[tuple[Mapping[str, Any], int | None]]) -> list
         if at is None:
             continue
         if at < last:
-            return [f"tool_order:{want['name']}"]
+            return [Miss.TOOL_ORDER.of(want["name"])]
         last = at
     return []
 
@@ -296,7 +303,7 @@ def _names(calls: Iterable[ToolCallLike]) -> list[str]:
 def _schema_misses(
     calls: Sequence[ToolCallLike],
     offered: Mapping[str, Mapping[str, Any] | None],
-    work: grading._Work | None,
+    work: Work | None,
 ) -> list[str]:
     """Every call's arguments against its tool's `parameters`, each (tool, location) once.
 
@@ -307,17 +314,18 @@ def _schema_misses(
     hostile answer's own check would end.
     """
     found: list[str] = []
-    work = work if work is not None else grading._Work()
+    work = work if work is not None else Work()
+    violation = Miss.SCHEMA_VIOLATION.of("")
     for call in calls:
         schema = offered.get(call.name)
         if schema is None:
             continue
-        misses = grading._schema_violations(dict(call.arguments), schema, work)
+        misses = schema_violations(dict(call.arguments), schema, work)
         # a location, or schema_too_complex / schema_too_deep / schema_error:<Class>
         found.extend(
-            f"tool_args_schema:{call.name}:{m.removeprefix('schema_violation:')}" for m in misses
+            Miss.TOOL_ARGS_SCHEMA.of(f"{call.name}:{m.removeprefix(violation)}") for m in misses
         )
-        if "schema_too_complex" in misses:
+        if Miss.SCHEMA_TOO_COMPLEX.of() in misses:
             break
     return list(dict.fromkeys(found))
 
