@@ -347,7 +347,7 @@ class Exchange:
     sample: int
     fixture_sha: str
     endpoint: str  # endpoint name from the config
-    adapter: str  # wire format of the body: openai-chat, anthropic-messages, http-json
+    adapter: str  # wire format of the body: a protocols.Kind (openai-chat, gemini, ...)
     model_alias: str | None
     request: Mapping[str, Any]  # {"method", "url", "body"}; never headers with secrets
     attempts: tuple[Attempt, ...]
