@@ -13,7 +13,7 @@ import pytest
 from runner.errors import FixtureError
 from runner.fixtures.load import load_cases
 from runner.grading.tools import grade_tools, matches, tool_expect_problem
-from runner.model import Grade
+from runner.model import Grade, Miss
 from runner.protocols.message import ToolCall
 from runner.reports.expected import explain
 
@@ -142,6 +142,17 @@ def test_calls_out_of_order_miss_it_naming_the_first_that_came_too_early() -> No
     assert (grade.checks, grade.passed_checks) == (6, 5)
     without = graded(calls, {**ORDERED, "tool_order": False})
     assert (without.misses, without.checks) == ((), 5)
+
+
+def test_the_order_miss_is_a_declared_miss_code() -> None:
+    """`tool_order:<name>` is built from `runner.model.Miss`, so the miss reference lists it
+    with the key that checks it."""
+    calls = [called("get_weather"), called("send_email"), called("search", q="x")]
+    (miss,) = graded(calls, ORDERED).misses
+    declared = {m.code: m for m in Miss}
+    code, _, name = miss.partition(":")
+    assert code in declared and declared[code].of(name) == miss
+    assert "tool_order" in declared[code].keys
 
 
 def test_a_missing_call_is_missing_not_out_of_order() -> None:
