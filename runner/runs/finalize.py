@@ -314,7 +314,11 @@ def _summary(
         "grader_errors": [
             v.case_id for v in results if _grader_failed(v.reference) or _grader_failed(v.candidate)
         ],
+        "incomplete": incomplete,
+        "retired": retired,
         "stratified": suite.stratified,
+        "strata": strata[0],
+        "stratum_alerts": strata[1],
         # every served call counts, whatever its stamps: a fallback that broke the schema too
         "served_models": {
             side: sorted({m for v in results for m in getattr(v, side).models if m})
