@@ -26,7 +26,10 @@ _VERDICT = """  0   clean
   3   both 1 and 2
 """
 _BUG = "  70  a bug in parallax (one line naming it; a run dir it stopped resumes)\n"
-_ERRORS = "  64  usage error    65  bad fixture or data file    78  bad config\n" + _BUG
+_ERRORS = (
+    "  64  usage error    65  bad fixture or data file    78  bad config\n"
+    "      (every error found is one line; with both a config and a data error, 78)\n" + _BUG
+)
 _LOGGED = _ERRORS + "      each of them also one run.failed line on stdout\n"
 _CLOSED_PIPE = "  141 stdout closed by its reader (`| head`): stopped quietly\n"
 _DATA = _ERRORS + _CLOSED_PIPE

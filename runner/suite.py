@@ -6,12 +6,12 @@ Everything a run checks before its first call is loaded here, so bad input fails
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runner.config import LoadedConfig, Thresholds
-from runner.errors import ConfigError, DataError
+from runner.config import LoadedConfig, Thresholds, check_files
+from runner.errors import ConfigError, DataError, Gathered
 from runner.files import file_problem
 from runner.fixtures.load import FixtureFile
 from runner.fixtures.refs import CaseRef, CaseRefs
@@ -82,6 +82,23 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
         fail_on=tuple(cfg.fail_on),
         alpha=cfg.alpha,
     )
+
+
+def checked_suites(loaded: LoadedConfig, names: Sequence[str], found: Gathered) -> Iterator[Suite]:
+    """Each suite of `names` prepared, in turn, after the files the config names are checked;
+    every error goes to `found` and checking goes on, so all of them are told at once. A
+    suite whose file was refused there is not read again (its error is told)."""
+    with found.checking():
+        check_files(loaded)
+    refused = found.keys()
+    for name in names:
+        if any(key.startswith(f"suites.{name}.") for key in refused):
+            continue
+        suite = None
+        with found.checking():
+            suite = prepare_suite(loaded, name)
+        if suite is not None:
+            yield suite
 
 
 def _check_case(case: Case, *, graders: GraderSet, shapes: Sequence[Shape]) -> None:
