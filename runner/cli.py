@@ -84,22 +84,31 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
-    """`run --resume` and `run --retry-unscored`: one suite, the one the run dir is of."""
+    """`run --resume` and `run --retry-unscored`: one suite, the one the run dir is of, and
+    the cases it ran (a partial run's selection is kept)."""
     from runner.config import check_files, check_keys
     from runner.request.sha import request_problem
     from runner.runs.mode import RunMode
     from runner.runs.plan import all_scored, replay_problem
     from runner.runs.run import run_suite
     from runner.runs.rundir import config_for_run, read_manifest
+    from runner.runs.selection import Selection
     from runner.runs.summary import print_summary, recorded_summary
     from runner.shutdown import Interrupted
 
     if args.resume and args.retry_unscored:
         raise UsageError("use either --resume or --retry-unscored, not both")
+    again = "--resume" if args.resume else "--retry-unscored"
+    if args.cases or args.strata:
+        raise UsageError(
+            f"{again} runs the cases the run dir ran (a partial one keeps its selection): "
+            "--case and --stratum are for a new run"
+        )
     run_dir = Path(args.resume or args.retry_unscored)
     loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
     manifest = read_manifest(run_dir)
     (suite,) = loaded.suite_names(manifest["suite"])
+    selection = Selection.of(manifest, run_dir / "manifest.json")
     finished = manifest.get("finished_at") is not None
     if args.retry_unscored and finished and all_scored(run_dir, recorded_summary(run_dir)):
         raise UsageError(f"{run_dir}: every row was scored; nothing to retry")
@@ -116,11 +125,21 @@ def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
         raise Interrupted(shutdown.signal, run_dir if args.resume else None)
     if args.resume:
         out_dir, code, summary = run_suite(
-            loaded, suite, resume_dir=run_dir, mode=RunMode.RESUME, shutdown=shutdown
+            loaded,
+            suite,
+            resume_dir=run_dir,
+            mode=RunMode.RESUME,
+            selection=selection,
+            shutdown=shutdown,
         )
     else:
         out_dir, code, summary = run_suite(
-            loaded, suite, parent_dir=run_dir, mode=RunMode.RETRY, shutdown=shutdown
+            loaded,
+            suite,
+            parent_dir=run_dir,
+            mode=RunMode.RETRY,
+            selection=selection,
+            shutdown=shutdown,
         )
     print_summary(summary, out_dir)
     _junit(args, [out_dir])
@@ -131,6 +150,7 @@ def _run(args: argparse.Namespace, shutdown: Shutdown) -> int:
     from runner.config import check_keys, load_config
     from runner.lock import SuiteLocked, is_locked, lock_path
     from runner.runs.run import run_suite
+    from runner.runs.selection import Selection
     from runner.runs.summary import print_summary
     from runner.shutdown import Interrupted
     from runner.suite import checked_suites
@@ -139,13 +159,15 @@ def _run(args: argparse.Namespace, shutdown: Shutdown) -> int:
         return _run_again(args, shutdown)
     loaded = load_config(_config_path(args))
     names = loaded.suite_names(args.suite)
+    selection = Selection.given(args.cases, args.strata)
     found = Gathered()  # every suite's errors at once, before any call
     with found.checking():
         check_keys(loaded, names)
     checked = {}
     for suite in checked_suites(loaded, names, found):  # fixtures, graders, snapshot
+        selected = suite.selected(selection)  # one that selects nothing: refused here
         if len(names) == 1:  # run as checked: loading a big suite twice costs seconds
-            checked[suite.name] = suite
+            checked[suite.name] = selected
         else:
             suite.fixtures.close()
     found.raise_found()
@@ -161,7 +183,7 @@ def _run(args: argparse.Namespace, shutdown: Shutdown) -> int:
             raise Interrupted(shutdown.signal, None)
         try:
             out_dir, code, summary = run_suite(
-                loaded, name, suite=checked.get(name), shutdown=shutdown
+                loaded, name, suite=checked.get(name), selection=selection, shutdown=shutdown
             )
         except SuiteLocked as exc:  # taken since the check: the other suites' verdicts stand
             refused = refused or exc
@@ -197,13 +219,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from runner.runs.mode import RunMode
         from runner.runs.run import run_suite
         from runner.runs.rundir import config_for_run, read_manifest
+        from runner.runs.selection import Selection
         from runner.runs.summary import print_summary
 
         logs.configure()
         run_dir = Path(args.run_dir)
         loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
-        (suite,) = loaded.suite_names(read_manifest(run_dir)["suite"])
-        out_dir, code, summary = run_suite(loaded, suite, parent_dir=run_dir, mode=RunMode.REPLAY)
+        manifest = read_manifest(run_dir)
+        (suite,) = loaded.suite_names(manifest["suite"])
+        out_dir, code, summary = run_suite(
+            loaded,
+            suite,
+            parent_dir=run_dir,
+            mode=RunMode.REPLAY,
+            # a partial run's replay regrades the cases it called, and is partial too
+            selection=Selection.of(manifest, run_dir / "manifest.json"),
+        )
         print_summary(summary, out_dir)
         _junit(args, [out_dir])
         return code
