@@ -346,7 +346,8 @@ def _recorded_suite(
     (tmp_path / "parallax.toml").write_text(
         f'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n{top}\n'
         + "".join(
-            f'[endpoints.{n}]\nkind = "recorded"\ncassette = "c.jsonl"\nprice = {price}\n{extra}'
+            f'[endpoints.{n}]\nkind = "recorded"\ncassette = "c.jsonl"\nmax_tokens = 64\n'
+            f"price = {price}\n{extra}"
             for n in ("ref", "cand")
         )
         + '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"\n',

@@ -424,7 +424,9 @@ class RunCases:
             if problem:
                 notes.append(problem)
             text, cut = _cap(line[: caps.raw * 4].decode("utf-8", "replace"), caps.raw)
-            raw = RawView(text, cut or len(line) > caps.raw * 4, first.line, first.size)
+            raw = RawView(  # `file` is raw.jsonl.gz once retention compressed the run
+                text, cut or len(line) > caps.raw * 4, first.line, first.size, self.raw.path.name
+            )
         outcomes = self._samples(case_id, side, first=caps.compact)
         first_outcome = next((o for o in outcomes if o.sample == 0), None)
         case = found.case

@@ -33,7 +33,7 @@ from runner.gate import (
     unscored_by,
 )
 from runner.grading.graders import GRADER_TIMEOUT
-from runner.ledger import write_json, write_json_map
+from runner.ledger import disk_refusal, write_json, write_json_map
 from runner.model import NOISE, SIDES, STRATA, Schema
 from runner.request import sha as requestsha
 from runner.runs.rundir import read_manifest
@@ -176,10 +176,10 @@ def finalize(
             "partial run: only the easy and medium floors are checked; missing or thin strata "
             "and the ceiling are a whole run's to judge"
         )
-    write_json(run_dir / "summary.json", summary)
+    _record(run_dir / "summary.json", summary)
     manifest = read_manifest(run_dir)
     manifest["finished_at"] = summary["finished_at"]
-    write_json(run_dir / "manifest.json", manifest)
+    _record(run_dir / "manifest.json", manifest)  # the last write: now the run is finished
     return exit_code, summary
 
 
@@ -187,12 +187,14 @@ def _write_disagreement(
     run_dir: Path, suite: Suite, results: Sequence[Verdict], retired: Sequence[str]
 ) -> None:
     """disagreement.json: every case's verdict, by case id, streamed."""
-    write_json_map(
-        run_dir / "disagreement.json",
-        {"version": DISAGREEMENT_VERSION, "suite": suite.name, "retired": list(retired)},
-        "cases",
-        ((v.case_id, v.to_json()) for v in sorted(results, key=lambda v: v.case_id)),
-    )
+    path = run_dir / "disagreement.json"
+    with disk_refusal(path):
+        write_json_map(
+            path,
+            {"version": DISAGREEMENT_VERSION, "suite": suite.name, "retired": list(retired)},
+            "cases",
+            ((v.case_id, v.to_json()) for v in sorted(results, key=lambda v: v.case_id)),
+        )
 
 
 def _strata(
@@ -361,6 +363,12 @@ def _summary(
         ),
         "budget": budget.summary() if budget is not None else None,
     }
+
+
+def _record(path: Path, value: Mapping[str, Any]) -> None:
+    """summary.json or manifest.json; a write the disk refuses is a StorageError naming it."""
+    with disk_refusal(path):
+        write_json(path, value)
 
 
 def side_prices(loaded: LoadedConfig, suite: Suite) -> dict[str, Any]:
