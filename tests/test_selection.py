@@ -277,6 +277,22 @@ def test_history_lists_a_partial_run_but_counts_no_night(tmp_path: Path) -> None
     assert report["nights"] == 1
     text = parallax("history", "--config", CONFIG, "--suite", "ceiling", cwd=root).stdout
     assert "partial: 2 of 6 cases (--case 'easy-*'): not a night" in text
+    page = (root / "runs" / "ceiling" / "index.html").read_text(encoding="utf-8")
+    assert "1 night(s)" in page
+    assert "1 partial run(s), listed but not nights" in page
+    assert '<span class="tag">partial, not a night</span>' in page
+    assert "replay(s)" not in page  # a partial run is no replay
+
+
+def test_a_report_s_trend_leaves_out_other_partial_runs(tmp_path: Path) -> None:
+    """A whole run after two partial ones trends over itself alone; a partial run's own
+    report keeps its own column."""
+    root = make_demo(tmp_path)
+    partial_run(root, "--case", "easy-*")
+    second = partial_run(root, "--stratum", "easy")
+    whole = partial_run(root)
+    assert "gate classes, last 1 run(s)" in (whole / "report.html").read_text(encoding="utf-8")
+    assert "gate classes, last 1 run(s)" in (second / "report.html").read_text(encoding="utf-8")
 
 
 def test_the_daemon_neither_resumes_nor_counts_a_partial_run(tmp_path: Path) -> None:
