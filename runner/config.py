@@ -50,7 +50,7 @@ from runner.configtypes import (
     header_value,
     typed,
 )
-from runner.errors import ConfigError, Gathered, ParallaxError, reason_of
+from runner.errors import ConfigError, Gathered, ParallaxError, did_you_mean, reason_of
 from runner.files import (
     Outside,
     Unreadable,
@@ -767,7 +767,8 @@ def _suite_problems(
         endpoint = getattr(suite, side)
         if endpoint not in written:
             key = f"suites.{suite_name}.{side}"
-            yield ConfigError(path, key, f"no endpoint named {endpoint!r}")
+            hint = did_you_mean(endpoint, sorted(written))
+            yield ConfigError(path, key, f"no endpoint named {endpoint!r}{hint}")
     # a gate on a question nobody asked would always fire: its threshold must be set
     thresholds = suite.thresholds or config.thresholds
     for gate, threshold in GATE_THRESHOLDS.items():

@@ -247,7 +247,7 @@ def test_every_mistake_of_a_config_is_its_own_line(tmp_path: Path, command: str)
     where = f"parallax: {config}: "
     assert lines == [
         f"{where}endpoints.reference.concurreny: unknown key (did you mean 'concurrency'?)",
-        f"{where}suites.bad.reference: no endpoint named 'referense'",
+        f"{where}suites.bad.reference: no endpoint named 'referense' (did you mean 'reference'?)",
         f"{where}endpoints.candidate.user_template: template line 1: Expected an expression, "
         "got 'end of statement block'",
     ]

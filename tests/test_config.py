@@ -233,7 +233,7 @@ def test_three_unrelated_mistakes_are_all_reported(tmp_path: Path) -> None:
     )
     assert _all_errors(tmp_path, text) == [
         ("endpoints.ref.concurreny", "unknown key (did you mean 'concurrency'?)"),
-        ("suites.cities.candidate", "no endpoint named 'cand2'"),
+        ("suites.cities.candidate", "no endpoint named 'cand2' (did you mean 'cand'?)"),
         ("endpoints.cand.system", "template line 1: No filter named 'shout'."),
     ]
 
