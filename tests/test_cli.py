@@ -309,11 +309,12 @@ def test_demo_run_writes_every_file_of_each_run_dir(
         assert not (REPO / "runs" / suite / run_dir.name).exists()
 
 
-# summary.json's keys as the README's "A run directory" lists them (samples' noise_floor and an
+# summary.json's keys as the docs' "A run directory" lists them (samples' noise_floor and an
 # unstratified suite's strata_note come only with what asks for them)
 SUMMARY_KEYS = frozenset(
     {
-        *("version", "run_id", "suite", "mode", "parent", "parent_finished", "started_at"),
+        *("version", "run_id", "suite", "mode", "partial", "parent", "parent_finished"),
+        "started_at",
         *("finished_at", "exit_code", "verdict", "cases", "samples", "admitted", "unadmitted"),
         *("gate_counts", "review", "flaky", "grader_errors", "incomplete", "retired"),
         *("stratified", "strata", "stratum_alerts", "served_models", "alias_drift"),
