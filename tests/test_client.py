@@ -592,6 +592,49 @@ async def test_cancellation_propagates(fault_server: FaultServer) -> None:
 
 
 @pytest.mark.anyio
+async def test_each_request_carries_what_httpx_would_build_for_its_own_body() -> None:
+    """The endpoint builds its requests from headers made once: each is still the request
+    httpx builds from its body (the same headers in the same order, Host first, its own
+    Content-Length last), a longer body after a short one included."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"choices": [{"message": {"content": "ok"}}]})
+
+    cfg = make_cfg("http://mock.test:8080/v1", headers={"X-Team": "search"})
+    endpoint = HttpEndpoint("ep", cfg, KEY, transport=httpx.MockTransport(handler))
+    short = Case(id="s", prompt="p", expect={}, fixture_sha="f" * 16, path="x", line=1)
+    long = Case(id="l", prompt="p" * 5000, expect={}, fixture_sha="f" * 16, path="x", line=2)
+    try:
+        for case in (short, long, short):
+            await endpoint.call(case, "candidate", 0)
+    finally:
+        await endpoint.aclose()
+    assert len(seen) == 3
+    for request in seen:
+        expected = httpx.Request(
+            "POST",
+            "http://mock.test:8080/v1/chat/completions",
+            headers={
+                "Accept": "*/*",
+                "Accept-Encoding": "gzip, deflate",
+                "Connection": "keep-alive",
+                "User-Agent": "parallax",
+                "Content-Type": "application/json",
+                "Accept": "application/json",  # noqa: F601 - the wire's, in the first's place
+                "X-Team": "search",
+                "Authorization": f"Bearer {KEY}",
+            },
+            content=request.content,
+        )
+        assert (request.method, request.url) == (expected.method, expected.url)
+        assert request.headers.raw == expected.headers.raw
+    assert len(seen[0].content) < len(seen[1].content)
+    assert seen[0].content == seen[2].content
+
+
+@pytest.mark.anyio
 async def test_error_message_is_scrubbed_and_truncated() -> None:
     """An exception message carrying the key is masked and cut to about 300 characters."""
 
