@@ -29,7 +29,7 @@ import httpx
 
 from runner import logs
 from runner.budget import Meter, refusal
-from runner.client.body import read_body
+from runner.client.body import close_body, read_body
 from runner.client.record import KEPT_HEADERS, body_text, kept_headers, plain_headers
 from runner.client.retry import decide_retry, retry_after_of
 from runner.client.stamp import CAUGHT, CONFIG_ERRORS, BodyTooLarge, classify
@@ -316,7 +316,9 @@ class HttpEndpoint:
         if slot > now:
             await self._sleep(slot - now)
 
-    async def _turn(self, n: int, case: Case, key: tuple[str, str, int], estimate: int) -> bool:
+    async def _turn(
+        self, n: int, case: Case, key: tuple[str, str, int], estimate: int, holder: object
+    ) -> bool:
         """Wait an attempt's turn: its `rpm` pacing, the run's budget, then a concurrency
         slot, held on True (False: the budget refused it, nothing is held). A first attempt
         is not sent once a stop came (NotStarted). The budget is reserved before the slot,
@@ -329,13 +331,15 @@ class HttpEndpoint:
         if self._meter is not None and not await self._meter.reserve(key, estimate, case, n):
             return False
         # The limiter's fast path: `async with` would add two event-loop round trips per call
-        # even when a token is free; acquire_nowait refuses to jump a queue of waiters.
+        # even when a token is free; acquire_nowait refuses to jump a queue of waiters. The
+        # slot is held on behalf of the attempt's own token (`holder`), not of the running
+        # task, which anyio would look up through asyncio on every acquire and release.
         try:
-            self._limiter.acquire_nowait()
+            self._limiter.acquire_on_behalf_of_nowait(holder)
         except anyio.WouldBlock:
-            await self._limiter.acquire()
+            await self._limiter.acquire_on_behalf_of(holder)
         if n == 1 and not may_start():  # a stop came while it waited for its slot
-            self._limiter.release()
+            self._limiter.release_on_behalf_of(holder)
             if self._meter is not None:
                 self._meter.unsent(key)
             raise NotStarted
@@ -345,7 +349,8 @@ class HttpEndpoint:
         self, n: int, content: bytes, case: Case, key: tuple[str, str, int], estimate: int
     ) -> _Try | None:
         """One attempt, or None when the run's budget refused it (nothing was sent)."""
-        if not await self._turn(n, case, key, estimate):
+        holder = object()  # what holds the attempt's concurrency slot
+        if not await self._turn(n, case, key, estimate, holder):
             return None
         cap = self._cfg.max_response_bytes
         status: int | None = None
@@ -367,7 +372,7 @@ class HttpEndpoint:
                         if truncated and 200 <= status < 300:
                             raise BodyTooLarge(cap)  # an oversized error page keeps its stamp
                     finally:
-                        await resp.aclose()
+                        await close_body(resp)
             except CONFIG_ERRORS as err:
                 raise ConfigError(
                     f"endpoint {self.name!r}", None, f"{type(err).__name__}: {err}"
@@ -378,7 +383,7 @@ class HttpEndpoint:
                     truncated = True  # the body stopped short of what the server meant
             elapsed_ms = _ms(self._now() - begun)
         finally:
-            self._limiter.release()
+            self._limiter.release_on_behalf_of(holder)
         # An error status is the server's answer: a body that then breaks off or will not
         # decode is kept as far as it came, and the stamp (so the retry and AIMD) follows the
         # status. Only a 2xx needs its whole body to be graded.
