@@ -15,10 +15,13 @@ import anyio
 import httpx
 import pytest
 from faultserver import BacklogFull, FaultServer
+from hypothesis import given
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from runner import logs
 from runner.client.endpoint import MESSAGE_CHARS, HttpEndpoint, request_problem
+from runner.client.record import plain_headers
 from runner.client.retry import RetryDecision, decide_retry, parse_retry_after
 from runner.client.stamp import CONFIG_ERRORS, NOT_TRANSPORT, BodyTooLarge, classify
 from runner.config import EndpointConfig, RetryPolicy, Timeouts
@@ -586,6 +589,32 @@ async def test_cancellation_propagates(fault_server: FaultServer) -> None:
         await endpoint.aclose()
     assert scope.cancelled_caught
     assert result == []
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["Retry-After", "retry-after", "X-Ratelimit-Remaining", "Date"])
+            | st.text("abcXYZ-\u00e9", min_size=1, max_size=6),
+            st.text(st.characters(min_codepoint=32, max_codepoint=0x2FF), max_size=8),
+        ),
+        max_size=6,
+    ),
+    st.sampled_from(["utf-8", "latin-1"]),
+)
+def test_plain_headers_read_as_httpx_reads_them(
+    pairs: list[tuple[str, str]], encoding: str
+) -> None:
+    """A response's headers as one dict: names lower-cased and values decoded as
+    `httpx.Headers.multi_items` gives them, repeated names joined with ", "."""
+    try:
+        headers = httpx.Headers([(k.encode(encoding), v.encode(encoding)) for k, v in pairs])
+    except UnicodeEncodeError:
+        return
+    expected: dict[str, str] = {}
+    for name, value in headers.multi_items():
+        expected[name] = f"{expected[name]}, {value}" if name in expected else value
+    assert plain_headers(headers) == expected
 
 
 # -- MockTransport units ------------------------------------------------------------------
