@@ -298,3 +298,21 @@ def test_the_readme_lists_every_log_event_and_exit_code() -> None:
     assert [e for e in logs.EVENTS if not any(f"`{e}`" in row for row in rows)] == []
     codes = (0, 1, 2, 3, 64, 65, 70, 74, 78, 130, 141, 143)
     assert [c for c in codes if f"| {c}" not in rows] == []
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Bearer sk-abc.def", "Bearer ***"),
+        ("auth: bEaReR tok_123/x=", "auth: bEaReR ***"),
+        ("BEARER\tabc", "BEARER\t***"),
+        ("no token here", "no token here"),
+        ("bear er abc", "bear er abc"),
+    ],
+)
+def test_a_bearer_token_is_masked_in_any_case(text: str, expected: str) -> None:
+    """Text naming a bearer token in any letter case has it masked; text naming none is
+    given back as it was."""
+    from runner.logs import scrub_text
+
+    assert scrub_text(text) == expected
