@@ -20,7 +20,7 @@ from runner.fixtures import validate
 from runner.fixtures.load import FixtureFile, load_cases, pin_lines
 from runner.fixtures.pin import fixture_sha
 from runner.fixtures.refs import CaseRef, CaseRefs, RefFields
-from runner.grading import GraderSet, check_case
+from runner.grading.graders import GraderSet, check_case
 from runner.model import Case, ToolCall
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -1265,7 +1265,7 @@ def test_a_schema_checked_before_never_vouches_for_one_equal_only_in_python(
     message = fixture_error(path)
     assert message.startswith(f"{path}:2: ")
     assert "'tools'[0].function.parameters is not a valid JSON Schema" in message
-    from runner.casekeys import check_schema
+    from runner.request.casekeys import check_schema
 
     schema = {"type": "object", "title": "changed in place"}
     assert check_schema(schema) is None
@@ -1279,7 +1279,7 @@ def test_each_schema_a_suite_repeats_is_checked_once(
     """Rows offering the same tools (inline, on every case) check each distinct schema once:
     checking one is milliseconds of jsonschema, which made a 2,000-case suite with five
     tools a case take 20 s to validate."""
-    from runner import casekeys
+    from runner.request import casekeys
 
     checked: list[str] = []
     real = casekeys._schema_verdict
@@ -1430,10 +1430,11 @@ def test_a_well_formed_conversation_loads_and_loses_no_tool_turn(
 
 
 def test_the_readme_conversation_example_loads(tmp_path: Path) -> None:
-    """The Fixtures reference's conversation and its tools file load as written (one line)."""
+    """The tool-call guide's conversation and its tools file load as written (one line)."""
     import re
 
-    readme = (FIXTURES.parent / "README.md").read_text(encoding="utf-8")
+    guide = FIXTURES.parent / "docs" / "how-to" / "tools-and-structured-output.md"
+    readme = guide.read_text(encoding="utf-8")
     blocks = re.findall(r"```json\n(.*?)```", readme, re.DOTALL)
     (row,) = [block for block in blocks if '"weather-followup"' in block]
     (tools,) = [block for block in blocks if block.startswith('[{"type": "function"')]

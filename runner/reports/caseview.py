@@ -23,7 +23,9 @@ from types import TracebackType
 from typing import Any
 
 from runner import protocols
+from runner.cost.usage import Tokens, cost_usd, tokens_of
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, SCHEMA_MISS, TRANSPORT_MISS
+from runner.grading.tools import offered_tools
 from runner.jsontext import loads
 from runner.ledger import read_json_map
 from runner.model import ROW_ERRORS, SIDES, Case, Exchange, Outcome, ToolCall
@@ -34,8 +36,6 @@ from runner.reports.marks import mark, needles
 from runner.reports.requestview import RequestView, request_view
 from runner.reports.runinputs import Expectation, Found, RunInputs
 from runner.reports.wordiff import Piece, WordDiff, shown_words, word_diff
-from runner.toolgrade import offered_tools
-from runner.usage import Tokens, cost_usd, tokens_of
 
 RAW_FILE = "raw.jsonl"
 
@@ -424,7 +424,9 @@ class RunCases:
             if problem:
                 notes.append(problem)
             text, cut = _cap(line[: caps.raw * 4].decode("utf-8", "replace"), caps.raw)
-            raw = RawView(text, cut or len(line) > caps.raw * 4, first.line, first.size)
+            raw = RawView(  # `file` is raw.jsonl.gz once retention compressed the run
+                text, cut or len(line) > caps.raw * 4, first.line, first.size, self.raw.path.name
+            )
         outcomes = self._samples(case_id, side, first=caps.compact)
         first_outcome = next((o for o in outcomes if o.sample == 0), None)
         case = found.case

@@ -18,8 +18,9 @@ from urllib.parse import urlencode
 
 from markupsafe import Markup
 
-from runner import __version__, regressions, usage
-from runner.budget import budget_line
+from runner import __version__
+from runner.cost import regressions, usage
+from runner.cost.budget import budget_line
 from runner.gate import GATE_CLASSES
 from runner.history import mapping_of, pass_rate_of, run_labels, strings_of
 from runner.model import SIDES, STRATA
@@ -39,7 +40,7 @@ from runner.reports.verdict import (
     request_sides,
     said,
 )
-from runner.requestsha import request_lines
+from runner.request.sha import request_lines
 from runner.text import visible
 
 VERDICT_COLOURS = {
