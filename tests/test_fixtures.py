@@ -1342,6 +1342,65 @@ def test_malformed_request_keys_name_file_line_and_key(
     assert reason in message, message
 
 
+def _tool_with(parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "f", "parameters": parameters}}
+
+
+def test_a_schema_checked_before_never_vouches_for_one_equal_only_in_python(
+    tmp_path: Path,
+) -> None:
+    """Schema verdicts are kept by the schema's JSON text: `"maxProperties": true` is refused
+    after `"maxProperties": 1` passed, though the two are equal as Python values, and a
+    schema changed in place after its check is checked again."""
+    good = {"type": "object", "maxProperties": 1, "title": "kept by text"}
+    bad = {**good, "maxProperties": True}
+    assert good == bad  # what a cache keyed on equality would mistake for the same schema
+    path = rows_file(
+        tmp_path,
+        {"id": "a", "prompt": "p", "tools": [_tool_with(good)]},
+        {"id": "b", "prompt": "p", "tools": [_tool_with(bad)]},
+    )
+    message = fixture_error(path)
+    assert message.startswith(f"{path}:2: ")
+    assert "'tools'[0].function.parameters is not a valid JSON Schema" in message
+    from runner.request.casekeys import check_schema
+
+    schema = {"type": "object", "title": "changed in place"}
+    assert check_schema(schema) is None
+    schema["type"] = 5
+    assert check_schema(schema) is not None, "a verdict kept by the object went stale"
+
+
+def test_each_schema_a_suite_repeats_is_checked_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows offering the same tools (inline, on every case) check each distinct schema once:
+    checking one is milliseconds of jsonschema, which made a 2,000-case suite with five
+    tools a case take 20 s to validate."""
+    from runner.request import casekeys
+
+    checked: list[str] = []
+    real = casekeys._schema_verdict
+
+    def counted(value: dict[str, Any]) -> str | None:
+        checked.append(json.dumps(value))
+        return real(value)
+
+    monkeypatch.setattr(casekeys, "_schema_verdict", counted)
+    tools = [
+        _tool_with({"type": "object", "properties": {f"arg{i}": {"type": "string"}}})
+        for i in range(5)
+    ]
+    tools = [
+        {**tool, "function": {**tool["function"], "name": f"f{i}"}} for i, tool in enumerate(tools)
+    ]
+    path = rows_file(tmp_path, *({"id": f"c{i}", "prompt": "p", "tools": tools} for i in range(50)))
+    cases = load_cases(path)
+    assert len(cases) == 50
+    assert all(case.tools == tuple(tools) for case in cases)
+    assert len(checked) == len(set(checked)) <= 5
+
+
 def test_the_accepted_turn_shapes_load(tmp_path: Path) -> None:
     """An assistant turn may carry text and calls, or text alone; a call's arguments may be an
     empty object; several calls are answered in any order before the next turn."""
