@@ -583,6 +583,64 @@ def test_serve_prunes_after_each_run(tmp_path: Path) -> None:
     assert events_named(events, "scheduler.prune_failed") == []
 
 
+def test_a_fire_due_while_serve_prunes_waits_for_the_prune_instead_of_being_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's own prune holds each suite's lock in turn; the next fire of that suite
+    comes due meanwhile and finds it locked. It waits for the prune to let go and runs: a
+    night is never skipped as `locked` for housekeeping."""
+    import anyio
+
+    from runner import retention
+    from runner.lock import suite_lock
+    from runner.scheduler import daemon as daemon_module
+
+    project = _served(tmp_path)
+    real_prune, real_probe = retention.prune, daemon_module.is_locked
+    holding, release, probed_locked = threading.Event(), threading.Event(), threading.Event()
+
+    def slow_prune(loaded: Any, **kwargs: Any) -> Any:
+        if not release.is_set():  # the first prune holds the lock until the next fire saw it
+            with suite_lock(loaded.runs_dir, "s"):
+                holding.set()
+                release.wait(120)
+        return real_prune(loaded, **kwargs)
+
+    def probe(runs_dir: Path, suite: str) -> Any:
+        holder = real_probe(runs_dir, suite)
+        if holder is not None and holding.is_set():
+            probed_locked.set()
+        return holder
+
+    monkeypatch.setattr(retention, "prune", slow_prune)
+    monkeypatch.setattr(daemon_module, "is_locked", probe)
+    clock = ManualClock(NOW)
+
+    async def serve() -> None:
+        daemon = Daemon(
+            load_config(project.config), clock=clock, run_now=True, handle_signals=False
+        )
+        async with anyio.create_task_group() as group:
+            group.start_soon(daemon.run)
+            await until(holding.is_set)
+            clock.advance(60)
+            await until(lambda: probed_locked.is_set() or bool(skipped(events)))
+            release.set()
+            await until(lambda: len(events_named(events, "scheduler.job_finished")) == 2)
+            daemon.request_stop()
+
+    def skipped(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return events_named(events, "scheduler.job_skipped")
+
+    from runner.scheduler.daemon import Daemon
+
+    with capture_logs() as events:
+        anyio.run(serve)
+    assert probed_locked.is_set()
+    assert skipped(events) == []
+    assert len(events_named(events, "scheduler.job_finished")) == 2
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_retention_bench_smoke(tmp_path: Path) -> None:

@@ -120,6 +120,7 @@ class Daemon:
         self._wake: anyio.Event | None = None
         self._prune_due: anyio.Event | None = None  # set when a job ends: `_pruner` prunes
         self._prune_after: str | None = None  # the suite whose job ended last
+        self._pruning: anyio.Event | None = None  # set when the prune in flight is done
         self._started_at = datetime.now(UTC)
         self._start = self._started_at  # the clock's time at start, set by `run`
         self.heartbeat = heartbeat_path(loaded.runs_dir)
@@ -426,7 +427,7 @@ class Daemon:
             return
         if mode is RunMode.RUN and entry.stalled is not None:  # space may be back: finish it
             mode, resume_dir, entry.stalled = RunMode.RESUME, entry.stalled, None
-        holder = is_locked(self.loaded.runs_dir, entry.name)
+        holder = await self._holder(entry.name)
         if holder is not None:
             self._log.warning(
                 logs.SCHEDULER_JOB_SKIPPED,
@@ -479,6 +480,16 @@ class Daemon:
                 return
             await self._prune(self._prune_after)
 
+    async def _holder(self, suite: str) -> dict[str, Any] | None:
+        """Who holds the suite's lock, once this daemon's own prune has let it go: a prune
+        takes each suite's lock in turn, and a fire that came due meanwhile waits for it
+        rather than being skipped as `locked` (a night lost to housekeeping)."""
+        while True:
+            holder = is_locked(self.loaded.runs_dir, suite)
+            if holder is None or self._pruning is None:
+                return holder
+            await self._pruning.wait()
+
     async def _prune(self, suite: str | None) -> None:
         """One prune of every suite, in a worker thread: compressing a large ledger must not
         hold up the calls of the suites still running. What it deletes or compresses is logged
@@ -491,6 +502,7 @@ class Daemon:
         def heard(done: Done) -> None:
             anyio.from_thread.run_sync(log_done, self._log, done, policy)
 
+        self._pruning = pruning = anyio.Event()
         try:
             await anyio.to_thread.run_sync(
                 functools.partial(
@@ -510,6 +522,9 @@ class Daemon:
                 exit_code=exc.exit_code if isinstance(exc, ParallaxError) else None,
                 traceback=None if isinstance(exc, ParallaxError) else _traceback(exc),
             )
+        finally:
+            self._pruning = None
+            pruning.set()
 
     def _handle(self, entry: _Suite, when: datetime | None) -> None:
         """Record `when` as the suite's last fire dealt with, on disk at once."""
@@ -542,6 +557,9 @@ class Daemon:
                 self.loaded, entry.name, resume_dir=resume_dir, mode=mode
             )
         except SuiteLocked as exc:  # lost the race with a `parallax run` started by hand
+            if await self._holder(entry.name) is None:  # or with this daemon's own prune
+                await self._run_one(entry, mode, resume_dir, t0, handles)
+                return
             self._log.warning(
                 logs.SCHEDULER_JOB_SKIPPED, suite=entry.name, reason="locked", holder=exc.holder
             )
