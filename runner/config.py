@@ -65,6 +65,8 @@ from runner.request.shape import Shape
 from runner.request.templates import load_template, request_sha
 
 ENDPOINT_KINDS = ("recorded", "openai-chat", "anthropic-messages", "http-json")
+# the kinds whose provider has a batch API parallax speaks (`runner.batch`)
+BATCH_KINDS = ("openai-chat", "anthropic-messages")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a page of TOML; a bigger one is the wrong file
 MAX_HEARTBEAT_SECONDS = 3600.0  # a daemon silent for longer than an hour is not watched at all
 # The largest price per million tokens and budget a config may name, in US dollars: a dollar a
@@ -101,6 +103,7 @@ SHOWN_ENDPOINT_KEYS = frozenset(
         *("concurrency", "rpm", "timeout", "deadline", "max_response_bytes", "retry"),
         *("answer_pointer", "anthropic_version", "served_model_header", "system_file"),
         *("user_template_file", "stream", "price", "body_env"),
+        *("batch", "batch_poll_max_seconds", "batch_deadline"),
     }
 )
 # The endpoint keys whose text goes into the request body: a `${VAR}` there is refused unless
@@ -180,6 +183,8 @@ class Price(_Strict):
     input_per_mtok: float = Field(ge=0, le=MAX_PRICE_PER_MTOK)
     output_per_mtok: float = Field(ge=0, le=MAX_PRICE_PER_MTOK)
     cached_input_per_mtok: float | None = Field(None, ge=0, le=MAX_PRICE_PER_MTOK)
+    # the fraction of these rates a call costs when its endpoint runs as a batch (`batch`)
+    batch_discount: float = Field(0.5, gt=0, le=1)
 
 
 class EndpointConfig(_Strict):
@@ -223,6 +228,29 @@ class EndpointConfig(_Strict):
     body_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
         default_factory=list
     )
+    # batch mode (`runner.batch`): the calls go to the provider's batch API at the batch price,
+    # polled at most this many seconds apart, and waited for at most `batch_deadline` seconds
+    batch: bool = False
+    batch_poll_max_seconds: float = Field(300.0, ge=1, le=86_400)
+    batch_deadline: float = Field(86_400.0, gt=0)
+
+    @property
+    def charged_price(self) -> Price | None:
+        """What this endpoint's tokens are charged at: its price, or for a batch endpoint its
+        rates times `batch_discount` (which is then applied, so 1 in the copy)."""
+        price = self.price
+        if price is None or not self.batch:
+            return price
+        cut = price.batch_discount
+        cached = price.cached_input_per_mtok
+        return price.model_copy(
+            update={
+                "input_per_mtok": price.input_per_mtok * cut,
+                "output_per_mtok": price.output_per_mtok * cut,
+                "cached_input_per_mtok": None if cached is None else cached * cut,
+                "batch_discount": 1.0,
+            }
+        )
 
     @field_validator("body_template")
     @classmethod
@@ -638,6 +666,7 @@ def load_config(path: Path) -> LoadedConfig:
                     f'"{gate}" needs thresholds.{threshold} '
                     "(in the suite's own [thresholds] table when it has one)",
                 )
+        _check_latency_gate(path, config, suite_name)
         if "cost_regression" in suite.fail_on:  # an unpriced side's cost is unknown
             for side in ("reference", "candidate"):
                 endpoint = getattr(suite, side)
@@ -649,6 +678,7 @@ def load_config(path: Path) -> LoadedConfig:
                         f"which compares both sides' cost (this is the {side})",
                     )
         _check_budget(path, config, suite_name)
+    _check_batch_endpoints(path, config)
     root = input_root(path, config)
     _check_inputs(path, config, root)
     digest = hashlib.sha256(raw_bytes).hexdigest()[:16]
@@ -694,6 +724,44 @@ def _check_inputs(path: Path, config: Config, root: Path) -> None:
             raise ConfigError(path, key, outside_reason(file, exc)) from None
         except Unreadable as exc:
             raise ConfigError(path, key, f"{exc.reason}: {file}") from None
+
+
+def _check_batch_endpoints(path: Path, config: Config) -> None:
+    """`batch = true` only where the provider has a batch API parallax speaks, and never with
+    `stream`: a batch answers each request whole."""
+    for name, endpoint in config.endpoints.items():
+        if not endpoint.batch:
+            continue
+        if endpoint.kind not in BATCH_KINDS:
+            raise ConfigError(
+                path,
+                f"endpoints.{name}.batch",
+                f"{_article(endpoint.kind)} endpoint has no batch API "
+                f"(batch mode is for {', '.join(BATCH_KINDS)})",
+            )
+        if endpoint.stream:
+            raise ConfigError(
+                path,
+                f"endpoints.{name}.stream",
+                "a batch endpoint cannot stream: a batch answers each request whole",
+            )
+
+
+def _check_latency_gate(path: Path, config: Config, suite_name: str) -> None:
+    """A latency gate needs both sides' latencies, and a batch side has none: a batch's
+    turnaround is the provider's queue, not the model's time."""
+    suite = config.suites[suite_name]
+    if "latency_regression" not in suite.fail_on:
+        return
+    for side in ("reference", "candidate"):
+        endpoint = getattr(suite, side)
+        if config.endpoints[endpoint].batch:
+            raise ConfigError(
+                path,
+                f"suites.{suite_name}.fail_on",
+                f'"latency_regression" cannot be decided: the {side} endpoint {endpoint!r} '
+                "runs as a batch (batch = true), which has no latency figures",
+            )
 
 
 def _check_budget(path: Path, config: Config, suite_name: str) -> None:

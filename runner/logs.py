@@ -68,6 +68,8 @@ ALERT_COST = "alert.cost"  # per case, the candidate is dearer than cost_ratio_m
 # endpoint behaviour
 ENDPOINT_BACKOFF = "endpoint.backoff"  # AIMD: concurrency cut after a 429
 ENDPOINT_RECOVER = "endpoint.recover"  # AIMD: concurrency grown back
+BATCH_SUBMITTED = "batch.submitted"  # a batch was created; its id is in the run's batches.jsonl
+BATCH_ENDED = "batch.ended"  # a batch ended, or batch_deadline passed and it was cancelled
 # scheduler
 SCHEDULER_STARTED = "scheduler.started"
 SCHEDULER_NEXT_FIRE = "scheduler.next_fire"

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from runner.batch.journal import JOURNAL
 from runner.config import LoadedConfig
 from runner.errors import DataError
 from runner.invocation import command
@@ -109,5 +110,7 @@ def start(
         if not source.is_file():
             raise DataError(source, "no such file: nothing to replay")
         copy_ledger(source, run_dir / "raw.jsonl")
+        if (parent_dir / JOURNAL).is_file():  # what its batches were, for its summary
+            copy_ledger(parent_dir / JOURNAL, run_dir / JOURNAL)
     elif parent_dir is not None:
         _seed_raw(parent_dir, run_dir, unscored_keys(parent_dir))
