@@ -99,7 +99,7 @@ def test_builtin_keys_are_the_documented_table() -> None:
         "json_fields",
         "json_schema",
     )
-    assert expected == BUILTIN_KEYS
+    assert expected == tuple(BUILTIN_KEYS)
 
 
 def test_a_clean_reply_passes_every_check() -> None:

@@ -577,7 +577,8 @@ def test_a_live_run_against_llmock_gates_on_the_cost_its_replies_report(
 
 
 def _worked_example(root: Path) -> None:
-    """The README's worked example: 40 cases, a small model and a large one at two prices."""
+    """The latency and cost guide's worked example: 40 cases, a small model and a large one at
+    two prices."""
     rng = random.Random(7)
     cases, rows = [], []
     for i in range(40):
@@ -616,12 +617,12 @@ def _worked_example(root: Path) -> None:
 
 
 def test_the_readme_worked_example_prints_what_the_readme_shows(tmp_path: Path) -> None:
-    """The README's two models at two prices: the run exits 1 on cost, and every usage and
-    gate line the README shows is the one the stderr summary prints."""
+    """The latency and cost guide's two models at two prices: the run exits 1 on cost, and
+    every usage and gate line the guide shows is the one the stderr summary prints."""
     _worked_example(tmp_path)
     done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
-    readme = (ROOT / "README.md").read_text("utf-8")
+    readme = (ROOT / "docs" / "how-to" / "latency-cost-gates.md").read_text("utf-8")
     shown = readme[readme.index("parallax · qa: REVIEW (exit 1)") :].split("```")[0]
     lines = [line for line in shown.splitlines() if line.strip() and line.strip() != "..."]
     assert len(lines) == 8

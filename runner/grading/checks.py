@@ -18,6 +18,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from runner.model import Miss
+
 __all__ = [
     "SCHEMA_DEPTH",
     "SCHEMA_STEPS",
@@ -65,7 +67,7 @@ class Work:
     def charge(self, steps: int) -> None:
         self.steps += steps
         if self.steps > SCHEMA_STEPS:
-            raise OverBudget("schema_too_complex")
+            raise OverBudget(Miss.SCHEMA_TOO_COMPLEX.of())
 
 
 def json_equal(left: Any, right: Any) -> bool:
@@ -103,11 +105,11 @@ def schema_violations(
     except OverBudget as over:
         return [over.miss]
     except Exception as exc:  # a dangling anchor only this answer reaches
-        return [f"schema_error:{type(exc).__name__.lstrip('_')}"]
+        return [Miss.SCHEMA_ERROR.of(type(exc).__name__.lstrip("_"))]
     finally:
         work.depth = 0
         _work.reset(token)
-    return [f"schema_violation:{path}" for path in sorted(paths)]
+    return [Miss.SCHEMA_VIOLATION.of(path) for path in sorted(paths)]
 
 
 @contextlib.contextmanager
@@ -139,7 +141,7 @@ def schema_problem(schema: Mapping[str, Any]) -> str | None:
             return f"has a pattern {pattern!r} that cannot be searched: {why}"
     for answer in _TRIAL_ANSWERS:
         misses = schema_violations(answer, schema)
-        if misses and not misses[0].startswith("schema_violation:"):
+        if misses and not misses[0].startswith(Miss.SCHEMA_VIOLATION.of("")):
             found = misses[0].partition(":")[2] or misses[0]
             return f"cannot check an answer ({found}: a $ref that loops, or one that names nothing)"
     return None
@@ -191,7 +193,7 @@ def _bounded(cls: Any) -> Any:
                 return
             work.charge(1)
             if work.depth >= SCHEMA_DEPTH:
-                raise OverBudget("schema_too_deep")
+                raise OverBudget(Miss.SCHEMA_TOO_DEEP.of())
             work.depth += 1
             try:
                 yield from keyword(validator, value, instance, schema) or ()

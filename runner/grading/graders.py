@@ -35,7 +35,7 @@ from runner.files import Outside, Unreadable, inside, outside_reason, read_regul
 from runner.grading import tools as toolgrade
 from runner.grading.checks import Work, json_equal, schema_violations, search
 from runner.jsontext import copy_json
-from runner.model import Case, Grade, Reply
+from runner.model import Case, Grade, Miss, Reply
 
 __all__ = [
     "BUILTIN_KEYS",
@@ -49,22 +49,27 @@ __all__ = [
 
 Grader = Callable[[str, Mapping[str, Any]], list[str]]
 
-# In the order their misses appear, so a miss list reads the same way on every run.
-BUILTIN_KEYS: tuple[str, ...] = (
-    "must_include",
-    "must_not_include",
-    "max_chars",
-    "max_sentences",
-    "regex",
-    "not_regex",
-    "json_fields",
-    "json_schema",
-)
+# The built-in text and JSON expectation keys and what each expects (the docs' fixture
+# reference is built from this table), in the order their misses appear, so a miss list reads
+# the same way on every run.
+BUILTIN_KEYS: dict[str, str] = {
+    "must_include": "a list of strings the reply must each include, compared case-insensitively",
+    "must_not_include": "a list of strings the reply must not include (case-insensitively)",
+    "max_chars": "the most characters the reply may have: a positive integer, 1200 when unset "
+    "(a check every case has)",
+    "max_sentences": "the most sentences (text between `.`, `!` and `?`) the reply may have",
+    "regex": "a pattern, or a list of them, each to be found in the reply (RE2: no "
+    "backreference or lookaround; `\\d`, `\\w`, `\\b` are ASCII, `\\pL` is any letter)",
+    "not_regex": "a pattern, or a list of them, none to be found in the reply",
+    "json_fields": "an object of fields the JSON answer must hold, each JSON-equal (`1` is "
+    "`1.0`, `true` is not `1`); one check per field",
+    "json_schema": "a JSON Schema the JSON answer must fit; its `$ref`s resolve inside it only",
+}
 DEFAULT_MAX_CHARS = 1200
 
 _SENTENCE_END = re.compile(r"[.!?]")
 GRADER_SECONDS = 30.0  # a custom grader's default time limit (a suite's grader_timeout_seconds)
-GRADER_TIMEOUT = "grader_error:timeout"  # the miss of a custom grader that ran past it
+GRADER_TIMEOUT = Miss.GRADER_ERROR.of("timeout")  # the miss of a custom grader that ran past it
 
 
 class _GraderTimeout(BaseException):
@@ -188,22 +193,22 @@ def grade(case: Case, reply: Reply, graders: GraderSet) -> Grade:
     tally = _Tally()
     text = reply.text
     expect = case.expect
-    tally.check(bool(text.strip()) or bool(reply.tool_calls), "empty_completion")
+    tally.check(bool(text.strip()) or bool(reply.tool_calls), Miss.EMPTY_COMPLETION.of())
     folded = text.casefold()
     for needle in expect.get("must_include", ()):
-        tally.check(needle.casefold() in folded, f"missing:{needle}")
+        tally.check(needle.casefold() in folded, Miss.MISSING.of(needle))
     for needle in expect.get("must_not_include", ()):
-        tally.check(needle.casefold() not in folded, f"forbidden:{needle}")
+        tally.check(needle.casefold() not in folded, Miss.FORBIDDEN.of(needle))
     max_chars = expect.get("max_chars", DEFAULT_MAX_CHARS)
-    tally.check(len(text) <= max_chars, f"over_budget:{len(text)}>{max_chars}")
+    tally.check(len(text) <= max_chars, Miss.OVER_BUDGET.of(f"{len(text)}>{max_chars}"))
     if "max_sentences" in expect:
         limit = expect["max_sentences"]
         count = sum(1 for piece in _SENTENCE_END.split(text) if piece.strip())
-        tally.check(count <= limit, f"too_verbose:{count}>{limit}")
+        tally.check(count <= limit, Miss.TOO_VERBOSE.of(f"{count}>{limit}"))
     for pattern in _patterns(expect.get("regex")):
-        tally.check(search(pattern, text), f"regex_mismatch:{pattern}")
+        tally.check(search(pattern, text), Miss.REGEX_MISMATCH.of(pattern))
     for pattern in _patterns(expect.get("not_regex")):
-        tally.check(not search(pattern, text), f"regex_forbidden:{pattern}")
+        tally.check(not search(pattern, text), Miss.REGEX_FORBIDDEN.of(pattern))
     if "json_fields" in expect:
         _grade_fields(tally, reply.answer, expect["json_fields"])
     work = Work()  # one reply's schema checks share one bound
@@ -259,9 +264,9 @@ def _grade_fields(tally: _Tally, answer: Any, fields: Mapping[str, Any]) -> None
     """One check per expected field, as in seed 004; extra fields in the answer earn nothing."""
     for name in sorted(fields):
         if not isinstance(answer, dict) or name not in answer:
-            tally.check(False, f"field_missing:{name}")
+            tally.check(False, Miss.FIELD_MISSING.of(name))
         else:
-            tally.check(json_equal(answer[name], fields[name]), f"field_mismatch:{name}")
+            tally.check(json_equal(answer[name], fields[name]), Miss.FIELD_MISMATCH.of(name))
 
 
 def _patterns(value: Any) -> list[str]:
@@ -281,9 +286,9 @@ def _run_custom(grader: Grader, text: str, expect: Mapping[str, Any], seconds: f
     except KeyboardInterrupt:  # the user's Ctrl-C, not the grader's failure
         raise
     except BaseException as exc:  # sys.exit(), GeneratorExit, a grader's own BaseException
-        return [f"grader_error:{type(exc).__name__}"]
+        return [Miss.GRADER_ERROR.of(type(exc).__name__)]
     if not isinstance(result, list) or not all(isinstance(miss, str) for miss in result):
-        return ["grader_error:TypeError"]
+        return [Miss.GRADER_ERROR.of("TypeError")]
     return list(result)
 
 

@@ -38,11 +38,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from runner.grading.checks import Work, json_equal, schema_violations
-from runner.model import Grade
+from runner.model import Grade, Miss
 
 __all__ = ["TOOL_KEYS", "ToolCallLike", "grade_tools", "offered_tools", "tool_expect_problem"]
 
-TOOL_KEYS: tuple[str, ...] = ("tool_calls", "no_tool_calls", "tool_args_schema")
+# The tool expectation keys and what each expects (the docs' fixture reference reads them).
+TOOL_KEYS: dict[str, str] = {
+    "tool_calls": 'a list of `{"name", "arguments"}`: each must be matched by a call of that '
+    "name whose arguments hold those fields, JSON-equal; one check per call and per field",
+    "no_tool_calls": "`true`: the reply must call no tool",
+    "tool_args_schema": "`true`: every call's arguments must fit its offered tool's `parameters`",
+}
 _CALL_KEYS = frozenset({"name", "arguments"})
 
 
@@ -75,22 +81,22 @@ def grade_tools(
         name, fields = want["name"], want.get("arguments", {})
         checks += 1 + len(fields)
         if got is None:
-            misses.append(f"tool_missing:{name}")
+            misses.append(Miss.TOOL_MISSING.of(name))
             continue
         passed += 1
         for key in sorted(fields):
             if key not in got.arguments:
-                misses.append(f"tool_arg_missing:{name}.{key}")
+                misses.append(Miss.TOOL_ARG_MISSING.of(f"{name}.{key}"))
             elif not json_equal(got.arguments[key], fields[key]):
-                misses.append(f"tool_arg_mismatch:{name}.{key}")
+                misses.append(Miss.TOOL_ARG_MISMATCH.of(f"{name}.{key}"))
             else:
                 passed += 1
     if expect.get("no_tool_calls") is True:
-        found = [f"tool_unexpected:{name}" for name in _names(calls)]
+        found = [Miss.TOOL_UNEXPECTED.of(name) for name in _names(calls)]
         checks, passed = checks + 1, passed + (not found)
         misses.extend(found)
     if offered:
-        found = [f"tool_unknown:{name}" for name in _names(calls) if name not in offered]
+        found = [Miss.TOOL_UNKNOWN.of(name) for name in _names(calls) if name not in offered]
         checks, passed = checks + 1, passed + (not found)
         misses.extend(found)
     if expect.get("tool_args_schema") is True:
@@ -166,6 +172,7 @@ def _schema_misses(
     """
     found: list[str] = []
     work = work if work is not None else Work()
+    violation = Miss.SCHEMA_VIOLATION.of("")
     for call in calls:
         schema = offered.get(call.name)
         if schema is None:
@@ -173,9 +180,9 @@ def _schema_misses(
         misses = schema_violations(dict(call.arguments), schema, work)
         # a location, or schema_too_complex / schema_too_deep / schema_error:<Class>
         found.extend(
-            f"tool_args_schema:{call.name}:{m.removeprefix('schema_violation:')}" for m in misses
+            Miss.TOOL_ARGS_SCHEMA.of(f"{call.name}:{m.removeprefix(violation)}") for m in misses
         )
-        if "schema_too_complex" in misses:
+        if Miss.SCHEMA_TOO_COMPLEX.of() in misses:
             break
     return list(dict.fromkeys(found))
 
