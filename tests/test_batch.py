@@ -127,11 +127,19 @@ def by_id(calls: Sequence[Case]) -> dict[str, Case]:
 async def test_a_batch_answers_every_call_as_the_live_call_would_and_is_journaled_first(
     fault_server: FaultServer, tmp_path: Path, kind: str
 ) -> None:
-    """Each call's reply is the body the live call would get, graded the same way, with no
-    latency of its own; the one batch is in batches.jsonl with every call's custom_id."""
+    """Each call's reply is the body the live call would get, kept byte for byte as the
+    results file wrote it (its spacing, key order and escapes, not parallax's encoding),
+    graded the same way, with no latency of its own; the one batch is in batches.jsonl with
+    every call's custom_id."""
     calls = cases(3)
     found = await run(config(fault_server, "batch:ok:2", kind), tmp_path, calls)
     assert len(fault_server.batch_creates()) == 1
+    (batch,) = fault_server.batches.values()
+    sent = batch["results"][0].decode()
+    for case in calls:
+        response = found[case.id].response
+        assert response is not None and response.body.startswith('{"')
+        assert response.body in sent and ", " in response.body  # as sent, not re-encoded
     for case in calls:
         row = outcome(found[case.id], case)
         assert (row.transport, row.schema, row.misses) == ("ok", "ok", ())
@@ -144,6 +152,33 @@ async def test_a_batch_answers_every_call_as_the_live_call_would_and_is_journale
     assert sorted(r.case_id for r in submitted.requests) == [c.id for c in calls]
     assert journal.ended[submitted.batch_id].state == "completed"
     assert KEY not in (tmp_path / JOURNAL).read_text()
+
+
+class WatchedClock(FakeClock):
+    """A fake clock that notes, at each sleep, what the journal and the server held."""
+
+    def __init__(self, journal: Path, server: FaultServer) -> None:
+        super().__init__()
+        self.seen: list[tuple[set[str], int]] = []
+        self._journal, self._server = journal, server
+
+    async def sleep(self, seconds: float) -> None:
+        polls = [r for r in self._server.received() if r.method == "GET"]
+        self.seen.append((set(Journal.read(self._journal).submitted), len(polls)))
+        await super().sleep(seconds)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["openai-chat", "anthropic-messages"])
+async def test_a_batch_id_is_in_batches_jsonl_before_its_first_poll(
+    fault_server: FaultServer, tmp_path: Path, kind: str
+) -> None:
+    """The wait before the first poll begins with the batch id already on disk: a process
+    killed at any moment after the create leaves the id its resume polls."""
+    fake = WatchedClock(tmp_path / JOURNAL, fault_server)
+    await run(config(fault_server, "batch:ok:2", kind), tmp_path, cases(2), fake=fake)
+    (batch_id,) = fault_server.batches
+    assert fake.seen[0] == ({batch_id}, 0)
 
 
 @pytest.mark.anyio

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.batch.http import BatchHttp, Failed
 from runner.batch.provider import BATCH_CANCELLED, BATCH_EXPIRED, Polled, Result, State
+from runner.batch.rawjson import member
 from runner.jsontext import dumps, loads
 from runner.model import Transport
 
@@ -104,28 +105,35 @@ def _read(data: bytes) -> Iterator[Result]:
     """Each result line; one that does not read (a file cut short) is passed over."""
     for raw in data.splitlines():
         try:
-            doc = loads(raw)
+            line = raw.decode("utf-8")
+            doc = loads(line)
         except ValueError:
             continue
-        if isinstance(doc, dict) and (result := _result(doc)) is not None:
+        if isinstance(doc, dict) and (result := _result(doc, line)) is not None:
             yield result
 
 
-def _result(doc: Mapping[str, Any]) -> Result | None:
+def _result(doc: Mapping[str, Any], line: str) -> Result | None:
     custom_id, result = doc.get("custom_id"), doc.get("result")
     if not isinstance(custom_id, str) or not isinstance(result, dict):
         return None
     kind = result.get("type")
     if kind == "succeeded":
-        return Result(custom_id, 200, dumps(result.get("message")).decode())
+        return Result(custom_id, 200, _sent(line, "message", result.get("message")))
     if kind == "errored":
         body = result.get("error")
         inner = body.get("error") if isinstance(body, dict) else None
         named = inner.get("type") if isinstance(inner, dict) else None
         status = STATUS_OF.get(named, UNKNOWN_ERROR_STATUS) if isinstance(named, str) else 500
-        return Result(custom_id, status, dumps(body).decode())
+        return Result(custom_id, status, _sent(line, "error", body))
     if kind == "canceled":
         return Result(custom_id, None, None, Transport.CANCELLED, BATCH_CANCELLED)
     if kind == "expired":
         return Result(custom_id, None, None, Transport.TIMEOUT, BATCH_EXPIRED)
     return None
+
+
+def _sent(line: str, key: str, value: Any) -> str:
+    """The reply (`result.<key>`) as the provider wrote it in the line."""
+    sent = member(line, "result", key)
+    return sent if sent is not None else dumps(value).decode()

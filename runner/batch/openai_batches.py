@@ -26,6 +26,7 @@ from runner.batch.provider import (
     Result,
     State,
 )
+from runner.batch.rawjson import member
 from runner.jsontext import dumps, loads
 from runner.model import Transport
 
@@ -139,21 +140,25 @@ def _read(data: bytes) -> Iterator[Result]:
     """The results of one output or error file; a line that does not read is passed over."""
     for raw in data.splitlines():
         try:
-            doc = loads(raw)
+            line = raw.decode("utf-8")
+            doc = loads(line)
         except ValueError:
             continue
-        if isinstance(doc, dict) and (result := _result(doc)) is not None:
+        if isinstance(doc, dict) and (result := _result(doc, line)) is not None:
             yield result
 
 
-def _result(doc: Mapping[str, Any]) -> Result | None:
+def _result(doc: Mapping[str, Any], line: str) -> Result | None:
     custom_id = doc.get("custom_id")
     if not isinstance(custom_id, str):
         return None
     response = doc.get("response")
     if isinstance(response, dict) and type(status := response.get("status_code")) is int:
         body = response.get("body")
-        return Result(custom_id, status, body if isinstance(body, str) else dumps(body).decode())
+        if isinstance(body, str):  # a body sent as a string is that string
+            return Result(custom_id, status, body)
+        sent = member(line, "response", "body")  # the reply as the provider wrote it
+        return Result(custom_id, status, sent if sent is not None else dumps(body).decode())
     error = doc.get("error")
     if not isinstance(error, dict):
         return None
