@@ -8,9 +8,10 @@ again. Each `submitted` line names the endpoint, when it was sent and, per reque
 hand each result back to its call whatever the provider allows in a custom_id. An `ended`
 line says how the batch ended and when, which is what the summary reports of it.
 
-A torn last line (a kill mid-write) is dropped as the ledgers drop one: a batch whose line was
-torn was never created, since the line is written only after the provider answered, and the
-provider's create call is the last thing before it.
+A torn last line (a kill mid-write) is dropped as the ledgers drop one. The line can only be
+written once the provider has answered the create with the batch's id, so a kill in the instant
+between that answer and the synced line loses the id: the one window in which a resume sends
+the batch's requests again.
 """
 
 from __future__ import annotations
