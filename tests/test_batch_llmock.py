@@ -203,12 +203,20 @@ def test_a_run_killed_while_its_batch_is_open_resumes_by_polling_it_and_creates_
     tmp_path: Path, llmock_pool: LlmockPool, protocol: Protocol
 ) -> None:
     """SIGKILL while the batch is open, then `--resume`: the journal's batch is polled and
-    read, no batch is created, and every case is scored exactly once on each side."""
+    read, no batch is created, and every case is scored exactly once on each side. A resume
+    whose config no longer runs the side as a batch is refused first: it would call live
+    what the open batch already holds."""
     llmock = llmock_pool.get(ECHO)
-    write_project(tmp_path, llmock, protocol)
+    config = write_project(tmp_path, llmock, protocol)
     run_dir = start_and_kill_while_the_batch_is_open(tmp_path)
     (batch,), _ = journal(run_dir)
     assert len(creates(llmock)) == 1
+    text = config.read_text()
+    config.write_text(text.replace("batch = true\n", ""))
+    live = run_parallax("run", "--config", "parallax.toml", "--resume", run_dir, cwd=tmp_path)
+    assert live.returncode == 64, live.stderr
+    assert f"endpoints.{batch['endpoint']}.batch changed since it started" in live.stderr
+    config.write_text(text)
     resumed = run_parallax("run", "--config", "parallax.toml", "--resume", run_dir, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert len(creates(llmock)) == 1
