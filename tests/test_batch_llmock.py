@@ -288,3 +288,24 @@ def test_a_latency_gate_on_a_batch_side_is_a_config_error(
     (line,) = [line for line in checked.stderr.splitlines() if "latency_regression" in line]
     assert "suites.nightly.fail_on" in line and "batch" in line
     assert creates(llmock) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(RUN_TIMEOUT * 2)
+def test_a_batch_the_budget_cannot_hold_is_never_created(
+    tmp_path: Path, llmock_pool: LlmockPool
+) -> None:
+    """The budget reserves a batch's estimate before the batch is sent: one that does not fit
+    is never created at llmock, no id is journaled, and its calls are `cancelled` (budget),
+    an incomplete run (exit 2) that `alert.budget` names."""
+    llmock = llmock_pool.get(ECHO)
+    write_project(tmp_path, llmock, Protocol.ANTHROPIC, top="budget_usd = 0.000001\n")
+    run = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert run.returncode == 2, run.stderr
+    run_dir = only_run_dir(tmp_path)
+    assert creates(llmock) == []
+    assert not (run_dir / "batches.jsonl").exists()
+    rows = candidate_rows(run_dir)
+    assert [(o["transport"], o["detail"]) for o in rows] == [("cancelled", "cancelled: budget")] * 3
+    events = [json.loads(line)["event"] for line in run.stdout.splitlines()]
+    assert "alert.budget" in events and "batch.submitted" not in events
