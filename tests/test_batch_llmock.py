@@ -169,9 +169,11 @@ def test_a_batch_side_on_llmock_is_graded_as_live_at_half_price_and_replays_byte
     assert len(creates(llmock)) == 1  # a replay asks no server
 
 
-def start_and_kill_while_the_batch_is_open(root: Path) -> Path:
-    """`parallax run` killed with SIGKILL as soon as its batch id is in batches.jsonl (the
-    wait before its first poll is a second at least); its run dir."""
+def start_and_kill_while_the_batch_is_open(
+    root: Path, signum: signal.Signals = signal.SIGKILL
+) -> Path:
+    """`parallax run` stopped by `signum` (SIGKILL by default) as soon as its batch id is in
+    batches.jsonl (the wait before its first poll is a second at least); its run dir."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
     env["NO_PROXY"] = "127.0.0.1"
     proc = subprocess.Popen(
@@ -183,12 +185,13 @@ def start_and_kill_while_the_batch_is_open(root: Path) -> Path:
     )
     try:
         wait_for(lambda: any((root / "runs" / "nightly").glob("*/batches.jsonl")), RUN_TIMEOUT)
-        os.kill(proc.pid, signal.SIGKILL)
+        os.kill(proc.pid, signum)
+        proc.wait(timeout=RUN_TIMEOUT)
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
+            proc.wait(timeout=30)
+    assert proc.returncode == (-signal.SIGKILL if signum is signal.SIGKILL else 143)
     run_dir = only_run_dir(root)
     submitted, _ = journal(run_dir)
     assert len(submitted) == 1
@@ -230,6 +233,23 @@ def test_a_run_killed_while_its_batch_is_open_resumes_by_polling_it_and_creates_
     assert all(o["transport"] == "ok" and o["attempts"] == 1 for o in rows)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["batch"]["candidate"]["batches"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(RUN_TIMEOUT * 2)
+def test_a_run_stopped_by_sigterm_while_its_batch_is_open_exits_143_and_resumes_it(
+    tmp_path: Path, llmock_pool: LlmockPool
+) -> None:
+    """SIGTERM while the batch is open does not wait for it: the run stops (exit 143) with
+    its batch left open in batches.jsonl, and `--resume` reads that batch, creating none."""
+    llmock = llmock_pool.get(ECHO)
+    write_project(tmp_path, llmock, Protocol.OPENAI)
+    run_dir = start_and_kill_while_the_batch_is_open(tmp_path, signal.SIGTERM)
+    assert len(creates(llmock)) == 1
+    resumed = run_parallax("run", "--config", "parallax.toml", "--resume", run_dir, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(creates(llmock)) == 1
+    check_complete(run_dir, 2 * CASES)
 
 
 @pytest.mark.slow
