@@ -64,7 +64,9 @@ from runner.jsontext import MAX_DEPTH, long_integer_line
 from runner.request.shape import Shape
 from runner.request.templates import load_template, request_sha
 
-ENDPOINT_KINDS = ("recorded", "openai-chat", "anthropic-messages", "http-json")
+ENDPOINT_KINDS = (
+    *("recorded", "openai-chat", "openai-responses", "anthropic-messages", "gemini", "http-json"),
+)
 # the kinds whose provider has a batch API parallax speaks (`runner.batch`)
 BATCH_KINDS = ("openai-chat", "anthropic-messages")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a page of TOML; a bigger one is the wrong file
@@ -79,19 +81,31 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # The body keys a chat protocol sets itself, and from what: a `params` entry would send a
 # second value for one of them (which wins would depend on the protocol's code) or contradict
-# the request_sha that pins the endpoint key it duplicates.
+# the request_sha that pins the endpoint key it duplicates. A dotted key is one inside a table
+# the protocol builds, which a params table of that name adds its other keys to.
 PROTOCOL_KEYS: dict[str, str] = {
     "model": "the endpoint's model",
     "messages": "the case and the endpoint's templates",
+    "input": "the case and the endpoint's templates",
+    "contents": "the case and the endpoint's templates",
     "system": "the case and the endpoint's system template",
+    "instructions": "the case and the endpoint's system template",
+    "systemInstruction": "the case and the endpoint's system template",
     "temperature": "the endpoint's temperature",
+    "generationConfig.temperature": "the endpoint's temperature",
     "max_tokens": "the endpoint's max_tokens",
+    "max_output_tokens": "the endpoint's max_tokens",
+    "generationConfig.maxOutputTokens": "the endpoint's max_tokens",
     "stream": "the endpoint's stream",
     "stream_options": "the endpoint's stream",
     "tools": "the case's tools",
     "tool_choice": "the case's tool_choice",
+    "toolConfig": "the case's tool_choice",
     "response_format": "the case's response_format",
     "output_format": "the case's response_format",
+    "text.format": "the case's response_format",
+    "generationConfig.responseMimeType": "the case's response_format",
+    "generationConfig.responseSchema": "the case's response_format",
 }
 # The endpoint keys whose `${VAR}` values are settings, shown as they are: what the endpoint
 # is and how it is called (a model alias, a path, a number, a variable's name). Every other
@@ -215,10 +229,13 @@ class Price(_Strict):
 class EndpointConfig(_Strict):
     """One endpoint: a live HTTP API or a recorded cassette, behind the same interface."""
 
-    kind: Literal["recorded", "openai-chat", "anthropic-messages", "http-json"]
-    """The protocol: `openai-chat` posts to `{base_url}/chat/completions`,
-    `anthropic-messages` to `{base_url}/v1/messages`, `http-json` its `body_template` to
-    `base_url`; `recorded` replays a cassette offline."""
+    kind: Literal[
+        "recorded", "openai-chat", "openai-responses", "anthropic-messages", "gemini", "http-json"
+    ]
+    """The protocol: `openai-chat` posts to `{base_url}/chat/completions`, `openai-responses`
+    to `{base_url}/responses`, `anthropic-messages` to `{base_url}/v1/messages`, `gemini` to
+    `{base_url}/models/{model}:generateContent` (`:streamGenerateContent?alt=sse` streamed),
+    `http-json` its `body_template` to `base_url`; `recorded` replays a cassette offline."""
     base_url: Text | None = None
     """Where the API lives (http or https); required by every live kind. A value read from
     the environment is a secret."""
@@ -226,10 +243,13 @@ class EndpointConfig(_Strict):
     """The model alias requested; required by the chat kinds."""
     api_key_env: Text | None = None
     """The name of the environment variable holding the API key (never the key), sent as
-    `Authorization: Bearer` (`x-api-key` for Anthropic); read at call time."""
+    `Authorization: Bearer` (`x-api-key` for Anthropic, `x-goog-api-key` for Gemini); read at
+    call time."""
     cassette: Text | None = None
     """`recorded` only: the cassette (JSONL) to replay, inside the input root."""
-    protocol: Literal["openai-chat", "anthropic-messages"] | None = None
+    protocol: Literal["openai-chat", "openai-responses", "anthropic-messages", "gemini"] | None = (
+        None
+    )
     """`recorded` only: the wire format the cassette's replies are written in (default
     `openai-chat`); a live kind is its own protocol."""
     headers: dict[HeaderName, HeaderValue] = Field(default_factory=dict)
@@ -278,7 +298,8 @@ class EndpointConfig(_Strict):
     """The same template read from a file."""
     params: dict[str, Any] = Field(default_factory=dict)
     """Extra body keys sent as given (`top_p`, `seed`, `stop`, `reasoning_effort`, ...):
-    JSON values only, never a key parallax sets itself."""
+    JSON values only, never a key parallax sets itself. A table naming one parallax builds
+    (the Responses API's `text`, Gemini's `generationConfig`) adds its keys to it."""
     stream: bool = False
     """Ask for the reply as an SSE stream."""
     price: Price | None = None
@@ -948,11 +969,13 @@ def _shape(path: Path, name: str, ep: EndpointConfig, root: Path) -> Shape:
 def _check_params(path: Path, key: str, params: Mapping[str, Any]) -> None:
     """`params` are sent as JSON, as given: no body key the protocol sets itself, and only
     values JSON can carry (a TOML date or time is none; nor is an infinite or NaN number)."""
-    for name in params:
-        if (source := PROTOCOL_KEYS.get(name)) is not None:
-            raise ConfigError(
-                path, f"{key}.{name}", f"is set by parallax from {source}, not by params"
-            )
+    for name, value in params.items():
+        inner = [f"{name}.{sub}" for sub in value] if isinstance(value, Mapping) else []
+        for set_key in (name, *inner):
+            if (source := PROTOCOL_KEYS.get(set_key)) is not None:
+                raise ConfigError(
+                    path, f"{key}.{set_key}", f"is set by parallax from {source}, not by params"
+                )
     stack: list[tuple[Any, str]] = [(v, f"{key}.{k}") for k, v in reversed(list(params.items()))]
     while stack:  # depth first in the file's order: the first bad value is the one named
         value, where = stack.pop()

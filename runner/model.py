@@ -214,7 +214,14 @@ class Miss(Enum):
         "tool_arg_mismatch",
         "<name>.<key>",
         ("tool_calls",),
-        "the matched call's argument is not JSON-equal to the expected one",
+        "the matched call's argument is not JSON-equal to the expected one, nor what its "
+        "matcher (`$regex`, `$contains`, `$any`, `$one_of`) accepts",
+    )
+    TOOL_ORDER = (
+        "tool_order",
+        "<name>",
+        ("tool_order",),
+        "the first expected call whose call came before the call of the one expected before it",
     )
     TOOL_UNEXPECTED = (
         "tool_unexpected",
@@ -340,7 +347,7 @@ class Exchange:
     sample: int
     fixture_sha: str
     endpoint: str  # endpoint name from the config
-    adapter: str  # wire format of the body: openai-chat, anthropic-messages, http-json
+    adapter: str  # wire format of the body: a protocols.Kind (openai-chat, gemini, ...)
     model_alias: str | None
     request: Mapping[str, Any]  # {"method", "url", "body"}; never headers with secrets
     attempts: tuple[Attempt, ...]

@@ -7,11 +7,14 @@ before the body ends, silence), not a mock. Start it with the `fault_server` fix
 Selecting a fault: by path prefix, never by prompt text, so a prompt stays a real prompt.
 
     POST /fault/<mode>[/<tag>...]/v1/chat/completions   OpenAI chat (openai-chat endpoints)
+    POST /fault/<mode>[/<tag>...]/v1/responses          OpenAI's Responses API (openai-responses)
     POST /fault/<mode>[/<tag>...]/v1/messages           Anthropic messages
+    POST /fault/<mode>[/<tag>...]/models/<m>:generateContent (or :streamGenerateContent)  Gemini
     POST /fault/<mode>[/<tag>...]/<anything else>       http-json: replies {"answer": ...}
 
-`server.url(mode)` gives the base_url for an openai-chat endpoint (`.../fault/<mode>/v1`);
-`server.url(mode, suffix="")` for anthropic-messages (the adapter appends `/v1/messages`).
+`server.url(mode)` gives the base_url for an openai-chat or openai-responses endpoint
+(`.../fault/<mode>/v1`); `server.url(mode, suffix="")` for anthropic-messages (the adapter
+appends `/v1/messages`) and gemini (it appends `/models/<model>:generateContent`).
 Tags are free path segments (e.g. the side) that make separate `flaky` counters.
 
 Modes (`<name>[:<arg>[:<arg>]]`):
@@ -50,6 +53,8 @@ Hostile replies (tests/test_hostile.py) and the soak's random mix (tests/test_so
     rawnul                 200 application/json body with raw NUL bytes inside a string
     manychoices:<n>        200 chat completion with <n> items in `choices`
     wrongtypes             200 JSON with numbers and lists where strings and objects belong
+    badargs                200 reply of one call to get_weather whose arguments are no JSON
+                           object, in the request's protocol (Gemini's `args` a list)
     endless                200 chunked reply that streams spaces as fast as it can, forever
     chaos:<seed>           each request draws one mode at random from CHAOS_MODES
     reflect[:<code>]       <code> (401) whose body and X-Request-Id echo the request's auth headers,
@@ -59,15 +64,20 @@ Hostile replies (tests/test_hostile.py) and the soak's random mix (tests/test_so
                            200 stream, so whatever a request carried comes back in a body
     bomb[:<MB>]            200 whose `gzip, gzip` body of a few hundred KB inflates to <MB> (256) MB
 
-Streams (text/event-stream, in the request's protocol: OpenAI chunks or Anthropic events):
+Streams (text/event-stream, in the request's protocol: OpenAI chunks, Responses API events,
+Anthropic events or Gemini responses):
 
     sse                    200 stream of the scripted reply, finished ([DONE] / message_stop)
     sseerror[:<type>]      200 stream of a first piece, then the protocol's in-band error event
-                           of that type (`overloaded_error`), then the body ends
+                           of that type (`overloaded_error`; the Responses API's `error` event
+                           with that code, Gemini's error with that status), then the body ends
+    ssefailed[:<code>]     (Responses API) a first piece, then `response.failed` with that error
+                           code (`server_error`)
     ssedrip                200 stream of a first piece, then an SSE comment every 0.2 s forever
     ssewait:<s>[:cut]      200 stream whose events before any token come at once (OpenAI's role
                            chunk; Anthropic's message_start, an empty text block and a ping),
-                           then after s seconds the first token and the finish; with `cut`,
+                           the Responses API's response.created and added item; Gemini sends
+                           none), then after s seconds the first token and the finish; with `cut`,
                            the connection closes right after that token, short of the
                            Content-Length: a stream that fails after its first token
 
@@ -188,8 +198,27 @@ class Received:
         return _prompt(self.body)
 
 
+CHAT, RESPONSES, ANTHROPIC, GEMINI, JSON = "chat", "responses", "anthropic", "gemini", "json"
+
+
+def _dialect(path: str) -> str:
+    """The protocol a request speaks, by its path (a query string aside)."""
+    path = path.partition("?")[0]
+    if path.endswith("/v1/messages"):
+        return ANTHROPIC
+    if path.endswith("/chat/completions"):
+        return CHAT
+    if path.endswith("/responses"):
+        return RESPONSES
+    if path.endswith((":generateContent", ":streamGenerateContent")):
+        return GEMINI
+    return JSON
+
+
 def _requested(req: Received) -> str:
-    """The model a request asked for."""
+    """The model a request asked for (Gemini names it in the path)."""
+    if _dialect(req.path) == GEMINI:
+        return req.path.partition("?")[0].rpartition("/models/")[2].partition(":")[0]
     try:
         return str(json.loads(req.body).get("model") or "fault-model")
     except (ValueError, AttributeError):
@@ -197,18 +226,23 @@ def _requested(req: Received) -> str:
 
 
 def _prompt(body: bytes) -> str:
-    """The last user message (chat, messages) or the `prompt` field (http-json)."""
+    """The last user message (chat, messages, Responses input, Gemini contents) or the
+    `prompt` field (http-json)."""
     try:
         doc = json.loads(body)
     except ValueError:
         return ""
     if not isinstance(doc, dict):
         return ""
-    messages = doc.get("messages")
-    if isinstance(messages, list):
-        for message in reversed(messages):
-            if isinstance(message, dict) and message.get("role") == "user":
-                content = message.get("content")
+    turns = doc.get("messages") or doc.get("input") or doc.get("contents")
+    if isinstance(turns, list):
+        for turn in reversed(turns):
+            if isinstance(turn, dict) and turn.get("role") == "user":
+                content = turn.get("content", turn.get("parts"))
+                if isinstance(content, list) and all(
+                    isinstance(p, dict) and isinstance(p.get("text"), str) for p in content
+                ):
+                    return "".join(p["text"] for p in content)
                 return content if isinstance(content, str) else json.dumps(content)
     prompt = doc.get("prompt")
     return prompt if isinstance(prompt, str) else ""
@@ -717,8 +751,27 @@ class FaultServer:
             serial = self._serial
         words = len(prompt.split())
         usage_out = len(text.split()) if isinstance(text, str) else 0
-        if req.path.endswith("/v1/messages"):
+        dialect = _dialect(req.path)
+        if dialect == RESPONSES:
+            parts = [] if text is None else [{"type": "output_text", "text": text}]
             doc: dict[str, Any] = {
+                "id": f"resp_fault_{serial}",
+                "object": "response",
+                "model": model,
+                "status": "completed",
+                "output": [{"type": "message", "role": "assistant", "content": parts}],
+                "usage": {"input_tokens": words, "output_tokens": usage_out},
+            }
+        elif dialect == GEMINI:
+            content = {"role": "model", "parts": [] if text is None else [{"text": text}]}
+            doc = {
+                "candidates": [{"content": content, "finishReason": "STOP", "index": 0}],
+                "modelVersion": model,
+                "responseId": f"fault-{serial}",
+                "usageMetadata": {"promptTokenCount": words, "candidatesTokenCount": usage_out},
+            }
+        elif dialect == ANTHROPIC:
+            doc = {
                 "id": f"msg_fault_{serial}",
                 "type": "message",
                 "role": "assistant",
@@ -727,7 +780,7 @@ class FaultServer:
                 "stop_reason": "end_turn",
                 "usage": {"input_tokens": words, "output_tokens": usage_out},
             }
-        elif req.path.endswith("/chat/completions"):
+        elif dialect == CHAT:
             doc = {
                 "id": f"chatcmpl-fault-{serial}",
                 "object": "chat.completion",
@@ -859,6 +912,25 @@ class FaultServer:
         }
         return self._send_json(conn, 200, doc)
 
+    def _bad_args(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        dialect = _dialect(req.path)
+        model = self._served(req)
+        if dialect == GEMINI:
+            part = {"functionCall": {"name": "get_weather", "args": [1, 2]}}
+            candidate = {"content": {"role": "model", "parts": [part]}, "finishReason": "STOP"}
+            doc: dict[str, Any] = {"candidates": [candidate], "modelVersion": model}
+        elif dialect == RESPONSES:
+            item = {"type": "function_call", "call_id": "c1", "name": "get_weather"}
+            doc = {"model": model, "status": "completed", "output": [{**item, "arguments": "[1"}]}
+        elif dialect == ANTHROPIC:
+            use = {"type": "tool_use", "id": "t1", "name": "get_weather", "input": "[1"}
+            doc = {"model": model, "content": [use], "stop_reason": "tool_use"}
+        else:
+            function = {"name": "get_weather", "arguments": "[1"}
+            message = {"role": "assistant", "tool_calls": [{"id": "c1", "function": function}]}
+            doc = {"model": model, "choices": [{"message": message, "finish_reason": "tool_calls"}]}
+        return self._send_json(conn, 200, doc)
+
     def _reflect(self, conn: socket.socket, req: Received, arg: str) -> bool:
         echoed = f"{req.headers.get('authorization', '')} {req.headers.get('x-api-key', '')}"
         extra = {"X-Request-Id": echoed}
@@ -873,10 +945,7 @@ class FaultServer:
         text = f"headers: {sent} body: {req.body.decode('utf-8', 'replace')}"
         if arg == "sse":
             first, end = self._events(req, text)
-            done: list[dict[str, Any] | str] = (
-                [] if req.path.endswith("/v1/messages") else ["[DONE]"]
-            )
-            return self._send_stream(conn, [self._frame(e) for e in (*first, *end, *done)])
+            return self._send_stream(conn, [self._frame(e) for e in (*first, *end, *_done(req))])
         if arg:
             page = f"<html><body><h1>{arg} upstream error</h1><pre>{text}</pre></body></html>"
             return self._send(conn, int(arg), {"Content-Type": "text/html"}, page.encode())
@@ -893,7 +962,32 @@ class FaultServer:
         and with the first piece of content, the events that finish it)."""
         text = text if text is not None else self._content(req.prompt) or ""
         model = self._served(req)
-        if req.path.endswith("/v1/messages"):
+        dialect = _dialect(req.path)
+        if dialect == RESPONSES:
+            item = {"type": "message", "id": "msg_sse", "role": "assistant", "content": []}
+            response = {"id": "resp_sse", "model": model, "status": "in_progress", "output": []}
+            created = {"type": "response.created", "response": response}
+            added = {"type": "response.output_item.added", "output_index": 0, "item": item}
+            piece = {"type": "response.output_text.delta", "output_index": 0, "delta": text}
+            said = {**item, "content": [{"type": "output_text", "text": text}]}
+            done = {"type": "response.output_item.done", "output_index": 0, "item": said}
+            usage = {"input_tokens": 1, "output_tokens": 1}
+            whole = {**response, "status": "completed", "output": [said], "usage": usage}
+            return [created, added, piece], [
+                done,
+                {"type": "response.completed", "response": whole},
+            ]
+        if dialect == GEMINI:
+
+            def answer(finish: str | None) -> dict[str, Any]:
+                parts = [] if finish else [{"text": text}]
+                candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}}
+                if finish:
+                    candidate["finishReason"] = finish
+                return {"candidates": [candidate], "modelVersion": model, "responseId": "sse"}
+
+            return [answer(None)], [answer("STOP")]
+        if dialect == ANTHROPIC:
             start = {"type": "message_start", "message": {"id": "msg_sse", "model": model}}
             block = {
                 "type": "content_block_start",
@@ -937,17 +1031,29 @@ class FaultServer:
 
     def _sse(self, conn: socket.socket, req: Received, arg: str) -> bool:
         first, end = self._events(req)
-        done: list[dict[str, Any] | str] = [] if req.path.endswith("/v1/messages") else ["[DONE]"]
-        return self._send_stream(conn, [self._frame(e) for e in (*first, *end, *done)])
+        return self._send_stream(conn, [self._frame(e) for e in (*first, *end, *_done(req))])
 
     def _sse_error(self, conn: socket.socket, req: Received, arg: str) -> bool:
         first, _ = self._events(req)
         kind = arg or "overloaded_error"
         error: dict[str, Any] = {"type": kind, "message": "fault in-band error"}
-        if req.path.endswith("/v1/messages"):
+        dialect = _dialect(req.path)
+        if dialect == ANTHROPIC:
             event: dict[str, Any] = {"type": "error", "error": error}
+        elif dialect == RESPONSES:
+            event = {"type": "error", "code": kind, "message": "fault in-band error"}
+        elif dialect == GEMINI:
+            event = {"error": {"code": 503, "message": "fault in-band error", "status": kind}}
         else:
             event = {"error": error}
+        return self._send_stream(conn, [self._frame(e) for e in (*first, event)])
+
+    def _sse_failed(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        """The Responses API's response.failed after a first piece."""
+        first, _ = self._events(req)
+        error = {"code": arg or "server_error", "message": "fault failed response"}
+        response = {"id": "resp_sse", "status": "failed", "error": error, "output": []}
+        event = {"type": "response.failed", "response": response}
         return self._send_stream(conn, [self._frame(e) for e in (*first, event)])
 
     def _sse_wait(self, conn: socket.socket, req: Received, arg: str) -> bool:
@@ -955,8 +1061,11 @@ class FaultServer:
         first, finish = self._events(req)
         early: list[dict[str, Any] | str]
         done: list[dict[str, Any] | str] = []
-        if req.path.endswith("/v1/messages"):
+        dialect = _dialect(req.path)
+        if dialect == ANTHROPIC:
             early, tokens = [*first[:2], {"type": "ping"}], first[2:]
+        elif dialect in (RESPONSES, GEMINI):  # created and the added item; Gemini has none
+            early, tokens = first[:-1], first[-1:]
         else:
             (piece,) = first
             role = {**piece["choices"][0], "delta": {"role": "assistant"}}
@@ -1004,15 +1113,22 @@ _HOSTILE: dict[str, Callable[[FaultServer, socket.socket, Received, str], bool]]
     "surrogate": FaultServer._surrogate,
     "manychoices": FaultServer._manychoices,
     "wrongtypes": FaultServer._wrongtypes,
+    "badargs": FaultServer._bad_args,
     "endless": FaultServer._endless,
     "sse": FaultServer._sse,
     "sseerror": FaultServer._sse_error,
+    "ssefailed": FaultServer._sse_failed,
     "ssedrip": FaultServer._sse_drip,
     "ssewait": FaultServer._sse_wait,
     "reflect": FaultServer._reflect,
     "echo": FaultServer._echo,
     "bomb": FaultServer._bomb,
 }
+
+
+def _done(req: Received) -> list[dict[str, Any] | str]:
+    """What ends a stream after its finish: chat's `data: [DONE]`; the others send none."""
+    return ["[DONE]"] if _dialect(req.path) == CHAT else []
 
 
 @functools.cache

@@ -1,6 +1,7 @@
 """The golden llmock exchanges in tests/data/llmock/: what each case sends, and how to record it.
 
-Each case is one raw POST to llmock (tests/llmockkit.py) for one protocol: plain text, tools
+Each case is one raw POST to llmock (tests/llmockkit.py) for one protocol (chat completions,
+Anthropic messages, the Responses API, Gemini): plain text, tools
 (generated, scripted, broken), structured output, every stream fault and a few errors. Its reply
 body is kept byte for byte in `<name>.json` or `<name>.sse`; `index.json` holds per case the
 request, the scenario, the status, the headers that matter and how the read ended (`complete`,
@@ -37,7 +38,19 @@ from llmockkit import (
 
 DATA = Path(__file__).parent / "data" / "llmock"
 STALL_SECONDS = 0.5  # llmock allows any duration >= 0; this is short yet plainly a pause
-MODELS = {Protocol.OPENAI: "gpt-ref", Protocol.ANTHROPIC: "claude-ref"}
+MODELS = {
+    Protocol.OPENAI: "gpt-ref",
+    Protocol.ANTHROPIC: "claude-ref",
+    Protocol.RESPONSES: "gpt-ref",
+    Protocol.GEMINI: "gemini-ref",
+}
+# the recorded files' prefix per protocol
+PREFIX = {
+    Protocol.OPENAI: "openai",
+    Protocol.ANTHROPIC: "anthropic",
+    Protocol.RESPONSES: "responses",
+    Protocol.GEMINI: "gemini",
+}
 SYSTEM = "You are a weather assistant."
 PROMPT = "What is the weather in Paris?"
 # the headers a parser may care about (date and server vary or say nothing)
@@ -87,6 +100,16 @@ ANSWER_SCHEMA = {
     "additionalProperties": False,
 }
 SCRIPTED_ARGS = {"city": "Paris", "unit": "celsius"}
+
+
+def gemini_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A schema as Gemini's Schema reads it: without additionalProperties, at every depth."""
+    out = {k: v for k, v in schema.items() if k != "additionalProperties"}
+    if "properties" in out:
+        out["properties"] = {k: gemini_schema(v) for k, v in out["properties"].items()}
+    return out
+
+
 TOOL_RESULT = "21 C and sunny"
 
 
@@ -107,17 +130,26 @@ class Case:
 
     @property
     def file(self) -> str:
-        side = "openai" if self.protocol is Protocol.OPENAI else "anthropic"
         failed = any(
             b["type"] == "fail" for b in self.scenario
         )  # an error is JSON, streamed or not
-        return f"{side}-{self.name}.{'sse' if self.stream and not failed else 'json'}"
+        kind = "sse" if self.stream and not failed else "json"
+        return f"{PREFIX[self.protocol]}-{self.name}.{kind}"
+
+    @property
+    def path(self) -> str:
+        """Where the request goes (Gemini's path names the model and the streaming method)."""
+        return self.protocol.path(MODELS[self.protocol], stream=self.stream)
 
     def request(self) -> dict[str, Any]:
         """The body, shaped as each provider's API documents it."""
-        if self.protocol is Protocol.OPENAI:
-            return self._openai()
-        return self._anthropic()
+        build = {
+            Protocol.OPENAI: self._openai,
+            Protocol.ANTHROPIC: self._anthropic,
+            Protocol.RESPONSES: self._responses,
+            Protocol.GEMINI: self._gemini,
+        }
+        return build[self.protocol]()
 
     def _openai(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -185,8 +217,61 @@ class Case:
             body["stream"] = True
         return body
 
+    def _responses(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": MODELS[self.protocol],
+            "instructions": SYSTEM,
+            "input": [{"role": "user", "content": PROMPT}],
+            "temperature": 0,
+            "max_output_tokens": 64,
+        }
+        if self.answered:
+            call = {"type": "function_call", "call_id": "call_1", "name": "get_weather"}
+            body["input"] += [
+                {**call, "arguments": json.dumps({"city": "Paris"})},
+                {"type": "function_call_output", "call_id": "call_1", "output": TOOL_RESULT},
+            ]
+        if self.tools:
+            body["tools"] = [{"type": "function", **t, "strict": False} for t in TOOLS]
+        if self.tool_choice:
+            body["tool_choice"] = self.tool_choice
+        if self.structured == "json_schema":
+            spec = {"name": "weather", "strict": True, "schema": ANSWER_SCHEMA}
+            body["text"] = {"format": {"type": "json_schema", **spec}}
+        elif self.structured == "json_object":
+            body["text"] = {"format": {"type": "json_object"}}
+        if self.stream:
+            body["stream"] = True
+        return body
+
+    def _gemini(self) -> dict[str, Any]:
+        """Gemini's body; the model and whether it streams are in the path."""
+        body: dict[str, Any] = {
+            "contents": [{"role": "user", "parts": [{"text": PROMPT}]}],
+            "systemInstruction": {"parts": [{"text": SYSTEM}]},
+            "generationConfig": {"temperature": 0, "maxOutputTokens": 64},
+        }
+        if self.answered:
+            call = {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}
+            result = {"name": "get_weather", "response": {"output": TOOL_RESULT}}
+            body["contents"] += [
+                {"role": "model", "parts": [call]},
+                {"role": "user", "parts": [{"functionResponse": result}]},
+            ]
+        if self.tools:
+            declarations = [{**t, "parameters": gemini_schema(t["parameters"])} for t in TOOLS]
+            body["tools"] = [{"functionDeclarations": declarations}]
+        if self.tool_choice:
+            body["toolConfig"] = {"functionCallingConfig": {"mode": self.tool_choice.upper()}}
+        if self.structured is not None:
+            body["generationConfig"]["responseMimeType"] = "application/json"
+        if self.structured == "json_schema":
+            body["generationConfig"]["responseSchema"] = gemini_schema(ANSWER_SCHEMA)
+        return body
+
 
 def _both(name: str, **kw: Any) -> list[Case]:
+    """The case for every protocol."""
     return [Case(name, p, **kw) for p in Protocol]
 
 
@@ -202,7 +287,11 @@ def _cases() -> tuple[Case, ...]:
             cases += _both(name, stream=stream, tools=True, scenario=(break_tool_call(fault),))
         cases += _both("json-schema", stream=stream, structured="json_schema")
         # llmock has no json_object mode for Anthropic (only output_format json_schema)
-        cases.append(Case("json-object", Protocol.OPENAI, stream=stream, structured="json_object"))
+        cases += [
+            Case("json-object", p, stream=stream, structured="json_object")
+            for p in Protocol
+            if p is not Protocol.ANTHROPIC
+        ]
     cases.append(Case("text-usage", Protocol.OPENAI, stream=True, include_usage=True))
     cases += _both("tools-off", tools=True, flags=Flags(tool_mode=ToolMode.OFF))
     cases += _both("tools-choice-none", tools=True, tool_choice="none")
@@ -212,8 +301,12 @@ def _cases() -> tuple[Case, ...]:
         fault = stream_fault(kind, after_chunks=2, stall_seconds=stall)
         cases += _both(f"stream-{kind.value}", stream=True, scenario=(fault,))
     # a fault inside a streamed tool call: the call and one argument fragment, then the end
-    truncate = stream_fault(StreamFault.TRUNCATE, after_chunks=3)
-    cases += _both("tools-auto-stream-truncate", stream=True, tools=True, scenario=(truncate,))
+    # (the Responses API sends two events first; Gemini sends a call whole, with its finish)
+    for protocol, at in ((Protocol.OPENAI, 3), (Protocol.ANTHROPIC, 3), (Protocol.RESPONSES, 4)):
+        truncate = (stream_fault(StreamFault.TRUNCATE, after_chunks=at),)
+        cases.append(
+            Case("tools-auto-stream-truncate", protocol, stream=True, tools=True, scenario=truncate)
+        )
     # Anthropic's event 2 is a ping; this corrupts its first text delta instead
     malformed = stream_fault(StreamFault.MALFORMED, after_chunks=3)
     cases.append(
@@ -235,13 +328,13 @@ def run(server: LlmockServer, case: Case) -> Exchange:
     server.reset()
     if case.scenario:
         server.script(*case.scenario)
-    return server.post(case.protocol, case.request())
+    return server.post(case.path, case.request(), headers=case.protocol.headers)
 
 
 def summary(case: Case, exchange: Exchange) -> dict[str, Any]:
     """The case's entry in index.json: everything but the body, all of it deterministic."""
     return {
-        "path": case.protocol.value,
+        "path": case.path,
         "flags": {
             "tool_mode": case.flags.tool_mode.value,
             "response_style": case.flags.response_style.value,
@@ -261,7 +354,10 @@ _VARYING = (
     (re.compile(rb"call_[0-9a-f]{24}"), b"call_ID"),
     (re.compile(rb"msg_[0-9a-f]{24}"), b"msg_ID"),
     (re.compile(rb"toolu_[0-9a-f]{24}"), b"toolu_ID"),
+    (re.compile(rb"resp_[0-9a-f]{24}"), b"resp_ID"),
+    (re.compile(rb"fc_[0-9a-f]{24}"), b"fc_ID"),
     (re.compile(rb'"created":\d+'), b'"created":0'),
+    (re.compile(rb'"created_at":\d+'), b'"created_at":0'),
 )
 
 

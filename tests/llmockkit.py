@@ -1,4 +1,4 @@
-"""llmock, a real third-party OpenAI/Anthropic server, started on 127.0.0.1 for tests.
+"""llmock, a real third-party OpenAI/Anthropic/Gemini server, started on 127.0.0.1 for tests.
 
 llmock (PyPI, pinned in requirements-dev.lock) is not ours: it tells us whether parallax speaks
 the providers' wire formats as someone else wrote them, where tests/faultserver.py only checks
@@ -15,6 +15,7 @@ offered (`Match`), never on the prompt, so give each side of a run its own model
     server.script(tool_call("get_weather", {"city": "Paris"}, match=Match(model="cand")))
     server.script(stream_fault(StreamFault.TRUNCATE, after_chunks=2))
     exchange = server.post(Protocol.OPENAI, {"model": "cand", "stream": True, ...})
+    exchange = server.post(Protocol.GEMINI.path("cand", stream=True), {"contents": [...]})
     exchange.body        # every byte received, exactly; exchange.error: what httpx raised
 
 The JSON of each behaviour is llmock 0.2.2's (llmock/scenarios.py): `fail` (status 400-599,
@@ -50,15 +51,28 @@ START_ATTEMPTS = 3
 
 
 class Protocol(Enum):
-    """The two chat protocols parallax speaks, by llmock's path for each."""
+    """The protocols parallax speaks to a model, by llmock's path for each (Gemini's names
+    the model and the method: `path` fills it in)."""
 
     OPENAI = "/v1/chat/completions"
     ANTHROPIC = "/anthropic/v1/messages"
+    RESPONSES = "/v1/responses"
+    GEMINI = "/gemini/v1beta/models/{model}:{method}"
 
     @property
     def base_path(self) -> str:
         """What an endpoint's base_url adds to the origin (the adapter appends the rest)."""
-        return "/v1" if self is Protocol.OPENAI else "/anthropic"
+        return {
+            Protocol.OPENAI: "/v1",
+            Protocol.ANTHROPIC: "/anthropic",
+            Protocol.RESPONSES: "/v1",
+            Protocol.GEMINI: "/gemini/v1beta",
+        }[self]
+
+    def path(self, model: str = "", *, stream: bool = False) -> str:
+        """The path a request for `model` goes to (only Gemini's depends on them)."""
+        method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        return self.value.format(model=model, method=method)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -68,7 +82,17 @@ class Protocol(Enum):
     @property
     def kind(self) -> str:
         """The `kind` of a parallax endpoint that speaks this protocol."""
-        return "openai-chat" if self is Protocol.OPENAI else "anthropic-messages"
+        return {
+            Protocol.OPENAI: "openai-chat",
+            Protocol.ANTHROPIC: "anthropic-messages",
+            Protocol.RESPONSES: "openai-responses",
+            Protocol.GEMINI: "gemini",
+        }[self]
+
+    @property
+    def provider(self) -> str:
+        """llmock's name for the provider (a `Match` field): the Responses API is OpenAI's."""
+        return {Protocol.ANTHROPIC: "anthropic", Protocol.GEMINI: "gemini"}.get(self, "openai")
 
 
 class ToolMode(Enum):
@@ -122,7 +146,8 @@ class Flags:
 class Match:
     """Which requests a behaviour applies to; an unset field matches anything.
 
-    `path` and `model` take shell wildcards. `provider` is "openai" or "anthropic".
+    `path` and `model` take shell wildcards. `provider` is "openai", "anthropic" or "gemini"
+    (`Protocol.provider`).
     """
 
     provider: str | None = None
@@ -391,8 +416,9 @@ class LlmockServer:
         headers: Mapping[str, str] | None = None,
         read_timeout: float = 30.0,
     ) -> Exchange:
-        """One POST on a fresh connection, reading the reply raw to its end or its failure."""
-        path = protocol.value if isinstance(protocol, Protocol) else protocol
+        """One POST on a fresh connection, reading the reply raw to its end or its failure.
+        A protocol posts to its path (Gemini's: `Protocol.GEMINI.path(model)` as a string)."""
+        path = protocol.path() if isinstance(protocol, Protocol) else protocol
         sent = headers or (protocol.headers if isinstance(protocol, Protocol) else {})
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
         timeout = httpx.Timeout(connect=5.0, read=read_timeout, write=5.0, pool=5.0)

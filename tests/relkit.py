@@ -173,13 +173,18 @@ def endpoint_toml(
     max_bytes: int = 2048,
     key_env: str | None = None,
 ) -> str:
-    """One openai-chat endpoint table with short, explicit timeouts and fast retries."""
+    """One openai-chat endpoint table with short, explicit timeouts and fast retries.
+
+    Connecting to loopback and waiting for a pooled connection get 5 s: on two busy cores a
+    fault server streaming tens of MB to one call can leave another's connect waiting past a
+    second, which is the machine's speed, not a fault under test (the deadline still ends
+    every call)."""
     key = f'api_key_env = "{key_env}"\n' if key_env else ""
     return (
         f"[endpoints.{name}]\n"
         f'kind = "openai-chat"\nbase_url = "{url}"\nmodel = "{name}-model"\n'
         f"concurrency = {concurrency}\ndeadline = {deadline}\nmax_response_bytes = {max_bytes}\n"
-        f"timeout = {{ connect = 1.0, read = {read}, write = 1.0, pool = 2.0 }}\n"
+        f"timeout = {{ connect = 5.0, read = {read}, write = 1.0, pool = 5.0 }}\n"
         f"retry = {{ attempts = {attempts}, backoff_base = {backoff}, backoff_max = {backoff * 2}, "
         f"jitter = 0.5, retry_after_cap = 0.05 }}\n{key}"
     )

@@ -884,6 +884,17 @@ def test_params_refuse_the_keys_the_protocol_sets(tmp_path: Path, name: str) -> 
     assert err.reason.startswith("is set by parallax from ")
 
 
+def test_params_may_add_to_a_table_the_protocol_builds(tmp_path: Path) -> None:
+    """Gemini's `generationConfig` and the Responses API's `text` take keys of the user's
+    beside parallax's own (`params.generationConfig.temperature` is refused above)."""
+    lines = "params = { generationConfig = { topP = 0.5 }, text = { verbosity = 'low' } }\n"
+    loaded = load_config(_cand(tmp_path, lines))
+    assert loaded.shape("cand").params == {
+        "generationConfig": {"topP": 0.5},
+        "text": {"verbosity": "low"},
+    }
+
+
 @pytest.mark.parametrize(
     ("value", "key", "reason"),
     [

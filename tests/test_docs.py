@@ -9,6 +9,7 @@ generator skipped, or a page that lost its generated table, fails here by name.
 from __future__ import annotations
 
 import argparse
+import ast
 import html
 import re
 import subprocess
@@ -186,6 +187,20 @@ def test_the_changelog_is_included_not_copied(site: Path) -> None:
     assert (ROOT / "docs" / "changelog.md").read_text("utf-8").strip().startswith("--8<--")
     first = (ROOT / "CHANGELOG.md").read_text("utf-8").split("\n- ", 2)[1].split("`")[0]
     assert html.escape(first.strip(), quote=False) in (site / "changelog.html").read_text()
+
+
+def test_the_architecture_page_lists_every_module_with_its_docstring(site: Path) -> None:
+    """One line per module, taken from its docstring: a module added, moved or reworded shows
+    on the page at the next build, so the page cannot drift from the layout."""
+    text = page(site, "architecture")
+    for path in sorted((ROOT / "runner").rglob("*.py")):
+        if path.name in ("__init__.py", "__main__.py") or "__pycache__" in path.parts:
+            continue
+        first = (ast.get_docstring(ast.parse(path.read_text("utf-8"))) or "").split("\n")[0]
+        package = ".".join(path.parent.relative_to(ROOT).parts)
+        assert f"<code>{package}</code>" in text, package
+        assert f"<code>{path.stem}</code>" in text, path
+        assert html.unescape(first.split("`")[0]).strip()[:40] in html.unescape(text), path
 
 
 def test_the_readme_stays_short() -> None:

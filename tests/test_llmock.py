@@ -57,27 +57,74 @@ def _finished(protocol: Protocol, events: list[bytes]) -> bool:
     """Whether the stream carries the protocol's finish event."""
     if protocol is Protocol.ANTHROPIC:
         return any(_data(e) == b'{"type":"message_stop"}' for e in events)
+    if protocol is Protocol.RESPONSES:
+        return any(_data(e).startswith(b'{"type":"response.completed"') for e in events)
+    if protocol is Protocol.GEMINI:
+        return any(b'"finishReason":' in _data(e) for e in events)
     return any(_data(e) == b"[DONE]" for e in events)
 
 
+# what a tool reply's body says of its finish, per protocol
+CALL_FINISH = {
+    Protocol.OPENAI: b'"tool_calls"',
+    Protocol.ANTHROPIC: b'"stop_reason":"tool_use"',
+    Protocol.RESPONSES: b'"status":"completed"',
+    Protocol.GEMINI: b'"finishReason":"STOP"',
+}
+FINISH_MARKS = (b'"finish_reason":"', b'"stop_reason":"', b"response.completed", b"finishReason")
+
+
+def _probe(protocol: Protocol, *, stream: bool, tools: bool = False) -> Case:
+    return Case("probe", protocol, stream=stream, tools=tools)
+
+
 def _request(protocol: Protocol, *, stream: bool, tools: bool = False) -> dict[str, Any]:
-    return Case("probe", protocol, stream=stream, tools=tools).request()
+    return _probe(protocol, stream=stream, tools=tools).request()
+
+
+def _post(
+    server: LlmockServer, protocol: Protocol, *, stream: bool, tools: bool = False
+) -> Exchange:
+    """One probe request of that protocol, to its own path."""
+    probe = _probe(protocol, stream=stream, tools=tools)
+    return server.post(probe.path, probe.request(), headers=protocol.headers)
 
 
 def _tool_calls(protocol: Protocol, exchange: Exchange) -> list[tuple[str, str]]:
     """(name, arguments as sent) of every tool call in a reply, streamed or not."""
+    if protocol is Protocol.GEMINI:  # whole or streamed, a call comes whole in its part
+        docs = (
+            [json.loads(exchange.body)]
+            if exchange.headers["content-type"].startswith("application/json")
+            else [json.loads(_data(e)) for e in exchange.events()]
+        )
+        parts = [p for d in docs for p in d["candidates"][0]["content"]["parts"]]
+        calls = [p["functionCall"] for p in parts if "functionCall" in p]
+        return [(c["name"], json.dumps(c["args"])) for c in calls]
     if exchange.headers["content-type"].startswith("application/json"):
         doc = json.loads(exchange.body)
         if protocol is Protocol.OPENAI:
             calls = doc["choices"][0]["message"]["tool_calls"] or []
             return [(c["function"]["name"], c["function"]["arguments"]) for c in calls]
+        if protocol is Protocol.RESPONSES:
+            items = [i for i in doc["output"] if i["type"] == "function_call"]
+            return [(i["name"], i["arguments"]) for i in items]
         blocks = [b for b in doc["content"] if b["type"] == "tool_use"]
         return [(b["name"], json.dumps(b["input"])) for b in blocks]
     names: dict[int, str] = {}
     args: dict[int, str] = {}
     for event in exchange.events():
         data = json.loads(_data(event)) if _data(event) != b"[DONE]" else {}
-        if protocol is Protocol.OPENAI:
+        if protocol is Protocol.RESPONSES:
+            if (
+                data["type"] == "response.output_item.added"
+                and data["item"]["type"] == "function_call"
+            ):
+                names[data["output_index"]] = data["item"]["name"]
+                args[data["output_index"]] = ""
+            elif data["type"] == "response.function_call_arguments.delta":
+                args[data["output_index"]] += data["delta"]
+        elif protocol is Protocol.OPENAI:
             for choice in data.get("choices", []):
                 for call in choice["delta"].get("tool_calls", []):
                     if "id" in call:
@@ -130,13 +177,16 @@ def test_every_recorded_file_belongs_to_a_case() -> None:
 
 @pytest.mark.parametrize("protocol", Protocol)
 def test_replies_echo_the_requested_model(llmock: LlmockServer, protocol: Protocol) -> None:
-    """The `model` in a reply and in every streamed event is the one the request named."""
+    """The `model` in a reply and in every streamed event is the one the request named;
+    Gemini's `modelVersion` is the model in the path, in every streamed response but never
+    in a whole one (llmock's reply model leaves it out), which then names no served model."""
+    key = b'"modelVersion":"' if protocol is Protocol.GEMINI else b'"model":"'
+    named = key + MODELS[protocol].encode() + b'"'
     for stream in (False, True):
-        exchange = llmock.post(protocol, _request(protocol, stream=stream))
-        assert exchange.body.count(f'"model":"{MODELS[protocol]}"'.encode()) >= 1
-        assert b'"model":"' not in exchange.body.replace(
-            f'"model":"{MODELS[protocol]}"'.encode(), b""
-        )
+        exchange = _post(llmock, protocol, stream=stream)
+        whole_gemini = protocol is Protocol.GEMINI and not stream
+        assert (exchange.body.count(named) >= 1) is not whole_gemini
+        assert key not in exchange.body.replace(named, b"")
 
 
 @pytest.mark.parametrize("protocol", Protocol)
@@ -146,12 +196,12 @@ def test_truncate_ends_the_body_cleanly_without_the_finish_event(
     """`truncate` after 2 events is a clean end of the chunked body after exactly those 2
     events, with no finish reason, `[DONE]` or `message_stop`."""
     llmock.script(stream_fault(StreamFault.TRUNCATE, after_chunks=2))
-    exchange = llmock.post(protocol, _request(protocol, stream=True))
+    exchange = _post(llmock, protocol, stream=True)
     events = exchange.events()
     assert (exchange.status, exchange.error, len(events)) == (200, None, 2)
     assert exchange.body.endswith(b"\n\n")
     assert not _finished(protocol, events)
-    assert b'"finish_reason":"' not in exchange.body and b'"stop_reason":"' not in exchange.body
+    assert not any(mark in exchange.body for mark in FINISH_MARKS)
 
 
 @pytest.mark.parametrize("protocol", Protocol)
@@ -160,9 +210,9 @@ def test_disconnect_cuts_the_connection_after_whole_events(
 ) -> None:
     """`disconnect` after 2 events sends those 2 events whole, then closes the connection
     mid-body, so httpx raises a connection error."""
-    clean = llmock.post(protocol, _request(protocol, stream=True))
+    clean = _post(llmock, protocol, stream=True)
     llmock.script(stream_fault(StreamFault.DISCONNECT, after_chunks=2))
-    cut = llmock.post(protocol, _request(protocol, stream=True))
+    cut = _post(llmock, protocol, stream=True)
     assert cut.error_class in CUT, cut.error
     assert normalized(cut.body) == normalized(b"".join(e + b"\n\n" for e in clean.events()[:2]))
 
@@ -173,9 +223,9 @@ def test_malformed_corrupts_exactly_one_event_and_the_stream_goes_on(
 ) -> None:
     """`malformed` after 2 events cuts the JSON of event 2 (0-based) in half, keeps its framing,
     and leaves every other event, the finish event included, as in a clean stream."""
-    clean = [normalized(e) for e in llmock.post(protocol, _request(protocol, stream=True)).events()]
+    clean = [normalized(e) for e in _post(llmock, protocol, stream=True).events()]
     llmock.script(stream_fault(StreamFault.MALFORMED, after_chunks=2))
-    broken = llmock.post(protocol, _request(protocol, stream=True))
+    broken = _post(llmock, protocol, stream=True)
     events = [normalized(e) for e in broken.events()]
     assert (broken.error, len(events)) == (None, len(clean))
     differ = [i for i, (a, b) in enumerate(zip(clean, events, strict=True)) if a != b]
@@ -192,10 +242,10 @@ def test_stall_pauses_before_an_event_then_sends_the_whole_stream(
 ) -> None:
     """`stall` after 2 events holds event 2 back for stall_seconds, then sends the rest: the
     bytes are a clean stream's and llmock's journal says where it waited."""
-    clean = llmock.post(protocol, _request(protocol, stream=True))
+    clean = _post(llmock, protocol, stream=True)
     llmock.reset()
     llmock.script(stream_fault(StreamFault.STALL, after_chunks=2, stall_seconds=STALL_SECONDS))
-    stalled = llmock.post(protocol, _request(protocol, stream=True))
+    stalled = _post(llmock, protocol, stream=True)
     assert (stalled.error, normalized(stalled.body)) == (None, normalized(clean.body))
     # only lower bounds (asyncio may wake a millisecond early): event 2 cannot come sooner
     third = len(b"".join(e + b"\n\n" for e in stalled.events()[:3]))
@@ -217,12 +267,11 @@ def test_tool_mode_auto_calls_the_best_tool_with_schema_valid_arguments(
 ) -> None:
     """A request offering tools gets one call to the tool whose name matches the prompt, with
     arguments that validate against that tool's JSON Schema, and a tool-call finish reason."""
-    exchange = llmock.post(protocol, _request(protocol, stream=stream, tools=True))
+    exchange = _post(llmock, protocol, stream=stream, tools=True)
     [(name, arguments)] = _tool_calls(protocol, exchange)
     assert name == WEATHER["name"]
     jsonschema.validate(json.loads(arguments), WEATHER["parameters"])
-    finish = b'"tool_calls"' if protocol is Protocol.OPENAI else b'"stop_reason":"tool_use"'
-    assert finish in exchange.body
+    assert CALL_FINISH[protocol] in exchange.body
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
@@ -230,13 +279,14 @@ def test_tool_mode_auto_calls_the_best_tool_with_schema_valid_arguments(
 def test_malformed_arguments_are_cut_json_but_anthropic_json_replies_send_empty_input(
     llmock: LlmockServer, protocol: Protocol, stream: bool
 ) -> None:
-    """`malformed_arguments` cuts the call's JSON arguments in half, except in a non-streamed
-    Anthropic reply, whose `input` must be an object and becomes `{}`."""
+    """`malformed_arguments` cuts the call's JSON arguments in half, except where the wire
+    carries them as an object (a non-streamed Anthropic reply's `input`, Gemini's `args`,
+    streamed or not): there they become `{}`."""
     llmock.script(break_tool_call(ToolFault.MALFORMED_ARGUMENTS))
-    exchange = llmock.post(protocol, _request(protocol, stream=stream, tools=True))
+    exchange = _post(llmock, protocol, stream=stream, tools=True)
     [(name, arguments)] = _tool_calls(protocol, exchange)
     assert name == WEATHER["name"]
-    if protocol is Protocol.ANTHROPIC and not stream:
+    if (protocol is Protocol.ANTHROPIC and not stream) or protocol is Protocol.GEMINI:
         assert arguments == "{}"
     else:
         with pytest.raises(json.JSONDecodeError):
@@ -247,7 +297,7 @@ def test_malformed_arguments_are_cut_json_but_anthropic_json_replies_send_empty_
 def test_unknown_tool_renames_the_call(llmock: LlmockServer, protocol: Protocol) -> None:
     """`unknown_tool` keeps the generated arguments and names the call llmock_unknown_tool."""
     llmock.script(break_tool_call(ToolFault.UNKNOWN_TOOL))
-    exchange = llmock.post(protocol, _request(protocol, stream=True, tools=True))
+    exchange = _post(llmock, protocol, stream=True, tools=True)
     [(name, arguments)] = _tool_calls(protocol, exchange)
     assert name == UNKNOWN_TOOL_NAME
     jsonschema.validate(json.loads(arguments), WEATHER["parameters"])
@@ -295,9 +345,9 @@ def test_delay_and_slow_first_token_hold_the_reply_back_without_changing_it(
         (delay(STALL_SECONDS), False),
         (slow_first_token(STALL_SECONDS), True),
     ):
-        clean = llmock.post(protocol, _request(protocol, stream=stream))
+        clean = _post(llmock, protocol, stream=stream)
         llmock.script(behavior)
-        held = llmock.post(protocol, _request(protocol, stream=stream))
+        held = _post(llmock, protocol, stream=stream)
         assert normalized(held.body) == normalized(clean.body)
         assert held.reads[0][0] >= 0.9 * STALL_SECONDS  # a lower bound only
 

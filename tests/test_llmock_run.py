@@ -40,9 +40,24 @@ from relkit import RUN_TIMEOUT, run_parallax
 
 from runner.history import run_dirs
 
-PREFIX = {Protocol.OPENAI: "oa", Protocol.ANTHROPIC: "an"}
-TOOL_FINISH = {Protocol.OPENAI: "tool_calls", Protocol.ANTHROPIC: "tool_use"}
-TEXT_FINISH = {Protocol.OPENAI: "stop", Protocol.ANTHROPIC: "end_turn"}
+PREFIX = {
+    Protocol.OPENAI: "oa",
+    Protocol.ANTHROPIC: "an",
+    Protocol.RESPONSES: "rs",
+    Protocol.GEMINI: "gm",
+}
+TOOL_FINISH = {
+    Protocol.OPENAI: "tool_calls",
+    Protocol.ANTHROPIC: "tool_use",
+    Protocol.RESPONSES: "completed",
+    Protocol.GEMINI: "STOP",
+}
+TEXT_FINISH = {
+    Protocol.OPENAI: "stop",
+    Protocol.ANTHROPIC: "end_turn",
+    Protocol.RESPONSES: "completed",
+    Protocol.GEMINI: "STOP",
+}
 STALL_SECONDS = 4.0  # far longer than the stalled side's read timeout
 STALL_READ_TIMEOUT = 1.0
 
@@ -106,6 +121,20 @@ WEATHER_PARIS = _row(
     tools="tools.json",
     expect={"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
 )
+# the same call by matchers: a city like Paris, a unit from a list
+WEATHER_LIKE_PARIS = _row(
+    "weather-like-paris",
+    prompt=PROMPT,
+    tools="tools.json",
+    expect={
+        "tool_calls": [
+            {
+                "name": "get_weather",
+                "arguments": {"city": {"$regex": "^Par"}, "unit": {"$one_of": ["celsius", "k"]}},
+            }
+        ]
+    },
+)
 HELLO = _row("hello", prompt="Say hello.", expect={"must_include": ["Hello"]})
 
 
@@ -137,8 +166,9 @@ OK = Expected()
 CALLED = Expected(tool_calls=("get_weather",), finish="tool")
 LOST = Expected(transport="connection_lost", schema="skipped", finish=None, broken_at=2)
 # the event llmock streams its first token in: after OpenAI's role chunk, after Anthropic's
-# message_start, empty text block and ping
-FIRST_TOKEN = {Protocol.OPENAI: 1, Protocol.ANTHROPIC: 3}
+# message_start, empty text block and ping, after the Responses API's created, in_progress,
+# added item and content part; Gemini's first response carries it
+FIRST_TOKEN = {Protocol.OPENAI: 1, Protocol.ANTHROPIC: 3, Protocol.RESPONSES: 4, Protocol.GEMINI: 0}
 
 
 @dataclass(frozen=True)
@@ -155,40 +185,51 @@ class Suite:
     streamed: bool = False
 
 
-def _suites() -> list[Suite]:
+def _malformed_args(protocol: Protocol) -> Expected:
+    """The candidate whose calls llmock breaks: cut JSON fails the schema, the called tool and
+    finish kept; Gemini's `args` are an object llmock sends as {}, a call that then misses
+    the tool's required argument."""
+    if protocol is Protocol.GEMINI:
+        return Expected(
+            misses=("tool_args_schema:get_weather:$",), tool_calls=("get_weather",), finish="tool"
+        )
+    return Expected(
+        schema="fail", detail="tool_args_not_json", tool_calls=("get_weather",), finish="tool"
+    )
+
+
+def _suites(protocol: Protocol) -> list[Suite]:
     """The suites of each protocol's run."""
+    # llmock's echo repeats a conversation's text parts but not Gemini's functionResponse
+    # parts, so there the reply cannot show the tool's result (the test sees it was sent)
+    answered = Expected(misses=(f"missing:{TOOL_RESULT}",)) if protocol is Protocol.GEMINI else OK
+    auto = {"weather-call": CALLED, "no-tool": OK, "weather-json": OK, "answered": answered}
     return [
         Suite(
             "auto",
             (WEATHER_CALL, NO_TOOL, WEATHER_JSON, ANSWERED),
-            reference={"weather-call": CALLED, "no-tool": OK, "weather-json": OK, "answered": OK},
-            candidate={"weather-call": CALLED, "no-tool": OK, "weather-json": OK, "answered": OK},
+            reference=auto,
+            candidate=auto,
         ),
         Suite(
             "exact",
-            (WEATHER_PARIS,),
+            (WEATHER_PARIS, WEATHER_LIKE_PARIS),
             reference={
-                "weather-paris": Expected(
+                name: Expected(
                     misses=("tool_arg_mismatch:get_weather.city",),
                     tool_calls=("get_weather",),
                     finish="tool",
                 )
+                for name in ("weather-paris", "weather-like-paris")
             },
-            candidate={"weather-paris": CALLED},
+            candidate={"weather-paris": CALLED, "weather-like-paris": CALLED},
             behaviour=(tool_call("get_weather", SCRIPTED_ARGS, times=None),),
         ),
         Suite(
             "malformed-args",
             (WEATHER_CALL,),
             reference={"weather-call": CALLED},
-            candidate={
-                "weather-call": Expected(  # the called tool and finish are kept, ungraded
-                    schema="fail",
-                    detail="tool_args_not_json",
-                    tool_calls=("get_weather",),
-                    finish="tool",
-                )
-            },
+            candidate={"weather-call": _malformed_args(protocol)},
             behaviour=(break_tool_call(ToolFault.MALFORMED_ARGUMENTS, times=None),),
             streamed=True,
         ),
@@ -262,7 +303,7 @@ def _suites() -> list[Suite]:
 def write_project(root: Path, server: LlmockServer, protocol: Protocol) -> list[Suite]:
     """The config, fixtures and tools file of one protocol's run; scripts the candidates."""
     prefix = PREFIX[protocol]
-    suites = _suites()
+    suites = _suites(protocol)
     tools = [{"type": "function", "function": tool} for tool in TOOLS]
     (root / "tools.json").write_text(json.dumps(tools, indent=2), encoding="utf-8")
     reference = f"{prefix}-ref"
@@ -343,6 +384,8 @@ def test_a_live_run_against_llmock_stamps_every_tool_and_stream_case_and_replays
         assert set(rows) == {(c["id"], s) for c in suite.cases for s in ("reference", "candidate")}
 
     served = len(llmock.requests())
+    # every protocol sent the conversation's tool result, in its own shape
+    assert any(TOOL_RESULT in json.dumps(r["body"]) for r in llmock.requests())
     for suite in suites:
         source = only_run_dir(tmp_path, suite.name)
         replay = run_parallax("replay", source, cwd=tmp_path)

@@ -1,7 +1,8 @@
 """Live calls through `HttpEndpoint.call` and `stamp`, against a real third-party server
-(llmock, tests/llmockkit.py) and our own fault server for what llmock cannot do: both
-protocols, tools, structured output and every stream fault, each stamped as DESIGN says, and
-each replayed from its stored exchange to the identical outcome row."""
+(llmock, tests/llmockkit.py) and our own fault server for what llmock cannot do: every
+protocol (chat completions, Anthropic messages, the Responses API, Gemini), tools,
+structured output and every stream fault, each stamped as DESIGN says, and each replayed from
+its stored exchange to the identical outcome row."""
 
 from __future__ import annotations
 
@@ -32,14 +33,24 @@ from runner.protocols import read
 from runner.request.shape import Shape
 from runner.stamps import stamp
 
-FINISH = {Protocol.OPENAI: ("stop", "tool_calls"), Protocol.ANTHROPIC: ("end_turn", "tool_use")}
+FINISH = {
+    Protocol.OPENAI: ("stop", "tool_calls"),
+    Protocol.ANTHROPIC: ("end_turn", "tool_use"),
+    Protocol.RESPONSES: ("completed", "completed"),
+    Protocol.GEMINI: ("STOP", "STOP"),
+}
 NONE = GraderSet.empty()
 ONCE = RetryPolicy(attempts=1)
 TWICE = RetryPolicy(attempts=2, backoff_base=0.01, backoff_max=0.02, jitter=0.0)
 SHA = "7" * 16
 TOOLS = ({"type": "function", "function": WEATHER},)
 STREAMS = pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
-PROTOCOLS = pytest.mark.parametrize("protocol", list(Protocol), ids=["openai", "anthropic"])
+PROTOCOLS = pytest.mark.parametrize("protocol", list(Protocol), ids=lambda p: p.kind)
+
+
+def served(protocol: Protocol, *, stream: bool) -> str | None:
+    """The served model llmock names: Gemini's whole replies carry no modelVersion."""
+    return None if protocol is Protocol.GEMINI and not stream else "cand-live"
 
 
 def case(**over: Any) -> Case:
@@ -70,6 +81,7 @@ async def call(
         base_url=base_url,
         model="cand-live",
         max_tokens=64,
+        stream=stream,
         timeout=Timeouts(connect=5, read=read_timeout, write=5, pool=5),
         deadline=deadline,
         retry=retry,
@@ -120,7 +132,10 @@ async def test_a_text_reply_is_ok_with_its_finish_reason(
     exchange = await call(llmock.base_url(protocol), protocol.kind, the_case, stream=stream)
     row = graded(exchange, the_case)
     assert (row.transport, row.schema, row.tool_calls) == ("ok", "ok", ())
-    assert (row.response_model, row.finish_reason) == ("cand-live", FINISH[protocol][0])
+    assert (row.response_model, row.finish_reason) == (
+        served(protocol, stream=stream),
+        FINISH[protocol][0],
+    )
     assert reply_of(exchange, the_case).text.strip()
     assert exchange.stream is stream
     if stream:
@@ -148,7 +163,7 @@ async def test_offered_tools_get_a_call_whose_arguments_parse(
     )
     (called,) = reply_of(exchange, the_case).tool_calls
     assert isinstance(called.arguments["city"], str)
-    assert called.id
+    assert bool(called.id) is (protocol is not Protocol.GEMINI)  # Gemini's calls have none
 
 
 @STREAMS
@@ -166,8 +181,16 @@ async def test_a_scripted_call_arrives_exactly(
     calls = reply_of(exchange, the_case).tool_calls
     assert [(c.name, c.arguments) for c in calls] == [("get_weather", {"city": "Oslo", "days": 3})]
     (sent,) = llmock.requests()
-    expected = choice if protocol is Protocol.OPENAI else {"type": "tool", "name": "get_weather"}
-    assert sent["body"]["tool_choice"] == expected
+    expected = {
+        Protocol.OPENAI: ("tool_choice", choice),
+        Protocol.ANTHROPIC: ("tool_choice", {"type": "tool", "name": "get_weather"}),
+        Protocol.RESPONSES: ("tool_choice", {"type": "function", "name": "get_weather"}),
+        Protocol.GEMINI: (
+            "toolConfig",
+            {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}},
+        ),
+    }[protocol]
+    assert sent["body"][expected[0]] == expected[1]
 
 
 @STREAMS
@@ -176,15 +199,16 @@ async def test_malformed_arguments_are_tool_args_not_json(
     llmock: LlmockServer, protocol: Protocol, stream: bool
 ) -> None:
     """Arguments cut in half fail the schema with tool_args_not_json, the call's name kept;
-    a non-streamed Anthropic reply cannot carry cut JSON (its `input` is an object), so
-    llmock sends `input: {}`, a valid call with no arguments."""
+    a non-streamed Anthropic reply and Gemini's calls cannot carry cut JSON (their `input` and
+    `args` are objects), so llmock sends `{}`, a valid call with no arguments (our fault
+    server sends Gemini args that are no object: tool_args_not_json there)."""
     llmock.script(break_tool_call(ToolFault.MALFORMED_ARGUMENTS))
     the_case = case(tools=TOOLS)
     exchange = await call(llmock.base_url(protocol), protocol.kind, the_case, stream=stream)
     row = graded(exchange, the_case)
     assert row.transport == "ok"
     assert row.tool_calls == ("get_weather",)
-    if protocol is Protocol.ANTHROPIC and not stream:
+    if (protocol is Protocol.ANTHROPIC and not stream) or protocol is Protocol.GEMINI:
         assert row.schema == "ok"
         assert [c.arguments for c in reply_of(exchange, the_case).tool_calls] == [{}]
     else:
@@ -223,8 +247,15 @@ async def test_structured_output_is_a_json_answer(
 
 
 # the events llmock streams before its first token: OpenAI's role chunk (with an empty
-# content), Anthropic's message_start, empty text block and ping
-BEFORE_TOKEN = {Protocol.OPENAI: 1, Protocol.ANTHROPIC: 3}
+# content), Anthropic's message_start, empty text block and ping, the Responses API's
+# response.created, response.in_progress, added item and content part; Gemini's first
+# response carries its first token
+BEFORE_TOKEN = {
+    Protocol.OPENAI: 1,
+    Protocol.ANTHROPIC: 3,
+    Protocol.RESPONSES: 4,
+    Protocol.GEMINI: 0,
+}
 
 
 @PROTOCOLS
@@ -286,8 +317,9 @@ async def test_a_disconnected_stream_is_connection_lost_and_retried(
     assert [t for t, _ in attempts(exchange)] == ["connection_lost"] * 2
     row = graded(exchange, case())
     assert (row.transport, row.schema, row.task_score) == ("connection_lost", "skipped", None)
-    # cut at event 2: after OpenAI's first token, before Anthropic's (its time is kept)
-    assert (row.ttft_ms is not None) == (protocol is Protocol.OPENAI)
+    # cut at event 2: after OpenAI's and Gemini's first token (its time is kept), before
+    # Anthropic's and the Responses API's
+    assert (row.ttft_ms is not None) == (BEFORE_TOKEN[protocol] < 2)
 
 
 @PROTOCOLS
@@ -337,14 +369,16 @@ async def test_a_stall_past_the_read_timeout_is_a_timeout(
     assert attempts(exchange) == [("timeout", "ReadTimeout")] * 2
     row = graded(exchange, case())
     assert (row.transport, row.schema, row.task_score) == ("timeout", "skipped", None)
-    assert (row.ttft_ms is not None) == (protocol is Protocol.OPENAI)  # as for a disconnect
+    assert (row.ttft_ms is not None) == (BEFORE_TOKEN[protocol] < 2)  # as for a disconnect
 
 
 # --- what llmock cannot do: our fault server ------------------------------------------------
 
 
 def fault_url(server: FaultServer, mode: str, protocol: Protocol) -> str:
-    return server.url(mode, suffix="/v1" if protocol is Protocol.OPENAI else "")
+    return server.url(
+        mode, suffix="/v1" if protocol in (Protocol.OPENAI, Protocol.RESPONSES) else ""
+    )
 
 
 @PROTOCOLS
@@ -392,3 +426,36 @@ async def test_an_error_event_in_a_stream_is_an_http_error_retried_like_a_5xx(
     row = graded(healed, case())
     assert (row.schema, row.finish_reason) == ("ok", FINISH[protocol][0])
     assert reply_of(healed, case()).text == "echo: What is the weather in Paris?"
+
+
+@PROTOCOLS
+async def test_arguments_that_are_no_json_object_are_tool_args_not_json(
+    fault_server: FaultServer, protocol: Protocol
+) -> None:
+    """What llmock cannot send for Gemini (its `args` are always an object): a call whose
+    arguments are a list, or JSON cut short, fails the schema, the call's name kept."""
+    the_case = case(tools=TOOLS)
+    exchange = await call(
+        fault_url(fault_server, "badargs", protocol), protocol.kind, the_case, stream=False
+    )
+    row = graded(exchange, the_case)
+    assert (row.transport, row.schema, row.detail) == ("ok", "fail", "tool_args_not_json")
+    assert row.tool_calls == ("get_weather",)
+
+
+async def test_a_failed_response_event_is_an_http_error_retried_like_a_5xx(
+    fault_server: FaultServer,
+) -> None:
+    """The Responses API's response.failed after a first piece is the server's error, named
+    by its error code, as an `error` event is (`sseerror` above)."""
+    protocol = Protocol.RESPONSES
+    broken = await call(
+        fault_url(fault_server, "ssefailed", protocol),
+        protocol.kind,
+        case(),
+        stream=True,
+        retry=TWICE,
+    )
+    assert attempts(broken) == [("http_error", "stream_error:server_error")] * 2
+    assert broken.ttft_ms is not None  # its first piece came before the failure
+    assert graded(broken, case()).transport == "http_error"

@@ -10,17 +10,23 @@ from typing import Any
 import pytest
 
 from runner.model import Reply
-from runner.protocols import anthropic_messages, openai_chat
+from runner.protocols import anthropic_messages, gemini, openai_chat, openai_responses
 from runner.protocols.message import Message, StreamStatus, graded
 
 DATA = Path(__file__).parent / "data" / "llmock"
 INDEX: dict[str, dict[str, Any]] = json.loads((DATA / "index.json").read_text())["cases"]
 UNKNOWN_TOOL = "llmock_unknown_tool"
-FINISH = {"openai": ("stop", "tool_calls"), "anthropic": ("end_turn", "tool_use")}
+# each recording's prefix: its reader, and the finish reasons of a text and a tool reply
+PROTOCOLS: dict[str, tuple[Any, tuple[str, str]]] = {
+    "openai": (openai_chat, ("stop", "tool_calls")),
+    "anthropic": (anthropic_messages, ("end_turn", "tool_use")),
+    "responses": (openai_responses, ("completed", "completed")),
+    "gemini": (gemini, ("STOP", "STOP")),
+}
 
 
 def protocol(name: str) -> Any:
-    return openai_chat if name.startswith("openai-") else anthropic_messages
+    return PROTOCOLS[name.partition("-")[0]][0]
 
 
 def fault(case: dict[str, Any], kind: str) -> str | None:
@@ -33,24 +39,46 @@ def scripted_calls(case: dict[str, Any]) -> list[tuple[str, Any]] | None:
     return None if reply is None else [(c["name"], c["arguments"]) for c in reply["tool_calls"]]
 
 
+def asked_format(case: dict[str, Any]) -> dict[str, Any] | None:
+    """The structured output the request asked for, in chat's terms (type json_schema or
+    json_object), whichever protocol asked."""
+    request = case["request"]
+    if "generationConfig" in request:
+        config = request["generationConfig"]
+        if "responseMimeType" not in config:
+            return None
+        return {"type": "json_schema" if "responseSchema" in config else "json_object"}
+    asked = request.get("response_format") or request.get("output_format")
+    return asked or request.get("text", {}).get("format")
+
+
 def expects_json(case: dict[str, Any]) -> bool:
-    return "response_format" in case["request"] or "output_format" in case["request"]
+    return asked_format(case) is not None
+
+
+def answered(request: dict[str, Any]) -> bool:
+    """Whether the conversation's last turn is already a tool's result."""
+    if "contents" in request:
+        return "functionResponse" in request["contents"][-1]["parts"][0]
+    if "input" in request:
+        return request["input"][-1].get("type") == "function_call_output"
+    last = request["messages"][-1]
+    return last["role"] == "tool" or (
+        isinstance(last["content"], list) and last["content"][0].get("type") == "tool_result"
+    )
 
 
 def generates_a_call(case: dict[str, Any]) -> bool:
     """tool_mode auto answers a request offering tools with a call, unless tool_choice is
     none or the last turn is already a tool's result."""
     request = case["request"]
-    choice = request.get("tool_choice")
-    last = request["messages"][-1]
-    answered = last["role"] == "tool" or (
-        isinstance(last["content"], list) and last["content"][0].get("type") == "tool_result"
-    )
+    choice = request.get("tool_choice") or request.get("toolConfig")
+    none = ("none", {"type": "none"}, {"functionCallingConfig": {"mode": "NONE"}})
     return (
         "tools" in request
         and case["flags"]["tool_mode"] == "auto"
-        and choice not in ("none", {"type": "none"})
-        and not answered
+        and choice not in none
+        and not answered(request)
     )
 
 
@@ -98,16 +126,22 @@ def test_each_recorded_reply_folds_to_what_llmock_was_asked_for(name: str) -> No
         assert status is StreamStatus.MALFORMED
         return
     assert status in (None, StreamStatus.FINISHED)  # a stall changes no byte
-    assert message.response_model == case["request"]["model"]
+    prefix = name.partition("-")[0]
+    if prefix == "gemini":  # the model is in the path; llmock's whole replies omit modelVersion
+        assert message.response_model == (None if status is None else "gemini-ref")
+    else:
+        assert message.response_model == case["request"]["model"]
     result = graded(message, expects_json=expects_json(case))
     tool_fault = fault(case, "tool_fault")
-    if tool_fault == "malformed_arguments" and (status is not None or name.startswith("openai")):
+    # an object on the wire (Anthropic's `input` sent whole, Gemini's `args`) cannot be cut
+    whole_object = prefix == "gemini" or (prefix == "anthropic" and status is None)
+    if tool_fault == "malformed_arguments" and not whole_object:
         assert result == "tool_args_not_json"
         return
     assert isinstance(result, Reply), result
     calls = [(c.name, c.arguments) for c in result.tool_calls]
-    text_finish, call_finish = FINISH[name.partition("-")[0]]
-    if tool_fault == "malformed_arguments":  # non-streamed Anthropic: `input` must be an object
+    text_finish, call_finish = PROTOCOLS[prefix][1]
+    if tool_fault == "malformed_arguments":  # llmock sends the broken call's args as {}
         assert calls == [("get_weather", {})]
     elif tool_fault == "unknown_tool":
         assert [n for n, _ in calls] == [UNKNOWN_TOOL]
@@ -123,10 +157,11 @@ def test_each_recorded_reply_folds_to_what_llmock_was_asked_for(name: str) -> No
         assert result.finish_reason == text_finish
     if calls:
         assert result.finish_reason == call_finish
-        assert all(c.id for c in result.tool_calls)
+        assert all(c.id for c in result.tool_calls) == (prefix != "gemini")  # Gemini sends none
     if expects_json(case):
         assert isinstance(result.answer, dict)
-        asked = case["request"].get("response_format") or case["request"]["output_format"]
+        asked = asked_format(case)
+        assert asked is not None
         if asked["type"] == "json_schema":  # the answer holds what the schema requires
             assert {"city", "temperature_c", "conditions", "alerts"} <= set(result.answer)
     if case["request"].get("stream_options", {}).get("include_usage"):

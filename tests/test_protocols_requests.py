@@ -120,6 +120,11 @@ class Sent:
 def reply_for(request: httpx.Request) -> httpx.Response:
     if request.url.path.endswith("/v1/messages"):
         doc: dict[str, Any] = {"content": [{"type": "text", "text": "ok"}], "model": "m"}
+    elif request.url.path.endswith("/responses"):
+        item = {"type": "message", "content": [{"type": "output_text", "text": "ok"}]}
+        doc = {"output": [item], "model": "m", "status": "completed"}
+    elif "GenerateContent" in request.url.path:
+        doc = {"candidates": [{"content": {"parts": [{"text": "ok"}]}}], "modelVersion": "m"}
     else:
         doc = {"choices": [{"message": {"role": "assistant", "content": "ok"}}], "model": "m"}
     return httpx.Response(200, json=doc)

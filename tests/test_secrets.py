@@ -83,6 +83,49 @@ def test_a_key_echoed_back_by_the_server_never_reaches_a_file_or_a_log(
 
 
 @pytest.mark.slow
+def test_a_gemini_or_responses_key_echoed_back_never_reaches_a_file_or_a_log(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Gemini takes its key in x-goog-api-key, never in the URL, and the Responses API as a
+    bearer token: an upstream that echoes every request header into its reply, whole or
+    streamed, leaks neither key to runs/."""
+    write_cases(tmp_path, 3)
+    endpoints = ""
+    for side, kind, mode, suffix in (
+        ("ref", "gemini", "echo", ""),
+        ("cand", "openai-responses", "echo:sse", "/v1"),
+    ):
+        table = endpoint_toml(side, fault_server.url(mode, side, suffix=suffix), key_env="PK")
+        endpoints += table.replace('kind = "openai-chat"', f'kind = "{kind}"')
+        endpoints = endpoints.replace("max_response_bytes = 2048", "max_response_bytes = 65536")
+    endpoints += "stream = true\n"
+    config = write_config(tmp_path, endpoints, suite_toml("s"))
+    done = subprocess.run(
+        [*PARALLAX, "run", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PK": KEY},
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    received = fault_server.received()
+    gemini = [r for r in received if ":generateContent" in r.path]
+    assert gemini and {r.headers["x-goog-api-key"] for r in gemini} == {KEY}
+    assert all(KEY not in r.path for r in received)
+    responses = [r for r in received if r.path.endswith("/responses")]
+    assert responses and {r.headers["authorization"] for r in responses} == {f"Bearer {KEY}"}
+    run_dir = next((tmp_path / "runs" / "s").glob("2*"))
+    raw = (run_dir / "raw.jsonl").read_text()
+    assert "x-goog-api-key: ***" in raw and "authorization: Bearer ***" in raw
+    files = [p for p in (tmp_path / "runs").rglob("*") if p.is_file()]
+    assert not [p for p in files if KEY.encode() in p.read_bytes()]
+    assert KEY not in done.stdout + done.stderr
+    record("secrets", files_checked=len(files))
+
+
+@pytest.mark.slow
 def test_a_key_put_into_a_header_name_is_masked_whatever_its_case(
     tmp_path: Path, fault_server: FaultServer
 ) -> None:

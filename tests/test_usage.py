@@ -43,6 +43,44 @@ def test_openai_and_anthropic_usage_normalise_to_prompt_completion_and_cached() 
     assert tokens_of({"input_tokens": 7, "output_tokens": 3}) == Tokens(7, 3, 0)
 
 
+def test_responses_and_gemini_usage_normalise_to_prompt_completion_and_cached() -> None:
+    """The Responses API counts cached tokens inside input_tokens, as chat does; Gemini
+    counts its cached content inside the prompt and bills thoughts as output, and a count it
+    leaves out (its JSON omits zeros) is 0."""
+    responses = {
+        "input_tokens": 120,
+        "input_tokens_details": {"cached_tokens": 100},
+        "output_tokens": 30,
+        "output_tokens_details": {"reasoning_tokens": 10},
+        "total_tokens": 150,
+    }
+    assert tokens_of(responses) == Tokens(120, 30, 100)
+    gemini = {
+        "promptTokenCount": 110,
+        "toolUsePromptTokenCount": 10,
+        "candidatesTokenCount": 20,
+        "thoughtsTokenCount": 10,
+        "cachedContentTokenCount": 100,
+        "totalTokenCount": 150,
+    }
+    assert tokens_of(gemini) == Tokens(120, 30, 100)
+    assert tokens_of({"promptTokenCount": 7}) == Tokens(7, 0, 0)
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"promptTokenCount": "7"},
+        {"promptTokenCount": 7, "candidatesTokenCount": -1},
+        {"promptTokenCount": 7, "cachedContentTokenCount": 10**12},
+        {"input_tokens": 7, "output_tokens": 3, "input_tokens_details": {"cached_tokens": 10**12}},
+        {"input_tokens_details": {"cached_tokens": 1}},
+    ],
+)
+def test_responses_and_gemini_counts_that_are_no_counts_are_no_usage(usage: Any) -> None:
+    assert tokens_of(usage) is None
+
+
 @pytest.mark.parametrize(
     "usage",
     [None, {}, {"prompt_tokens": 5}, {"input_tokens": "5", "output_tokens": 1}, {"x": 1}],

@@ -17,12 +17,14 @@ keys) are found by name among runner's modules (`_find`), not by a path.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import pkgutil
 import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import annotated_types
@@ -329,6 +331,55 @@ def _split(fields: str) -> list[str]:
     return [*parts, current.strip()] if current.strip() else parts
 
 
+# --- modules --------------------------------------------------------------------------------------
+
+
+def _summary(path: Path) -> str:
+    """A module's docstring up to its first blank line: the sentence that says why it exists.
+    Read with `ast`, not imported, so a page lists a module whatever it would do on import."""
+    doc = ast.get_docstring(ast.parse(path.read_text("utf-8"))) or ""
+    return doc.split("\n\n", 1)[0]
+
+
+def _modules() -> str:
+    """One table per package, in the order a run flows through them (`_STAGES`); a package
+    the list does not name still gets its table, last, so a new one is never left out."""
+    root = Path(runner.__path__[0])
+    packages = sorted(
+        (p.parent for p in root.rglob("__init__.py") if "__pycache__" not in p.parts),
+        key=lambda p: (_STAGES.index(p.name) if p.name in _STAGES else len(_STAGES), p.name),
+    )
+    parts = []
+    for package in packages:
+        name = ".".join(package.relative_to(root.parent).parts)
+        parts.append(f"### `{name}`\n\n{_summary(package / '__init__.py')}\n\n")
+        rows = [
+            (f"`{path.stem}`", _summary(path))
+            for path in sorted(package.glob("*.py"))
+            if path.name not in ("__init__.py", "__main__.py")
+        ]
+        parts.append(_rows(("module", "why it exists"), rows) + "\n")
+    return "".join(parts)
+
+
+# the packages in the order a run flows through them; runner itself (the CLI, config and the
+# top-level stages) first
+_STAGES = (
+    "runner",
+    "fixtures",
+    "request",
+    "runs",
+    "client",
+    "protocols",
+    "recorded",
+    "grading",
+    "cost",
+    "reports",
+    "scheduler",
+    "importers",
+)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "config": _config,
     "row-keys": _row_keys,
@@ -338,4 +389,5 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "cli": _cli,
     "exit-codes": _exit_codes,
     "events": _events,
+    "modules": _modules,
 }

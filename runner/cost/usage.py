@@ -7,9 +7,13 @@ ints (the latencies of admitted calls and the time to first token of admitted st
 percentiles need the values, and four bytes a call keep a 20,000-case run small.
 
 Tokens are normalised to one shape whatever the protocol: OpenAI's `prompt_tokens`,
-`completion_tokens` and `prompt_tokens_details.cached_tokens`; Anthropic's `input_tokens`
-and `output_tokens`, with its cache reads (`cache_read_input_tokens`) and writes counted in
-the prompt as OpenAI counts them, the reads as cached. A call whose usage is missing or not
+`completion_tokens` and `prompt_tokens_details.cached_tokens`; the Responses API's
+`input_tokens`, `output_tokens` and `input_tokens_details.cached_tokens` alike; Anthropic's
+`input_tokens` and `output_tokens`, with its cache reads (`cache_read_input_tokens`) and
+writes counted in the prompt as OpenAI counts them, the reads as cached; Gemini's
+`usageMetadata` (`promptTokenCount` with `toolUsePromptTokenCount`, `candidatesTokenCount`
+with the thinking it bills as output, `thoughtsTokenCount`, and `cachedContentTokenCount`;
+a count Gemini leaves out is 0, as its JSON omits zeros). A call whose usage is missing or not
 numbers (a timeout, a reply without it) is counted apart: its cost is unknown, never zero. So
 is one whose counts are past any call's (`MAX_TOKENS`): a reply that claims a 401-digit prompt
 would otherwise price past what a float holds, and stop the run on every resume and replay.
@@ -83,12 +87,36 @@ def tokens_of(usage: Mapping[str, Any] | None) -> Tokens | None:
         if prompt is None or completion is None or _past(cached):
             return None
         return Tokens(prompt, completion, min(_count(cached) or 0, prompt))
+    if "promptTokenCount" in usage:  # Gemini's usageMetadata
+        return _gemini(usage)
     prompt, completion = _count(usage.get("input_tokens")), _count(usage.get("output_tokens"))
+    details = usage.get("input_tokens_details")
+    if isinstance(details, Mapping):  # the Responses API's: cached tokens are in the input
+        cached = details.get("cached_tokens")
+        if prompt is None or completion is None or _past(cached):
+            return None
+        return Tokens(prompt, completion, min(_count(cached) or 0, prompt))
     read, written = usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens")
     if prompt is None or completion is None or _past(read) or _past(written):
         return None
     read, written = _count(read) or 0, _count(written) or 0
     return Tokens(prompt + read + written, completion, read)
+
+
+_GEMINI_COUNTS = (
+    *("promptTokenCount", "toolUsePromptTokenCount", "candidatesTokenCount"),
+    *("thoughtsTokenCount", "cachedContentTokenCount"),
+)
+
+
+def _gemini(usage: Mapping[str, Any]) -> Tokens | None:
+    """Gemini's counts: the prompt (tool-use prompts in it), the candidates and thoughts as
+    the completion, the cached content as cached; None when one it gives is no count."""
+    counts = [_count(usage.get(name, 0)) for name in _GEMINI_COUNTS]
+    if None in counts:
+        return None
+    prompt, tool, candidates, thoughts, cached = (count or 0 for count in counts)
+    return Tokens(prompt + tool, candidates + thoughts, min(cached, prompt + tool))
 
 
 def _past(value: Any) -> bool:

@@ -11,6 +11,9 @@ misses by making more calls.
 - `tool_calls: [{"name", "arguments"}]`: one check per expected call and one per expected
   argument field; `tool_missing:<name>`, `tool_arg_missing:<name>.<key>`,
   `tool_arg_mismatch:<name>.<key>`.
+- `tool_order = true` (beside `tool_calls`): one check, "the expected calls were made in
+  their order"; `tool_order:<name>` for the first expected call whose call came before the
+  call of the one expected before it.
 - `no_tool_calls = true`: one check; `tool_unexpected:<name>` once per name called.
 - (whenever the case offers tools) one check, "only offered tools were called";
   `tool_unknown:<name>` once per name.
@@ -20,8 +23,20 @@ misses by making more calls.
 Names and keys appear in miss codes verbatim: they are data, like a `must_include` needle.
 
 Matching `tool_calls`: an expected call is matched by a call of the same name; an argument field
-passes when the call's arguments hold that key with a JSON-equal value (`1` is `1.0`, `true`
-is not `1`; an object or list must equal as a whole), as `json_fields` compares. Each call
+passes when the call's arguments hold that key with a value that matches the expected one:
+JSON-equal (`1` is `1.0`, `true` is not `1`; an object or list must equal as a whole), as
+`json_fields` compares, except where the expected value, or a value inside it, is a matcher,
+an object of one of these keys alone:
+
+- `{"$regex": P}`: a string RE2 finds P in (searched, as the `regex` key searches);
+- `{"$contains": X}`: a string holding the string X, a list with an element that matches X,
+  or an object holding every key of the object X with a value that matches;
+- `{"$any": true}`: any value (the key must still be there);
+- `{"$one_of": [A, B, ...]}`: a value that matches one of them.
+
+The fixture loader refuses a malformed matcher (`matcher_problem`), and an object whose one
+key starts with `$` but is no matcher (a typo such as `$regx`): a literal object of one such
+key cannot be expected. Each call
 matches at most one expected call. When several calls share a name, the pairing is the one
 that passes the most checks; among pairings that pass as many, the first expected call gets
 the earliest call, then the second, and so on. So the score does not depend on the order the
@@ -37,19 +52,33 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from runner.grading.checks import Work, json_equal, schema_violations
+from runner.grading.checks import Work, json_equal, pattern_problem, schema_violations, search
 from runner.model import Grade, Miss
 
-__all__ = ["TOOL_KEYS", "ToolCallLike", "grade_tools", "offered_tools", "tool_expect_problem"]
+__all__ = [
+    "TOOL_KEYS",
+    "ToolCallLike",
+    "grade_tools",
+    "matcher",
+    "matcher_problem",
+    "matches",
+    "offered_tools",
+    "tool_expect_problem",
+]
 
 # The tool expectation keys and what each expects (the docs' fixture reference reads them).
 TOOL_KEYS: dict[str, str] = {
     "tool_calls": 'a list of `{"name", "arguments"}`: each must be matched by a call of that '
-    "name whose arguments hold those fields, JSON-equal; one check per call and per field",
+    "name whose arguments hold those fields, JSON-equal or as a matcher (`$regex`, "
+    "`$contains`, `$any`, `$one_of`) accepts; one check per call and per field",
     "no_tool_calls": "`true`: the reply must call no tool",
     "tool_args_schema": "`true`: every call's arguments must fit its offered tool's `parameters`",
+    "tool_order": "`true` (beside `tool_calls`): the expected calls must come in the order "
+    "listed (calls nobody expected may come between); one check",
 }
 _CALL_KEYS = frozenset({"name", "arguments"})
+REGEX, CONTAINS, ANY, ONE_OF = "$regex", "$contains", "$any", "$one_of"
+MATCHERS = (REGEX, CONTAINS, ANY, ONE_OF)
 
 
 class ToolCallLike(Protocol):
@@ -77,20 +106,26 @@ def grade_tools(
     misses: list[str] = []
     checks = passed = 0
     offered = offered_tools(tools)
-    for want, got in _pairs(expect.get("tool_calls") or (), calls):
+    pairs = _pairs(expect.get("tool_calls") or (), calls)
+    for want, at in pairs:
         name, fields = want["name"], want.get("arguments", {})
         checks += 1 + len(fields)
-        if got is None:
+        if at is None:
             misses.append(Miss.TOOL_MISSING.of(name))
             continue
+        got = calls[at]
         passed += 1
         for key in sorted(fields):
             if key not in got.arguments:
                 misses.append(Miss.TOOL_ARG_MISSING.of(f"{name}.{key}"))
-            elif not json_equal(got.arguments[key], fields[key]):
+            elif not matches(got.arguments[key], fields[key]):
                 misses.append(Miss.TOOL_ARG_MISMATCH.of(f"{name}.{key}"))
             else:
                 passed += 1
+    if expect.get("tool_order") is True:
+        found = _order_misses(pairs)
+        checks, passed = checks + 1, passed + (not found)
+        misses.extend(found)
     if expect.get("no_tool_calls") is True:
         found = [Miss.TOOL_UNEXPECTED.of(name) for name in _names(calls)]
         checks, passed = checks + 1, passed + (not found)
@@ -115,14 +150,14 @@ def tool_expect_problem(
     is: an expected call to a tool the case does not offer, `tool_args_schema` with no tools
     to check against, and `tool_calls` beside `no_tool_calls = true`.
     """
-    for key in ("no_tool_calls", "tool_args_schema"):
+    for key in ("no_tool_calls", "tool_args_schema", "tool_order"):
         if key in expect and not isinstance(expect[key], bool):
             return f"{key!r} must be true or false"
     offered = offered_tools(tools)
     if expect.get("tool_args_schema") is True and not offered:
         return "'tool_args_schema' needs the case to offer tools"
     if "tool_calls" not in expect:
-        return None
+        return "'tool_order' needs 'tool_calls' to put in order" if "tool_order" in expect else None
     wanted = expect["tool_calls"]
     if not isinstance(wanted, list):
         return "'tool_calls' must be a list of {name, arguments} objects"
@@ -140,11 +175,119 @@ def tool_expect_problem(
         name = want.get("name")
         if not isinstance(name, str) or not name:
             return f"{where}.name must be a non-empty string"
-        if not isinstance(want.get("arguments", {}), dict):
+        arguments = want.get("arguments", {})
+        if not isinstance(arguments, dict):
             return f"{where}.arguments must be an object"
         if name not in offered:
             return f"{where} expects a call to {name!r}, a tool the case does not offer"
+        for key, value in arguments.items():
+            problem = matcher_problem(value)
+            if problem is not None:
+                return f"{where}.arguments.{key}{problem}"
     return None
+
+
+def matcher(value: Any) -> tuple[str, Any] | None:
+    """The matcher `value` is (its key and operand), or None for a plain value."""
+    if isinstance(value, dict) and len(value) == 1:
+        ((key, operand),) = value.items()
+        if key in MATCHERS:
+            return key, operand
+    return None
+
+
+def matcher_problem(value: Any, where: str = "") -> str | None:
+    """Why an expected argument value (or a value inside it) is no matcher the grader can
+    use, as `<where inside it>: <reason>`, or None. Walked without recursion: a fixture's
+    value may be nested as deep as its loader allows."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        node, at = stack.pop()
+        found = matcher(node)
+        if found is not None:
+            key, operand = found
+            problem = _operand_problem(key, operand)
+            if problem is not None:
+                return f"{at}: {key} {problem}"
+            if key == CONTAINS:
+                stack.append((operand, f"{at}.{key}"))
+            elif key == ONE_OF:
+                stack.extend((item, f"{at}.{key}[{n}]") for n, item in enumerate(operand))
+        elif isinstance(node, dict):
+            if len(node) == 1 and next(iter(node)).startswith("$"):
+                known = ", ".join(MATCHERS)
+                return f": {next(iter(node))!r} is no matcher (known: {known})"
+            for key in MATCHERS:
+                if key in node:
+                    return f": {key} must be the only key of its object"
+            stack.extend((item, f"{at}.{name}") for name, item in node.items())
+        elif isinstance(node, list):
+            stack.extend((item, f"{at}[{n}]") for n, item in enumerate(node))
+    return None
+
+
+def _operand_problem(key: str, operand: Any) -> str | None:
+    if key == REGEX:
+        if not isinstance(operand, str):
+            return "must be a pattern (a string)"
+        problem = pattern_problem(operand)
+        return None if problem is None else f"is no RE2 pattern: {problem}"
+    if key == ANY:
+        return None if operand is True else "must be true"
+    if key == ONE_OF and (not isinstance(operand, list) or not operand):
+        return "must be a non-empty list of values"
+    return None
+
+
+def matches(got: Any, want: Any) -> bool:
+    """Whether a received value matches an expected one: JSON equality, with a matcher
+    anywhere in `want` standing for the values it accepts (the module docstring)."""
+    found = matcher(want)
+    if found is not None:
+        key, operand = found
+        if key == ANY:
+            return True
+        if key == REGEX:
+            return isinstance(got, str) and search(operand, got)
+        if key == ONE_OF:
+            return any(matches(got, item) for item in operand)
+        return _contains(got, operand)
+    if isinstance(want, dict):
+        return (
+            isinstance(got, dict)
+            and got.keys() == want.keys()
+            and all(matches(got[k], want[k]) for k in want)
+        )
+    if isinstance(want, list):
+        return (
+            isinstance(got, list)
+            and len(got) == len(want)
+            and all(matches(g, w) for g, w in zip(got, want, strict=True))
+        )
+    return json_equal(got, want)
+
+
+def _contains(got: Any, needle: Any) -> bool:
+    if isinstance(got, str):
+        return isinstance(needle, str) and needle in got
+    if isinstance(got, list):
+        return any(matches(item, needle) for item in got)
+    if isinstance(got, dict) and isinstance(needle, dict) and matcher(needle) is None:
+        return all(k in got and matches(got[k], v) for k, v in needle.items())
+    return False
+
+
+def _order_misses(pairs: Sequence[tuple[Mapping[str, Any], int | None]]) -> list[str]:
+    """`tool_order:<name>` for the first expected call made before the call matched to the
+    expected call before it (expected calls left without a call are `tool_missing` only)."""
+    last = -1
+    for want, at in pairs:
+        if at is None:
+            continue
+        if at < last:
+            return [Miss.TOOL_ORDER.of(want["name"])]
+        last = at
+    return []
 
 
 def offered_tools(tools: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any] | None]:
@@ -189,13 +332,14 @@ def _schema_misses(
 
 def _pairs(
     wanted: Sequence[Mapping[str, Any]], calls: Sequence[ToolCallLike]
-) -> list[tuple[Mapping[str, Any], ToolCallLike | None]]:
-    """Each expected call, in order, with the call it is matched to (None: no call left)."""
-    matched: list[ToolCallLike | None] = [None] * len(wanted)
+) -> list[tuple[Mapping[str, Any], int | None]]:
+    """Each expected call, in order, with where the call matched to it is among `calls`
+    (None: no call left)."""
+    matched: list[int | None] = [None] * len(wanted)
     for name in dict.fromkeys(want["name"] for want in wanted):
         rows = [at for at, want in enumerate(wanted) if want["name"] == name]
-        named = [call for call in calls if call.name == name]
-        scores = [[_score(wanted[at], call) for call in named] for at in rows]
+        named = [n for n, call in enumerate(calls) if call.name == name]
+        scores = [[_score(wanted[at], calls[n]) for n in named] for at in rows]
         for row, col in zip(rows, _assign(scores), strict=True):
             matched[row] = named[col] if col is not None else None
     return list(zip(wanted, matched, strict=True))
@@ -205,7 +349,7 @@ def _score(want: Mapping[str, Any], call: ToolCallLike) -> int:
     """The checks `call` would pass for `want`: its name, and each field it holds equal."""
     fields = want.get("arguments", {})
     args = call.arguments
-    return 1 + sum(1 for key in fields if key in args and json_equal(args[key], fields[key]))
+    return 1 + sum(1 for key in fields if key in args and matches(args[key], fields[key]))
 
 
 def _assign(scores: Sequence[Sequence[int]]) -> list[int | None]:

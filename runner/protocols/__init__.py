@@ -1,8 +1,9 @@
 """Wire protocols: the one request/reply layer between a case and the graders.
 
-One module per protocol (`openai_chat`, `anthropic_messages`, `http_json`), each a `Wire`
-(`wire.py`): the request's URL, headers and body for a case, and how a stored reply reads
-back, sent whole (`fold_body`) or as Server-Sent Events (`fold_stream`; `sse` frames it).
+One module per protocol (`openai_chat`, `openai_responses`, `anthropic_messages`, `gemini`,
+`http_json`), each a `Wire` (`wire.py`): the request's URL, headers and body for a case, and
+how a stored reply reads back, sent whole (`fold_body`) or as Server-Sent Events
+(`fold_stream`; `sse` frames it).
 `wire_for` picks one by its `Kind`. `message.graded` turns what any of them read into what
 graders see, or a schema-fail detail, the same way for every protocol.
 
@@ -22,13 +23,19 @@ import base64
 from collections.abc import Mapping
 
 from runner.model import NO_FACTS, Facts, Reply, Response, Transport, record
-from runner.protocols import anthropic_messages, http_json, openai_chat, sse
+from runner.protocols import (
+    anthropic_messages,
+    gemini,
+    http_json,
+    openai_chat,
+    openai_responses,
+    sse,
+)
 from runner.protocols.message import (
     STREAM_MALFORMED,
     STREAM_TRUNCATED,
     Message,
     StreamStatus,
-    body_facts,
     graded,
 )
 from runner.protocols.wire import Kind, Wire
@@ -55,7 +62,14 @@ NOT_UTF8 = "not_utf8"
 UNKNOWN_ADAPTER = "unknown_adapter"  # + ":<kind>": a raw row names a protocol this is not
 
 _WIRES: dict[str, Wire] = {
-    wire.kind: wire for wire in (openai_chat.WIRE, anthropic_messages.WIRE, http_json.WIRE)
+    wire.kind: wire
+    for wire in (
+        openai_chat.WIRE,
+        openai_responses.WIRE,
+        anthropic_messages.WIRE,
+        gemini.WIRE,
+        http_json.WIRE,
+    )
 }
 
 
@@ -173,7 +187,7 @@ def read(
     else:
         message = wire.fold_body(text, answer_pointer)
         if isinstance(message, str):
-            return Read(None, message, body_facts(text))
+            return Read(None, message, wire.facts(text))
     result = graded(message, expects_json=expects_json)
     if isinstance(result, str):
         return _failed(message, result)

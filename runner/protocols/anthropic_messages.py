@@ -57,6 +57,7 @@ from runner.protocols.wire import (
     plain,
     text_of,
     turns,
+    with_params,
 )
 from runner.request.shape import Shape
 
@@ -125,7 +126,7 @@ def body(cfg: EndpointConfig, shape: Shape, case: Case) -> dict[str, Any]:
     output_format = _output_format(case.response_format)
     if output_format is not None:
         sent["output_format"] = output_format
-    sent.update(plain(shape.params))
+    with_params(sent, shape.params)
     if shape.stream:
         sent["stream"] = True
     return sent

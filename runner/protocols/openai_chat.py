@@ -33,7 +33,7 @@ from runner.protocols.message import (
     load_json,
     str_or_none,
 )
-from runner.protocols.wire import Kind, Wire, bearer, json_headers, plain, turns
+from runner.protocols.wire import Kind, Wire, bearer, json_headers, plain, turns, with_params
 from runner.request.shape import Shape
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def body(cfg: EndpointConfig, shape: Shape, case: Case) -> dict[str, Any]:
         sent["tool_choice"] = plain(case.tool_choice)
     if case.response_format is not None:
         sent["response_format"] = plain(case.response_format)
-    sent.update(plain(shape.params))
+    with_params(sent, shape.params)
     if shape.stream:
         sent["stream"] = True
         sent["stream_options"] = {"include_usage": True}

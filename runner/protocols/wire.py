@@ -22,10 +22,12 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from runner.model import Case
+from runner.protocols.message import body_facts
 from runner.request.shape import Shape
 
 if TYPE_CHECKING:  # the config (pydantic) is only a type here
     from runner.config import EndpointConfig
+    from runner.model import Facts
     from runner.protocols.message import Message, StreamFold
 
 SYSTEM = "system"
@@ -38,7 +40,9 @@ class Kind(StrEnum):
     """The wire protocols parallax speaks: an endpoint's `kind`, an exchange's `adapter`."""
 
     OPENAI_CHAT = "openai-chat"
+    OPENAI_RESPONSES = "openai-responses"
     ANTHROPIC_MESSAGES = "anthropic-messages"
+    GEMINI = "gemini"
     HTTP_JSON = "http-json"
 
 
@@ -50,7 +54,9 @@ class Wire:
     detail saying why it is none (the pointer is http-json's: where its answer sits).
     `fold_stream(text)` reads an SSE body, which only a protocol that streams has, and
     `carries_token(data)` says whether one of its events' data carries a token of the reply
-    (content or tool-call arguments): the event a stream's `ttft_ms` is dated by.
+    (content or tool-call arguments): the event a stream's `ttft_ms` is dated by. `facts(text)`
+    is what a body that failed the schema still says about itself (its model, id and usage),
+    where the protocol keeps them (OpenAI's and Anthropic's top-level keys unless it says).
     """
 
     kind: Kind
@@ -60,6 +66,7 @@ class Wire:
     fold_body: Callable[[str, str | None], Message | str]
     fold_stream: Callable[[str], StreamFold] | None = None
     carries_token: Callable[[str], bool] | None = None
+    facts: Callable[[str], Facts] = body_facts
 
 
 def json_headers(cfg: EndpointConfig, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -74,6 +81,21 @@ def json_headers(cfg: EndpointConfig, extra: Mapping[str, str] | None = None) ->
 def bearer(api_key: str | None) -> dict[str, str]:
     """The Authorization header most APIs take the secret in; none without a key."""
     return {} if api_key is None else {"Authorization": f"Bearer {api_key}"}
+
+
+def with_params(sent: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """The body with the endpoint's `params` added to it. A params table that names a table
+    the protocol builds (the Responses API's `text`, Gemini's `generationConfig`) adds its
+    keys to that table, so `top_p` or `verbosity` can go where its API reads it; the config
+    refuses any key the protocol sets itself, at the top or inside such a table
+    (`config.PROTOCOL_KEYS`)."""
+    for key, value in plain(params).items():
+        built = sent.get(key)
+        if isinstance(value, dict) and isinstance(built, dict):
+            built.update(value)
+        else:
+            sent[key] = value
+    return sent
 
 
 def plain(value: Any) -> Any:

@@ -1,8 +1,8 @@
 """The `recorded` endpoint: replies from a cassette file, for offline runs and demos.
 
 It returns the same `Exchange` a live call of its protocol would (`openai-chat` unless the
-endpoint says `protocol = "anthropic-messages"`; streamed when the endpoint says `stream = true`
-or the row does), with the body a server would have sent
+endpoint says `protocol = "openai-responses"`, `"anthropic-messages"` or `"gemini"`; streamed
+when the endpoint says `stream = true` or the row does), with the body a server would have sent
 (`recorded_wire` writes it), so everything above the exchange (stamps, grading, gate) cannot
 tell the difference. A streamed body goes through the same classification a live stream gets
 when it arrives, so a recorded truncated stream is `connection_lost` for the same reason a

@@ -6,7 +6,9 @@ the body is judged by the very code that judges a live one. A stream is written 
 provider streams it: OpenAI `chat.completion.chunk`s (a role chunk, content pieces, tool-call
 pieces merged by index, a finish chunk, a usage chunk, `data: [DONE]`); Anthropic's named
 events (`message_start`, one `content_block_*` run per block, `message_delta` with the stop
-reason, `message_stop`).
+reason, `message_stop`); the Responses API's (`response.created`, an added item, its deltas
+and its done item per message or call, `response.completed` with the whole response); and
+Gemini's responses (one per content piece, then the calls with the finish reason and usage).
 
 A stream fault shapes those events as a live server's failure would: `stream_truncated` ends
 the body cleanly where the finish would start, `stream_malformed` cuts one event's JSON in
@@ -27,7 +29,10 @@ from runner.protocols import Kind
 
 OPENAI_CHAT = Kind.OPENAI_CHAT.value
 ANTHROPIC = Kind.ANTHROPIC_MESSAGES.value
-PROTOCOLS = (OPENAI_CHAT, ANTHROPIC)
+RESPONSES = Kind.OPENAI_RESPONSES.value
+GEMINI = Kind.GEMINI.value
+PROTOCOLS = (OPENAI_CHAT, RESPONSES, ANTHROPIC, GEMINI)
+COMPLETED = "completed"  # the Responses API's status of a reply that ended by itself
 _PIECE = re.compile(r"\S+\s*|\s+")  # a word and the space after it: one content delta each
 _ERROR_MESSAGE = "recorded stream error"
 
@@ -78,6 +83,10 @@ class RecordedReply:
             return self.finish_reason
         if protocol == ANTHROPIC:
             return "tool_use" if self.tool_calls else "end_turn"
+        if protocol == RESPONSES:
+            return COMPLETED
+        if protocol == GEMINI:
+            return "STOP"
         return "tool_calls" if self.tool_calls else "stop"
 
 
@@ -105,8 +114,8 @@ def _halves(text: str) -> list[str]:
 
 def body(protocol: str, reply: RecordedReply) -> str:
     """The reply sent whole, as the protocol's JSON body (spaced as cassettes always were)."""
-    doc = _anthropic_body(reply) if protocol == ANTHROPIC else _openai_body(reply)
-    return json.dumps(doc, ensure_ascii=False)
+    write = {ANTHROPIC: _anthropic_body, RESPONSES: _responses_body, GEMINI: _gemini_body}
+    return json.dumps(write.get(protocol, _openai_body)(reply), ensure_ascii=False)
 
 
 def _openai_body(reply: RecordedReply) -> dict[str, Any]:
@@ -153,6 +162,79 @@ def _anthropic_body(reply: RecordedReply) -> dict[str, Any]:
     if reply.usage:
         doc["usage"] = dict(reply.usage)
     return doc
+
+
+def _items(reply: RecordedReply) -> list[dict[str, Any]]:
+    """The Responses API's output items: a message when there is content, then the calls."""
+    items: list[dict[str, Any]] = []
+    if reply.content is not None:
+        part = {"type": "output_text", "text": reply.content, "annotations": []}
+        items.append(
+            {
+                "type": "message",
+                "id": f"msg_{reply.id}",
+                "role": "assistant",
+                "status": COMPLETED,
+                "content": [part],
+            }
+        )
+    for call in reply.tool_calls:
+        items.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{call.id}",
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": call.argument_text,
+                "status": COMPLETED,
+            }
+        )
+    return items
+
+
+def _responses_body(reply: RecordedReply) -> dict[str, Any]:
+    """The whole response: completed, or incomplete for the reason a row's finish names."""
+    finish = reply.finish(RESPONSES)
+    doc: dict[str, Any] = {
+        "id": reply.id,
+        "object": "response",
+        "model": reply.model,
+        "status": COMPLETED if finish == COMPLETED else "incomplete",
+        "output": _items(reply),
+    }
+    if finish != COMPLETED:
+        doc["incomplete_details"] = {"reason": finish}
+    if reply.usage:
+        doc["usage"] = dict(reply.usage)
+    return doc
+
+
+def _gemini_parts(reply: RecordedReply) -> list[dict[str, Any]]:
+    """The calls as functionCall parts (their args an object, or a string as recorded)."""
+    parts = []
+    for call in reply.tool_calls:
+        args = call.arguments if isinstance(call.arguments, str) else dict(call.arguments)
+        parts.append({"functionCall": {"id": call.id, "name": call.name, "args": args}})
+    return parts
+
+
+def _gemini_response(
+    reply: RecordedReply, parts: list[dict[str, Any]], *, finished: bool
+) -> dict[str, Any]:
+    """One response of the reply: the last one has the finish reason and the usage."""
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    doc: dict[str, Any] = {"candidates": [candidate], "modelVersion": reply.model}
+    doc["responseId"] = reply.id
+    if finished:
+        candidate["finishReason"] = reply.finish(GEMINI)
+        if reply.usage:
+            doc["usageMetadata"] = dict(reply.usage)
+    return doc
+
+
+def _gemini_body(reply: RecordedReply) -> dict[str, Any]:
+    text = [] if reply.content is None else [{"text": reply.content}]
+    return _gemini_response(reply, text + _gemini_parts(reply), finished=True)
 
 
 def _openai_events(reply: RecordedReply) -> tuple[list[_Event], int]:
@@ -230,22 +312,83 @@ def _anthropic_events(reply: RecordedReply) -> tuple[list[_Event], int]:
     return events, finish_at
 
 
+def _responses_events(reply: RecordedReply) -> tuple[list[_Event], int]:
+    """The named events of the reply, and the index of `response.completed`."""
+
+    def event(kind: str, **fields: Any) -> _Event:
+        return _Event(_dumps({"type": kind, **fields}), kind)
+
+    whole = _responses_body(reply)
+    pending = {"id": reply.id, "object": "response", "model": reply.model, "output": []}
+    events = [event("response.created", response={**pending, "status": "in_progress"})]
+    for index, item in enumerate(whole["output"]):
+        if item["type"] == "message":
+            added = {**item, "status": "in_progress", "content": []}
+            events.append(event("response.output_item.added", output_index=index, item=added))
+            for piece in _PIECE.findall(item["content"][0]["text"]):
+                events.append(
+                    event(
+                        "response.output_text.delta",
+                        output_index=index,
+                        content_index=0,
+                        delta=piece,
+                    )
+                )
+        else:
+            added = {**item, "status": "in_progress", "arguments": ""}
+            events.append(event("response.output_item.added", output_index=index, item=added))
+            for piece in _halves(item["arguments"]):
+                events.append(
+                    event("response.function_call_arguments.delta", output_index=index, delta=piece)
+                )
+        events.append(event("response.output_item.done", output_index=index, item=item))
+    finish_at = len(events)
+    events.append(event("response.completed", response=whole))
+    return events, finish_at
+
+
+def _gemini_events(reply: RecordedReply) -> tuple[list[_Event], int]:
+    """One response per content piece, then one with the calls, the finish and the usage
+    (where truncation cuts)."""
+    pieces = _PIECE.findall(reply.content) if reply.content else []
+    events = [
+        _Event(_dumps(_gemini_response(reply, [{"text": p}], finished=False))) for p in pieces
+    ]
+    if reply.content == "":  # said nothing, as a text: one empty part
+        events.append(_Event(_dumps(_gemini_response(reply, [{"text": ""}], finished=False))))
+    finish_at = len(events)
+    last = _gemini_response(reply, _gemini_parts(reply), finished=True)
+    events.append(_Event(_dumps(last)))
+    return events, finish_at
+
+
 def _error_event(protocol: str) -> _Event:
     """The provider's in-band error event (an overloaded Anthropic, a failing OpenAI)."""
     if protocol == ANTHROPIC:
         error = {"type": "overloaded_error", "message": _ERROR_MESSAGE}
         return _Event(_dumps({"type": "error", "error": error}), "error")
+    if protocol == RESPONSES:
+        error = {"type": "error", "code": "server_error", "message": _ERROR_MESSAGE}
+        return _Event(_dumps(error), "error")
+    if protocol == GEMINI:
+        status = {"code": 503, "message": _ERROR_MESSAGE, "status": "UNAVAILABLE"}
+        return _Event(_dumps({"error": status}))
     return _Event(_dumps({"error": {"type": "server_error", "message": _ERROR_MESSAGE}}))
+
+
+_EVENTS = {ANTHROPIC: _anthropic_events, RESPONSES: _responses_events, GEMINI: _gemini_events}
 
 
 def stream(protocol: str, reply: RecordedReply, fault: StreamFault | None = None) -> str:
     """The reply streamed as the protocol's SSE body, broken as `fault` says."""
-    events, finish_at = (_anthropic_events if protocol == ANTHROPIC else _openai_events)(reply)
+    events, finish_at = _EVENTS.get(protocol, _openai_events)(reply)
     if fault == StreamFault.TRUNCATED:
         events = events[:finish_at]
     elif fault == StreamFault.MALFORMED:
-        broken = events[1]  # the first event after the stream's start: a piece of the reply
-        events[1] = _Event(broken.data[: len(broken.data) // 2], broken.name)
+        # the first event after the stream's start (a piece of the reply), or the only one
+        at = min(1, len(events) - 1)
+        broken = events[at]
+        events[at] = _Event(broken.data[: len(broken.data) // 2], broken.name)
     elif fault == StreamFault.ERROR:
         events = [events[0], _error_event(protocol)]
     return "".join(e.text() for e in events)

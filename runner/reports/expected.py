@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runner.grading.tools import ANY, CONTAINS, REGEX, matcher
 from runner.model import ToolCall
 
 VALUE_CAP = 300  # characters of one expected or received value
@@ -36,6 +37,22 @@ def value_text(value: Any, cap: int = VALUE_CAP) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= cap else text[: cap - 1] + "…"
+
+
+def described(value: Any) -> str:
+    """An expected argument value as a miss shows it, a matcher in words: `= "Paris"`,
+    `matching /^Par/`, `containing "Par"`, `= any value`, `= one of "Paris", "Lyon"`."""
+    found = matcher(value)
+    if found is None:
+        return f"= {value_text(value)}"
+    key, operand = found
+    if key == REGEX:
+        return f"matching /{operand}/"
+    if key == CONTAINS:
+        return f"containing {value_text(operand)}"
+    if key == ANY:
+        return "= any value"
+    return "= one of " + ", ".join(value_text(item, 80) for item in operand)
 
 
 def call_text(call: ToolCall, cap: int = VALUE_CAP) -> str:
@@ -122,10 +139,12 @@ def _tool(
             if rest.startswith(f"{name}.") and isinstance(fields, Mapping):
                 key = rest[len(name) + 1 :]
                 if key in fields:
-                    return f"{name} called with {key} = {value_text(fields[key])}", _arg(
-                        calls, name, key
-                    )
+                    expected = f"{name} called with {key} {described(fields[key])}"
+                    return expected, _arg(calls, name, key)
         return None, made
+    if kind == "tool_order":
+        names = ", ".join(str(w.get("name")) for w in wanted)
+        return f"calls in the order {names}", made
     if kind == "tool_unexpected":
         return "no tool call", made
     if kind == "tool_unknown":
