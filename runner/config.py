@@ -68,7 +68,7 @@ ENDPOINT_KINDS = (
     *("recorded", "openai-chat", "openai-responses", "anthropic-messages", "gemini", "http-json"),
 )
 # the kinds whose provider has a batch API parallax speaks (`runner.batch`)
-BATCH_KINDS = ("openai-chat", "anthropic-messages")
+BATCH_KINDS = ("openai-chat", "openai-responses", "anthropic-messages")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a page of TOML; a bigger one is the wrong file
 MAX_HEARTBEAT_SECONDS = 3600.0  # a daemon silent for longer than an hour is not watched at all
 # The largest price per million tokens and budget a config may name, in US dollars: a dollar a
@@ -311,10 +311,11 @@ class EndpointConfig(_Strict):
     `user_template`, `params`, `body_template`) may read; each value is masked wherever
     parallax writes."""
     batch: bool = False
-    """Send this side's calls to the provider's batch API (openai-chat, anthropic-messages)
-    instead of one by one: the batch price (`price.batch_discount`), results within hours,
-    no latency figures; every batch id is kept in the run's `batches.jsonl` before it is
-    polled, so `--resume` polls it again instead of paying twice."""
+    """Send this side's calls to the provider's batch API (openai-chat, openai-responses,
+    anthropic-messages) instead of one by one: the batch price (`price.batch_discount`),
+    results within hours, no latency figures; every batch id is kept in the run's
+    `batches.jsonl` before it is polled, so `--resume` polls it again instead of paying
+    twice."""
     batch_poll_max_seconds: float = Field(300.0, ge=1, le=86_400)
     """The longest wait between two polls of an open batch; polls back off from one second
     up to it."""

@@ -21,8 +21,9 @@ from faultserver import FaultServer
 
 from runner.batch.endpoint import BatchEndpoint, Clock, custom_id
 from runner.batch.journal import JOURNAL, Journal
-from runner.config import EndpointConfig, Price, RetryPolicy, Timeouts
+from runner.config import EndpointConfig, Price, RetryPolicy, Timeouts, load_config
 from runner.cost.budget import Budget, meter_for
+from runner.errors import ConfigError
 from runner.grading.graders import GraderSet
 from runner.model import Case, Exchange, Outcome
 from runner.request.shape import PLAIN
@@ -30,6 +31,8 @@ from runner.stamps import stamp
 
 KEY = "sk-test-BATCHKEY-0123456789"
 RETRY = RetryPolicy(attempts=2, backoff_base=0.01, backoff_max=0.02, jitter=0.0)
+# OpenAI's batch API carries chat completions and Responses API requests alike
+KINDS = ["openai-chat", "openai-responses", "anthropic-messages"]
 START = 1_800_000_000.0  # the fake clock's epoch seconds (2027)
 
 
@@ -70,7 +73,7 @@ def cases(n: int) -> list[Case]:
 def config(
     server: FaultServer, mode: str, kind: str = "openai-chat", **over: Any
 ) -> EndpointConfig:
-    suffix = "/v1" if kind == "openai-chat" else ""
+    suffix = "" if kind == "anthropic-messages" else "/v1"
     data: dict[str, Any] = {
         "kind": kind,
         "base_url": server.url(mode, suffix=suffix),
@@ -123,7 +126,7 @@ def by_id(calls: Sequence[Case]) -> dict[str, Case]:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("kind", ["openai-chat", "anthropic-messages"])
+@pytest.mark.parametrize("kind", KINDS)
 async def test_a_batch_answers_every_call_as_the_live_call_would_and_is_journaled_first(
     fault_server: FaultServer, tmp_path: Path, kind: str
 ) -> None:
@@ -169,7 +172,7 @@ class WatchedClock(FakeClock):
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("kind", ["openai-chat", "anthropic-messages"])
+@pytest.mark.parametrize("kind", KINDS)
 async def test_a_batch_id_is_in_batches_jsonl_before_its_first_poll(
     fault_server: FaultServer, tmp_path: Path, kind: str
 ) -> None:
@@ -216,7 +219,7 @@ async def test_a_batch_that_never_ends_is_cancelled_at_batch_deadline_and_stampe
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("kind", ["openai-chat", "anthropic-messages"])
+@pytest.mark.parametrize("kind", KINDS)
 async def test_a_batch_the_provider_expires_keeps_what_it_answered(
     fault_server: FaultServer, tmp_path: Path, kind: str
 ) -> None:
@@ -233,7 +236,7 @@ async def test_a_batch_the_provider_expires_keeps_what_it_answered(
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("kind", ["openai-chat", "anthropic-messages"])
+@pytest.mark.parametrize("kind", KINDS)
 async def test_a_batch_that_fails_as_a_whole_stamps_its_calls_http_error_batch_failed(
     fault_server: FaultServer, tmp_path: Path, kind: str
 ) -> None:
@@ -241,7 +244,7 @@ async def test_a_batch_that_fails_as_a_whole_stamps_its_calls_http_error_batch_f
     stamp every call `http_error` with detail `batch_failed:<reason>`, unretried."""
     calls = cases(2)
     found = await run(config(fault_server, "batch:fail", kind), tmp_path, calls)
-    reason = "invalid_request" if kind == "openai-chat" else "fault"
+    reason = "fault" if kind == "anthropic-messages" else "invalid_request"
     for case in calls:
         row = outcome(found[case.id], case)
         assert row.transport == "http_error" and row.attempts == 1
@@ -250,7 +253,7 @@ async def test_a_batch_that_fails_as_a_whole_stamps_its_calls_http_error_batch_f
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("kind", ["openai-chat", "anthropic-messages"])
+@pytest.mark.parametrize("kind", KINDS)
 async def test_a_results_file_cut_short_retries_the_request_it_lost_in_a_second_batch(
     fault_server: FaultServer, tmp_path: Path, kind: str
 ) -> None:
@@ -289,7 +292,7 @@ async def test_a_results_download_cut_off_is_read_again_at_the_next_poll(
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("kind", ["openai-chat", "anthropic-messages"])
+@pytest.mark.parametrize("kind", KINDS)
 async def test_per_request_errors_are_stamped_as_live_and_retried_as_live(
     fault_server: FaultServer, tmp_path: Path, kind: str
 ) -> None:
@@ -339,7 +342,7 @@ async def killed(cfg: EndpointConfig, run_dir: Path, calls: Sequence[Case]) -> N
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("kind", ["openai-chat", "anthropic-messages"])
+@pytest.mark.parametrize("kind", KINDS)
 async def test_a_resume_polls_the_journals_batch_and_sends_no_request_again(
     fault_server: FaultServer, tmp_path: Path, kind: str
 ) -> None:
@@ -410,3 +413,33 @@ async def test_a_batch_the_budget_holds_is_charged_at_the_batch_discount(
     assert all(outcome(found[c.id], c).transport == "ok" for c in calls)
     assert budget.reserved == half  # held until the ledger rows settle them
     assert len(fault_server.batch_creates()) == 1
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "key", "says"),
+    [
+        ('kind = "gemini"\nbatch = true\n', "endpoints.cand.batch", "a gemini endpoint has no"),
+        (
+            'kind = "http-json"\nbatch = true\nbody_template = { q = "{{prompt}}" }\n',
+            "endpoints.cand.batch",
+            "an http-json endpoint",
+        ),
+        ('kind = "openai-chat"\nbatch = true\nstream = true\n', "endpoints.cand.stream", "whole"),
+    ],
+    ids=["gemini", "http-json", "stream"],
+)
+def test_batch_mode_where_it_cannot_run_is_refused_at_load_naming_the_key(
+    tmp_path: Path, endpoint: str, key: str, says: str
+) -> None:
+    """`batch = true` on a kind whose batch API parallax does not speak, or beside `stream`,
+    is a config error naming the key, before anything is sent."""
+    (tmp_path / "cases.jsonl").write_text('{"id": "a", "prompt": "p"}\n')
+    live = 'base_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n'
+    (tmp_path / "parallax.toml").write_text(
+        f'[endpoints.ref]\nkind = "openai-chat"\n{live}'
+        f"[endpoints.cand]\n{endpoint}{live}"
+        '[suites.s]\nfixtures = "cases.jsonl"\nreference = "ref"\ncandidate = "cand"\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(tmp_path / "parallax.toml")
+    assert caught.value.key == key and says in caught.value.reason, caught.value

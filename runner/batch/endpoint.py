@@ -78,6 +78,7 @@ _FINAL = frozenset({BATCH_EXPIRED, BATCH_CANCELLED})
 
 BATCHERS: dict[str, Callable[[EndpointConfig], Batcher]] = {
     "openai-chat": OpenAIBatches,
+    "openai-responses": OpenAIBatches,
     "anthropic-messages": AnthropicBatches,
 }
 
@@ -133,7 +134,7 @@ class _Open:
 
 
 class BatchEndpoint:
-    """An openai-chat or anthropic-messages endpoint with `batch = true`."""
+    """An openai-chat, openai-responses or anthropic-messages endpoint with `batch = true`."""
 
     def __init__(
         self,

@@ -41,11 +41,12 @@ ENDED = {
     "cancelled": State.CANCELLED,
 }
 # what each kind's requests are answered by: the path a batch line names
-PATHS = {"openai-chat": "/v1/chat/completions"}
+PATHS = {"openai-chat": "/v1/chat/completions", "openai-responses": "/v1/responses"}
 
 
 class OpenAIBatches:
-    """The batch API under an openai-chat endpoint's base_url."""
+    """The batch API under an openai-chat or openai-responses endpoint's base_url (its lines
+    name the chat completions or the Responses path)."""
 
     max_requests = 50_000
     max_bytes = 200 * 1024 * 1024
