@@ -334,3 +334,37 @@ def test_a_batch_the_budget_cannot_hold_is_never_created(
     assert [(o["transport"], o["detail"]) for o in rows] == [("cancelled", "cancelled: budget")] * 3
     events = [json.loads(line)["event"] for line in run.stdout.splitlines()]
     assert "alert.budget" in events and "batch.submitted" not in events
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(RUN_TIMEOUT * 2)
+def test_a_batch_reference_with_samples_and_the_noise_check_sends_one_batch(
+    tmp_path: Path, llmock_pool: LlmockPool
+) -> None:
+    """A batch reference with `samples = 2` and the noise check: its calls and the noise
+    check's second reference calls go as one batch (each request's custom_id names its side
+    and sample), every key scored once, and the summary counts that batch for both sides."""
+    llmock = llmock_pool.get(ECHO)
+    config = write_project(tmp_path, llmock, Protocol.OPENAI)
+    text = config.read_text()
+    text = text.replace('reference = "oa-ref"', 'reference = "oa-cand"', 1)
+    text = text.replace(
+        'candidate = "oa-cand"', 'candidate = "oa-ref"\nnoise_check = true\nsamples = 2'
+    )
+    config.write_text(text)
+    run = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    run_dir = only_run_dir(tmp_path)
+    check_complete(run_dir, 3 * 2 * CASES)
+    assert len(creates(llmock)) == 1
+    (submitted,), _ = journal(run_dir)
+    ids = [r["custom_id"] for r in submitted["requests"]]
+    assert len(ids) == len(set(ids)) == 2 * 2 * CASES
+    assert {(r["side"], r["sample"]) for r in submitted["requests"]} == {
+        (side, sample) for side in ("reference", "noise") for sample in (0, 1)
+    }
+    batch = json.loads((run_dir / "summary.json").read_text())["batch"]
+    assert {side: entry["requests"] for side, entry in batch.items()} == {
+        "reference": 2 * CASES,
+        "noise": 2 * CASES,
+    }
