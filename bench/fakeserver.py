@@ -5,6 +5,13 @@ microseconds of CPU per request and is never what the benchmark measures. Every 
 answered after `--latency` seconds (a timer, not a sleeping task) with a chat completion whose
 content echoes the last user message, so the client's graders have real work to do.
 
+A request whose body says `"stream": true` is answered as OpenAI streams: Server-Sent Events
+in a chunked body, a role chunk, the content a word per chunk, a finish chunk, a usage chunk
+(as `stream_options.include_usage` asks) and `data: [DONE]`. The head, the role chunk and the
+first word go out after half the latency (the first token), the rest in `--stream-writes - 1`
+more writes evenly spaced until the full latency, so a client reads a stream in pieces as it
+would off a model.
+
     python bench/fakeserver.py --port 0 --latency 0.05
     # prints "PORT <n>" on stdout once listening; SIGTERM or SIGINT stops it
 
@@ -23,13 +30,23 @@ from email.utils import formatdate
 _HEAD_END = b"\r\n\r\n"
 
 
-def _completion(body: bytes, seq: int) -> bytes:
+def _request(body: bytes) -> tuple[str, str, bool]:
+    """(the last message's content, the model asked for, whether it asked for a stream)."""
     try:
         doc = json.loads(body)
-        prompt = doc["messages"][-1]["content"]
-        model = doc.get("model", "fake")
+        return (
+            str(doc["messages"][-1]["content"]),
+            str(doc.get("model", "fake")),
+            bool(doc.get("stream")),
+        )
     except (ValueError, KeyError, IndexError, TypeError):
-        prompt, model = "", "fake"
+        return "", "fake", False
+
+
+_USAGE = {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20}
+
+
+def _completion(prompt: str, model: str, seq: int) -> bytes:
     reply = {
         "id": f"chatcmpl-bench-{seq}",
         "object": "chat.completion",
@@ -43,9 +60,45 @@ def _completion(body: bytes, seq: int) -> bytes:
                 "finish_reason": "stop",
             }
         ],
-        "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20},
+        "usage": _USAGE,
     }
     return json.dumps(reply, separators=(",", ":")).encode()
+
+
+def _event(doc: object) -> bytes:
+    return b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _chunked(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def _stream(prompt: str, model: str, seq: int, writes: int) -> list[bytes]:
+    """A streamed completion as `writes` pieces of a chunked body (the last one ends it)."""
+    base = {
+        "id": f"chatcmpl-bench-{seq}",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": model,
+        "system_fingerprint": "fp_bench",
+    }
+
+    def delta(piece: dict[str, str], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": piece, "finish_reason": finish}
+        return _event({**base, "choices": [choice]})
+
+    words = f"echo: {prompt}".split(" ")
+    tokens = [word + " " for word in words[:-1]] + words[-1:]
+    events = [delta({"role": "assistant", "content": ""}), delta({"content": tokens[0]})]
+    rest = [delta({"content": token}) for token in tokens[1:]]
+    rest += [delta({}, "stop"), _event({**base, "choices": [], "usage": _USAGE})]
+    rest.append(b"data: [DONE]\n\n")
+    pieces = [b"".join(events)]
+    per = -(-len(rest) // max(1, writes - 1))
+    pieces += [b"".join(rest[i : i + per]) for i in range(0, len(rest), per)]
+    out = [_chunked(piece) for piece in pieces]
+    out[-1] += b"0\r\n\r\n"
+    return out
 
 
 class _Conn(asyncio.Protocol):
@@ -53,8 +106,9 @@ class _Conn(asyncio.Protocol):
 
     seq = 0
 
-    def __init__(self, latency: float, date: list[bytes]) -> None:
+    def __init__(self, latency: float, date: list[bytes], writes: int) -> None:
         self.latency = latency
+        self.writes = writes
         self.date = date
         self.buf = b""
         self.transport: asyncio.Transport | None = None
@@ -85,8 +139,26 @@ class _Conn(asyncio.Protocol):
             body = self.buf[start : start + length]
             self.buf = self.buf[start + length :]
             _Conn.seq += 1
-            payload = _completion(body, _Conn.seq)
-            loop.call_later(self.latency, self._respond, payload)
+            prompt, model, stream = _request(body)
+            if not stream:
+                payload = _completion(prompt, model, _Conn.seq)
+                loop.call_later(self.latency, self._respond, payload)
+                continue
+            pieces = _stream(prompt, model, _Conn.seq, self.writes)
+            head = (
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Date: " + self.date[0] + b"\r\n"
+                b"X-Request-Id: bench\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            first = self.latency / 2
+            step = (self.latency - first) / max(1, len(pieces) - 1)
+            loop.call_later(first, self._send, head + pieces[0])
+            for i, piece in enumerate(pieces[1:], 1):
+                loop.call_later(first + i * step, self._send, piece)
+
+    def _send(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
 
     def _respond(self, payload: bytes) -> None:
         if self.transport is None or self.transport.is_closing():
@@ -99,7 +171,7 @@ class _Conn(asyncio.Protocol):
         self.transport.write(head + payload)
 
 
-async def _main(host: str, port: int, latency: float) -> None:
+async def _main(host: str, port: int, latency: float, writes: int) -> None:
     loop = asyncio.get_running_loop()
     date = [formatdate(usegmt=True).encode()]
 
@@ -109,7 +181,7 @@ async def _main(host: str, port: int, latency: float) -> None:
 
     tick()
     server = await loop.create_server(
-        lambda: _Conn(latency, date), host, port, backlog=4096, reuse_address=True
+        lambda: _Conn(latency, date, writes), host, port, backlog=4096, reuse_address=True
     )
     bound = server.sockets[0].getsockname()[1]
     print(f"PORT {bound}", flush=True)
@@ -125,11 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.05, help="seconds per reply")
+    parser.add_argument(
+        "--stream-writes", type=int, default=4, help="writes per streamed reply (at least 2)"
+    )
     args = parser.parse_args(argv)
     if not args.host.startswith("127.") and args.host not in ("localhost", "::1"):
         print("fakeserver: loopback only", file=sys.stderr)
         return 64
-    asyncio.run(_main(args.host, args.port, args.latency))
+    asyncio.run(_main(args.host, args.port, args.latency, max(2, args.stream_writes)))
     return 0
 
 

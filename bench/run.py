@@ -10,6 +10,14 @@ the same bodies). CPU time and peak RSS come from the kernel's rusage of that ch
 they include everything the process did; "start-up removed" subtracts the same client's CPU on
 a one-case suite, so the per-call figure is (cpu(N) - cpu(1)) / (calls(N) - calls(1)).
 
+Three request shapes (`--configs`), each with a bare loop sending the same bodies: `plain`
+(the case's system prompt and prompt), `templates` (a system prompt file and a user template
+over each case's vars, and five tools on every case) and `stream` (plain, streamed: the bare
+loop reads the same SSE replies line by line). parallax is run twice per measurement: as a
+nightly runs it (the reports written), and with its reports off (`noreports`, this file's own
+mode: the console script's `main` with the run's report step replaced by nothing), so the
+call path's own cost and the reports' share are both printed.
+
 Request phase: for parallax, from the first attempt's start to the last attempt's end as
 recorded in raw.jsonl (started_at + elapsed_ms); for the bare loop, the same span timed inside
 the loop. Ideal = cases x latency / concurrency (each side has its own `concurrency`).
@@ -29,6 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -119,20 +128,119 @@ class FakeServer:
 # -- suites ---------------------------------------------------------------------------------
 
 
-def write_suite(root: Path, n: int, url: str, concurrency: int) -> Path:
+class Shape(StrEnum):
+    """What every request of a configuration carries beyond the case's prompt."""
+
+    PLAIN = "plain"  # the case's system prompt and prompt
+    TEMPLATES = "templates"  # a system prompt file, a user template, five tools
+    STREAM = "stream"  # plain, streamed as SSE
+
+
+# The templates configuration's prompts, as Python format strings (what the bare loop sends)
+# and as the Jinja2 templates parallax renders: `jinja` turns one into the other.
+SYSTEM_TEXT = (
+    "You are the order desk of ACME Supplies. You answer customers about their orders,\n"
+    "shipments and returns, in one short sentence, and call a tool when the answer needs\n"
+    "live data. The customer is {customer}, on the {tier} plan; never reveal another\n"
+    "customer's orders, never invent an order number, and name SKUs exactly as written.\n"
+)
+USER_TEXT = "Customer {customer} ({tier}) writes:\n{prompt}\nAnswer with the SKU."
+TIERS = ("free", "team", "enterprise")
+
+
+def jinja(text: str) -> str:
+    """A format string above as the Jinja2 template that renders the same text."""
+    return (
+        text.replace("{customer}", "{{ vars.customer }}")
+        .replace("{tier}", "{{ vars.tier }}")
+        .replace("{prompt}", "{{ prompt }}")
+    )
+
+
+def _tool(name: str, what: str, fields: dict[str, str]) -> dict[str, Any]:
+    properties = {key: {"type": "string", "description": text} for key, text in fields.items()}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": what,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": sorted(fields),
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+TOOLS = [
+    _tool("lookup_order", "Look an order up by its number.", {"order_id": "The order number."}),
+    _tool(
+        "track_shipment",
+        "Where a shipment is now, and when it arrives.",
+        {"order_id": "The order number.", "carrier": "The carrier's name, if known."},
+    ),
+    _tool(
+        "start_return",
+        "Open a return for one line of an order.",
+        {"order_id": "The order number.", "sku": "The SKU to return.", "reason": "Why."},
+    ),
+    _tool("check_stock", "How many of a SKU are in stock.", {"sku": "The SKU."}),
+    _tool(
+        "escalate",
+        "Hand the conversation to a person.",
+        {"summary": "What the customer needs, in a sentence.", "urgency": "low or high."},
+    ),
+]
+
+
+def case_row(i: int, shape: Shape) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "id": f"case-{i:06d}",
+        "stratum": ("easy", "medium", "stretch")[i % 3],
+        "prompt": f"Name the SKU that ships for order {i}: SKU-{i % 97}.",
+        "system": "Answer in one short sentence.",
+        "expect": {"must_include": [f"SKU-{i % 97}"], "max_chars": 400},
+    }
+    if shape is Shape.TEMPLATES:
+        row["vars"] = {"customer": f"customer-{i % 1009}", "tier": TIERS[i % 3]}
+        row["tools"] = TOOLS
+    return row
+
+
+def bare_body(case: dict[str, Any], name: str, shape: Shape) -> dict[str, Any]:
+    """The body parallax sends for this case and side, built by hand as a bare client would."""
+    system, prompt = case["system"], case["prompt"]
+    if shape is Shape.TEMPLATES:
+        system = SYSTEM_TEXT.format(**case["vars"])
+        prompt = USER_TEXT.format(prompt=prompt, **case["vars"])
+    body: dict[str, Any] = {
+        "model": f"{name}-model",
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
+        "temperature": 0.0,
+        "max_tokens": 512,
+    }
+    if shape is Shape.TEMPLATES:
+        body["tools"] = case["tools"]
+    if shape is Shape.STREAM:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def write_suite(root: Path, n: int, url: str, concurrency: int, shape: Shape) -> Path:
     """N cases the fake server's echo passes, and a config with both sides on the server."""
     root.mkdir(parents=True, exist_ok=True)
-    strata = ("easy", "medium", "stretch")
     with (root / "cases.jsonl").open("w") as handle:
         for i in range(n):
-            row = {
-                "id": f"case-{i:06d}",
-                "stratum": strata[i % 3],
-                "prompt": f"Name the SKU that ships for order {i}: SKU-{i % 97}.",
-                "system": "Answer in one short sentence.",
-                "expect": {"must_include": [f"SKU-{i % 97}"], "max_chars": 400},
-            }
-            handle.write(json.dumps(row) + "\n")
+            handle.write(json.dumps(case_row(i, shape)) + "\n")
+    extra = ""
+    if shape is Shape.TEMPLATES:
+        (root / "system.txt").write_text(jinja(SYSTEM_TEXT))
+        extra = f'system_file = "system.txt"\nuser_template = {json.dumps(jinja(USER_TEXT))}\n'
+    elif shape is Shape.STREAM:
+        extra = "stream = true\n"
     endpoint = """
 [endpoints.{name}]
 kind = "openai-chat"
@@ -143,11 +251,29 @@ timeout = {{ connect = 10.0, read = 30.0, write = 10.0, pool = 60.0 }}
 deadline = 60.0
 """
     text = 'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n'
-    text += endpoint.format(name="ref", url=url, c=concurrency)
-    text += endpoint.format(name="cand", url=url, c=concurrency)
+    text += endpoint.format(name="ref", url=url, c=concurrency) + extra
+    text += endpoint.format(name="cand", url=url, c=concurrency) + extra
     text += '\n[suites.bench]\nfixtures = "cases.jsonl"\nreference = "ref"\ncandidate = "cand"\n'
     (root / "parallax.toml").write_text(text)
     return root / "parallax.toml"
+
+
+def check_bodies(run_dir: Path, cases: Path, shape: Shape) -> None:
+    """The bare loop must send what parallax sent: the first rows' bodies, compared."""
+    by_id = {}
+    with cases.open() as handle:
+        for line, _ in zip(handle, range(50), strict=False):
+            row = json.loads(line)
+            by_id[row["id"]] = row
+    with (run_dir / "raw.jsonl").open() as handle:
+        for line in handle:
+            row = json.loads(line)
+            case = by_id.get(row["case_id"])
+            if case is None:
+                continue
+            name = "ref" if row["side"] == "reference" else "cand"
+            if row["request"]["body"] != bare_body(case, name, shape):
+                raise SystemExit(f"bench: the bare loop's body differs for {row['case_id']}")
 
 
 def latest_run(root: Path) -> Path:
@@ -174,11 +300,14 @@ def request_phase(run_dir: Path) -> tuple[float, int, int]:
 
 def bare_main(args: argparse.Namespace) -> int:
     """The floor: aiohttp, one session and `concurrency` workers per side, the same bodies,
-    each reply's JSON parsed. Workers (not a task per call) keep its memory flat in N."""
+    each reply's JSON parsed (a stream's events read line by line, each chunk's JSON parsed
+    and its content joined, until `[DONE]`). Workers (not a task per call) keep its memory
+    flat in N."""
     import asyncio
 
     import aiohttp
 
+    shape = Shape(args.shape)
     cases = [json.loads(line) for line in Path(args.cases).read_text().splitlines()]
 
     async def side(name: str, spans: list[float]) -> int:
@@ -192,24 +321,37 @@ def bare_main(args: argparse.Namespace) -> int:
                 for case in todo:
                     await one(case)
 
+            async def streamed(resp: aiohttp.ClientResponse) -> bool:
+                """Whether the stream said `[DONE]` after content; read to its end, so the
+                connection goes back to the pool as parallax's does."""
+                content: list[str] = []
+                done = False
+                async for line in resp.content:
+                    if done or not line.startswith(b"data: "):
+                        continue
+                    data = line[6:].strip()
+                    if data == b"[DONE]":
+                        done = bool(content)
+                        continue
+                    for choice in json.loads(data)["choices"]:
+                        content.append(choice["delta"].get("content") or "")
+                return done
+
             async def one(case: dict[str, Any]) -> None:
                 nonlocal ok
-                body = {
-                    "model": f"{name}-model",
-                    "messages": [
-                        {"role": "system", "content": case["system"]},
-                        {"role": "user", "content": case["prompt"]},
-                    ],
-                    "temperature": 0.0,
-                    "max_tokens": 512,
-                }
+                body = bare_body(case, name, shape)
                 t0 = time.time()
                 async with session.post(url, data=json.dumps(body).encode()) as resp:
-                    data = await resp.read()
+                    if shape is Shape.STREAM:
+                        done, data = await streamed(resp), None
+                    else:
+                        data = await resp.read()
                 spans[0] = min(spans[0], t0)
                 spans[1] = time.time()
-                doc = json.loads(data)
-                ok += isinstance(doc["choices"][0]["message"]["content"], str)
+                if data is not None:
+                    doc = json.loads(data)
+                    done = isinstance(doc["choices"][0]["message"]["content"], str)
+                ok += done  # after every await: `ok += await ...` would lose other workers' counts
 
             await asyncio.gather(*(worker() for _ in range(args.concurrency)))
         return ok
@@ -224,15 +366,34 @@ def bare_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def noreports_main(args: argparse.Namespace) -> int:
+    """`parallax run` as the console script runs it, but for the reports: the run's report
+    step (`after_run`: report.html, report.md, JUnit, the history page) does nothing, so
+    what is left is the call path and everything around it (config, fixtures, grading,
+    ledgers, gate, summary)."""
+    import runner.runs.run
+    from runner.cli import main as parallax_main
+
+    runner.runs.run.after_run = lambda *_args, **_kwargs: None
+    return parallax_main(["run", "--config", args.config])
+
+
 # -- measuring ------------------------------------------------------------------------------
 
 
-def parallax_run(root: Path, config: Path, server: FakeServer) -> dict[str, Any]:
+def parallax_run(
+    root: Path, config: Path, server: FakeServer, *, reports: bool = True
+) -> dict[str, Any]:
     # a fresh runs/ each time: the report reads the suite's history, which would otherwise
     # grow with every repetition and make later runs of the median heavier than the first
     shutil.rmtree(root / "runs", ignore_errors=True)
     s0 = server.cpu()
-    child = run_child([PARALLAX, "run", "--config", str(config)], cwd=root)
+    argv = (
+        [PARALLAX, "run", "--config", str(config)]
+        if reports
+        else [PY, str(Path(__file__).resolve()), "noreports", "--config", str(config)]
+    )
+    child = run_child(argv, cwd=root)
     server_cpu = server.cpu() - s0
     if child.code not in (0, 1):  # 1 is a stratum alert (a 100% pass rate is a ceiling)
         sys.stderr.write(child.stdout[-3000:])
@@ -251,7 +412,7 @@ def parallax_run(root: Path, config: Path, server: FakeServer) -> dict[str, Any]
     }
 
 
-def bare_run(root: Path, n: int, c: int, server: FakeServer) -> dict[str, Any]:
+def bare_run(root: Path, n: int, c: int, server: FakeServer, shape: Shape) -> dict[str, Any]:
     s0 = server.cpu()
     child = run_child(
         [
@@ -264,6 +425,8 @@ def bare_run(root: Path, n: int, c: int, server: FakeServer) -> dict[str, Any]:
             server.url,
             "--concurrency",
             str(c),
+            "--shape",
+            shape,
         ]
     )
     server_cpu = server.cpu() - s0
@@ -292,24 +455,43 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+CLIENTS = ("parallax", "noreports", "bare")
+
+
 def measure(
-    work: Path, n: int, c: int, runs: int, latency: float, server: FakeServer
+    work: Path, n: int, c: int, runs: int, latency: float, server: FakeServer, shape: Shape
 ) -> dict[str, Any]:
-    """Median of `runs` parallax runs and bare loops at (n, c), and the one-case baselines."""
-    root = work / f"n{n}-c{c}"
-    base = work / f"n1-c{c}"
-    config = write_suite(root, n, server.url, c)
-    base_config = write_suite(base, 1, server.url, c)
-    px, bare, px1, bare1 = [], [], [], []
-    for _ in range(runs):  # interleaved, so drifting machine load hits both alike
-        px1.append(parallax_run(base, base_config, server))
-        px.append(parallax_run(root, config, server))
-        bare1.append(bare_run(base, 1, c, server))
-        bare.append(bare_run(root, n, c, server))
-    result: dict[str, Any] = {"n": n, "concurrency": c, "calls": 2 * n, "runs": runs}
+    """Median of `runs` parallax runs (reports on and off) and bare loops at (n, c) for one
+    request shape, and the one-case baselines."""
+    root = work / f"{shape}-n{n}-c{c}"
+    base = work / f"{shape}-n1-c{c}"
+    config = write_suite(root, n, server.url, c, shape)
+    base_config = write_suite(base, 1, server.url, c, shape)
+    big: dict[str, list[dict[str, Any]]] = {label: [] for label in CLIENTS}
+    small: dict[str, list[dict[str, Any]]] = {label: [] for label in CLIENTS}
+    for _ in range(runs):  # interleaved, so drifting machine load hits all alike
+        # reports off first: every parallax run starts from an empty runs/, and the last
+        # run with its reports is the one the replay figures read
+        for label in ("noreports", "parallax", "bare"):
+            if label == "bare":
+                small[label].append(bare_run(base, 1, c, server, shape))
+                big[label].append(bare_run(root, n, c, server, shape))
+            else:
+                reports = label == "parallax"
+                small[label].append(parallax_run(base, base_config, server, reports=reports))
+                big[label].append(parallax_run(root, config, server, reports=reports))
+                if label == "parallax":
+                    check_bodies(Path(big[label][-1]["run_dir"]), root / "cases.jsonl", shape)
+    result: dict[str, Any] = {
+        "config": str(shape),
+        "n": n,
+        "concurrency": c,
+        "calls": 2 * n,
+        "runs": runs,
+    }
     ideal = n * latency / c
-    for label, big, small in (("parallax", px, px1), ("bare", bare, bare1)):
-        m, m1 = median_of(big), median_of(small)
+    for label in CLIENTS:
+        m, m1 = median_of(big[label]), median_of(small[label])
         per_call = (m["cpu"] - m1["cpu"]) / (m["rows"] - m1["rows"]) * 1000
         result[label] = {
             **m,
@@ -319,19 +501,22 @@ def measure(
             "phase_over_ideal": m["phase"] / ideal,
             "server_cpu_ms_per_call": m["server_cpu"] / m["rows"] * 1000,
         }
-    result["last_run_dir"] = px[-1]["run_dir"]
-    result["base_run_dir"] = px1[-1]["run_dir"]
-    p, b = result["parallax"], result["bare"]
+    result["last_run_dir"] = big["parallax"][-1]["run_dir"]
+    result["base_run_dir"] = small["parallax"][-1]["run_dir"]
+    p, q, b = result["parallax"], result["noreports"], result["bare"]
 
-    def ratio(key: str) -> float:  # at a tiny N a start-up-removed figure can be ~0
-        return p[key] / b[key] if b[key] > 0 else float("nan")
+    def ratio(top: dict[str, Any], key: str) -> float:  # at a tiny N a figure can be ~0
+        return top[key] / b[key] if b[key] > 0 else float("nan")
 
     result["ratios"] = {
-        "cpu_per_call": ratio("cpu_ms_per_call"),
-        "phase": ratio("phase"),
-        "rss": ratio("rss_mb"),
-        "wall": ratio("wall"),
+        "cpu_per_call": ratio(p, "cpu_ms_per_call"),
+        "cpu_per_call_no_reports": ratio(q, "cpu_ms_per_call"),
+        "phase": ratio(p, "phase"),
+        "rss": ratio(p, "rss_mb"),
+        "wall": ratio(p, "wall"),
     }
+    # what the reports added per call: the run with them minus the run without
+    result["reports_ms_per_call"] = p["cpu_ms_per_call"] - q["cpu_ms_per_call"]
     return result
 
 
@@ -438,13 +623,16 @@ def versions() -> dict[str, str]:
 
 
 def print_row(r: dict[str, Any]) -> None:
-    print(f"\nN={r['n']} c={r['concurrency']} calls={r['calls']} (median of {r['runs']})")
+    print(
+        f"\n{r['config']}: N={r['n']} c={r['concurrency']} calls={r['calls']} "
+        f"(median of {r['runs']})"
+    )
     head = (
         f"  {'client':<9}{'wall s':>8}{'phase s':>9}{'ideal s':>9}{'phase/ideal':>12}"
         f"{'cpu ms/call':>13}{'start-up s':>12}{'peak RSS MB':>13}{'server ms/call':>16}"
     )
     print(head)
-    for label in ("parallax", "bare"):
+    for label in CLIENTS:
         m = r[label]
         print(
             f"  {label:<9}{m['wall']:>8.2f}{m['phase']:>9.2f}{m['ideal']:>9.2f}"
@@ -453,7 +641,9 @@ def print_row(r: dict[str, Any]) -> None:
         )
     q = r["ratios"]
     print(
-        f"  parallax / bare: cpu per call {q['cpu_per_call']:.2f}x, phase {q['phase']:.2f}x, "
+        f"  parallax / bare: cpu per call {q['cpu_per_call']:.2f}x "
+        f"({q['cpu_per_call_no_reports']:.2f}x with the reports off; the reports "
+        f"{r['reports_ms_per_call']:.3f} ms/call), phase {q['phase']:.2f}x, "
         f"wall {q['wall']:.2f}x, peak RSS {q['rss']:.2f}x"
     )
     if r["parallax"]["not_ok"]:
@@ -476,13 +666,26 @@ def main(argv: list[str] | None = None) -> int:
     bare.add_argument("--cases", required=True)
     bare.add_argument("--url", required=True)
     bare.add_argument("--concurrency", type=int, required=True)
+    bare.add_argument("--shape", choices=list(Shape), default=Shape.PLAIN)
+    noreports = sub.add_parser("noreports", help="internal: parallax run, its reports off")
+    noreports.add_argument("--config", required=True)
     stages = sub.add_parser("stages", help="internal: time a replay's validation and regrade")
     stages.add_argument("run_dir")
     parser.add_argument("--n", type=int, default=2000, help="cases (calls = 2 x N)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--runs", type=int, default=3, help="runs per figure (median)")
     parser.add_argument("--latency", type=float, default=0.05, help="server seconds per reply")
-    parser.add_argument("--memory-n", type=int, default=0, help="also run N=this at c=first")
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        choices=list(Shape),
+        default=list(Shape),
+        help="request shapes to measure (the first also gets --memory-n and the replay)",
+    )
+    parser.add_argument(
+        "--memory-n", type=int, default=0, help="also run N=this at c=first, first config"
+    )
+    parser.add_argument("--no-replay", action="store_true", help="skip the replay figures")
     parser.add_argument("--json", type=Path, help="write all figures here as JSON")
     parser.add_argument("--workdir", type=Path, help="keep suites and runs here")
     args = parser.parse_args(argv)
@@ -490,6 +693,8 @@ def main(argv: list[str] | None = None) -> int:
         return bare_main(args)
     if args.mode == "stages":
         return stages_main(args)
+    if args.mode == "noreports":
+        return noreports_main(args)
 
     byte_compile()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="parallax-bench-"))
@@ -499,37 +704,22 @@ def main(argv: list[str] | None = None) -> int:
     server = FakeServer(args.latency)
     results: dict[str, Any] = {"versions": info, "latency": args.latency, "rows": []}
     try:
-        for c in args.concurrency:
-            row = measure(work, args.n, c, args.runs, args.latency, server)
-            results["rows"].append(row)
-            print_row(row)
+        first = Shape(args.configs[0])
+        for shape in map(Shape, args.configs):
+            for c in args.concurrency:
+                row = measure(work, args.n, c, args.runs, args.latency, server, shape)
+                results["rows"].append(row)
+                print_row(row)
         if args.memory_n:
             c = args.concurrency[0]
-            row = measure(work, args.memory_n, c, 1, args.latency, server)
+            row = measure(work, args.memory_n, c, args.runs, args.latency, server, first)
             results["rows"].append(row)
             print_row(row)
             ratio = row["parallax"]["rss_mb"] / results["rows"][0]["parallax"]["rss_mb"]
             results["rss_ratio"] = ratio
             print(f"  peak RSS N={args.memory_n} / N={args.n}: {ratio:.2f}x")
-        biggest = max(results["rows"], key=lambda r: r["n"])
-        replay = replay_rate(
-            Path(biggest["last_run_dir"]), Path(biggest["base_run_dir"]), args.runs
-        )
-        results["replay"] = replay
-        print(
-            f"\nreplay: {replay['rows']} rows in {replay['wall']:.2f} s wall "
-            f"= {replay['rows_per_s']:.0f} rows/s; start-up ({replay['startup_wall']:.2f} s) "
-            f"removed: {replay['rows_per_s_startup_removed']:.0f} rows/s"
-        )
-        stage = replay_stages(Path(biggest["last_run_dir"]), args.runs)
-        results["replay_stages"] = stage
-        print(
-            f"  its stages: validating {stage['cases']} fixtures {stage['validate']:.2f} s "
-            f"({stage['cases_per_s']:.0f} cases/s), regrading {stage['rows']} rows "
-            f"{stage['regrade']:.2f} s ({stage['regrade_rows_per_s']:.0f} rows/s), both "
-            f"{stage['rows_per_s_both']:.0f} rows/s; the rest (start-up, gate, reports) "
-            f"{replay['wall'] - stage['validate'] - stage['regrade']:.2f} s"
-        )
+        if not args.no_replay:
+            replay_figures(results, first, args.runs)
         results["help_s"] = help_time(max(3, args.runs))
         print(f"parallax --help: {results['help_s']:.3f} s wall (median)")
     finally:
@@ -542,6 +732,26 @@ def main(argv: list[str] | None = None) -> int:
             row.pop("base_run_dir", None)
         args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
     return 0
+
+
+def replay_figures(results: dict[str, Any], shape: Shape, runs: int) -> None:
+    """The replay of the largest run of `shape`, and its stages timed on their own."""
+    biggest = max((r for r in results["rows"] if r["config"] == shape), key=lambda r: r["n"])
+    run_dir, base_dir = Path(biggest["last_run_dir"]), Path(biggest["base_run_dir"])
+    replay = results["replay"] = replay_rate(run_dir, base_dir, runs)
+    print(
+        f"\nreplay ({shape}): {replay['rows']} rows in {replay['wall']:.2f} s wall "
+        f"= {replay['rows_per_s']:.0f} rows/s; start-up ({replay['startup_wall']:.2f} s) "
+        f"removed: {replay['rows_per_s_startup_removed']:.0f} rows/s"
+    )
+    stage = results["replay_stages"] = replay_stages(run_dir, runs)
+    print(
+        f"  its stages: validating {stage['cases']} fixtures {stage['validate']:.2f} s "
+        f"({stage['cases_per_s']:.0f} cases/s), regrading {stage['rows']} rows "
+        f"{stage['regrade']:.2f} s ({stage['regrade_rows_per_s']:.0f} rows/s), both "
+        f"{stage['rows_per_s_both']:.0f} rows/s; the rest (start-up, gate, reports) "
+        f"{replay['wall'] - stage['validate'] - stage['regrade']:.2f} s"
+    )
 
 
 if __name__ == "__main__":

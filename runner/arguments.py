@@ -26,7 +26,10 @@ _VERDICT = """  0   clean
   3   both 1 and 2
 """
 _BUG = "  70  a bug in parallax (one line naming it; a run dir it stopped resumes)\n"
-_ERRORS = "  64  usage error    65  bad fixture or data file    78  bad config\n" + _BUG
+_ERRORS = (
+    "  64  usage error    65  bad fixture or data file    78  bad config\n"
+    "      (every error found is one line; with both a config and a data error, 78)\n" + _BUG
+)
 _LOGGED = _ERRORS + "      each of them also one run.failed line on stdout\n"
 _CLOSED_PIPE = "  141 stdout closed by its reader (`| head`): stopped quietly\n"
 _DISK_FULL = "  74  the disk refused a write to the run dir (full, over quota, a file-size limit)\n"
@@ -44,6 +47,7 @@ _COMMAND_EXIT_CODES = {
     "run": _VERDICT
     + "      (with --exit-zero-on-review, 1 exits 0 and 3 exits 2)\n"
     + _LOGGED
+    + "  64  also: --case or --stratum selects no case of a suite (named)\n"
     + _DISK_FULL
     + "      (run.failed): the calls stop, the ledgers keep every row written; once there is\n"
     "      space, --resume finishes the run (a report it cannot write is no error: the\n"
@@ -62,7 +66,8 @@ _COMMAND_EXIT_CODES = {
     + _DISK_FULL
     + "      the verdict and ledgers are untouched: write the reports again once there is space\n"
     + _CLOSED_PIPE,
-    "promote": "  0   snapshot written\n  2   unscored cases and no --allow-partial\n"
+    "promote": "  0   snapshot written\n"
+    "  2   unscored cases, or a partial run, and no --allow-partial\n"
     + _ERRORS
     + "  64  also: refused, the run would roll the snapshot back (its calls are older than\n"
     "      the snapshot's run's, or it ran on fixtures that are not today's) and no --force\n"
@@ -111,6 +116,10 @@ EVALS_CHECKS = (
     *("match", "includes", "includes-ignore-case", "fuzzy-match"),
     *("string-check-eq", "string-check-ne", "string-check-like", "string-check-ilike"),
 )
+
+# The strata `run --stratum` selects from, named without importing the model; tests hold them
+# equal to `runner.model.STRATA`.
+RUN_STRATA = ("easy", "medium", "stretch")
 
 # `grade`'s ceiling-detector defaults, named in its --help without importing the config models
 # (pydantic) at start-up; tests hold them equal to `runner.config.Thresholds`.
@@ -198,12 +207,35 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("run", "Run every suite (or one) against both endpoints and gate the result.")
     p.add_argument("--config", help=config_help)
     p.add_argument("--suite", help="run only this suite")
-    p.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run in place")
+    p.add_argument(
+        "--case",
+        action="append",
+        dest="cases",
+        metavar="GLOB",
+        help="run only the cases whose id matches GLOB (fnmatch: * ? [seq]; repeatable, any "
+        "may match): a partial run, its gate on those cases only, not a night in history, "
+        "promoted only with --allow-partial",
+    )
+    p.add_argument(
+        "--stratum",
+        action="append",
+        dest="strata",
+        choices=RUN_STRATA,
+        metavar="S",
+        help="run only the cases of stratum S (easy, medium, stretch; repeatable; with --case: "
+        "the cases that match both): a partial run",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="finish an interrupted run in place (a partial one keeps its selection)",
+    )
     p.add_argument(
         "--retry-unscored",
         metavar="RUN_DIR",
         help="re-call only the rows stamped transport or schema misses (a budget's cancelled "
-        "ones too), into a new run dir; its budget_usd counts the scored rows it copies",
+        "ones too), into a new run dir; its budget_usd counts the scored rows it copies; a "
+        "retry of a partial run stays partial",
     )
     p.add_argument("--junit", metavar="PATH", help="also write JUnit XML of the run(s) here")
     p.add_argument(
@@ -224,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-partial",
         action="store_true",
-        help="promote despite unscored cases; they keep their previous entries",
+        help="promote despite unscored cases, or a partial run (--case, --stratum); the "
+        "unscored and the unselected cases keep their previous entries",
     )
     p.add_argument(
         "--force",

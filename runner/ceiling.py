@@ -32,15 +32,20 @@ def strata_rates(results: Iterable[tuple[str | None, bool | None]]) -> Rates:
     }
 
 
-def detect(rates: Mapping[str, Mapping[str, Any]], thresholds: Thresholds) -> list[str]:
+def detect(
+    rates: Mapping[str, Mapping[str, Any]], thresholds: Thresholds, *, whole: bool = True
+) -> list[str]:
     """Alerts that refuse a green verdict: a blind harness is as bad as a regression.
 
     `missing_stratum` and `thin_stratum` judge the suite, so they count its cases; rows that
     could not be scored are the run's trouble (exit 2, unscored: infrastructure or a side's
     format failure), not a review of the suite. A ceiling is still only claimed on at least two
-    admitted rows in every stratum.
+    admitted rows in every stratum. Not `whole` (a partial run: some of the suite's cases),
+    only the floors are asked of the cases it has: the suite's shape is a whole run's to judge.
     """
     alerts: list[str] = []
+    if not whole:
+        return _floors(rates, thresholds)
     cases = [int(rates[name]["n"]) + int(rates[name]["unadmitted"]) for name in STRATA]
     easy, medium, stretch = (rates[name]["pass_rate"] for name in STRATA)
     if any(n == 0 for n in cases):
@@ -53,6 +58,13 @@ def detect(rates: Mapping[str, Mapping[str, Any]], thresholds: Thresholds) -> li
             alerts.append("ceiling")
         if stretch >= thresholds.stretch_high:
             alerts.append("stretch_too_easy")
+    return alerts + _floors(rates, thresholds)
+
+
+def _floors(rates: Mapping[str, Mapping[str, Any]], thresholds: Thresholds) -> list[str]:
+    """The easy and medium pass rates below their floors."""
+    alerts = []
+    easy, medium = rates["easy"]["pass_rate"], rates["medium"]["pass_rate"]
     if easy is not None and easy < thresholds.easy_floor:
         alerts.append("easy_regression")
     if medium is not None and medium < thresholds.medium_floor:

@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 # _Refused keeps its leading underscore: run.failed names the first public class, UsageError
 from runner.arguments import DEFAULT_CONFIG, GRADE_THRESHOLDS, _Refused, build_parser
-from runner.errors import ConfigError, DataError, InternalError, ParallaxError, UsageError
+from runner.errors import (
+    ConfigError,
+    DataError,
+    Errors,
+    Gathered,
+    InternalError,
+    ParallaxError,
+    UsageError,
+)
 
 if TYPE_CHECKING:
     from runner.config import LoadedConfig
@@ -78,22 +86,31 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
-    """`run --resume` and `run --retry-unscored`: one suite, the one the run dir is of."""
+    """`run --resume` and `run --retry-unscored`: one suite, the one the run dir is of, and
+    the cases it ran (a partial run's selection is kept)."""
     from runner.config import check_files, check_keys
     from runner.request.sha import request_problem
     from runner.runs.mode import RunMode
     from runner.runs.plan import all_scored, replay_problem
     from runner.runs.run import run_suite
     from runner.runs.rundir import config_for_run, read_manifest
+    from runner.runs.selection import Selection
     from runner.runs.summary import print_summary, recorded_summary
     from runner.shutdown import Interrupted
 
     if args.resume and args.retry_unscored:
         raise UsageError("use either --resume or --retry-unscored, not both")
+    again = "--resume" if args.resume else "--retry-unscored"
+    if args.cases or args.strata:
+        raise UsageError(
+            f"{again} runs the cases the run dir ran (a partial one keeps its selection): "
+            "--case and --stratum are for a new run"
+        )
     run_dir = Path(args.resume or args.retry_unscored)
     loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
     manifest = read_manifest(run_dir)
     (suite,) = loaded.suite_names(manifest["suite"])
+    selection = Selection.of(manifest, run_dir / "manifest.json")
     finished = manifest.get("finished_at") is not None
     if args.retry_unscored and finished and all_scored(run_dir, recorded_summary(run_dir)):
         raise UsageError(f"{run_dir}: every row was scored; nothing to retry")
@@ -110,11 +127,21 @@ def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
         raise Interrupted(shutdown.signal, run_dir if args.resume else None)
     if args.resume:
         out_dir, code, summary = run_suite(
-            loaded, suite, resume_dir=run_dir, mode=RunMode.RESUME, shutdown=shutdown
+            loaded,
+            suite,
+            resume_dir=run_dir,
+            mode=RunMode.RESUME,
+            selection=selection,
+            shutdown=shutdown,
         )
     else:
         out_dir, code, summary = run_suite(
-            loaded, suite, parent_dir=run_dir, mode=RunMode.RETRY, shutdown=shutdown
+            loaded,
+            suite,
+            parent_dir=run_dir,
+            mode=RunMode.RETRY,
+            selection=selection,
+            shutdown=shutdown,
         )
     print_summary(summary, out_dir)
     _junit(args, [out_dir])
@@ -122,24 +149,30 @@ def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
 
 
 def _run(args: argparse.Namespace, shutdown: Shutdown) -> int:
-    from runner.config import check_files, check_keys, load_config
+    from runner.config import check_keys, load_config
     from runner.lock import SuiteLocked, is_locked, lock_path
     from runner.runs.run import run_suite
+    from runner.runs.selection import Selection
     from runner.runs.summary import print_summary
     from runner.shutdown import Interrupted
-    from runner.suite import prepare_suite
+    from runner.suite import checked_suites
 
     if args.resume or args.retry_unscored:
         return _run_again(args, shutdown)
     loaded = load_config(_config_path(args))
-    check_files(loaded)
     names = loaded.suite_names(args.suite)
-    check_keys(loaded, names)
+    selection = Selection.given(args.cases, args.strata)
+    found = Gathered()  # every suite's errors at once, before any call
+    with found.checking():
+        check_keys(loaded, names)
     checked = {}
-    for name in names:  # every suite's fixtures, graders and snapshot, before any call
-        prepared = prepare_suite(loaded, name)
+    for suite in checked_suites(loaded, names, found):  # fixtures, graders, snapshot
+        selected = suite.selected(selection)  # one that selects nothing: refused here
         if len(names) == 1:  # run as checked: loading a big suite twice costs seconds
-            checked[name] = prepared
+            checked[suite.name] = selected
+        else:
+            suite.fixtures.close()
+    found.raise_found()
     for name in names:  # a busy suite refuses the command before the first suite's calls
         holder = is_locked(loaded.runs_dir, name)
         if holder is not None:
@@ -152,7 +185,7 @@ def _run(args: argparse.Namespace, shutdown: Shutdown) -> int:
             raise Interrupted(shutdown.signal, None)
         try:
             out_dir, code, summary = run_suite(
-                loaded, name, suite=checked.get(name), shutdown=shutdown
+                loaded, name, suite=checked.get(name), selection=selection, shutdown=shutdown
             )
         except SuiteLocked as exc:  # taken since the check: the other suites' verdicts stand
             refused = refused or exc
@@ -188,13 +221,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from runner.runs.mode import RunMode
         from runner.runs.run import run_suite
         from runner.runs.rundir import config_for_run, read_manifest
+        from runner.runs.selection import Selection
         from runner.runs.summary import print_summary
 
         logs.configure()
         run_dir = Path(args.run_dir)
         loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
-        (suite,) = loaded.suite_names(read_manifest(run_dir)["suite"])
-        out_dir, code, summary = run_suite(loaded, suite, parent_dir=run_dir, mode=RunMode.REPLAY)
+        manifest = read_manifest(run_dir)
+        (suite,) = loaded.suite_names(manifest["suite"])
+        out_dir, code, summary = run_suite(
+            loaded,
+            suite,
+            parent_dir=run_dir,
+            mode=RunMode.REPLAY,
+            # a partial run's replay regrades the cases it called, and is partial too
+            selection=Selection.of(manifest, run_dir / "manifest.json"),
+        )
         print_summary(summary, out_dir)
         _junit(args, [out_dir])
         return code
@@ -367,31 +409,36 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Nothing is called, so no key is needed: one not in the environment is a note on stderr
     (a run refuses it), never a failure; one that is there but unusable fails as in a run."""
     from runner import logs
-    from runner.config import check_files, load_config, missing_keys
+    from runner.config import load_config, missing_keys
     from runner.recorded.endpoint import load_cassette
     from runner.scheduler.trigger import Trigger
-    from runner.suite import prepare_suite
+    from runner.suite import checked_suites
     from runner.text import visible
 
     loaded = load_config(_config_path(args))
-    check_files(loaded)
+    names = loaded.suite_names(args.suite)
+    found = Gathered()  # every error of every suite, schedule and cassette, then exit
     total = 0
-    for name in loaded.suite_names(args.suite):
-        suite = prepare_suite(loaded, name)
+    for suite in checked_suites(loaded, names, found):
         total += len(suite.refs)
-        Trigger.for_suite(loaded, name)  # a bad cron line fails here, not once deployed
+        suite.fixtures.close()
+    for name in names:
+        with found.checking():
+            Trigger.for_suite(loaded, name)  # a bad cron line fails here, not once deployed
+    refused = found.keys()
     for endpoint_name, endpoint in loaded.config.endpoints.items():
-        if endpoint.cassette:
-            load_cassette(loaded.input(endpoint.cassette, f"endpoints.{endpoint_name}.cassette"))
-        elif endpoint.kind != "recorded":
-            from runner.client.endpoint import request_problem
+        key = f"endpoints.{endpoint_name}.cassette"
+        with found.checking():
+            if endpoint.cassette and key not in refused:
+                load_cassette(loaded.input(endpoint.cassette, key))
+            elif endpoint.kind != "recorded":
+                from runner.client.endpoint import request_problem
 
-            problem = request_problem(endpoint)
-            if problem:
-                raise ConfigError(loaded.path, f"endpoints.{endpoint_name}", problem)
-    missing = missing_keys(loaded, loaded.suite_names(args.suite))
-    suites = len(loaded.suite_names(args.suite))
-    print(f"{loaded.path}: ok ({suites} suite(s), {total} case(s))")
+                if problem := request_problem(endpoint):
+                    found.add(ConfigError(loaded.path, f"endpoints.{endpoint_name}", problem))
+    found.raise_found()
+    missing = missing_keys(loaded, names)
+    print(f"{loaded.path}: ok ({len(names)} suite(s), {total} case(s))")
     for unset in missing:
         note = f"parallax: note: {unset}: validate needs no key, a run does"
         logs.say(visible(note, one_line=True))
@@ -550,18 +597,20 @@ def _command_in(argv: Sequence[str]) -> str | None:
 
 
 def _failed(exc: ParallaxError, command: str | None) -> int:
-    """One line on stderr and the error's code; for a command whose stdout is its log stream,
-    one `run.failed` line there too (scrubbed as every log line is)."""
+    """One line on stderr per error (several when the input had several: `Errors`) and the
+    error's code; for a command whose stdout is its log stream, one `run.failed` line there
+    too, carrying every error (scrubbed as every log line is)."""
     from runner import logs
     from runner.text import visible
 
-    message = logs.scrub_text(str(exc))
-    bug: dict[str, Any] = {}
+    each = [logs.scrub_text(error.message) for error in exc.each]
+    decider = exc.decider if isinstance(exc, Errors) else exc  # what the exit code is of
+    fields: dict[str, Any] = {"errors": each} if len(each) > 1 else {}
     if isinstance(exc, InternalError):  # what a bug report needs
         found = "".join(traceback.format_exception(exc.cause))
-        bug = {"traceback": found[-4000:]}
+        fields["traceback"] = found[-4000:]
         if exc.run_dir is not None:
-            bug["run_dir"] = str(exc.run_dir)
+            fields["run_dir"] = str(exc.run_dir)
         if command not in _LOG_STREAM:  # no log line to carry it: stderr, above the line
             logs.say(logs.scrub_text(found.rstrip()))
     if command in _LOG_STREAM:
@@ -571,14 +620,14 @@ def _failed(exc: ParallaxError, command: str | None) -> int:
             logs.RUN_FAILED,
             command=command,
             exit_code=exc.exit_code,
-            error=next(c.__name__ for c in type(exc).__mro__ if not c.__name__.startswith("_")),
-            message=message,
-            **bug,
+            error=next(c.__name__ for c in type(decider).__mro__ if not c.__name__.startswith("_")),
+            message=logs.scrub_text(str(exc)),  # several errors: joined by "; "
+            **fields,
         )
-    line = message if isinstance(exc, _Refused) else f"parallax: {message}"
+    lines = each if isinstance(exc, _Refused) else [f"parallax: {line}" for line in each]
     # a control character or a bidi control from a file or an argument (a key with a newline,
-    # a NUL) is shown as an escape, so an error stays one line a reader can trust
-    logs.say(visible(line, one_line=True))
+    # a NUL) is shown as an escape, so each error stays one line a reader can trust
+    logs.say("\n".join(visible(line, one_line=True) for line in lines))
     return exc.exit_code
 
 

@@ -25,7 +25,7 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -41,17 +41,16 @@ from pydantic import (
     model_validator,
 )
 
+from runner.configerrors import located, near, salvaged
 from runner.configtypes import (
     HEADER_NAME,
-    TYPE_WORDS,
     HeaderName,
     HeaderValue,
     from_env,
     header_value,
     typed,
-    written,
 )
-from runner.errors import ConfigError, reason_of
+from runner.errors import ConfigError, Gathered, ParallaxError, did_you_mean, reason_of
 from runner.files import (
     Outside,
     Unreadable,
@@ -637,7 +636,7 @@ def _refuse_too_deep(data: Mapping[str, Any], path: Path) -> None:
             stack.extend((v, key, depth + 1) for v in value)
 
 
-def _refuse_body_vars(data: Mapping[str, Any], path: Path) -> None:
+def _refuse_body_vars(data: Mapping[str, Any], path: Path, found: Gathered) -> None:
     """A `${VAR}` in what an endpoint puts into its request body (BODY_KEYS) would send the
     variable's value to a third party and store it with the run: refused, naming the key,
     unless the endpoint's `body_env` lists the variable. Checked before anything is read."""
@@ -653,7 +652,7 @@ def _refuse_body_vars(data: Mapping[str, Any], path: Path) -> None:
             if isinstance(value, str):
                 for match in _VAR.finditer(value):
                     if match.group(1) not in meant:
-                        raise ConfigError(
+                        refused = ConfigError(
                             path,
                             key,
                             f"${{{match.group(1)}}} would send the variable's value in the "
@@ -661,6 +660,7 @@ def _refuse_body_vars(data: Mapping[str, Any], path: Path) -> None:
                             f"endpoints.{name}.body_env if that is meant (it is then masked as "
                             "*** wherever parallax writes)",
                         )
+                        found.add(refused)
             elif isinstance(value, Mapping):
                 stack.extend((v, f"{key}.{k}") for k, v in reversed(list(value.items())))
             elif isinstance(value, list):
@@ -674,13 +674,21 @@ def _is_secret(where: tuple[str, ...]) -> bool:
 
 
 def _interpolate(
-    value: Any, path: Path, key: str, empties: dict[str, str], where: tuple[str, ...] = ()
+    value: Any,
+    path: Path,
+    key: str,
+    *,
+    empties: dict[str, str],
+    found: Gathered,
+    where: tuple[str, ...] = (),
 ) -> Any:
     """`value` with every `${VAR}` read; `empties` gets each key whose variable was set to ""
-    (without a default), so an error there can name the variable. A value read where the
+    (without a default), so an error there can name the variable, and `found` each unset
+    variable (read as "", so the rest of the file is still checked). A value read where the
     endpoint sends it (`_is_secret`) is registered as a secret as it is read, so even an error
     about that key shows it masked."""
     if isinstance(value, str):
+        unset: list[str] = []
 
         def repl(match: re.Match[str]) -> str:
             name, default = match.group(1), match.group(2)
@@ -695,58 +703,71 @@ def _interpolate(
                 return found
             if default is not None:  # POSIX `:-`: unset or empty takes the default
                 return default
-            raise ConfigError(path, key, f"environment variable {name} is not set")
+            unset.append(name)
+            return ""
 
         text = _VAR.sub(repl, value)
+        for name in dict.fromkeys(unset):
+            found.add(ConfigError(path, key, f"environment variable {name} is not set"))
         if "\x00" in text:  # no path, URL or header can hold one; `open` would raise
-            raise ConfigError(path, key, "contains a NUL character")
+            found.add(ConfigError(path, key, "contains a NUL character"))
         return text
     if isinstance(value, Mapping):
         return {
-            k: _interpolate(v, path, f"{key}.{k}" if key else str(k), empties, (*where, str(k)))
+            k: _interpolate(
+                v,
+                path,
+                f"{key}.{k}" if key else str(k),
+                empties=empties,
+                found=found,
+                where=(*where, str(k)),
+            )
             for k, v in value.items()
         }
     if isinstance(value, list):
-        return [_interpolate(v, path, f"{key}[{i}]", empties, where) for i, v in enumerate(value)]
+        return [
+            _interpolate(v, path, f"{key}[{i}]", empties=empties, found=found, where=where)
+            for i, v in enumerate(value)
+        ]
     return value
 
 
-def _first_error(path: Path, exc: ValidationError, empties: Mapping[str, str]) -> ConfigError:
-    errors = exc.errors()
-    first = errors[0]
-    key = ".".join(str(p) for p in first["loc"])
-    if first["type"] == "string_too_short" and key in empties:
-        return ConfigError(path, key, f"${{{empties[key]}}} is empty")
-    if first["type"] == "extra_forbidden":
-        leaf = str(first["loc"][-1]) if first["loc"] else key
-        reason = "unknown key"
-        if leaf in ("api_key", "key", "token"):
-            reason = (
-                "unknown key; put the secret in an environment variable and name it in api_key_env"
-            )
-    elif first["type"] == "missing":
-        reason = "required key is missing"
-    elif first["type"] == "finite_number":
-        reason = f"must be a finite number, got {first['input']}"
-    elif first["type"] == "string_too_short":
-        reason = "must not be empty"
-    elif first["type"] in TYPE_WORDS:  # strict: what TOML wrote is not of the key's type
-        reason = f"must be {TYPE_WORDS[first['type']]}, got {written(first['input'])}"
-    else:
-        reason = str(first["msg"]).removeprefix("Value error, ")
-        # a rule about a table whose value came out of an empty variable: say which one
-        inside = [k for k in empties if k.startswith(f"{key}.")] if key else list(empties)
-        if inside:
-            where = inside[0].removeprefix(f"{key}.") if key else inside[0]
-            reason += f" ({where}: ${{{empties[inside[0]]}}} is empty)"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return ConfigError(path, key or None, reason + more)
-
-
 def load_config(path: Path) -> LoadedConfig:
-    """Parse, interpolate and validate `path`; raise ConfigError naming file and key."""
+    """Parse, interpolate and validate `path`; raise every error found (one ConfigError, or
+    several as `Errors`), each naming file and key."""
     import hashlib
 
+    raw_bytes, data = _read_toml(path)
+    _refuse_too_deep(data, path)
+    found = Gathered()  # every error of the file, each at its key
+    _refuse_body_vars(data, path, found)
+    empties: dict[str, str] = {}
+    reading = Gathered()  # an unset variable at a key refused for reading one is no news
+    data = from_env(data, _interpolate(data, path, "", empties=empties, found=reading), _VAR)
+    refused = found.keys()
+    found.errors.extend(e for e in reading.errors if not _near(e, refused))
+    config: Config | None = None
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:  # every one of them, but at a key already refused
+        found.errors.extend(located(path, exc, Config, empties, told=found.keys()))
+        config = salvaged(Config, data, exc)  # the rest is still checked
+    if config is None:  # nothing left to check: what was found is all there is
+        found.raise_found()
+    assert config is not None  # raise_found raised: a refused config has its errors
+    endpoints = data.get("endpoints")
+    later = Gathered()  # the rules between tables, the files and the templates
+    shapes = _checked(path, config, set(endpoints) if isinstance(endpoints, Mapping) else (), later)
+    refused |= found.keys()
+    for problem in later.errors:  # not what follows from a key refused (a price set aside)
+        found.errors.extend(e for e in problem.each if not _near(e, refused))
+    found.raise_found()
+    digest = hashlib.sha256(raw_bytes).hexdigest()[:16]
+    return LoadedConfig(path, config, digest, shapes)
+
+
+def _read_toml(path: Path) -> tuple[bytes, dict[str, Any]]:
+    """The config's bytes and its tables, or the one error that keeps them from being read."""
     try:
         raw_bytes = read_regular(path, limit=MAX_CONFIG_BYTES)
     except Unreadable as exc:
@@ -754,7 +775,7 @@ def load_config(path: Path) -> LoadedConfig:
         raise ConfigError(path, None, reason) from None
     try:
         text = raw_bytes.decode("utf-8-sig")  # an editor's BOM is no error
-        data = tomllib.loads(text)
+        return raw_bytes, tomllib.loads(text)
     except UnicodeDecodeError as exc:
         raise ConfigError(path, None, f"not UTF-8 at byte {exc.start}") from None
     except tomllib.TOMLDecodeError as exc:
@@ -765,49 +786,71 @@ def load_config(path: Path) -> LoadedConfig:
         line = long_integer_line(text)
         at = f" (line {line})" if line is not None else ""
         raise ConfigError(path, None, f"invalid TOML: {reason_of(exc)}{at}") from None
-    _refuse_too_deep(data, path)
-    _refuse_body_vars(data, path)
-    empties: dict[str, str] = {}
-    data = from_env(data, _interpolate(data, path, "", empties), _VAR)
-    try:
-        config = Config.model_validate(data)
-    except ValidationError as exc:
-        raise _first_error(path, exc, empties) from None
-    for suite_name, suite in config.suites.items():
-        for side in ("reference", "candidate"):
-            endpoint = getattr(suite, side)
-            if endpoint not in config.endpoints:
-                raise ConfigError(
-                    path, f"suites.{suite_name}.{side}", f"no endpoint named {endpoint!r}"
-                )
-        # a gate on a question nobody asked would always fire: its threshold must be set
-        thresholds = suite.thresholds or config.thresholds
-        for gate, threshold in GATE_THRESHOLDS.items():
-            if gate in suite.fail_on and getattr(thresholds, threshold) is None:
-                raise ConfigError(
-                    path,
-                    f"suites.{suite_name}.fail_on",
-                    f'"{gate}" needs thresholds.{threshold} '
-                    "(in the suite's own [thresholds] table when it has one)",
-                )
-        _check_latency_gate(path, config, suite_name)
-        if "cost_regression" in suite.fail_on:  # an unpriced side's cost is unknown
-            for side in ("reference", "candidate"):
-                endpoint = getattr(suite, side)
-                if config.endpoints[endpoint].price is None:
-                    raise ConfigError(
-                        path,
-                        f"endpoints.{endpoint}.price",
-                        f'is needed: suites.{suite_name}.fail_on has "cost_regression", '
-                        f"which compares both sides' cost (this is the {side})",
-                    )
-        _check_budget(path, config, suite_name)
-    _check_batch_endpoints(path, config)
+
+
+def _checked(
+    path: Path, config: Config, written: Collection[str], found: Gathered
+) -> dict[str, Shape]:
+    """What the tables ask of each other (`written`: the endpoint names the file has, refused
+    or not), the input files and each endpoint's compiled templates; each error to `found`."""
+    for name in config.suites:
+        for problem in _suite_problems(path, config, name, written):
+            found.add(problem)
+    for problem in _batch_problems(path, config):
+        found.add(problem)
     root = input_root(path, config)
-    _check_inputs(path, config, root)
-    digest = hashlib.sha256(raw_bytes).hexdigest()[:16]
-    shapes = {name: _shape(path, name, ep, root) for name, ep in config.endpoints.items()}
-    return LoadedConfig(path, config, digest, shapes)
+    with found.checking():
+        _check_inputs(path, config, root)
+    shapes = {}
+    for name, ep in config.endpoints.items():
+        with found.checking():
+            shapes[name] = _shape(path, name, ep, root)
+    return shapes
+
+
+def _near(error: ParallaxError, keys: set[str]) -> bool:
+    """Whether `error` is about one of `keys`, a key inside one or a table holding one."""
+    key = error.key if isinstance(error, ConfigError) else None
+    return key is not None and any(near(key, k) for k in keys)
+
+
+def _suite_problems(
+    path: Path, config: Config, suite_name: str, written: Collection[str]
+) -> Iterator[ConfigError]:
+    """What a suite's tables ask of the rest of the file: each endpoint it names (`written`:
+    the endpoints the file has, refused or not), a threshold for each gate it asks, a price on
+    each side a cost gate or a budget counts."""
+    suite = config.suites[suite_name]
+    sides = ("reference", "candidate")
+    for side in sides:
+        endpoint = getattr(suite, side)
+        if endpoint not in written:
+            key = f"suites.{suite_name}.{side}"
+            hint = did_you_mean(endpoint, sorted(written))
+            yield ConfigError(path, key, f"no endpoint named {endpoint!r}{hint}")
+    # a gate on a question nobody asked would always fire: its threshold must be set
+    thresholds = suite.thresholds or config.thresholds
+    for gate, threshold in GATE_THRESHOLDS.items():
+        if gate in suite.fail_on and getattr(thresholds, threshold) is None:
+            yield ConfigError(
+                path,
+                f"suites.{suite_name}.fail_on",
+                f'"{gate}" needs thresholds.{threshold} '
+                "(in the suite's own [thresholds] table when it has one)",
+            )
+    named = [side for side in sides if getattr(suite, side) in config.endpoints]
+    if "cost_regression" in suite.fail_on:  # an unpriced side's cost is unknown
+        for side in named:
+            endpoint = getattr(suite, side)
+            if config.endpoints[endpoint].price is None:
+                yield ConfigError(
+                    path,
+                    f"endpoints.{endpoint}.price",
+                    f'is needed: suites.{suite_name}.fail_on has "cost_regression", '
+                    f"which compares both sides' cost (this is the {side})",
+                )
+    yield from _latency_gate_problems(path, config, suite_name, named)
+    yield from _budget_problems(path, config, suite_name, named)
 
 
 def named_inputs(config: Config) -> list[tuple[str, str]]:
@@ -834,10 +877,11 @@ def is_grader_file(spec: str) -> bool:
 
 def _check_inputs(path: Path, config: Config, root: Path) -> None:
     """The input root is a folder, and every input file named leads into it: refused at load,
-    naming the key, before any of them is opened."""
+    naming each key, before any of them is opened."""
     if config.input_root is not None and not root.is_dir():
         state = "not a directory" if root.exists() else "no such directory"
         raise ConfigError(path, "input_root", f"{state}: {config.input_root}")
+    found = Gathered()
     for key, file in named_inputs(config):
         candidate = Path(file)
         if not candidate.is_absolute():
@@ -845,42 +889,45 @@ def _check_inputs(path: Path, config: Config, root: Path) -> None:
         try:
             inside(candidate, root)
         except Outside as exc:
-            raise ConfigError(path, key, outside_reason(file, exc)) from None
+            found.add(ConfigError(path, key, outside_reason(file, exc)))
         except Unreadable as exc:
-            raise ConfigError(path, key, f"{exc.reason}: {file}") from None
+            found.add(ConfigError(path, key, f"{exc.reason}: {file}"))
+    found.raise_found()
 
 
-def _check_batch_endpoints(path: Path, config: Config) -> None:
+def _batch_problems(path: Path, config: Config) -> Iterator[ConfigError]:
     """`batch = true` only where the provider has a batch API parallax speaks, and never with
     `stream`: a batch answers each request whole."""
     for name, endpoint in config.endpoints.items():
         if not endpoint.batch:
             continue
         if endpoint.kind not in BATCH_KINDS:
-            raise ConfigError(
+            yield ConfigError(
                 path,
                 f"endpoints.{name}.batch",
                 f"{_article(endpoint.kind)} endpoint has no batch API "
                 f"(batch mode is for {', '.join(BATCH_KINDS)})",
             )
         if endpoint.stream:
-            raise ConfigError(
+            yield ConfigError(
                 path,
                 f"endpoints.{name}.stream",
                 "a batch endpoint cannot stream: a batch answers each request whole",
             )
 
 
-def _check_latency_gate(path: Path, config: Config, suite_name: str) -> None:
+def _latency_gate_problems(
+    path: Path, config: Config, suite_name: str, sides: list[str]
+) -> Iterator[ConfigError]:
     """A latency gate needs both sides' latencies, and a batch side has none: a batch's
     turnaround is the provider's queue, not the model's time."""
     suite = config.suites[suite_name]
     if "latency_regression" not in suite.fail_on:
         return
-    for side in ("reference", "candidate"):
+    for side in sides:
         endpoint = getattr(suite, side)
         if config.endpoints[endpoint].batch:
-            raise ConfigError(
+            yield ConfigError(
                 path,
                 f"suites.{suite_name}.fail_on",
                 f'"latency_regression" cannot be decided: the {side} endpoint {endpoint!r} '
@@ -888,7 +935,9 @@ def _check_latency_gate(path: Path, config: Config, suite_name: str) -> None:
             )
 
 
-def _check_budget(path: Path, config: Config, suite_name: str) -> None:
+def _budget_problems(
+    path: Path, config: Config, suite_name: str, sides: list[str]
+) -> Iterator[ConfigError]:
     """A budget needs every call's cost bounded before it is made: a price on each endpoint
     the suite calls, and a reply bounded by a `max_tokens` the endpoint sets itself (an
     http-json body_template sends none; the default of 512 is no bound anyone chose). Without
@@ -897,24 +946,24 @@ def _check_budget(path: Path, config: Config, suite_name: str) -> None:
     if (suite.budget_usd if suite.budget_usd is not None else config.budget_usd) is None:
         return
     where = f"suites.{suite_name}.budget_usd" if suite.budget_usd is not None else "budget_usd"
-    for side in ("reference", "candidate"):
+    for side in sides:
         name = getattr(suite, side)
         endpoint = config.endpoints[name]
         if endpoint.price is None:
-            raise ConfigError(
+            yield ConfigError(
                 path,
                 f"endpoints.{name}.price",
                 f"required by {where}: a budget cannot count the cost of a call without a price",
             )
         if endpoint.kind == "http-json":
-            raise ConfigError(
+            yield ConfigError(
                 path,
                 f"endpoints.{name}.kind",
                 f"an http-json endpoint cannot run under {where}: its body_template sends no "
                 "max_tokens, so no call's cost is bounded before it is made",
             )
-        if "max_tokens" not in endpoint.model_fields_set:
-            raise ConfigError(
+        elif "max_tokens" not in endpoint.model_fields_set:
+            yield ConfigError(
                 path,
                 f"endpoints.{name}.max_tokens",
                 f"required by {where}: a call's estimate bounds its reply by max_tokens, so "
@@ -926,28 +975,36 @@ def _shape(path: Path, name: str, ep: EndpointConfig, root: Path) -> Shape:
     """One endpoint's Shape: its templates compiled (a template file read relative to
     the config's folder, inside `root`), its params checked, each refusal named by its key."""
     key = f"endpoints.{name}"
+    found = Gathered()
     if ep.kind == "http-json":
         for field in SHAPE_KEYS:
             if field in ep.model_fields_set:
-                raise ConfigError(
-                    path,
-                    f"{key}.{field}",
-                    "does not apply to an http-json endpoint: its body_template is its body "
-                    "({{prompt}} and {{system}} are filled in there)",
+                found.add(
+                    ConfigError(
+                        path,
+                        f"{key}.{field}",
+                        "does not apply to an http-json endpoint: its body_template is its "
+                        "body ({{prompt}} and {{system}} are filled in there)",
+                    )
                 )
-    _check_params(path, f"{key}.params", ep.params)
+    for problem in _params_problems(path, f"{key}.params", ep.params):
+        found.add(problem)
     base_dir = path.parent
-    system = load_template(
-        path, base_dir, f"{key}.system", inline=ep.system, file=ep.system_file, root=root
-    )
-    user = load_template(
-        path,
-        base_dir,
-        f"{key}.user_template",
-        inline=ep.user_template,
-        file=ep.user_template_file,
-        root=root,
-    )
+    system = user = None
+    with found.checking():
+        system = load_template(
+            path, base_dir, f"{key}.system", inline=ep.system, file=ep.system_file, root=root
+        )
+    with found.checking():
+        user = load_template(
+            path,
+            base_dir,
+            f"{key}.user_template",
+            inline=ep.user_template,
+            file=ep.user_template_file,
+            root=root,
+        )
+    found.raise_found()
     # a recorded endpoint stands in for a live one of its protocol: swapping one for the other
     # (the same model, templates and params) is the same request
     protocol = ep.kind if ep.kind != "recorded" else ep.protocol or "openai-chat"
@@ -967,25 +1024,25 @@ def _shape(path: Path, name: str, ep: EndpointConfig, root: Path) -> Shape:
     )
 
 
-def _check_params(path: Path, key: str, params: Mapping[str, Any]) -> None:
+def _params_problems(path: Path, key: str, params: Mapping[str, Any]) -> Iterator[ConfigError]:
     """`params` are sent as JSON, as given: no body key the protocol sets itself, and only
     values JSON can carry (a TOML date or time is none; nor is an infinite or NaN number)."""
     for name, value in params.items():
         inner = [f"{name}.{sub}" for sub in value] if isinstance(value, Mapping) else []
         for set_key in (name, *inner):
             if (source := PROTOCOL_KEYS.get(set_key)) is not None:
-                raise ConfigError(
+                yield ConfigError(
                     path, f"{key}.{set_key}", f"is set by parallax from {source}, not by params"
                 )
     stack: list[tuple[Any, str]] = [(v, f"{key}.{k}") for k, v in reversed(list(params.items()))]
-    while stack:  # depth first in the file's order: the first bad value is the one named
+    while stack:  # depth first in the file's order: each bad value named where it is
         value, where = stack.pop()
         if isinstance(value, dt.date | dt.time):  # datetime is a date
-            raise ConfigError(
+            yield ConfigError(
                 path, where, "a TOML date or time is no JSON value: write it as a string"
             )
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(path, where, f"must be a finite number, got {value}")
+            yield ConfigError(path, where, f"must be a finite number, got {value}")
         if isinstance(value, Mapping):
             stack.extend((v, f"{where}.{k}") for k, v in reversed(list(value.items())))
         elif isinstance(value, list):
@@ -994,10 +1051,13 @@ def _check_params(path: Path, key: str, params: Mapping[str, Any]) -> None:
 
 def check_keys(loaded: LoadedConfig, suites: list[str]) -> None:
     """Every key a run will need must be in the environment before the first call is made."""
+    found = Gathered()
     for name in suites:
         suite = loaded.config.suites[name]
         for endpoint in (suite.reference, suite.candidate):
-            loaded.api_key(endpoint)
+            with found.checking():
+                loaded.api_key(endpoint)
+    found.raise_found()
 
 
 def missing_keys(loaded: LoadedConfig, suites: list[str]) -> list[ConfigError]:
@@ -1021,6 +1081,9 @@ def missing_keys(loaded: LoadedConfig, suites: list[str]) -> list[ConfigError]:
 def check_files(loaded: LoadedConfig) -> None:
     """Every file the config names must be a regular file; found by `validate` and before any
     run (a FIFO or a device named as fixtures would block or never end)."""
+    found = Gathered()
     for key, file in named_inputs(loaded.config):
-        if (problem := file_problem(loaded.input(file, key))) is not None:
-            raise ConfigError(loaded.path, key, f"{problem}: {file}")
+        with found.checking():
+            if (problem := file_problem(loaded.input(file, key))) is not None:
+                found.add(ConfigError(loaded.path, key, f"{problem}: {file}"))
+    found.raise_found()

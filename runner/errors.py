@@ -6,17 +6,26 @@
     │   └── FixtureError     65  a fixture row is malformed: path:line: reason
     ├── StorageError         74  the disk refused a write to a run dir (full, quota, size limit)
     ├── ConfigError          78  the TOML config, an env var or a grader module is wrong
+    ├── Errors           78 / 65  several of the above found in one pass, one line each
     └── InternalError        70  parallax itself failed (a bug), not its input (EX_SOFTWARE)
 
 Transport failures are never exceptions that escape a call: they are stamps (data).
+Bad input is reported whole: every error of a config and every bad row of a fixture file, each
+its own located line (`Errors`, built by `Gathered`), so one run of `validate` lists all there
+is to fix.
 """
 
 from __future__ import annotations
 
+import difflib
 import errno
 import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+MAX_LISTED = 50  # errors listed of one file before the rest are counted ("and N more")
 
 
 class ParallaxError(Exception):
@@ -30,6 +39,11 @@ class ParallaxError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    @property
+    def each(self) -> tuple[ParallaxError, ...]:
+        """The located errors this one reports, one line each: itself (`Errors`: several)."""
+        return (self,)
 
 
 class UsageError(ParallaxError):
@@ -97,6 +111,71 @@ class ConfigError(ParallaxError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.path, self.key, self.reason)
+
+
+class Errors(ParallaxError):
+    """Several errors of the input found in one pass, each one located line, in the order
+    found: a config's keys and rules, a fixture file's rows in file order. Never made of one
+    (`Gathered.raise_found` raises that error itself).
+
+    The exit code is the config's, 78, when any of them is a config error, else the first
+    one's (65): a config error can be why rows fail (a graders module that does not load, a
+    template a case cannot fill), so it is the one to fix first.
+    """
+
+    def __init__(self, errors: Iterable[ParallaxError]) -> None:
+        self.errors = tuple(found for error in errors for found in error.each)
+        codes = [error.exit_code for error in self.errors]
+        self.exit_code = ConfigError.exit_code if ConfigError.exit_code in codes else codes[0]
+        super().__init__("; ".join(error.message for error in self.errors))
+
+    @property
+    def each(self) -> tuple[ParallaxError, ...]:
+        return self.errors
+
+    @property
+    def decider(self) -> ParallaxError:
+        """The first error whose exit code is the one reported: what a log line names."""
+        return next(e for e in self.errors if e.exit_code == self.exit_code)
+
+
+class Gathered:
+    """Errors collected while checking on past each one, raised together at the end."""
+
+    def __init__(self) -> None:
+        self.errors: list[ParallaxError] = []
+
+    @contextmanager
+    def checking(self) -> Iterator[None]:
+        """Run a check; a config or data error it raises is kept, and the caller goes on."""
+        try:
+            yield
+        except (ConfigError, DataError, Errors) as exc:
+            self.errors.append(exc)
+
+    def add(self, error: ParallaxError) -> None:
+        self.errors.append(error)
+
+    def keys(self) -> set[str]:
+        """The config keys the errors found so far name."""
+        each = (found for error in self.errors for found in error.each)
+        return {e.key for e in each if isinstance(e, ConfigError) and e.key}
+
+    def raise_found(self) -> None:
+        """Raise what was found, each line once (two checks may find one thing): the one error
+        itself, several as `Errors`; nothing found, nothing raised."""
+        unique = list({e.message: e for error in self.errors for e in error.each}.values())
+        if len(unique) == 1:
+            raise unique[0]
+        if unique:
+            raise Errors(unique)
+
+
+def did_you_mean(word: str, known: Sequence[str], shown: Callable[[str], str] = repr) -> str:
+    """` (did you mean 'x'?)` for a misspelt name close to a known one (`shown` as the
+    message writes a name), else ``."""
+    close = difflib.get_close_matches(word, known, n=1)
+    return f" (did you mean {shown(close[0])}?)" if close else ""
 
 
 class InternalError(ParallaxError):

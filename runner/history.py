@@ -12,7 +12,9 @@ not toward a ceiling streak, nor as a change of the served model. They are liste
 Nor does a run that a later `--retry-unscored` run retried: a night cut short by a budget or
 an outage and then completed is one night, and the retry, which holds the run's scored rows
 and the rest called again, stands for it (a retry of a retry, or a second retry of the same
-run, stands in turn). It is listed too, naming its retry.
+run, stands in turn). It is listed too, naming its retry. A partial run (`run --case`,
+`--stratum`: some of the suite's cases) is a quick check, not a night either: listed, marked
+partial, counted for neither ceiling candidates nor trends, as a replay.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from runner.ledger import read_json_object
 from runner.model import SIDES, STRATA
 from runner.runs.mode import RunMode
 from runner.runs.names import started_of
+from runner.runs.selection import partial_line
 from runner.text import visible
 
 SUMMARY_VERSION = 1
@@ -68,10 +71,15 @@ class RunRow:
     request_changes: Mapping[str, int] = field(default_factory=dict)
     parent: str | None = None  # the run dir a retry or replay started from
     retried_by: str | None = None  # the later --retry-unscored run that stands for this night
+    partial: Mapping[str, Any] | None = None  # a partial run's selection (summary's `partial`)
 
     @property
     def counts_as_night(self) -> bool:
-        return self.retried_by is None and RunMode.read(self.mode) not in NOT_A_NIGHT
+        return (
+            self.retried_by is None
+            and self.partial is None
+            and RunMode.read(self.mode) not in NOT_A_NIGHT
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -95,6 +103,7 @@ class RunRow:
             "served_models": {k: list(v) for k, v in self.served_models.items()},
             "parent": self.parent,
             "retried_by": self.retried_by,
+            "partial": dict(self.partial) if self.partial is not None else None,
             "paired": finite(self.paired),
             "noise_floor": finite(self.noise_floor),
             "usage": finite(self.usage),
@@ -230,6 +239,8 @@ def _row(run_dir: Path, summary: Mapping[str, Any], quiet: frozenset[str] | None
         calls=_calls(mapping_of(mapping_of(summary.get("usage")).get("sides"))),
         request_changes=_request_changes(mapping_of(summary.get("request_changed"))),
         parent=_str(summary.get("parent")),
+        # anything but null marks it partial: a hand-edited selection is still no night
+        partial=None if summary.get("partial") is None else mapping_of(summary.get("partial")),
     )
 
 
@@ -543,6 +554,8 @@ def format_text(report: Mapping[str, Any]) -> str:
                 f"{side[:3]}: {', '.join(served.get(side) or ['-'])}" for side in SIDES
             )
             lines.append(line)
+            if (partial := partial_line(run)) is not None:
+                lines.append(f"  {'':<{w}} {partial}: not a night")
             if run.get("retried_by"):
                 lines.append(
                     f"  {'':<{w}} retried by {run['retried_by']}: not a night, "

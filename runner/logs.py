@@ -64,13 +64,15 @@ def _event(name: str, level: str, fields: str, meaning: str) -> str:
 RUN_STARTED = _event(
     "run.started",
     "info",
-    "mode, cases, samples, already_done, parent, run_dir",
-    "a run began; `run_dir` is absolute, as in every line that names one",
+    "mode, cases, partial, samples, already_done, parent, run_dir",
+    "a run began; `run_dir` is absolute, as in every line that names one; `partial` is a "
+    "partial run's selection (as in manifest.json; `cases` counts the cases it selected), "
+    "null for a whole run",
 )
 RUN_RESUMED = _event(
     "run.resumed",
     "info",
-    "mode, cases, samples, already_done, parent, run_dir",
+    "mode, cases, partial, samples, already_done, parent, run_dir",
     "`--resume` (or `serve` at start) took up an interrupted run in place",
 )
 RUN_FINISHED = _event(
@@ -96,11 +98,12 @@ RUN_INTERRUPTED = _event(
 RUN_FAILED = _event(
     "run.failed",
     "error",
-    "command, exit_code, error, message, traceback, run_dir",
+    "command, exit_code, error, message, errors, traceback, run_dir",
     "`run`, `replay` or `serve` refused to start, ended on bad input (64, 65, 78) or stopped "
     "on a bug (70, with `traceback` and the `run_dir` it left to finish); `error` is the "
     "class (`UsageError`, `DataError`, `FixtureError`, `ConfigError`, `SuiteLocked`, "
-    "`InternalError`), `message` scrubbed",
+    "`InternalError`), `message` scrubbed (several errors joined by `; `, and each one's "
+    "line in `errors`, as stderr shows them)",
 )
 REPORT_FAILED = _event(
     "report.failed",
@@ -389,9 +392,12 @@ _URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 def scrub_text(text: str) -> str:
+    """`text` with every known secret and any bearer token masked. Most text (a reply's
+    headers, five for every call) names no bearer at all: the case-blind regular expression
+    runs only on text that does (no character but ASCII lower-cases into `bearer`)."""
     for secret in _known_secrets:
         text = text.replace(secret, "***")
-    return _BEARER.sub(r"\1***", text)
+    return _BEARER.sub(r"\1***", text) if "bearer" in text.lower() else text
 
 
 def scrub_body(body: Any, sent: bytes) -> Any:

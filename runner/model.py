@@ -280,7 +280,10 @@ class Case:
 
     Exactly one of `prompt` and `messages` is set: a single user turn, or a conversation as
     written (OpenAI-style turns, checked by `runner.request.casekeys`). `tools` are already read
-    from the file a row names, so nothing downstream touches the filesystem for them.
+    from the file a row names, so nothing downstream touches the filesystem for them. What the
+    row holds as JSON (`expect`, `messages`, `vars`, `tools`, ...) is kept as its JSON values
+    (dicts and lists), shared by every request body built from the case: never changed in
+    place.
     """
 
     id: str

@@ -24,6 +24,7 @@ from runner.jsontext import loads
 from runner.ledger import read_json_object, write_json
 from runner.runs.mode import RunMode
 from runner.runs.names import started_of
+from runner.runs.selection import Selection, partial_line
 from runner.text import holds_surrogate, may_hold_surrogates
 
 # 2 added `promoted_calls_at`; an entry's `requests` (each side's request_sha) came later, as
@@ -184,7 +185,9 @@ def promote(
     map edited to name another suite can never overwrite that suite's accepted snapshot.
     `today` maps each case of today's fixture file to its fixture_sha (None: not checked, for
     a map built by hand). Unless `force`, a run that would roll the snapshot back is refused
-    (RollbackRefused, exit 64), naming what would roll back; nothing is written.
+    (RollbackRefused, exit 64), naming what would roll back; nothing is written. A partial run
+    (its manifest's `partial`: some of the suite's cases) is refused unless `allow_partial`,
+    and then changes only the entries of the cases it ran (`kept_unselected`: the others).
     """
     disagreement_file = run_dir / "disagreement.json"
     doc = read_json_object(disagreement_file, missing="no such file (did the run finish?)")
@@ -202,6 +205,13 @@ def promote(
     for case_id, entry in accepted.items():  # before the lock: nothing is written on a refusal
         if (problem := entry_problem(entry)) is not None:
             raise DataError(disagreement_file, f"case {case_id!r}: {problem}")
+    partial = _partial(run_dir)
+    if partial is not None and not allow_partial:
+        raise IncompleteError(
+            f"{run_dir}: a partial run ({partial}): "
+            f"`{command('promote', '--allow-partial', run_dir)}` accepts its cases and keeps "
+            "every other case's entry as it is"
+        )
     unscored = sorted(cid for cid, v in cases.items() if not v.get("admitted"))
     if unscored and not allow_partial:
         raise IncompleteError(
@@ -216,9 +226,11 @@ def promote(
         with promote_lock(snapshots_dir):
             old_doc = _read_snapshot(path) or {"cases": {}}
             old: dict[str, Any] = old_doc["cases"]
+            # a partial run's map holds the cases it ran: every other entry stays as it is
+            unselected = sorted(set(old) - set(cases)) if partial is not None else []
             new = {
                 cid: accepted[cid] if cid in accepted else old[cid]
-                for cid in sorted(cases)
+                for cid in sorted({*cases, *unselected})
                 if cid in accepted or cid in old
             }
             changes = {
@@ -229,6 +241,8 @@ def promote(
                 # unscored and never accepted: still `new_case` on the next run
                 "left_out_unscored": sorted(c for c in unscored if c not in old),
             }
+            if partial is not None:
+                changes["kept_unselected"] = unselected
             stale, stale_reason = _stale_fixtures(run_dir, accepted, today)
             older, older_reason = _older_calls(old_doc, new, changes, calls)
             reasons = [r for r in (stale_reason, older_reason) if r is not None]
@@ -252,6 +266,18 @@ def promote(
     except OSError as exc:  # the old snapshot stays whole: the write is atomic
         raise DataError(path, f"cannot write the snapshot: {exc.strerror or exc}") from None
     return changes
+
+
+def _partial(run_dir: Path) -> str | None:
+    """`3 of 120 cases (--case 'refund-*')` when the run is partial, else None (a map built
+    by hand has no manifest: it is whole)."""
+    path = run_dir / "manifest.json"
+    if not path.is_file():
+        return None
+    manifest = read_json_object(path)
+    if Selection.of(manifest, path) is None:
+        return None
+    return (partial_line(manifest) or "").removeprefix("partial: ")
 
 
 def _changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

@@ -6,12 +6,12 @@ Everything a run checks before its first call is loaded here, so bad input fails
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from runner.config import LoadedConfig, Thresholds
-from runner.errors import ConfigError, DataError
+from runner.config import LoadedConfig, Thresholds, check_files
+from runner.errors import ConfigError, DataError, Gathered, UsageError
 from runner.files import file_problem
 from runner.fixtures.load import FixtureFile
 from runner.fixtures.refs import CaseRef, CaseRefs
@@ -19,6 +19,7 @@ from runner.grading.graders import GraderSet, check_case, load_graders
 from runner.model import SIDES, Case
 from runner.protocols.wire import turns
 from runner.request.shape import Shape
+from runner.runs.selection import Selection
 from runner.snapshot import load_snapshot, snapshot_path
 
 
@@ -37,9 +38,35 @@ class Suite:
     noise_check: bool = False
     fail_on: tuple[str, ...] = ()
     alpha: float = 0.05
+    selection: Selection | None = None  # a partial run's: `refs` holds the cases it selects
+    total: int = 0  # the cases in the fixture file, selected or not
 
     def ref(self, case_id: str) -> CaseRef | None:
         return self.refs.get(case_id)
+
+    def selected(self, selection: Selection | None) -> Suite:
+        """The suite narrowed to the cases `selection` picks (itself for the whole suite);
+        a selection that picks none is a usage error naming it, before any call."""
+        if selection is None:
+            return self
+        refs = CaseRefs()
+        for ref in self.refs:
+            if selection.picks(ref.id, ref.stratum):
+                refs.add(ref)
+        if not len(refs):
+            unstratified = "" if self.stratified else "; no case of the suite names a stratum"
+            raise UsageError(
+                f"suite {self.name}: no case matches {selection.words()} "
+                f"(of {self.total} cases{unstratified})"
+            )
+        return replace(self, refs=refs, selection=selection)
+
+    @property
+    def partial(self) -> dict[str, Any] | None:
+        """What manifest.json and summary.json record of the selection (None: whole)."""
+        if self.selection is None:
+            return None
+        return self.selection.to_json(len(self.refs), self.total)
 
 
 def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
@@ -81,7 +108,25 @@ def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:
         noise_check=cfg.noise_check,
         fail_on=tuple(cfg.fail_on),
         alpha=cfg.alpha,
+        total=len(refs),
     )
+
+
+def checked_suites(loaded: LoadedConfig, names: Sequence[str], found: Gathered) -> Iterator[Suite]:
+    """Each suite of `names` prepared, in turn, after the files the config names are checked;
+    every error goes to `found` and checking goes on, so all of them are told at once. A
+    suite whose file was refused there is not read again (its error is told)."""
+    with found.checking():
+        check_files(loaded)
+    refused = found.keys()
+    for name in names:
+        if any(key.startswith(f"suites.{name}.") for key in refused):
+            continue
+        suite = None
+        with found.checking():
+            suite = prepare_suite(loaded, name)
+        if suite is not None:
+            yield suite
 
 
 def _check_case(case: Case, *, graders: GraderSet, shapes: Sequence[Shape]) -> None:

@@ -98,10 +98,11 @@ def why_lines(summary: Mapping[str, Any]) -> list[str]:
 def next_steps(summary: Mapping[str, Any], run_dir: Path) -> list[str]:
     """What to do next, as commands that will work on this run.
 
-    A run without unscored cases that has new ones is promoted to start gating them. A run
-    with unscored cases is retried first (`--retry-unscored` calls only those again); its new
-    cases can be accepted only with `--allow-partial`, and only the scored ones, so when none
-    was scored no promote is suggested at all.
+    A run without unscored cases that has new ones is promoted to start gating them (a
+    partial run with `--allow-partial`). A run with unscored cases is retried first
+    (`--retry-unscored` calls only those again); its new cases can be accepted only with
+    `--allow-partial`, and only the scored ones, so when none was scored no promote is
+    suggested at all.
     """
     counts = mapping_of(summary.get("gate_counts"))
     new = counts.get("new_case") if isinstance(counts.get("new_case"), int) else 0
@@ -111,6 +112,12 @@ def next_steps(summary: Mapping[str, Any], run_dir: Path) -> list[str]:
         lines.append(
             f"  {unadmitted} case(s) could not be scored: once the cause above is fixed, "
             f"`{command('run', '--retry-unscored', run_dir)}` calls only those again"
+        )
+    elif new and isinstance(summary.get("partial"), dict):  # promote refuses it unless told
+        lines.append(
+            f"  {new} new case(s) are not gated until accepted: this is a partial run; "
+            f"`{command('promote', '--allow-partial', run_dir)}` accepts them and keeps the "
+            "other cases' entries"
         )
     elif new:  # a suite never promoted is never gated: say how it starts
         lines.append(

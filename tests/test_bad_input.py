@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +194,77 @@ def test_bad_row_deep_in_a_large_file_exits_65(tmp_path: Path, kind: str, comman
     for word in words:
         assert word in message.lower(), message
     assert no_run_dirs(tmp_path)
+
+
+def error_lines(proc: subprocess.CompletedProcess[str], code: int) -> list[str]:
+    """Assert the contract for a failed command with several errors: each its own line on
+    stderr, no traceback, the exit code; and for `run` one run.failed line carrying them all.
+    Returns the stderr lines."""
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    lines = proc.stderr.splitlines()
+    assert all(line.startswith("parallax: ") for line in lines), lines
+    logged = [json.loads(line) for line in proc.stdout.splitlines()]
+    if logged:
+        (failed,) = logged
+        assert (failed["event"], failed["exit_code"]) == ("run.failed", code)
+        assert ["parallax: " + error for error in failed["errors"]] == lines
+    return lines
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_every_bad_row_deep_in_a_large_file_is_its_own_line(tmp_path: Path, command: str) -> None:
+    """Errors on lines 2, 7 and 9000 of a file validated in worker processes: three lines,
+    in file order, exit 65, and no run dir."""
+    pad = "x" * 200
+    rows = [
+        f'{{"id": "p{n:05}", "prompt": "{pad}", "expect": {{"must_include": ["x"]}}}}'
+        for n in range(1, 9001)
+    ]
+    rows[1] = '{"id": "p00002", "prompt": '
+    rows[6] = rows[6].replace("must_include", "must_includes")
+    rows[8999] = rows[0]
+    config = project(tmp_path, fixture="\n".join(rows).encode() + b"\n")
+    assert (tmp_path / "cases.jsonl").stat().st_size > validate.PARALLEL_BYTES
+    lines = error_lines(parallax(command, "--config", config, cwd=tmp_path), 65)
+    assert [line.split(": ", 2)[1].rsplit(":", 1)[1] for line in lines] == ["2", "7", "9000"]
+    assert "(did you mean 'must_include'?)" in lines[1]
+    assert "duplicate id 'p00001' (first on line 1)" in lines[2]
+    assert no_run_dirs(tmp_path)
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_every_mistake_of_a_config_is_its_own_line(tmp_path: Path, command: str) -> None:
+    """An unknown key, a suite naming no endpoint and a template that does not compile: three
+    lines naming the file and key, exit 78 (run: one run.failed line with all three)."""
+    text = (
+        CONFIG.replace('model = "ref"', 'model = "ref"\nconcurreny = 2')
+        .replace('model = "cand"', 'model = "cand"\nuser_template = "{% if %}"')
+        .replace('reference = "reference"', 'reference = "referense"')
+    )
+    config = project(tmp_path, config=text, fixture=f"{GOOD_ROW}\n".encode())
+    lines = error_lines(parallax(command, "--config", config, cwd=tmp_path), 78)
+    where = f"parallax: {config}: "
+    assert lines == [
+        f"{where}endpoints.reference.concurreny: unknown key (did you mean 'concurrency'?)",
+        f"{where}suites.bad.reference: no endpoint named 'referense' (did you mean 'reference'?)",
+        f"{where}endpoints.candidate.user_template: template line 1: Expected an expression, "
+        "got 'end of statement block'",
+    ]
+    assert no_run_dirs(tmp_path)
+
+
+def test_a_config_error_and_a_fixture_error_are_both_told_and_78_wins(tmp_path: Path) -> None:
+    """One suite's graders file is missing (a config error), another suite's fixture file has
+    a bad row: validate tells both, and exits 78, the config's code."""
+    text = CONFIG + 'graders = "no_graders.py"\n\n[suites.other]\nfixtures = "other.jsonl"\n'
+    text += 'reference = "reference"\ncandidate = "candidate"\n'
+    config = project(tmp_path, config=text, fixture=f"{GOOD_ROW}\n".encode())
+    (tmp_path / "other.jsonl").write_text(f"{GOOD_ROW}\n[1]\n", encoding="utf-8")
+    lines = error_lines(parallax("validate", "--config", config, cwd=tmp_path), 78)
+    assert len(lines) == 2, lines
+    assert "suites.bad.graders: no such file: no_graders.py" in lines[0]
+    assert lines[1].endswith("other.jsonl:2: row is not a JSON object (got array)")
 
 
 @pytest.mark.parametrize("command", ["pin", "grade"])
@@ -482,7 +554,8 @@ def test_run_with_broken_snapshot_exits_65(tmp_path: Path, kind: str) -> None:
 @pytest.mark.parametrize("kind", ["directory", "symlink-loop", "under-a-file"])
 def test_a_snapshot_path_that_is_no_file_is_one_line(tmp_path: Path, kind: str) -> None:
     """A snapshot that is a directory or a symlink loop, or a snapshots_dir naming a file, is
-    one line naming the path and exit 65 from validate, run and promote; no traceback."""
+    one line naming the path and exit 65 from validate, run and promote (validate of every
+    suite under a file: a line for each suite's snapshot); no traceback."""
     root = demo(tmp_path)
     ran = parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
     (run_dir,) = [p for p in (root / "runs" / "cities").iterdir() if p.is_dir()]
@@ -501,8 +574,15 @@ def test_a_snapshot_path_that_is_no_file_is_one_line(tmp_path: Path, kind: str) 
         ("run", "--config", "config/demo.toml", "--suite", "cities"),
         ("promote", run_dir),
     ):
-        message = one_line_error(parallax(*args, cwd=root), 65)
-        named = "snapshots/" if kind == "under-a-file" else "cities.json"  # validate: every suite
+        proc = parallax(*args, cwd=root)
+        if kind == "under-a-file" and args[0] == "validate":  # every suite's snapshot
+            lines = error_lines(proc, 65)
+            suites = tomllib.loads((root / "config" / "demo.toml").read_text())["suites"]
+            assert len(lines) == len(suites), lines
+            assert all("snapshots/" in line for line in lines), lines
+            continue
+        message = one_line_error(proc, 65)
+        named = "snapshots/" if kind == "under-a-file" else "cities.json"
         assert named in message, (args, message)
 
 

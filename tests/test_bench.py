@@ -107,9 +107,10 @@ def test_outcome_row_is_what_asdict_wrote(misses: list[str], usage: dict[str, in
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(360)
 def test_bench_smoke(tmp_path: Path) -> None:
-    """bench/run.py runs end to end at N=50 and reports every figure; no timing is asserted."""
+    """bench/run.py runs end to end at N=50 in every request shape (plain, templates and
+    tools, streamed) and reports every figure; no timing is asserted."""
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [
@@ -126,23 +127,32 @@ def test_bench_smoke(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=110,
+        timeout=350,
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
-    (row,) = result["rows"]
-    assert (row["n"], row["calls"]) == (50, 100)
-    for label in ("parallax", "bare"):
-        figures = row[label]
-        assert figures["rows"] == 100
-        assert figures["not_ok"] == 0
-        for key in ("wall", "phase", "rss_mb", "ideal"):
-            assert figures[key] > 0, (label, key)
-        # at N=50 start-up noise can outweigh the calls: these are only required to exist
-        for key in ("cpu_ms_per_call", "server_cpu", "startup_cpu"):
-            assert isinstance(figures[key], float), (label, key)
-    assert set(row["ratios"]) == {"cpu_per_call", "phase", "rss", "wall"}
+    # one row per request shape, each with the bare loop that sends its bodies
+    assert [row["config"] for row in result["rows"]] == ["plain", "templates", "stream"]
+    for row in result["rows"]:
+        assert (row["n"], row["calls"]) == (50, 100)
+        for label in ("parallax", "noreports", "bare"):
+            figures = row[label]
+            assert figures["rows"] == 100
+            assert figures["not_ok"] == 0
+            for key in ("wall", "phase", "rss_mb", "ideal"):
+                assert figures[key] > 0, (label, key)
+            # at N=50 start-up noise can outweigh the calls: these are only required to exist
+            for key in ("cpu_ms_per_call", "server_cpu", "startup_cpu"):
+                assert isinstance(figures[key], float), (label, key)
+        assert set(row["ratios"]) == {
+            "cpu_per_call",
+            "cpu_per_call_no_reports",
+            "phase",
+            "rss",
+            "wall",
+        }
+        assert isinstance(row["reports_ms_per_call"], float)
     assert result["replay"]["rows"] == 100
     assert result["replay"]["rows_per_s"] > 0
     stages = result["replay_stages"]

@@ -309,11 +309,12 @@ def test_demo_run_writes_every_file_of_each_run_dir(
         assert not (REPO / "runs" / suite / run_dir.name).exists()
 
 
-# summary.json's keys as the README's "A run directory" lists them (samples' noise_floor and an
+# summary.json's keys as the docs' "A run directory" lists them (samples' noise_floor and an
 # unstratified suite's strata_note come only with what asks for them)
 SUMMARY_KEYS = frozenset(
     {
-        *("version", "run_id", "suite", "mode", "parent", "parent_finished", "started_at"),
+        *("version", "run_id", "suite", "mode", "partial", "parent", "parent_finished"),
+        "started_at",
         *("finished_at", "exit_code", "verdict", "cases", "samples", "admitted", "unadmitted"),
         *("gate_counts", "review", "flaky", "grader_errors", "incomplete", "retired"),
         *("stratified", "strata", "stratum_alerts", "served_models", "alias_drift"),
@@ -702,19 +703,28 @@ def _with_template(root: Path, line: str) -> None:
 @pytest.mark.parametrize("command", ["validate", "run"])
 def test_an_undefined_template_name_is_found_before_any_call(tmp_path: Path, command: str) -> None:
     """`validate` renders every template for every case of every suite, and `run` does before
-    its first call: a name a case does not have is one line naming the fixture file:line, the
-    case, the name and the template's key (exit 65), and no run directory is made."""
+    its first call: a name a case does not have is one line per case naming the fixture
+    file:line, the case, the name and the template's key (exit 65), and no run directory is
+    made."""
+    from runner.config import load_config
+    from runner.fixtures.load import load_cases
+
     root = make_demo(tmp_path)
     _with_template(root, 'user_template = "{{ prompt }} (for {{ vars.customer }})"')
     proc = parallax(command, "--config", "config/demo.toml", cwd=root)
     assert proc.returncode == 65, proc.stderr
-    [line] = [x for x in proc.stderr.strip().splitlines() if "Traceback" not in x]
+    lines = proc.stderr.strip().splitlines()
     first = (root / "fixtures" / "ceiling.jsonl").read_text().splitlines()[0]
     expected = (
         f"fixtures/ceiling.jsonl:1: case {json.loads(first)['id']!r}: "
         "undefined name 'vars.customer' (in endpoints.candidate.user_template)"
     )
-    assert line.endswith(expected), line
+    assert lines[0].endswith(expected), lines
+    loaded = load_config(root / "config" / "demo.toml")
+    shaped = [s for s in loaded.config.suites.values() if s.candidate == "candidate"]
+    cases = sum(len(load_cases(loaded.resolve(s.fixtures))) for s in shaped)
+    assert len(lines) == cases, lines  # every case of every suite the candidate serves
+    assert all("undefined name 'vars.customer'" in line for line in lines), lines
     assert no_run_dirs(root)
     no_traceback(proc)
 

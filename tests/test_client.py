@@ -15,10 +15,13 @@ import anyio
 import httpx
 import pytest
 from faultserver import BacklogFull, FaultServer
+from hypothesis import given
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from runner import logs
 from runner.client.endpoint import MESSAGE_CHARS, HttpEndpoint, request_problem
+from runner.client.record import plain_headers
 from runner.client.retry import RetryDecision, decide_retry, parse_retry_after
 from runner.client.stamp import CONFIG_ERRORS, NOT_TRANSPORT, BodyTooLarge, classify
 from runner.config import EndpointConfig, RetryPolicy, Timeouts
@@ -588,7 +591,76 @@ async def test_cancellation_propagates(fault_server: FaultServer) -> None:
     assert result == []
 
 
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["Retry-After", "retry-after", "X-Ratelimit-Remaining", "Date"])
+            | st.text("abcXYZ-\u00e9", min_size=1, max_size=6),
+            st.text(st.characters(min_codepoint=32, max_codepoint=0x2FF), max_size=8),
+        ),
+        max_size=6,
+    ),
+    st.sampled_from(["utf-8", "latin-1"]),
+)
+def test_plain_headers_read_as_httpx_reads_them(
+    pairs: list[tuple[str, str]], encoding: str
+) -> None:
+    """A response's headers as one dict: names lower-cased and values decoded as
+    `httpx.Headers.multi_items` gives them, repeated names joined with ", "."""
+    try:
+        headers = httpx.Headers([(k.encode(encoding), v.encode(encoding)) for k, v in pairs])
+    except UnicodeEncodeError:
+        return
+    expected: dict[str, str] = {}
+    for name, value in headers.multi_items():
+        expected[name] = f"{expected[name]}, {value}" if name in expected else value
+    assert plain_headers(headers) == expected
+
+
 # -- MockTransport units ------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_each_request_carries_what_httpx_would_build_for_its_own_body() -> None:
+    """The endpoint builds its requests from headers made once: each is still the request
+    httpx builds from its body (the same headers in the same order, Host first, its own
+    Content-Length last), a longer body after a short one included."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"choices": [{"message": {"content": "ok"}}]})
+
+    cfg = make_cfg("http://mock.test:8080/v1", headers={"X-Team": "search"})
+    endpoint = HttpEndpoint("ep", cfg, KEY, transport=httpx.MockTransport(handler))
+    short = Case(id="s", prompt="p", expect={}, fixture_sha="f" * 16, path="x", line=1)
+    long = Case(id="l", prompt="p" * 5000, expect={}, fixture_sha="f" * 16, path="x", line=2)
+    try:
+        for case in (short, long, short):
+            await endpoint.call(case, "candidate", 0)
+    finally:
+        await endpoint.aclose()
+    assert len(seen) == 3
+    for request in seen:
+        expected = httpx.Request(
+            "POST",
+            "http://mock.test:8080/v1/chat/completions",
+            headers={
+                "Accept": "*/*",
+                "Accept-Encoding": "gzip, deflate",
+                "Connection": "keep-alive",
+                "User-Agent": "parallax",
+                "Content-Type": "application/json",
+                "Accept": "application/json",  # noqa: F601 - the wire's, in the first's place
+                "X-Team": "search",
+                "Authorization": f"Bearer {KEY}",
+            },
+            content=request.content,
+        )
+        assert (request.method, request.url) == (expected.method, expected.url)
+        assert request.headers.raw == expected.headers.raw
+    assert len(seen[0].content) < len(seen[1].content)
+    assert seen[0].content == seen[2].content
 
 
 @pytest.mark.anyio

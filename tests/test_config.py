@@ -24,7 +24,7 @@ from runner.config import (
     check_files,
     load_config,
 )
-from runner.errors import ConfigError
+from runner.errors import ConfigError, Errors
 
 MINIMAL = """\
 [endpoints.ref]
@@ -207,10 +207,113 @@ def test_interpolation_reaches_into_lists(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_an_unknown_key_is_named(tmp_path: Path) -> None:
-    """A typo'd key is `unknown key` at its dotted path."""
+    """A typo'd key is `unknown key` at its dotted path, with the known key it is closest to."""
     err = load_error(tmp_path, MINIMAL.replace("fixtures =", "fixture =") + 'fixtures = "x"\n')
-    expected = ("suites.cities.fixture", "unknown key")
+    expected = ("suites.cities.fixture", "unknown key (did you mean 'fixtures'?)")
     assert expected == (err.key, err.reason)
+
+
+def _all_errors(tmp_path: Path, text: str) -> list[tuple[str | None, str]]:
+    """(key, reason) of every error loading `text` reports, in order, and its exit code 78."""
+    with pytest.raises(Errors) as info:
+        load_config(write(tmp_path, text))
+    assert info.value.exit_code == 78
+    found = info.value.each
+    assert all(isinstance(e, ConfigError) for e in found), found
+    return [(e.key, e.reason) for e in found if isinstance(e, ConfigError)]
+
+
+def test_three_unrelated_mistakes_are_all_reported(tmp_path: Path) -> None:
+    """An unknown key in one table, a suite naming an endpoint the file lacks, and a template
+    that cannot compile: each is its own error at its key, none hidden by another."""
+    text = (
+        MINIMAL.replace('cassette = "ref.jsonl"', 'cassette = "ref.jsonl"\nconcurreny = 4')
+        .replace('api_key_env = "PARALLAX_TEST_KEY"', 'system = "{{ prompt | shout }}"')
+        .replace('candidate = "cand"', 'candidate = "cand2"')
+    )
+    assert _all_errors(tmp_path, text) == [
+        ("endpoints.ref.concurreny", "unknown key (did you mean 'concurrency'?)"),
+        ("suites.cities.candidate", "no endpoint named 'cand2' (did you mean 'cand'?)"),
+        ("endpoints.cand.system", "template line 1: No filter named 'shout'."),
+    ]
+
+
+def test_the_file_rules_and_confinement_are_reported_beside_key_errors(tmp_path: Path) -> None:
+    """A wrong type, a gate without its threshold, a budget on endpoints with neither a price
+    nor a max_tokens, and a fixture file outside the config's folder: each at its key, in the
+    order checked."""
+    text = 'budget_usd = 5\nrun_grace_seconds = "soon"\n' + MINIMAL.replace(
+        '"cities.jsonl"', '"../elsewhere/cities.jsonl"\nfail_on = ["latency_regression"]'
+    )
+    found = _all_errors(tmp_path, text)
+    assert [key for key, _ in found] == [
+        "run_grace_seconds",
+        "suites.cities.fail_on",
+        "endpoints.ref.price",
+        "endpoints.ref.max_tokens",
+        "endpoints.cand.price",
+        "endpoints.cand.max_tokens",
+        "suites.cities.fixtures",
+    ], found
+    assert "outside" in found[-1][1]
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "reason"),
+    [
+        (
+            MINIMAL.replace("[suites.cities]", "[suite.cities]"),
+            "suite",
+            "unknown table [suite.cities] (did you mean [suites.cities]?)",
+        ),
+        (
+            MINIMAL + "[suites.cities.thresold]\neasy_floor = 0.9\n",
+            "suites.cities.thresold",
+            "unknown table [suites.cities.thresold] (did you mean [suites.cities.thresholds]?)",
+        ),
+        (
+            MINIMAL + "[suites.cities.thresholds]\neasy_flor = 0.9\n",
+            "suites.cities.thresholds.easy_flor",
+            "unknown key (did you mean 'easy_floor'?)",
+        ),
+        (
+            MINIMAL.replace("[endpoints.ref]", 'colour = "red"\n[endpoints.ref]'),
+            "colour",
+            "unknown key",
+        ),
+    ],
+)
+def test_an_unknown_key_or_table_says_which_known_one_it_is_closest_to(
+    tmp_path: Path, text: str, key: str, reason: str
+) -> None:
+    """ "Did you mean" names the closest key or table the model has at that level (none when
+    nothing is close), a table as its header is written."""
+    err = load_error(tmp_path, text)
+    assert (err.key, err.reason) == (key, reason)
+
+
+def test_errors_past_fifty_are_counted_not_listed(tmp_path: Path) -> None:
+    """Sixty unknown keys: the first fifty listed at their keys, then one line for the rest."""
+    text = "".join(f"unknown_{n:02} = 1\n" for n in range(60)) + MINIMAL
+    found = _all_errors(tmp_path, text)
+    assert len(found) == 51
+    assert found[0] == ("unknown_00", "unknown key")
+    assert found[49][0] == "unknown_49"
+    assert found[50] == (None, "and 10 more errors (the first 50 listed)")
+
+
+def test_an_unset_variable_is_one_error_not_one_per_rule_it_breaks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A base_url read from an unset variable is told once, as unset, not again as no URL."""
+    monkeypatch.delenv("PARALLAX_TEST_URL", raising=False)
+    text = MINIMAL.replace('"https://api.example.com/v1"', '"${PARALLAX_TEST_URL}"').replace(
+        "[suites.cities]", "[suites.cities]\nsampels = 2"
+    )
+    assert _all_errors(tmp_path, text) == [
+        ("endpoints.cand.base_url", "environment variable PARALLAX_TEST_URL is not set"),
+        ("suites.cities.sampels", "unknown key (did you mean 'samples'?)"),
+    ]
 
 
 def test_an_api_key_in_the_file_points_at_api_key_env(tmp_path: Path) -> None:
@@ -322,16 +425,17 @@ def test_an_unknown_suite_name_is_a_config_error(tmp_path: Path) -> None:
 # --- check_files and api_key ---------------------------------------------------------------
 
 
-def test_check_files_names_a_missing_fixture_file(tmp_path: Path) -> None:
-    """A fixture path that does not exist is reported at its key."""
+def test_check_files_names_each_missing_file(tmp_path: Path) -> None:
+    """A fixture path and a cassette that do not exist are both reported, each at its key."""
     loaded = load_config(write(tmp_path, MINIMAL))
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(Errors) as info:
         check_files(loaded)
-    expected = ("suites.cities.fixtures", "no such file: cities.jsonl")
-    assert expected == (
-        info.value.key,
-        info.value.reason,
-    )
+    expected = [
+        ("suites.cities.fixtures", "no such file: cities.jsonl"),
+        ("endpoints.ref.cassette", "no such file: ref.jsonl"),
+    ]
+    assert expected == [(e.key, e.reason) for e in info.value.each if isinstance(e, ConfigError)]
+    assert info.value.exit_code == 78
 
 
 def test_check_files_names_a_missing_cassette(tmp_path: Path) -> None:

@@ -562,6 +562,9 @@ WORKER_ROWS: dict[str, Callable[[int], str]] = {
     "surrogate": lambda i: f'{{"id": "s{i}", "prompt": "\\ud800"}}',
     "dup": lambda i: json.dumps({"id": "c0", "prompt": "again"}),
     "dup_typo": lambda i: json.dumps({"id": "c0", "prompt": "p", "expect": TYPO}),
+    # case "r" refused, then valid: the valid one is a duplicate of the refused one's line
+    "refused": lambda i: json.dumps({"id": "r", "prompt": "p", "expect": TYPO}),
+    "again": lambda i: json.dumps({"id": "r", "prompt": "p"}),
 }
 
 
@@ -596,8 +599,8 @@ def _validated(path: Path, *, chunk: int | None) -> tuple[str, Any]:
 def test_validating_in_workers_gives_what_one_process_gives(
     kinds: list[str], newline: str, bom: bool, torn: bool, chunk: int
 ) -> None:
-    """The same refs, or the same first error in file order: a duplicate id on an earlier
-    line than a broken row, or on the very row a check refuses, is still the one reported."""
+    """The same refs, or the same errors in file order: every bad row once, a duplicate id
+    on the very row a check refuses (or of a row refused earlier) reported as the duplicate."""
     lines = [WORKER_ROWS["ok"](0)] + [WORKER_ROWS[kind](i) for i, kind in enumerate(kinds, 1)]
     text = ("\ufeff" if bom else "") + newline.join(lines) + ("" if torn else newline)
     with tempfile.TemporaryDirectory() as folder:
@@ -606,7 +609,8 @@ def test_validating_in_workers_gives_what_one_process_gives(
         one = _validated(path, chunk=None)
         assert _validated(path, chunk=chunk) == one
         if one[0] == "refs":
-            assert not {"bad_json", "unknown_key", "typo_expect", "no_grader"} & set(kinds)
+            refused = {"bad_json", "unknown_key", "typo_expect", "no_grader", "refused"}
+            assert not refused & set(kinds)
             fixtures_file = FixtureFile(path)
             assert [c.id for c in map(fixtures_file.load, one[1])] == [r.id for r in one[1]]
             fixtures_file.close()
@@ -618,6 +622,100 @@ def test_a_duplicate_id_is_reported_before_a_check_on_the_same_row(tmp_path: Pat
     path = write(tmp_path, WORKER_ROWS["ok"](0) + "\n" + WORKER_ROWS["dup_typo"](1) + "\n")
     expected = f"{path}:2: duplicate id 'c0' (first on line 1)"
     assert _validated(path, chunk=None) == _validated(path, chunk=1) == ("FixtureError", expected)
+
+
+def _messages(path: Path, *, chunk: int | None = None, workers: bool = False) -> list[str]:
+    """Every error validating `path` reports, in order: in one process; in two forked workers
+    (`workers`: as the file's size decides, with the real chunk size); or in workers, `chunk`
+    lines a task, whatever its size."""
+    check = functools.partial(check_case, graders=GraderSet.empty())
+    pools: list[int] = []
+    with pytest.MonkeyPatch.context() as patch:
+        real = validate.ordered
+        patch.setattr(validate, "available", lambda: 2 if workers or chunk else 1)
+        patch.setattr(validate, "ordered", lambda *a: pools.append(1) or real(*a))
+        if chunk is not None:
+            patch.setattr(validate, "PARALLEL_BYTES", 0)
+            patch.setattr(validate, "CHUNK_LINES", chunk)
+        with pytest.raises(ParallaxError) as info:
+            FixtureFile(path).validate(check)
+    assert pools == ([1] if workers or chunk else [])
+    assert info.value.exit_code == 65
+    return [error.message for error in info.value.each]
+
+
+def test_every_bad_row_of_a_large_file_is_reported_in_order_as_one_process_would(
+    tmp_path: Path,
+) -> None:
+    """Errors on lines 2, 7 and 9000 of a file large enough to be validated in worker
+    processes: all three, in file order, exactly as one process reports them."""
+    pad = "x" * 200
+    rows = [
+        json.dumps({"id": f"c{n}", "prompt": pad, "expect": {"must_include": ["x"]}})
+        for n in range(1, 9001)
+    ]
+    rows[1] = '{"id": "c2", "prompt": '
+    rows[6] = json.dumps({"id": "c7", "prompt": "p", "expect": {"must_includes": ["x"]}})
+    rows[8999] = json.dumps({"id": "c1", "prompt": "p"})
+    path = write(tmp_path, "\n".join(rows) + "\n")
+    assert path.stat().st_size > validate.PARALLEL_BYTES
+    expected = [
+        f"{path}:2: invalid JSON: Expecting value (column 24)",
+        f"{path}:7: unknown expect key 'must_includes' (did you mean 'must_include'?) and no "
+        "custom grader for case 'c7'",
+        f"{path}:9000: duplicate id 'c1' (first on line 1)",
+    ]
+    assert _messages(path, workers=True) == _messages(path) == expected
+
+
+@pytest.mark.parametrize("chunk", [None, 7, 70, 400])
+def test_past_fifty_bad_rows_the_rest_are_counted_however_the_file_is_cut(
+    tmp_path: Path, chunk: int | None
+) -> None:
+    """120 bad rows among good ones: the first fifty listed in file order, then one line
+    counting the other seventy; the same in one process and in workers, whatever each task
+    holds (a task of 70 lines keeps 50 of its own errors and counts the rest)."""
+    rows = [WORKER_ROWS["ok"](0)]
+    for n in range(1, 241):
+        rows.append(WORKER_ROWS["bad_json" if n % 2 else "ok"](n))
+    path = write(tmp_path, "\n".join(rows) + "\n")
+    found = _messages(path, chunk=chunk)
+    assert len(found) == 51
+    assert found[:2] == [
+        f"{path}:2: invalid JSON: Expecting value (column 24)",
+        f"{path}:4: invalid JSON: Expecting value (column 24)",
+    ]
+    assert found[49].startswith(f"{path}:100: ")
+    assert found[50] == f"{path}: and 70 more errors in this file (the first 50 listed)"
+
+
+def test_a_refused_row_still_takes_its_id(tmp_path: Path) -> None:
+    """A case refused for its expectation keys and a later valid row with its id: both are
+    told, the second as a duplicate of the first, so fixing one row shows no new error."""
+    path = write(
+        tmp_path,
+        "\n".join([WORKER_ROWS["ok"](0), WORKER_ROWS["refused"](1), WORKER_ROWS["again"](2)])
+        + "\n",
+    )
+    assert _messages(path) == [
+        f"{path}:2: unknown expect key 'must_includ' (did you mean 'must_include'?) and no "
+        "custom grader for case 'r'",
+        f"{path}:3: duplicate id 'r' (first on line 2)",
+    ]
+
+
+def test_every_bad_case_of_a_json_document_is_reported(tmp_path: Path) -> None:
+    """A document with two bad cases names both lines (a key twice in one, an unknown key in
+    the other, with the known key it is closest to)."""
+    text = (
+        '{"cases": [\n  {"id": "a", "prompt": "p", "id": "b"},\n  {"id": "c", "prompt": "p"},\n'
+        '  {"id": "d", "promt": "p"}\n]}\n'
+    )
+    path = write(tmp_path, text, name="cases.json")
+    assert _messages(path) == [
+        f"{path}:2: duplicate key 'id' in one case",
+        f"{path}:4: unknown key 'promt' (did you mean 'prompt'?)",
+    ]
 
 
 REF_FIELDS = st.tuples(
@@ -654,9 +752,9 @@ def test_case_refs_give_back_each_case_as_added(rows: list[RefFields]) -> None:
     assert list(refs) == [ref._replace(stratum=ref.stratum or "medium") for ref in kept.values()]
 
 
-def test_an_error_found_stops_the_validating_workers_at_once(tmp_path: Path) -> None:
-    """The first error ends the pool before it propagates, not when the traceback that holds
-    the chunks still to come is finally let go."""
+def test_an_error_found_leaves_no_validating_worker_behind(tmp_path: Path) -> None:
+    """Once the errors are settled the pool is gone, before they propagate, not when the
+    traceback that holds the validation's frames is finally let go."""
     import multiprocessing
 
     rows = [WORKER_ROWS["ok"](i) for i in range(40)]
@@ -1242,6 +1340,65 @@ def test_malformed_request_keys_name_file_line_and_key(
     message = fixture_error(path)
     assert message.startswith(f"{path}:2: ")
     assert reason in message, message
+
+
+def _tool_with(parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "f", "parameters": parameters}}
+
+
+def test_a_schema_checked_before_never_vouches_for_one_equal_only_in_python(
+    tmp_path: Path,
+) -> None:
+    """Schema verdicts are kept by the schema's JSON text: `"maxProperties": true` is refused
+    after `"maxProperties": 1` passed, though the two are equal as Python values, and a
+    schema changed in place after its check is checked again."""
+    good = {"type": "object", "maxProperties": 1, "title": "kept by text"}
+    bad = {**good, "maxProperties": True}
+    assert good == bad  # what a cache keyed on equality would mistake for the same schema
+    path = rows_file(
+        tmp_path,
+        {"id": "a", "prompt": "p", "tools": [_tool_with(good)]},
+        {"id": "b", "prompt": "p", "tools": [_tool_with(bad)]},
+    )
+    message = fixture_error(path)
+    assert message.startswith(f"{path}:2: ")
+    assert "'tools'[0].function.parameters is not a valid JSON Schema" in message
+    from runner.request.casekeys import check_schema
+
+    schema = {"type": "object", "title": "changed in place"}
+    assert check_schema(schema) is None
+    schema["type"] = 5
+    assert check_schema(schema) is not None, "a verdict kept by the object went stale"
+
+
+def test_each_schema_a_suite_repeats_is_checked_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows offering the same tools (inline, on every case) check each distinct schema once:
+    checking one is milliseconds of jsonschema, which made a 2,000-case suite with five
+    tools a case take 20 s to validate."""
+    from runner.request import casekeys
+
+    checked: list[str] = []
+    real = casekeys._schema_verdict
+
+    def counted(value: dict[str, Any]) -> str | None:
+        checked.append(json.dumps(value))
+        return real(value)
+
+    monkeypatch.setattr(casekeys, "_schema_verdict", counted)
+    tools = [
+        _tool_with({"type": "object", "properties": {f"arg{i}": {"type": "string"}}})
+        for i in range(5)
+    ]
+    tools = [
+        {**tool, "function": {**tool["function"], "name": f"f{i}"}} for i, tool in enumerate(tools)
+    ]
+    path = rows_file(tmp_path, *({"id": f"c{i}", "prompt": "p", "tools": tools} for i in range(50)))
+    cases = load_cases(path)
+    assert len(cases) == 50
+    assert all(case.tools == tuple(tools) for case in cases)
+    assert len(checked) == len(set(checked)) <= 5
 
 
 def test_the_accepted_turn_shapes_load(tmp_path: Path) -> None:

@@ -593,7 +593,8 @@ def test_unknown_expect_key_without_grader_is_a_fixture_error() -> None:
     with pytest.raises(FixtureError) as info:
         check_case(case({"must_includes": ["x"]}), NONE)
     expected = (
-        "suite.jsonl:7: unknown expect key 'must_includes' and no custom grader for case 'c1'"
+        "suite.jsonl:7: unknown expect key 'must_includes' (did you mean 'must_include'?) and "
+        "no custom grader for case 'c1'"
     )
     assert expected == str(info.value)
 

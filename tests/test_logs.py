@@ -287,3 +287,21 @@ def test_a_log_line_never_holds_a_number_that_is_not_finite(
     logs.get_logger().info(logs.RUN_FINISHED, cost_usd={"candidate": math.inf}, ratio=math.nan)
     line = json.loads(capsys.readouterr().out, parse_constant=pytest.fail)
     assert (line["cost_usd"], line["ratio"]) == ({"candidate": None}, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Bearer sk-abc.def", "Bearer ***"),
+        ("auth: bEaReR tok_123/x=", "auth: bEaReR ***"),
+        ("BEARER\tabc", "BEARER\t***"),
+        ("no token here", "no token here"),
+        ("bear er abc", "bear er abc"),
+    ],
+)
+def test_a_bearer_token_is_masked_in_any_case(text: str, expected: str) -> None:
+    """Text naming a bearer token in any letter case has it masked; text naming none is
+    given back as it was."""
+    from runner.logs import scrub_text
+
+    assert scrub_text(text) == expected

@@ -391,6 +391,25 @@ def test_an_event_stream_body_is_folded_as_a_stream() -> None:
     )
 
 
+def test_a_stream_folded_when_stamped_is_read_as_its_own_text_and_protocol_read_it() -> None:
+    """`stream_end` keeps its fold for `read` a moment later: what `read` gives is what a
+    fresh fold of that very text by that protocol gives, never another text's or another
+    protocol's fold of the same text."""
+    from runner.protocols import stream_end
+
+    done = sse(chunk({"content": "SKU-"}), chunk({"content": "9"}, "stop"), "[DONE]")
+    other = sse(chunk({"content": "SKU-"}), chunk({"content": "7"}, "stop"), "[DONE]")
+    fresh = read("openai-chat", response(done, stream=True), expects_json=False)
+    assert stream_end("openai-chat", done) is None  # finished: kept for read
+    assert read("openai-chat", response(done, stream=True), expects_json=False) == fresh
+    assert stream_end("openai-chat", done) is None
+    got = read("openai-chat", response(other, stream=True), expects_json=False)
+    assert got.reply is not None and got.reply.text == "SKU-7"
+    anthropic = read("anthropic-messages", response(done, stream=True), expects_json=False)
+    assert anthropic.reply is None and anthropic.detail != ""
+    assert read("openai-chat", response(done, stream=True), expects_json=False) == fresh
+
+
 def test_the_content_type_not_the_request_decides_how_a_body_is_read() -> None:
     """The same SSE text sent as application/json is no JSON; a JSON reply to a streamed
     request (a server that ignored `stream`) is read as the body it is."""

@@ -119,3 +119,22 @@ def test_large_bodies_frame_whole() -> None:
     """
     assert len(parse("data: x\n" * 500_000 + "\n").events[0].data) == 999_999
     assert parse("data: " + "x" * 4_000_000).complete is False
+
+
+SSE_PIECES = st.sampled_from(
+    ["data: a", "data:b", "data", "event: e", ": note", "id: 1", "x: y", "\n", "\n\n", "\ufeff"]
+)
+
+
+@given(st.lists(SSE_PIECES, max_size=12).map("".join))
+def test_a_body_in_line_feeds_frames_as_the_same_body_in_crlf(text: str) -> None:
+    """Bodies with no carriage return are split on line feeds alone; a body with one is read
+    by the standard's three line ends: both give the same events, the same completeness,
+    and each event's offset past the same line."""
+    from runner.protocols.sse import dispatched
+
+    crlf = text.replace("\n", "\r\n")
+    assert parse(text) == parse(crlf)
+    lf_offsets = [end for _, end in dispatched(text)]
+    crlf_offsets = [end for _, end in dispatched(crlf)]
+    assert crlf_offsets == [end + text[:end].count("\n") for end in lf_offsets]

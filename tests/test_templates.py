@@ -318,6 +318,35 @@ def test_rendering_is_deterministic_across_runs() -> None:
     assert outs == {"1:a=1;2:b=2;"}
 
 
+def test_a_render_given_again_is_the_one_its_inputs_make() -> None:
+    """A text rendered before is given again only for the same source over the same prompt,
+    system prompt and vars in the same order: two sides sharing a template share their
+    renders, and anything else renders afresh (vars reordered, a value or the system prompt
+    changed, a source one character apart)."""
+    source = "{% for k, v in vars.items() %}{{ k }}={{ v }};{% endfor %}{{ system or '-' }}"
+    ref, cand = compiled(source, "endpoints.reference.system"), compiled(source)
+
+    def out(template: PromptTemplate, vars: dict[str, str], system: str | None = None) -> str:
+        return template.render(case_id="c", prompt="p", system=system, vars=vars, path="f", line=1)
+
+    assert out(ref, {"a": "1", "b": "2"}) == "a=1;b=2;-"
+    assert out(cand, {"a": "1", "b": "2"}) == "a=1;b=2;-"
+    assert out(cand, {"b": "2", "a": "1"}) == "b=2;a=1;-"
+    assert out(cand, {"a": "1", "b": "3"}) == "a=1;b=3;-"
+    assert out(cand, {"a": "1", "b": "2"}, system="S") == "a=1;b=2;S"
+    assert out(compiled(source + "!"), {"a": "1", "b": "2"}) == "a=1;b=2;-!"
+
+
+def test_a_failed_render_names_each_template_that_fails() -> None:
+    """A failure is never kept: the second template over the same case fails in its own
+    name, not the first one's."""
+    first = compiled("{{ vars.x }}", "endpoints.reference.user_template")
+    for template in (first, compiled("{{ vars.x }}")):
+        with pytest.raises(FixtureError) as caught:
+            template.render(case_id="c1", prompt="p", system=None, vars={}, path="s.jsonl")
+        assert str(caught.value).endswith(f"(in {template.key})")
+
+
 def test_render_leaves_the_case_vars_alone() -> None:
     """Rendering gets a copy of the vars: nothing a template does reaches the case."""
     case_vars = {"a": "x"}

@@ -91,6 +91,16 @@ async def _decoded(raw: AsyncIterable[bytes], layers: list[_Layer]) -> AsyncIter
         yield tail
 
 
+async def close_body(resp: httpx.Response) -> None:
+    """Close a response read by `read_body`: its stream straight away, as it was read (httpx's
+    `aclose` wraps the same call in a context manager that only names the request in an
+    error), which hands a kept-alive connection back to the pool."""
+    if isinstance(resp.stream, httpx.AsyncByteStream):
+        await resp.stream.aclose()
+    else:
+        await resp.aclose()
+
+
 async def read_body(  # noqa: PLR0917 - the caller's buffers and clock, in reading order
     resp: httpx.Response,
     headers: dict[str, str],

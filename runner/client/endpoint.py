@@ -16,6 +16,7 @@ drives to prove it.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import math
 import random
@@ -27,7 +28,7 @@ import anyio
 import httpx
 
 from runner import logs
-from runner.client.body import read_body
+from runner.client.body import close_body, read_body
 from runner.client.record import KEPT_HEADERS, body_text, kept_headers, plain_headers
 from runner.client.retry import decide_retry, retry_after_of
 from runner.client.stamp import CAUGHT, CONFIG_ERRORS, BodyTooLarge, classify
@@ -96,6 +97,12 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
+def loop_time() -> float:
+    """The running event loop's clock, which anyio's `current_time` reads too, without
+    anyio's lookup of the running backend on every call (a few are made per attempt)."""
+    return asyncio.get_running_loop().time()
+
+
 def _first_token_ms(
     kind: str, buf: bytearray, arrivals: list[tuple[int, float]], sent: float
 ) -> int | None:
@@ -122,6 +129,10 @@ class HttpEndpoint:
     `now` and `sleep` are the loop clock the pacing, the retry waits, AIMD and every recorded
     time (`elapsed_ms`, `ttft_ms`, `queued_ms`, `backoff_ms`) go by; a test passes a fake pair
     to read the start times, waits and timings the endpoint decided on.
+
+    The client runs on asyncio, as its aiohttp transport does: the per-attempt deadline is
+    `asyncio.timeout` (a third of `anyio.fail_after`'s CPU; both go by the loop's clock,
+    raise TimeoutError, and let a cancellation from outside pass as a cancellation).
     """
 
     def __init__(
@@ -133,7 +144,7 @@ class HttpEndpoint:
         shape: Shape = PLAIN,
         transport: httpx.AsyncBaseTransport | None = None,
         rng: random.Random | None = None,
-        now: Callable[[], float] = anyio.current_time,
+        now: Callable[[], float] = loop_time,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         meter: Meter | None = None,
     ) -> None:
@@ -154,18 +165,18 @@ class HttpEndpoint:
         self._kept = KEPT_HEADERS | ({header} if header else frozenset())
         logs.register_secret(api_key)
         self._shown_url = logs.scrub_text(self._url)  # a base_url from the environment: masked
-        # Request headers as httpx.AsyncClient would send them, built once. Requests go straight
-        # to the transport: the client's cookie jar, auth flow and redirect loop are all unused
-        # here and cost more CPU per call than the HTTP exchange itself (bench/RESULTS.md).
-        self._headers = httpx.Headers(
-            {
-                "Accept": "*/*",
-                "Accept-Encoding": "gzip, deflate",
-                "Connection": "keep-alive",
-                "User-Agent": "parallax",
-                **self._wire.headers(cfg, api_key),
-            }
-        ).raw  # raw pairs: httpx.Request copies them faster than a Headers object
+        # Request headers as httpx.AsyncClient would send them, but Content-Length, built once
+        # (`_request`). Requests go straight to the transport: the client's cookie jar, auth
+        # flow and redirect loop are all unused here and cost more CPU per call than the HTTP
+        # exchange itself (bench/RESULTS.md).
+        self._base_headers = {
+            "Accept": "*/*",
+            "Accept-Encoding": "gzip, deflate",
+            "Connection": "keep-alive",
+            "User-Agent": "parallax",
+            **self._wire.headers(cfg, api_key),
+        }
+        self._headers: httpx.Headers | None = None
         t = cfg.timeout
         self._extensions = {
             "timeout": httpx.Timeout(
@@ -196,12 +207,22 @@ class HttpEndpoint:
         await self._transport.aclose()
 
     def _request(self, content: bytes) -> httpx.Request:
-        """One POST as httpx.AsyncClient would build it (InvalidURL surfaces here)."""
-        url = self._parsed_url
-        if url is None:
+        """One POST as httpx.AsyncClient would build it, the same headers in the same order
+        (InvalidURL and a header httpx cannot encode surface here, on the first one).
+
+        Built from a stream of the body, which httpx takes as given: from `content=` it would
+        work out Host and Content-Length itself, rescanning every header each time (20 us of
+        a call's CPU). Host comes first and Content-Length last, where httpx puts them.
+        """
+        url, headers = self._parsed_url, self._headers
+        if url is None or headers is None:
             url = self._parsed_url = httpx.URL(self._url)
+            base = httpx.Request("POST", url, headers=self._base_headers, content=b"x")
+            headers = self._headers = httpx.Headers(base.headers)  # Host added, as httpx does
+        sent = httpx.Headers(headers)
+        sent["Content-Length"] = str(len(content))
         return httpx.Request(
-            "POST", url, headers=self._headers, content=content, extensions=self._extensions
+            "POST", url, headers=sent, stream=httpx.ByteStream(content), extensions=self._extensions
         )
 
     async def call(self, case: Case, side: str, sample: int) -> Exchange:
@@ -295,7 +316,9 @@ class HttpEndpoint:
         if slot > now:
             await self._sleep(slot - now)
 
-    async def _turn(self, n: int, case: Case, key: tuple[str, str, int], estimate: int) -> bool:
+    async def _turn(
+        self, n: int, case: Case, key: tuple[str, str, int], estimate: int, holder: object
+    ) -> bool:
         """Wait an attempt's turn: its `rpm` pacing, the run's budget, then a concurrency
         slot, held on True (False: the budget refused it, nothing is held). A first attempt
         is not sent once a stop came (NotStarted). The budget is reserved before the slot,
@@ -308,13 +331,15 @@ class HttpEndpoint:
         if self._meter is not None and not await self._meter.reserve(key, estimate, case, n):
             return False
         # The limiter's fast path: `async with` would add two event-loop round trips per call
-        # even when a token is free; acquire_nowait refuses to jump a queue of waiters.
+        # even when a token is free; acquire_nowait refuses to jump a queue of waiters. The
+        # slot is held on behalf of the attempt's own token (`holder`), not of the running
+        # task, which anyio would look up through asyncio on every acquire and release.
         try:
-            self._limiter.acquire_nowait()
+            self._limiter.acquire_on_behalf_of_nowait(holder)
         except anyio.WouldBlock:
-            await self._limiter.acquire()
+            await self._limiter.acquire_on_behalf_of(holder)
         if n == 1 and not may_start():  # a stop came while it waited for its slot
-            self._limiter.release()
+            self._limiter.release_on_behalf_of(holder)
             if self._meter is not None:
                 self._meter.unsent(key)
             raise NotStarted
@@ -324,7 +349,8 @@ class HttpEndpoint:
         self, n: int, content: bytes, case: Case, key: tuple[str, str, int], estimate: int
     ) -> _Try | None:
         """One attempt, or None when the run's budget refused it (nothing was sent)."""
-        if not await self._turn(n, case, key, estimate):
+        holder = object()  # what holds the attempt's concurrency slot
+        if not await self._turn(n, case, key, estimate, holder):
             return None
         cap = self._cfg.max_response_bytes
         status: int | None = None
@@ -336,7 +362,7 @@ class HttpEndpoint:
         try:
             begun = self._now()  # handed to the transport: the attempt's latency starts here
             try:
-                with anyio.fail_after(self._cfg.deadline):
+                async with asyncio.timeout(self._cfg.deadline):
                     resp = await self._transport.handle_async_request(self._request(content))
                     try:
                         status, headers = resp.status_code, plain_headers(resp.headers)
@@ -346,7 +372,7 @@ class HttpEndpoint:
                         if truncated and 200 <= status < 300:
                             raise BodyTooLarge(cap)  # an oversized error page keeps its stamp
                     finally:
-                        await resp.aclose()
+                        await close_body(resp)
             except CONFIG_ERRORS as err:
                 raise ConfigError(
                     f"endpoint {self.name!r}", None, f"{type(err).__name__}: {err}"
@@ -357,7 +383,7 @@ class HttpEndpoint:
                     truncated = True  # the body stopped short of what the server meant
             elapsed_ms = _ms(self._now() - begun)
         finally:
-            self._limiter.release()
+            self._limiter.release_on_behalf_of(holder)
         # An error status is the server's answer: a body that then breaks off or will not
         # decode is kept as far as it came, and the stamp (so the retry and AIMD) follows the
         # status. Only a 2xx needs its whole body to be graded.

@@ -37,9 +37,13 @@ def plain_headers(headers: httpx.Headers) -> dict[str, str]:
     """Lower-cased name -> value, repeated headers joined with ", " as `httpx.Headers` does.
 
     Read once per response: each `httpx.Headers` lookup rescans and re-decodes every header.
+    The raw pairs are decoded here as `multi_items` decodes them (the header block's encoding,
+    names lower-cased as bytes), which looks the encoding up once, not twice a header.
     """
+    encoding = headers.encoding
     plain: dict[str, str] = {}
-    for name, value in headers.multi_items():
+    for raw_name, raw_value in headers.raw:
+        name, value = raw_name.lower().decode(encoding), raw_value.decode(encoding)
         plain[name] = f"{plain[name]}, {value}" if name in plain else value
     return plain
 

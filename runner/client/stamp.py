@@ -4,7 +4,7 @@ From the exception class or the status code, never the body. Every exception a c
 is named here, as a stamp, a config error or not an outcome at all, so a new httpx class cannot
 slip through (the test walks `httpx.__all__`)::
 
-    TimeoutException (+4 subclasses), TimeoutError (anyio.fail_after)  -> timeout
+    TimeoutException (+4 subclasses), TimeoutError (the attempt deadline) -> timeout
     ConnectError, ProxyError                                           -> connect_error
     NetworkError (Read/Write/CloseError), ProtocolError                -> connection_lost
       (RemoteProtocolError: reset or a body shorter than Content-Length)

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from runner.errors import ConfigError, FixtureError
+from runner.errors import ConfigError, FixtureError, did_you_mean
 from runner.files import Outside, Unreadable, inside, outside_reason, read_regular
 from runner.grading import tools as toolgrade
 from runner.grading.checks import Work, json_equal, schema_violations, search
@@ -170,9 +170,10 @@ def check_case(case: Case, graders: GraderSet) -> None:
         return
     unknown = [key for key in case.expect if not _graded_here(key)]
     if unknown:
+        hint = did_you_mean(unknown[0], (*BUILTIN_KEYS, *toolgrade.TOOL_KEYS))
         raise FixtureError(
             case.path,
-            f"unknown expect key {unknown[0]!r} and no custom grader for case {case.id!r}",
+            f"unknown expect key {unknown[0]!r}{hint} and no custom grader for case {case.id!r}",
             line=case.line,
         )
 

@@ -20,6 +20,7 @@ own), else the body's `model`.
 from __future__ import annotations
 
 import base64
+from collections import OrderedDict
 from collections.abc import Mapping
 
 from runner.model import NO_FACTS, Facts, Reply, Response, Transport, record
@@ -35,6 +36,7 @@ from runner.protocols.message import (
     STREAM_MALFORMED,
     STREAM_TRUNCATED,
     Message,
+    StreamFold,
     StreamStatus,
     graded,
 )
@@ -73,6 +75,14 @@ _WIRES: dict[str, Wire] = {
 }
 
 
+# Streams folded when their attempt was stamped (`stream_end`), by protocol and body text,
+# until they are graded (`read`): a fold is a pure function of the two, and a live stream
+# was folded twice, a fifth of its call's CPU. The oldest go first (an attempt retried is
+# never graded), so at most _FOLDS_KEPT are held.
+_FOLDS: OrderedDict[tuple[str, str], StreamFold] = OrderedDict()
+_FOLDS_KEPT = 1024
+
+
 def wire_for(kind: str) -> Wire | None:
     """The protocol of that kind (an endpoint's `kind`, an exchange's `adapter`), or None."""
     return _WIRES.get(kind)
@@ -103,12 +113,15 @@ def stream_end(kind: str, text: str) -> StreamEnd | None:
     broken (a schema question, `stream_malformed`) and a protocol with no streams give None.
 
     The live client asks it when a stream's bytes are in, a cassette when it plays one back;
-    the stamp is recorded on the attempt, so a replay reads it rather than asking again.
+    the stamp is recorded on the attempt, so a replay reads it rather than asking again. The
+    fold is kept for `read`, which grades the same text a moment later.
     """
     wire = wire_for(kind)
     if wire is None or wire.fold_stream is None:
         return None
-    fold = wire.fold_stream(text)
+    fold = _FOLDS[kind, text] = wire.fold_stream(text)
+    if len(_FOLDS) > _FOLDS_KEPT:
+        _FOLDS.popitem(last=False)
     if fold.status is StreamStatus.TRUNCATED:
         message = "the stream ended without its finish event"
         return StreamEnd(Transport.CONNECTION_LOST, STREAM_TRUNCATED, message)
@@ -179,7 +192,9 @@ def read(
         return Read(None, NOT_UTF8)
     message: Message | str
     if wire.fold_stream is not None and is_event_stream(response.headers):
-        fold = wire.fold_stream(text)
+        fold = _FOLDS.pop((adapter, text), None)
+        if fold is None:
+            fold = wire.fold_stream(text)
         message = fold.message
         if fold.status is not StreamStatus.FINISHED:
             detail = STREAM_MALFORMED if fold.status is StreamStatus.MALFORMED else fold.detail

@@ -64,16 +64,28 @@ def dispatched(text: str) -> Iterator[tuple[Event, int]]:
     return _walk(text)
 
 
+def _lines(text: str, pos: int) -> Iterator[tuple[str, int]]:
+    """Each whole line from `pos` on, without its line end, and the offset past that end;
+    the text after the last line end is no line yet. Most bodies end lines in LF alone, split
+    at C speed; one with a CR anywhere is read by the standard's three line ends."""
+    if "\r" not in text:
+        for line in text[pos:].split("\n")[:-1]:
+            pos += len(line) + 1
+            yield line, pos
+        return
+    for end in _LINE_END.finditer(text, pos):
+        yield text[pos : end.start()], end.end()
+        pos = end.end()
+
+
 def _walk(text: str) -> Generator[tuple[Event, int], None, bool]:
     """Each dispatched event and the offset past its blank line; returns whether the body
     ended on an event boundary (`SSEBody.complete`)."""
-    pos = len(_BOM) if text.startswith(_BOM) else 0
+    start = pos = len(_BOM) if text.startswith(_BOM) else 0
     data: list[str] = []
     name = ""
     pending = False  # a field line was read since the last dispatch
-    for end in _LINE_END.finditer(text, pos):
-        line = text[pos : end.start()]
-        pos = end.end()
+    for line, pos in _lines(text, start):  # pos: how far the lines were read
         if line == "":
             if data:
                 yield Event(data="\n".join(data), event=name or DEFAULT_EVENT), pos

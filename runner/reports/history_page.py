@@ -77,7 +77,8 @@ class RunLine:
     run: str  # the run directory's name
     label: str  # unique among the page's runs
     href: str  # relative to the page: the run's report.html
-    night: bool  # False for a replay and a run a later retry stands for
+    night: bool  # False for a replay, a partial run and a run a later retry stands for
+    partial: bool  # a partial run (`run --case`, `--stratum`)
     retried_by: str  # the label of the retry that stands for this run's night, or ""
     mode: str
     verdict: str
@@ -100,6 +101,7 @@ class Page:
     nights: int
     replays: int
     retried: int  # runs a later --retry-unscored run stands for
+    partials: int  # partial runs (`run --case`, `--stratum`) a later retry does not stand for
     charts: Mapping[str, Chart]
     changes: tuple[Mapping[str, Any], ...]  # history.model_changes, oldest first, labelled
     retire_after: int | None  # None: not known (no config), no ceiling candidates shown
@@ -181,6 +183,7 @@ def _line(
         label=label,
         href=_href(row, page_dir),
         night=row.counts_as_night,
+        partial=row.partial is not None,
         retried_by=by_id.get(row.retried_by, row.retried_by) if row.retried_by else "",
         mode=row.mode or "?",
         verdict=row.verdict or "?",
@@ -222,6 +225,7 @@ def build_page(
     changed = {(c["run_id"], c["side"]) for c in changes}
     by_id = {row.run_id: label_of[row.run_dir] for row in nights}
     retried = sum(1 for row in rows if row.retried_by)
+    partials = sum(1 for row in rows if row.partial is not None and not row.retried_by)
     return Page(
         suite=suite,
         runs=tuple(
@@ -229,8 +233,9 @@ def build_page(
             for row, label in reversed(list(zip(rows, labels, strict=True)))
         ),
         nights=len(nights),
-        replays=len(rows) - len(nights) - retried,
+        replays=len(rows) - len(nights) - retried - partials,
         retried=retried,
+        partials=partials,
         charts=charts(nights, [label_of[row.run_dir] for row in nights]),
         changes=tuple({**c, "label": by_id.get(c["run_id"], c["run_id"])} for c in changes),
         retire_after=retire_after,

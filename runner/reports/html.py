@@ -42,6 +42,7 @@ from runner.reports.verdict import (
     said,
 )
 from runner.request.sha import request_lines
+from runner.runs.selection import partial_line
 from runner.text import visible
 
 VERDICT_COLOURS = {
@@ -253,6 +254,7 @@ def context(rep: RunReport) -> dict[str, Any]:
         "unscored_total": shown.unscored_total,
         "strata": _strata(rep),
         "strata_note": s.get("strata_note"),
+        "partial": partial_line(s),
         "signal": signal_lines(s),
         "significant": bool(s.get("significant_regression")),
         "significant_gates": isinstance(fail_on, list) and "significant_regression" in fail_on,

@@ -22,6 +22,7 @@ from runner.reports.caseview import CaseView
 from runner.reports.model import REVIEW_ORDER, RunReport, incomplete_groups, signal_lines
 from runner.reports.verdict import Weight, grouped, reasons
 from runner.request.sha import request_lines
+from runner.runs.selection import partial_line
 from runner.text import visible
 
 MD_REPLY_CAP = 160  # characters of a reply (or a detail) in a Markdown table cell
@@ -158,6 +159,8 @@ def _md_head(rep: RunReport) -> list[str]:
         "unadmitted",
         "",
     ]
+    if (partial := partial_line(s)) is not None:  # a quick check: its gate is on these only
+        lines += [f"**{md_text(partial, MD_WHY_CAP)}**", ""]
     groups = dict(grouped(reasons(s, rep.tally)))
     for weight, head in (
         (Weight.REVIEW, "Needs review"),

@@ -189,8 +189,13 @@ def build_report(
         summary=summary,
         manifest=manifest,
         cases=cases,
-        # a run a later retry completed is that night's draft: the retry is its column
-        trend=[row for row in history.rows if not row.retried_by][-trend_runs:],
+        # a run a later retry completed is that night's draft: the retry is its column; another
+        # partial run is a quick check, no night
+        trend=[
+            row
+            for row in history.rows
+            if not row.retried_by and (row.partial is None or row.run_dir == run_dir)
+        ][-trend_runs:],
         retire_after=retire_after,
         ceiling=ceiling,
         quiet_runs=streaks(history.rows),

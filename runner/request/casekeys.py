@@ -484,14 +484,37 @@ def _kind_or_empty(value: Any) -> str:
     return "an empty list" if value == [] else json_kind(value)
 
 
+# Verdicts of `check_schema` by the schema's JSON text, at most _SCHEMAS_KEPT of them.
+_SCHEMA_VERDICTS: dict[str, str | None] = {}
+_SCHEMAS_KEPT = 1024
+
+
 def check_schema(value: Any) -> str | None:
     """Why `value` cannot check answers as a JSON Schema, or None; the text follows the key.
 
     For an expectation's `json_schema`, a tool's `parameters` and a `response_format`'s schema
     alike: one rule for every schema a case carries.
+
+    Checking one schema takes milliseconds (jsonschema's metaschema, its refs, trial answers),
+    and a suite offers the same tools on many rows: five on every case made validating 2,000
+    cases take 20 s (bench/RESULTS.md). The verdict is a pure function of the schema, so it
+    is kept by the schema's JSON text, which tells apart everything the check does (key
+    order, `1` from `true` and `1.0`, NaN from null): never by equality (`1 == True`) or by
+    the object (a row's dict is a fresh one, and could be changed in place).
     """
     if not isinstance(value, dict):
         return f"must be a JSON Schema object, got {json_kind(value)}"
+    key = json.dumps(value, separators=(",", ":"))
+    if key in _SCHEMA_VERDICTS:
+        return _SCHEMA_VERDICTS[key]
+    verdict = _schema_verdict(value)
+    if len(_SCHEMA_VERDICTS) >= _SCHEMAS_KEPT:
+        _SCHEMA_VERDICTS.clear()
+    _SCHEMA_VERDICTS[key] = verdict
+    return verdict
+
+
+def _schema_verdict(value: dict[str, Any]) -> str | None:
     from jsonschema import SchemaError  # only suites with schemas pay for the import
     from jsonschema.validators import validator_for
 

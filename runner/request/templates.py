@@ -36,6 +36,7 @@ import functools
 import hashlib
 import json
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,14 @@ class _Vars(dict[str, str]):
 
 
 _Vars.__name__ = _Vars.__qualname__ = "vars"  # so a sandbox refusal says "of 'vars' object"
+
+# What each template rendered, by its source and the case's prompt, system and vars (in
+# their order: a template may iterate them), the last _RENDERS_KEPT of them. A render is a
+# pure function of those, and a run asks for the same ones again: both sides sharing a
+# template, every sample of a case, the noise check, validation before the calls.
+_Rendered = tuple[str, str | None, str | None, tuple[tuple[str, str], ...]]
+_RENDERED: OrderedDict[_Rendered, str] = OrderedDict()
+_RENDERS_KEPT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +144,32 @@ class PromptTemplate:
         Every failure is a FixtureError naming the case, the file:line passed and this
         template's key: an undefined name (`undefined name 'vars.customer'`), a sandbox refusal
         (`'str' object`'s `__class__`), a value that cannot print, or an error the template
-        raised itself (`1 / 0`); never a traceback.
+        raised itself (`1 / 0`); never a traceback. A text rendered before is given again
+        (`_RENDERED`); a failure is not kept, so each template names itself in its own.
         """
+        seen: _Rendered = (self.source, prompt, system, tuple(vars.items()) if vars else ())
+        text = _RENDERED.get(seen)
+        if text is None:
+            text = self._render(
+                case_id=case_id, prompt=prompt, system=system, vars=vars, path=path, line=line
+            )
+            _RENDERED[seen] = text
+            if len(_RENDERED) > _RENDERS_KEPT:
+                _RENDERED.popitem(last=False)
+        else:
+            _RENDERED.move_to_end(seen)
+        return text
+
+    def _render(
+        self,
+        *,
+        case_id: str,
+        prompt: str | None,
+        system: str | None,
+        vars: Mapping[str, str] | None,
+        path: str | Path,
+        line: int | None,
+    ) -> str:
         from jinja2 import TemplateError
         from jinja2.exceptions import SecurityError
 

@@ -134,7 +134,8 @@ def finalize(
     and summary.json (with the manifest's end)."""
     snapshot = suite.snapshot
     results, noise = verdicts(suite, folds, snapshot)
-    retired = sorted(set(snapshot) - set(suite.refs.ids))
+    # a partial run's gate covers its cases: the others are not retired, only not selected
+    retired = sorted(set(snapshot) - set(suite.refs.ids)) if suite.selection is None else []
     _write_disagreement(run_dir, suite, results, retired)
     strata, stratum_alerts = _strata(suite, results)
     asked = _Questions.of(suite, results, folds)
@@ -171,6 +172,11 @@ def finalize(
         summary["noise_floor"] = noise_floor(results, noise)
     if not suite.stratified:
         summary["strata_note"] = "unstratified suite: no case names a stratum, detector skipped"
+    elif suite.selection is not None:
+        summary["strata_note"] = (
+            "partial run: only the easy and medium floors are checked; missing or thin strata "
+            "and the ceiling are a whole run's to judge"
+        )
     _record(run_dir / "summary.json", summary)
     manifest = read_manifest(run_dir)
     manifest["finished_at"] = summary["finished_at"]
@@ -202,7 +208,8 @@ def _strata(
     for side in SIDES:
         rates = strata_rates((v.stratum, getattr(v, side).passed) for v in results)
         strata[side] = rates
-        alerts[side] = detect(rates, suite.thresholds) if suite.stratified else []
+        whole = suite.selection is None
+        alerts[side] = detect(rates, suite.thresholds, whole=whole) if suite.stratified else []
     return strata, alerts
 
 
@@ -300,6 +307,7 @@ def _summary(
         "run_id": run_dir.name,
         "suite": suite.name,
         "mode": manifest.get("mode"),
+        "partial": suite.partial,  # the selection of a partial run, else null
         "parent": manifest.get("parent"),
         "parent_finished": manifest.get("parent_finished"),
         "started_at": manifest.get("started_at"),

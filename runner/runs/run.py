@@ -27,6 +27,7 @@ from runner.runs.finalize import finalize, side_prices
 from runner.runs.mode import RunMode
 from runner.runs.plan import resume_problem, start
 from runner.runs.rundir import new_run_dir, read_manifest
+from runner.runs.selection import Selection
 from runner.runs.summary import recorded_summary
 from runner.shutdown import Interrupted, Shutdown
 from runner.suite import Suite, prepare_suite
@@ -43,6 +44,7 @@ def run_suite(
     parent_dir: Path | None = None,
     mode: RunMode = RunMode.RUN,
     suite: Suite | None = None,
+    selection: Selection | None = None,
     shutdown: Shutdown | None = None,
 ) -> tuple[Path, int, dict[str, Any]]:
     """Blocking wrapper of `run_suite_async` for the one-shot commands."""
@@ -65,6 +67,7 @@ def run_suite(
                 parent_dir=parent_dir,
                 mode=mode,
                 suite=suite,
+                selection=selection,
                 shutdown=shutdown,
             )
         )
@@ -81,6 +84,7 @@ async def run_suite_async(
     parent_dir: Path | None = None,
     mode: RunMode = RunMode.RUN,
     suite: Suite | None = None,
+    selection: Selection | None = None,
     shutdown: Shutdown | None = None,
 ) -> tuple[Path, int, dict[str, Any]]:
     """One run of one suite; returns the run dir, exit code and summary.
@@ -88,7 +92,8 @@ async def run_suite_async(
     RunMode.RUN calls everything; RESUME finishes `resume_dir` in place; RETRY starts a new
     run from `parent_dir`'s scored rows and re-calls the rest; REPLAY regrades `parent_dir`'s
     raw.jsonl with today's fixtures and graders and calls nothing. `suite` is the suite as
-    `prepare_suite` already loaded it, if the caller has it; `shutdown` is the one-shot
+    `prepare_suite` already loaded it, if the caller has it; `selection` the cases of a
+    partial run (a resume, retry or replay passes its parent's); `shutdown` is the one-shot
     command's stop (see `call_all`).
     """
 
@@ -98,6 +103,7 @@ async def run_suite_async(
     budget = Budget(limit) if limit is not None else None
     started: list[Path] = []  # the run dir once there is one: what a bug would leave unfinished
     try:
+        suite = suite.selected(selection)
         endpoints = build_endpoints(loaded, suite, budget) if mode.calls else {}
         try:
             return await _run_prepared(
@@ -169,6 +175,7 @@ async def _run_prepared(
             logs.RUN_RESUMED if mode is RunMode.RESUME else logs.RUN_STARTED,
             mode=mode,
             cases=len(suite.refs),
+            partial=suite.partial,  # a partial run's selection, else null
             samples=suite.samples,
             already_done=len(done),
             parent=parent_dir.name if parent_dir is not None else None,

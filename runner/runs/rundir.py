@@ -103,6 +103,8 @@ def manifest_for(
             "cases": len(suite.refs),
         },
         "samples": suite.samples,
+        # the cases a partial run selects (`runner.runs.selection`); null: the whole suite
+        "partial": suite.partial,
         "endpoints": endpoints,
         "versions": {
             "parallax": __version__,

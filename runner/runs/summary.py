@@ -16,6 +16,7 @@ from runner.history import mapping_of, strings_of, verdict_code_of
 from runner.invocation import shown_path
 from runner.ledger import read_json_object
 from runner.request import sha as requestsha
+from runner.runs.selection import partial_line
 from runner.text import visible
 from runner.unscored import next_steps, why_lines
 
@@ -66,6 +67,8 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
         f"  cases {summary.get('cases', '?')} · admitted {summary.get('admitted', '?')} · "
         f"unadmitted {summary.get('unadmitted', '?')} · {shown or 'nothing to report'}",
     ]
+    if (partial := partial_line(summary)) is not None:
+        lines.append(f"  {partial}: not a night in history, promoted only with --allow-partial")
     for key in ("review", "flaky", "incomplete", "grader_errors", "retired"):
         if ids := strings_of(summary.get(key)):
             more = f" (+{len(ids) - SHOWN} more)" if len(ids) > SHOWN else ""

@@ -61,7 +61,8 @@ def runs_since(
     loaded: LoadedConfig, suite: str, *, since: datetime
 ) -> Iterator[tuple[Path, dict[str, Any], datetime]]:
     """The runs of `suite` that called every case (mode `run`: the daemon's or one started by
-    hand; not a replay or a retry) made since `since`, with their manifests and starts.
+    hand; not a replay, a retry or a partial run) made since `since`, with their manifests and
+    starts.
 
     Run dirs are named by their start, so the dirs named before `since` are not read: a
     start-up reads only what was made since the last fire the heartbeat names, however many
@@ -80,13 +81,14 @@ def runs_since(
         except (ParallaxError, OSError):
             continue  # a dir that cannot be read stands for nothing
         started = _time_in(manifest, "started_at")
-        if RunMode.read(manifest.get("mode")) is RunMode.RUN and started is not None:
+        whole = manifest.get("partial") is None
+        if RunMode.read(manifest.get("mode")) is RunMode.RUN and whole and started is not None:
             yield path, manifest, started
 
 
 def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str | None]:
-    """The latest run of `suite` (replays call nothing and are passed over) if it was
-    interrupted and can resume; else why not.
+    """The latest run of `suite` (replays call nothing and partial runs are a person's quick
+    check: both are passed over) if it was interrupted and can resume; else why not.
 
     (None, None) means there is nothing to resume: no run yet, or the latest one finished.
     """
@@ -99,7 +101,8 @@ def find_interrupted(loaded: LoadedConfig, suite: str) -> tuple[Path | None, str
             manifest = read_manifest(latest)
         except (ParallaxError, OSError) as exc:
             return None, f"latest run dir is not readable: {exc}"
-        if RunMode.read(manifest.get("mode")) is not RunMode.REPLAY:
+        whole = manifest.get("partial") is None
+        if RunMode.read(manifest.get("mode")) is not RunMode.REPLAY and whole:
             break
     else:
         return None, None
