@@ -66,6 +66,8 @@ from runner.request.templates import load_template, request_sha
 ENDPOINT_KINDS = (
     *("recorded", "openai-chat", "openai-responses", "anthropic-messages", "gemini", "http-json"),
 )
+# the kinds whose provider has a batch API parallax speaks (`runner.batch`)
+BATCH_KINDS = ("openai-chat", "openai-responses", "anthropic-messages")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a page of TOML; a bigger one is the wrong file
 MAX_HEARTBEAT_SECONDS = 3600.0  # a daemon silent for longer than an hour is not watched at all
 # The largest price per million tokens and budget a config may name, in US dollars: a dollar a
@@ -114,6 +116,7 @@ SHOWN_ENDPOINT_KEYS = frozenset(
         *("concurrency", "rpm", "timeout", "deadline", "max_response_bytes", "retry"),
         *("answer_pointer", "anthropic_version", "served_model_header", "system_file"),
         *("user_template_file", "stream", "price", "body_env"),
+        *("batch", "batch_poll_max_seconds", "batch_deadline"),
     }
 )
 # The endpoint keys whose text goes into the request body: a `${VAR}` there is refused unless
@@ -217,6 +220,9 @@ class Price(_Strict):
     """US dollars per million completion tokens."""
     cached_input_per_mtok: float | None = Field(None, ge=0, le=MAX_PRICE_PER_MTOK)
     """US dollars per million cached prompt tokens; unset: `input_per_mtok`."""
+    batch_discount: float = Field(0.5, gt=0, le=1)
+    """The fraction of these rates a call costs when its endpoint runs as a batch
+    (`batch = true`): providers charge half for batched tokens."""
 
 
 class EndpointConfig(_Strict):
@@ -303,6 +309,36 @@ class EndpointConfig(_Strict):
     """The only environment variables a `${VAR}` in the request body (`system`,
     `user_template`, `params`, `body_template`) may read; each value is masked wherever
     parallax writes."""
+    batch: bool = False
+    """Send this side's calls to the provider's batch API (openai-chat, openai-responses,
+    anthropic-messages) instead of one by one: the batch price (`price.batch_discount`),
+    results within hours, no latency figures; every batch id is kept in the run's
+    `batches.jsonl` before it is polled, so `--resume` polls it again instead of paying
+    twice."""
+    batch_poll_max_seconds: float = Field(300.0, ge=1, le=86_400)
+    """The longest wait between two polls of an open batch; polls back off from one second
+    up to it."""
+    batch_deadline: float = Field(86_400.0, gt=0)
+    """Seconds from a batch's submission after which parallax stops waiting: the batch is
+    cancelled and its unanswered calls are stamped `timeout` (detail `batch_expired`)."""
+
+    @property
+    def charged_price(self) -> Price | None:
+        """What this endpoint's tokens are charged at: its price, or for a batch endpoint its
+        rates times `batch_discount` (which is then applied, so 1 in the copy)."""
+        price = self.price
+        if price is None or not self.batch:
+            return price
+        cut = price.batch_discount
+        cached = price.cached_input_per_mtok
+        return price.model_copy(
+            update={
+                "input_per_mtok": price.input_per_mtok * cut,
+                "output_per_mtok": price.output_per_mtok * cut,
+                "cached_input_per_mtok": None if cached is None else cached * cut,
+                "batch_discount": 1.0,
+            }
+        )
 
     @field_validator("body_template")
     @classmethod
@@ -760,6 +796,8 @@ def _checked(
     for name in config.suites:
         for problem in _suite_problems(path, config, name, written):
             found.add(problem)
+    for problem in _batch_problems(path, config):
+        found.add(problem)
     root = input_root(path, config)
     with found.checking():
         _check_inputs(path, config, root)
@@ -811,6 +849,7 @@ def _suite_problems(
                     f'is needed: suites.{suite_name}.fail_on has "cost_regression", '
                     f"which compares both sides' cost (this is the {side})",
                 )
+    yield from _latency_gate_problems(path, config, suite_name, named)
     yield from _budget_problems(path, config, suite_name, named)
 
 
@@ -854,6 +893,46 @@ def _check_inputs(path: Path, config: Config, root: Path) -> None:
         except Unreadable as exc:
             found.add(ConfigError(path, key, f"{exc.reason}: {file}"))
     found.raise_found()
+
+
+def _batch_problems(path: Path, config: Config) -> Iterator[ConfigError]:
+    """`batch = true` only where the provider has a batch API parallax speaks, and never with
+    `stream`: a batch answers each request whole."""
+    for name, endpoint in config.endpoints.items():
+        if not endpoint.batch:
+            continue
+        if endpoint.kind not in BATCH_KINDS:
+            yield ConfigError(
+                path,
+                f"endpoints.{name}.batch",
+                f"{_article(endpoint.kind)} endpoint has no batch API "
+                f"(batch mode is for {', '.join(BATCH_KINDS)})",
+            )
+        if endpoint.stream:
+            yield ConfigError(
+                path,
+                f"endpoints.{name}.stream",
+                "a batch endpoint cannot stream: a batch answers each request whole",
+            )
+
+
+def _latency_gate_problems(
+    path: Path, config: Config, suite_name: str, sides: list[str]
+) -> Iterator[ConfigError]:
+    """A latency gate needs both sides' latencies, and a batch side has none: a batch's
+    turnaround is the provider's queue, not the model's time."""
+    suite = config.suites[suite_name]
+    if "latency_regression" not in suite.fail_on:
+        return
+    for side in sides:
+        endpoint = getattr(suite, side)
+        if config.endpoints[endpoint].batch:
+            yield ConfigError(
+                path,
+                f"suites.{suite_name}.fail_on",
+                f'"latency_regression" cannot be decided: the {side} endpoint {endpoint!r} '
+                "runs as a batch (batch = true), which has no latency figures",
+            )
 
 
 def _budget_problems(

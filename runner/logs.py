@@ -228,6 +228,20 @@ ENDPOINT_RECOVER = _event(
     "endpoint, old, new",
     "the endpoint's concurrency grew back by one after a run of successes",
 )
+BATCH_SUBMITTED = _event(
+    "batch.submitted",
+    "info",
+    "endpoint, batch_id, requests, sides",
+    "a batch endpoint's calls were sent as one batch (`batch = true`); its id is already in "
+    "the run's `batches.jsonl`, so a `--resume` polls it instead of sending it again",
+)
+BATCH_ENDED = _event(
+    "batch.ended",
+    "info",
+    "endpoint, batch_id, state, reason, requests, results",
+    "a batch ended (`state` `completed`, `failed`, `expired`, `cancelled`) or `batch_deadline` "
+    "passed and it was cancelled (`deadline`); `results` counts the result lines read",
+)
 # scheduler
 SCHEDULER_STARTED = _event(
     "scheduler.started",

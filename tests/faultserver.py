@@ -81,6 +81,28 @@ Anthropic events or Gemini responses):
                            the connection closes right after that token, short of the
                            Content-Length: a stream that fails after its first token
 
+Batch APIs (`batch:<end>[:<polls>]`, the base_url of a `batch = true` endpoint): OpenAI's
+`/v1/files` (multipart upload), `/v1/batches`, `/v1/batches/<id>`, `/v1/batches/<id>/cancel`
+and `/v1/files/<id>/content`; Anthropic's `/v1/messages/batches`, `.../<id>`,
+`.../<id>/results` and `.../<id>/cancel`. A batch answers `in_progress` to its first <polls>
+(1) polls, then ends as <end> says:
+
+    ok                     every request answered by its prompt's mode (below)
+    expire                 the provider's window passed: the first request answered, the
+                           rest `batch_expired` (OpenAI's error file) or `expired` (Anthropic)
+    fail                   refused whole: OpenAI's `failed` with errors.data[0].code
+                           `invalid_request`, no results; Anthropic's create answers 400
+    cut                    as ok, but a results file of more than one line stops in the
+                           middle of its last line
+    short                  as ok, but the first download of the results is cut short of its
+                           Content-Length (a transport error), the next one whole
+    never                  never ends: `in_progress` forever (batch_deadline's case)
+
+A request in a batch is answered by its prompt's mode (`server.prompt_modes`, with `seq:`
+counted per prompt across batches): `ok` (the scripted reply), `status:<code>` (that status
+and an error body: OpenAI's error file, Anthropic's `errored` result of the matching error
+type) or `drop` (no result line at all). Every batch made is in `server.batches`.
+
 Per-case faults: `server.prompt_modes[prompt] = "<mode>"` overrides the path's mode for
 requests carrying that prompt, so one suite can mix faults case by case.
 
@@ -240,6 +262,7 @@ class FaultServer:
     fingerprint: str = "fp_fault"
     requests: list[Received] = field(default_factory=list)
     max_inflight: int = 0
+    batches: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> the batch
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -253,6 +276,8 @@ class FaultServer:
         self._serial = 0
         self._chaos: dict[str, random.Random] = {}
         self._gates: dict[str, threading.Event] = {}
+        self._files: dict[str, bytes] = {}
+        self._downloads: dict[str, int] = {}  # file or batch id -> times its results were read
         self.chaos_drawn: dict[str, int] = {}  # mode -> how often chaos picked it
         self.port = 0
 
@@ -408,6 +433,8 @@ class FaultServer:
             name, _, arg = drawn.partition(":")
         if name in _HOSTILE:
             return _HOSTILE[name](self, conn, req, arg)
+        if name == "batch":
+            return self._batch(conn, req, arg)
         if name == "ok":
             return self._ok(conn, req)
         if name == "slow":
@@ -509,6 +536,200 @@ class FaultServer:
             if readable and not conn.recv(1, socket.MSG_PEEK):
                 return False
         return False
+
+    # batch APIs ------------------------------------------------------------------------
+
+    def batch_creates(self) -> list[Received]:
+        """The requests that created a batch (OpenAI's or Anthropic's)."""
+        return [r for r in self.received() if r.method == "POST" and r.path.endswith("/batches")]
+
+    def _batch(self, conn: socket.socket, req: Received, arg: str) -> bool:
+        end, _, polls = arg.partition(":")
+        route = req.path.split("/", 3)[3]  # past /fault/<mode>/
+        parts = route.split("/")
+        anthropic = route.startswith("v1/messages/batches")
+        if req.method == "POST" and route == "v1/files":
+            return self._upload(conn, req)
+        if req.method == "POST" and route in ("v1/batches", "v1/messages/batches"):
+            if anthropic and end == "fail":
+                return self._error(conn, 400, "invalid request", {})
+            return self._create(conn, req, end, int(polls or "1"), anthropic=anthropic)
+        if req.method == "GET" and route.startswith("v1/files/") and route.endswith("/content"):
+            return self._content_of(conn, parts[2])
+        batch_id = parts[-2] if parts[-1] in ("cancel", "results") else parts[-1]
+        with self._lock:
+            batch = self.batches.get(batch_id)
+        if batch is None:
+            return self._error(conn, 404, f"no batch {batch_id}")
+        if parts[-1] == "cancel":
+            batch["cancelled"] = True
+            return self._send_json(conn, 200, self._batch_doc(batch, poll=False))
+        if parts[-1] == "results":
+            return self._results(conn, batch, batch_id)
+        return self._send_json(conn, 200, self._batch_doc(batch, poll=True))
+
+    def _upload(self, conn: socket.socket, req: Received) -> bool:
+        boundary = req.headers.get("content-type", "").partition("boundary=")[2].strip('"')
+        content = b""
+        for part in req.body.split(b"--" + boundary.encode()):
+            head, _, data = part.partition(b"\r\n\r\n")
+            if b'name="file"' in head:
+                content = data.removesuffix(b"\r\n")
+        with self._lock:
+            self._serial += 1
+            file_id = f"file-fault-{self._serial}"
+            self._files[file_id] = content
+        return self._send_json(conn, 200, {"id": file_id, "object": "file", "purpose": "batch"})
+
+    def _create(
+        self, conn: socket.socket, req: Received, end: str, polls: int, *, anthropic: bool
+    ) -> bool:
+        doc = json.loads(req.body)
+        base = req.path.split("/v1/", 1)[0]
+        if anthropic:
+            lines = [
+                (item["custom_id"], f"{base}/v1/messages", item["params"])
+                for item in doc["requests"]
+            ]
+        else:
+            with self._lock:
+                content = self._files.get(doc.get("input_file_id"), b"")
+            lines = []
+            for raw in content.splitlines():
+                item = json.loads(raw)
+                lines.append((item["custom_id"], f"{base}{item['url']}", item["body"]))
+        with self._lock:
+            self._serial += 1
+            batch_id = f"{'msgbatch' if anthropic else 'batch'}_fault_{self._serial}"
+            batch = {
+                "id": batch_id,
+                "anthropic": anthropic,
+                "end": end,
+                "polls_left": polls,
+                "lines": lines,
+                "cancelled": False,
+                "results": None,
+            }
+            self.batches[batch_id] = batch
+        return self._send_json(conn, 200, self._batch_doc(batch, poll=False))
+
+    def _batch_doc(self, batch: dict[str, Any], *, poll: bool) -> dict[str, Any]:
+        """The batch as its API shows it; a poll counts down to its end."""
+        with self._lock:
+            if poll and batch["polls_left"] > 0 and not batch["cancelled"]:
+                batch["polls_left"] -= 1
+                done = False
+            else:
+                done = batch["polls_left"] <= 0 or batch["cancelled"]
+            if batch["end"] == "never" and not batch["cancelled"]:
+                done = False
+        if done and batch["results"] is None:
+            batch["results"] = self._answer(batch)
+        if batch["anthropic"]:
+            counts = {"processing": 0 if done else len(batch["lines"]), "expired": 0}
+            if done and batch["end"] == "expire":
+                counts["expired"] = len(batch["lines"]) - 1
+            return {
+                "id": batch["id"],
+                "type": "message_batch",
+                "processing_status": "ended" if done else "in_progress",
+                "request_counts": counts,
+                "cancel_initiated_at": "2026-12-01T00:00:00Z" if batch["cancelled"] else None,
+            }
+        status = "in_progress"
+        if batch["cancelled"]:
+            status = "cancelled"
+        elif done:
+            status = {"expire": "expired", "fail": "failed"}.get(batch["end"], "completed")
+        doc: dict[str, Any] = {"id": batch["id"], "object": "batch", "status": status}
+        if done and status == "failed":
+            doc["errors"] = {"data": [{"code": "invalid_request", "message": "bad lines"}]}
+        elif done:
+            output, errors = batch["results"]
+            doc["output_file_id"] = f"{batch['id']}-out" if output else None
+            doc["error_file_id"] = f"{batch['id']}-err" if errors else None
+        return doc
+
+    def _answer(self, batch: dict[str, Any]) -> tuple[bytes, bytes]:
+        """The results of a batch that ended: (output lines, error lines); Anthropic's are all
+        in the first."""
+        output: list[dict[str, Any]] = []
+        errors: list[dict[str, Any]] = []
+        for i, (custom_id, path, body) in enumerate(batch["lines"]):
+            line = Received("POST", path, {}, json.dumps(body).encode())
+            mode = self._line_mode(line)
+            expired = batch["cancelled"] or (batch["end"] == "expire" and i > 0)
+            if mode == "drop" or batch["end"] == "fail":
+                continue
+            if batch["anthropic"]:
+                result = self._anthropic(line, mode, expired=expired)
+                output.append({"custom_id": custom_id, "result": result})
+                continue
+            if expired:
+                error = {"code": "batch_expired", "message": "the batch expired"}
+                errors.append({"custom_id": custom_id, "response": None, "error": error})
+            elif mode.startswith("status:"):
+                code = int(mode.partition(":")[2])
+                error = {"message": f"fault status {code}", "type": "fault", "code": code}
+                answer = {"error": error}
+                response = {"status_code": code, "request_id": "req-fault", "body": answer}
+                errors.append({"custom_id": custom_id, "response": response, "error": None})
+            else:
+                response = {
+                    "status_code": 200,
+                    "request_id": "req-fault",
+                    "body": json.loads(self._completion(line)),
+                }
+                output.append({"custom_id": custom_id, "response": response, "error": None})
+        return _lines(output), _lines(errors)
+
+    def _anthropic(self, line: Received, mode: str, *, expired: bool) -> dict[str, Any]:
+        if expired:
+            return {"type": "expired"}
+        if mode.startswith("status:"):
+            code = int(mode.partition(":")[2])
+            kind = _ANTHROPIC_ERRORS.get(code, "api_error")
+            error = {"type": "error", "error": {"type": kind, "message": f"fault {code}"}}
+            return {"type": "errored", "error": error}
+        return {"type": "succeeded", "message": json.loads(self._completion(line))}
+
+    def _line_mode(self, line: Received) -> str:
+        """A batched request's mode: its prompt's, `seq:` counted per prompt across batches."""
+        mode = self.prompt_modes.get(line.prompt, "ok")
+        if mode.startswith("seq:"):
+            steps = mode.partition(":")[2].split("+")
+            with self._lock:
+                key = ("batch", line.prompt)
+                seen = self._counts[key] = self._counts.get(key, 0) + 1
+            mode = steps[min(seen, len(steps)) - 1]
+        return mode
+
+    def _results(self, conn: socket.socket, batch: dict[str, Any], key: str) -> bool:
+        if batch["results"] is None:
+            return self._error(conn, 400, "the batch has not ended")
+        return self._jsonl(conn, batch, key, batch["results"][0])
+
+    def _content_of(self, conn: socket.socket, file_id: str) -> bool:
+        batch_id, _, which = file_id.rpartition("-")
+        with self._lock:
+            batch = self.batches.get(batch_id)
+        if batch is None or batch["results"] is None or which not in ("out", "err"):
+            return self._error(conn, 404, f"no file {file_id}")
+        return self._jsonl(conn, batch, file_id, batch["results"][which == "err"])
+
+    def _jsonl(self, conn: socket.socket, batch: dict[str, Any], key: str, data: bytes) -> bool:
+        """A results file as the batch's end has it sent: whole, torn, or cut short once."""
+        with self._lock:
+            seen = self._downloads[key] = self._downloads.get(key, 0) + 1
+        headers = {"Content-Type": "application/jsonl"}
+        if batch["end"] == "cut" and b"\n" in data:
+            data = data[: len(data) - 5]  # the last line loses its end
+        if batch["end"] == "short" and seen == 1:
+            self._send_head(conn, 200, headers, len(data) + 100)
+            conn.sendall(data)
+            conn.shutdown(socket.SHUT_WR)
+            return False
+        return self._send(conn, 200, headers, data)
 
     # bodies ----------------------------------------------------------------------------
 
@@ -920,6 +1141,20 @@ def _gzip_bomb(megabytes: int) -> bytes:  # cached: tests build it before a run
 
 
 _JSON = {"Content-Type": "application/json"}
+
+
+def _lines(rows: list[dict[str, Any]]) -> bytes:
+    """JSONL as the batch APIs send it: one object a line, no newline after the last."""
+    return "\n".join(json.dumps(row) for row in rows).encode()
+
+
+# the error type Anthropic's API names for a status (its batch results carry the type only)
+_ANTHROPIC_ERRORS = {
+    400: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
 
 
 def refused_port() -> int:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter, deque
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -123,8 +123,9 @@ def meter_for(budget: Budget, cfg: EndpointConfig, shape: Shape) -> Meter:
 
     kind = cfg.kind if cfg.kind != "recorded" else cfg.protocol or "openai-chat"
     wire = wire_for(kind)
-    assert wire is not None and cfg.price is not None
-    return Meter(budget, cfg.price, cfg.max_tokens, functools.partial(wire.body, cfg, shape))
+    price = cfg.charged_price  # a batch endpoint's at its batch_discount
+    assert wire is not None and price is not None
+    return Meter(budget, price, cfg.max_tokens, functools.partial(wire.body, cfg, shape))
 
 
 def refusal(n: int) -> Attempt:
@@ -297,6 +298,55 @@ class Budget:
             elif ticket in self._line:  # on its case's part, or cancelled while it waited
                 self._line.remove(ticket)
             self._wake()  # the next in line may fit now, or is refused too
+
+    def reserve_batch(self, meter: Meter, calls: Sequence[tuple[Key, int, Case, int]]) -> set[Key]:
+        """Which calls of a batch (key, estimate, case, attempt) may be sent in it, reserved
+        before it is submitted. A first attempt its case holds a part for goes on that part;
+        the others go together or not at all: their estimates (and, for a case this admits,
+        its other calls' parts) must fit now, else they are refused and the budget is
+        exhausted. It never waits: a batch's calls hold their estimates for as long as the
+        batch is open, and a batch that waited for room could wait on itself."""
+        sent: set[Key] = set()
+        rest = []
+        for key, estimate, case, attempt in calls:
+            if attempt == 1 and self._take_part(key, meter, estimate):
+                sent.add(key)
+            else:
+                rest.append((key, estimate, case, attempt))
+        if not rest:
+            return sent
+        keys = {key for key, *_ in rest}
+        need = sum(estimate for _, estimate, _, _ in rest)
+        parts: dict[str, dict[Key, int]] = {}
+        for key, _, case, attempt in rest:
+            if attempt == 1 and case.id not in self._admitted and case.id not in parts:
+                others = self._case_parts(key, case)
+                parts[case.id] = {k: v for k, v in others.items() if k not in keys}
+        need += sum(sum(found.values()) for found in parts.values())
+        if self.exhausted or self.spent + self.reserved + need > self.limit:
+            if not self.exhausted:
+                self.exhausted = True
+                self.cut = Cut(self.spent, self.reserved, need)
+            self._wake()  # whoever waits in the line is refused now too
+            return sent
+        self.reserved += need
+        for key, estimate, case, attempt in rest:
+            self._held[key] = _Hold(meter, estimate)
+            if attempt == 1:
+                self._admitted.add(case.id)
+        for case_id, found in parts.items():
+            if found:
+                self._parts[case_id] = found
+                self._parted.update(k[1] for k in found)
+        return sent | keys
+
+    def hold(self, key: Key, meter: Meter, estimate: int) -> None:
+        """An attempt already sent (in a batch a resume polls again) holds its estimate
+        whatever the limit: it was spent, or is about to be."""
+        if key in self._held or self._take_part(key, meter, estimate):
+            return
+        self.reserved += estimate
+        self._held[key] = _Hold(meter, estimate)
 
     def _case_parts(self, key: Key, case: Case) -> dict[Key, int]:
         """The estimates of the case's other calls still to make, on every side and sample

@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 from markupsafe import Markup
 
 from runner import __version__
+from runner.batch.summary import batch_lines
 from runner.cost import regressions, usage
 from runner.cost.budget import budget_line
 from runner.gate import GATE_CLASSES
@@ -263,6 +264,7 @@ def context(rep: RunReport) -> dict[str, Any]:
         "usage_columns": usage.COLUMNS,
         "usage_rows": usage.table(s),
         "budget_line": budget_line(s),
+        "batch_lines": batch_lines(s),
         "regressions": regressions.lines(s),
         "gates_chart": trend.gate_chart(rep.trend, labels),
         "strata_charts": [(side, trend.rate_chart(rep.trend, labels, side)) for side in SIDES]

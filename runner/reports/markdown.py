@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from runner.batch.summary import batch_lines
 from runner.cost import regressions, usage
 from runner.cost.budget import budget_line
 from runner.gate import GATE_CLASSES
@@ -138,6 +139,7 @@ def _md_usage(s: Mapping[str, Any]) -> list[str]:
         lines.append("")
     if (budget := budget_line(s)) is not None:
         lines.append(f"- {md_text(budget, MD_LINE_CAP - 2)}")
+    lines.extend(f"- {md_text(line, MD_LINE_CAP - 2)}" for line in batch_lines(s))
     lines.extend(f"- {md_text(line, MD_LINE_CAP - 2)}" for line, _ in regressions.lines(s))
     return lines
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from runner import logs
+from runner.batch import BatchEndpoint
 from runner.config import LoadedConfig
 from runner.cost.budget import Budget, Meter, meter_for
 from runner.errors import StorageError
@@ -23,8 +24,8 @@ from runner.suite import Suite
 def build_endpoint(
     loaded: LoadedConfig, endpoint_name: str, suite: str, budget: Budget | None = None
 ) -> Endpoint:
-    """A recorded cassette or a live client, behind the same interface, kept to the run's
-    budget when it has one."""
+    """A recorded cassette, a live client or a batch, behind the same interface, kept to the
+    run's budget when it has one."""
     cfg = loaded.endpoint(endpoint_name)
     shape = loaded.shape(endpoint_name)
     meter = None if budget is None else meter_for(budget, cfg, shape)
@@ -46,6 +47,9 @@ def build_endpoint(
             request_sha=shape.request_sha,
             meter=meter,
         )
+    if cfg.batch:  # the calls go to the provider's batch API instead of one by one
+        key = loaded.api_key(endpoint_name)
+        return BatchEndpoint(endpoint_name, cfg, key, shape=shape, meter=meter)
     from runner.client.endpoint import HttpEndpoint
 
     return HttpEndpoint(endpoint_name, cfg, loaded.api_key(endpoint_name), shape=shape, meter=meter)
@@ -153,6 +157,14 @@ async def call_all(
     in_flight = {side: loaded.endpoint(getattr(cfg, side)).concurrency * 2 for side in SIDES}
     if suite.noise_check:
         in_flight[NOISE] = in_flight["reference"]
+    for side, endpoint in endpoints.items():
+        if isinstance(endpoint, BatchEndpoint):  # all its calls wait at once, to go as one
+            calls = sum(
+                (ref.id, side, sample) not in done
+                for ref in suite.refs
+                for sample in range(suite.samples)
+            )
+            in_flight[side] = endpoint.plan(run_dir, side, calls)
     if budget is not None:  # a case's first call reserves all of the case's calls
         sides = meters(loaded, suite, budget)
         budget.plan({side: sides[side] for side in endpoints}, in_flight, suite.samples, done)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import logs
+from runner.batch.summary import batch_block
 from runner.ceiling import detect, strata_rates
 from runner.config import LoadedConfig
 from runner.cost.budget import Budget, alert_fields
@@ -362,6 +363,7 @@ def _summary(
             side_prices(loaded, suite), SIDES, stratified=suite.stratified
         ),
         "budget": budget.summary() if budget is not None else None,
+        "batch": batch_block(run_dir, manifest),  # the sides that ran as a batch
     }
 
 
@@ -372,9 +374,10 @@ def _record(path: Path, value: Mapping[str, Any]) -> None:
 
 
 def side_prices(loaded: LoadedConfig, suite: Suite) -> dict[str, Any]:
-    """Each ledger side's endpoint price; the noise check calls the reference's endpoint."""
+    """Each ledger side's endpoint price, as its calls are charged (a batch endpoint's at its
+    batch_discount); the noise check calls the reference's endpoint."""
     cfg = loaded.config.suites[suite.name]
-    prices = {side: loaded.endpoint(getattr(cfg, side)).price for side in SIDES}
+    prices = {side: loaded.endpoint(getattr(cfg, side)).charged_price for side in SIDES}
     return prices | {NOISE: prices["reference"]}
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from runner.batch.journal import JOURNAL
 from runner.config import LoadedConfig
 from runner.errors import DataError
 from runner.invocation import command
@@ -54,7 +55,23 @@ def resume_problem(loaded: LoadedConfig, suite: str, manifest: Mapping[str, Any]
         return "the fixtures changed since it started"
     if manifest.get("samples") != cfg.samples:
         return "samples changed since it started"
+    if (why := _batch_problem(loaded, suite, manifest)) is not None:
+        return why
     return requestsha.request_problem(loaded, suite, manifest)
+
+
+def _batch_problem(loaded: LoadedConfig, suite: str, manifest: Mapping[str, Any]) -> str | None:
+    """A side that ran as a batch resumes as one: its open batches are polled, not called
+    again live (which would pay twice), and a live side is not half made by a batch."""
+    cfg = loaded.config.suites[suite]
+    recorded = manifest.get("endpoints")
+    for side in ("reference", "candidate"):
+        block = recorded.get(side) if isinstance(recorded, dict) else None
+        was = isinstance(block, dict) and block.get("batch") is True
+        name = getattr(cfg, side)
+        if loaded.endpoint(name).batch != was:
+            return f"endpoints.{name}.batch changed since it started"
+    return None
 
 
 def unscored_keys(run_dir: Path) -> set[tuple[str, str, int]]:
@@ -109,5 +126,7 @@ def start(
         if not source.is_file():
             raise DataError(source, "no such file: nothing to replay")
         copy_ledger(source, run_dir / "raw.jsonl")
+        if (parent_dir / JOURNAL).is_file():  # what its batches were, for its summary
+            copy_ledger(parent_dir / JOURNAL, run_dir / JOURNAL)
     elif parent_dir is not None:
         _seed_raw(parent_dir, run_dir, unscored_keys(parent_dir))

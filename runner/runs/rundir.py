@@ -84,8 +84,10 @@ def manifest_for(
             "base_url": _public_url(ep.base_url),
             "model": ep.model,
             "request_sha": loaded.shape(name).request_sha,
-            # what its tokens cost when the run was made: a report prices each case from it
-            "price": ep.price.model_dump() if ep.price is not None else None,
+            # what its tokens cost when the run was made (a batch endpoint's at its
+            # batch_discount, so 1 here): a report prices each case from it
+            "price": price.model_dump() if (price := ep.charged_price) is not None else None,
+            "batch": ep.batch,  # its calls went to the provider's batch API
         }
     return {
         "version": MANIFEST_VERSION,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import logs
+from runner.batch.summary import batch_lines
 from runner.cost.budget import budget_line
 from runner.cost.regressions import lines as regression_lines
 from runner.cost.usage import side_lines
@@ -89,6 +90,7 @@ def print_summary(summary: Mapping[str, Any], run_dir: Path) -> None:
         gates = "not_non_inferior" in strings_of(summary.get("fail_on"))
         lines.append(f"  non-inferiority: {text}{' (gates: fail_on)' if gates else ''}")
     lines.extend(f"  {line}" for line in side_lines(summary))
+    lines.extend(f"  {line}" for line in batch_lines(summary))
     if (budget := budget_line(summary)) is not None:
         lines.append(f"  {budget}")
     lines.extend(f"  {line}" for line, _ in regression_lines(summary))

@@ -1,0 +1,20 @@
+"""Batch mode: a side's calls made through the provider's batch API at the batch price.
+
+A second way to make a side's calls, beside the live client (`runner.client`): the engine
+calls a `BatchEndpoint` exactly as it calls an `HttpEndpoint`, one case at a time, and gets
+an Exchange back for each, so nothing above it knows a batch happened. One module per stage:
+
+- `endpoint`: `BatchEndpoint`, the calls collected into batches, the batches submitted,
+  journaled, polled and read back into each call's attempts and Exchange;
+- `openai_batches`, `anthropic_batches`: one `Batcher` per provider's batch API
+  (`provider` is the interface and what it hands back), the request bodies the protocol
+  modules' own;
+- `http`: the requests a batch is made of, each failure a stamp;
+- `journal`: batches.jsonl, every batch id on disk before it is polled, so a resume polls it
+  again instead of paying twice;
+- `summary`: what summary.json, report.md and the stderr summary say of a run's batches.
+"""
+
+from runner.batch.endpoint import BatchEndpoint
+
+__all__ = ["BatchEndpoint"]

@@ -1,0 +1,90 @@
+"""The one interface every provider's batch API is spoken through, and what it hands back.
+
+A `Batcher` knows one provider's batch API: how a request is written into a batch (`line`),
+how a batch is created from those lines (`submit`), what a poll says (`poll`: still open, or
+ended and how), where the ended batch's results are and how each reads back (`results`),
+and how a batch is cancelled. It never decides a stamp's consequences: `BatchEndpoint` does,
+the same way for every provider, so a result reads as the reply the live call would have
+got (`Result`: the status and body it was answered with) or as why it has none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from runner.batch.http import BatchHttp
+from runner.model import Transport
+
+BATCH_EXPIRED = "batch_expired"  # the batch ended (or was given up on) before this request ran
+BATCH_CANCELLED = "batch_cancelled"  # someone cancelled the batch before this request ran
+RESULT_MISSING = "batch_result_missing"  # the batch ended, its results name no such request
+COMPLETION_WINDOW = "24h"  # the only window OpenAI's batches take (Anthropic's is fixed at 24 h)
+
+
+class State(StrEnum):
+    """How a batch ended, in one word for every provider (the journal and summary keep it)."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"  # the provider refused the batch as a whole
+    EXPIRED = "expired"  # the provider's own window passed
+    CANCELLED = "cancelled"
+    DEADLINE = "deadline"  # `batch_deadline` passed: parallax stopped waiting and cancelled it
+
+
+@dataclass(frozen=True, slots=True)
+class Polled:
+    """What one poll said: still open, or ended (how, why, and where its results are)."""
+
+    state: State | None  # None while the batch is open
+    reason: str | None = None  # a failed batch's error code
+    files: tuple[str, ...] = ()  # where its results are (OpenAI's output and error files)
+
+    @property
+    def ended(self) -> bool:
+        return self.state is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One request's result: the status and body it was answered with, as a live call would
+    have been, or (status None) the stamp and error of a request that was never answered."""
+
+    custom_id: str
+    status: int | None
+    body: str | None  # the reply's JSON text
+    transport: Transport = Transport.OK
+    error: str | None = None
+    message: str | None = None
+
+
+class Batcher(Protocol):
+    """One provider's batch API (one module each: `openai_batches`, `anthropic_batches`)."""
+
+    max_requests: int  # the most requests the provider takes in one batch
+    max_bytes: int  # the most bytes of request lines it takes in one batch
+
+    def line(self, custom_id: str, body: Mapping[str, Any]) -> bytes:
+        """One request as the batch carries it, encoded."""
+        ...
+
+    async def submit(self, http: BatchHttp, lines: Sequence[bytes], label: str) -> str:
+        """Create a batch of `lines`; its id. Raises `Failed`."""
+        ...
+
+    async def poll(self, http: BatchHttp, batch_id: str) -> Polled:
+        """The batch's state now. Raises `Failed`."""
+        ...
+
+    async def results(
+        self, http: BatchHttp, batch_id: str, polled: Polled, cap: int
+    ) -> list[Result]:
+        """Every result an ended batch has, each file read within `cap` bytes; a line that
+        does not read (a file cut short) is passed over. Raises `Failed`."""
+        ...
+
+    async def cancel(self, http: BatchHttp, batch_id: str) -> None:
+        """Ask the provider to stop the batch. Raises `Failed`."""
+        ...
