@@ -406,8 +406,12 @@ def test_a_price_past_any_real_one_is_a_config_error_not_infinity(tmp_path: Path
     for command in ("validate", "run"):
         done = run_parallax(command, "--config", "parallax.toml", cwd=tmp_path)
         assert done.returncode == 78, done.stderr
-        (line,) = done.stderr.splitlines()
-        assert line.startswith("parallax: parallax.toml: endpoints.ref.price.input_per_mtok: ")
+        lines = done.stderr.splitlines()  # every error at once: each endpoint's price
+        assert {line.split(": ")[2] for line in lines} == {
+            "endpoints.ref.price.input_per_mtok",
+            "endpoints.cand.price.input_per_mtok",
+        }, lines
+        assert all(line.startswith("parallax: parallax.toml: endpoints.") for line in lines)
     assert not (tmp_path / "runs" / "s").exists()
 
 
