@@ -29,7 +29,13 @@ if TYPE_CHECKING:
     from runner.shutdown import Shutdown
 
 EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, what a shell reports of a tool whose reader went away
-_LOG_STREAM = ("run", "replay", "serve", "prune")  # commands whose stdout is their log lines
+_LOG_STREAM = (
+    "run",
+    "replay",
+    "merge",
+    "serve",
+    "prune",
+)  # commands whose stdout is their log lines
 
 
 def _config_path(args: argparse.Namespace) -> Path:
@@ -85,8 +91,10 @@ def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
     from runner.runs.plan import all_scored, replay_problem
     from runner.runs.run import run_suite
     from runner.runs.rundir import config_for_run, read_manifest
+    from runner.runs.shard import recorded_shard
     from runner.runs.summary import print_summary, recorded_summary
     from runner.shutdown import Interrupted
+    from runner.suite import prepare_suite
 
     if args.resume and args.retry_unscored:
         raise UsageError("use either --resume or --retry-unscored, not both")
@@ -106,15 +114,22 @@ def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
         raise UsageError(f"{run_dir}: cannot retry: {why}; start a new run instead")
     check_files(loaded)
     check_keys(loaded, [suite])
+    loaded, shard = recorded_shard(loaded, suite, run_dir, manifest, args.shard)
+    prepared = prepare_suite(loaded, suite).cut(shard) if shard is not None else None
     if shutdown.signal is not None:
         raise Interrupted(shutdown.signal, run_dir if args.resume else None)
     if args.resume:
         out_dir, code, summary = run_suite(
-            loaded, suite, resume_dir=run_dir, mode=RunMode.RESUME, shutdown=shutdown
+            loaded,
+            suite,
+            resume_dir=run_dir,
+            mode=RunMode.RESUME,
+            shutdown=shutdown,
+            suite=prepared,
         )
     else:
         out_dir, code, summary = run_suite(
-            loaded, suite, parent_dir=run_dir, mode=RunMode.RETRY, shutdown=shutdown
+            loaded, suite, parent_dir=run_dir, mode=RunMode.RETRY, shutdown=shutdown, suite=prepared
         )
     print_summary(summary, out_dir)
     _junit(args, [out_dir])
@@ -125,6 +140,7 @@ def _run(args: argparse.Namespace, shutdown: Shutdown) -> int:
     from runner.config import check_files, check_keys, load_config
     from runner.lock import SuiteLocked, is_locked, lock_path
     from runner.runs.run import run_suite
+    from runner.runs.shard import Limits, parse_shard, shard_config
     from runner.runs.summary import print_summary
     from runner.shutdown import Interrupted
     from runner.suite import prepare_suite
@@ -132,18 +148,21 @@ def _run(args: argparse.Namespace, shutdown: Shutdown) -> int:
     if args.resume or args.retry_unscored:
         return _run_again(args, shutdown)
     loaded = load_config(_config_path(args))
+    shard = parse_shard(args.shard, Limits(args.shard_limits)) if args.shard else None
     check_files(loaded)
     names = loaded.suite_names(args.suite)
     check_keys(loaded, names)
     checked = {}
+    configs = dict.fromkeys(names, loaded)
     for name in names:  # every suite's fixtures, graders and snapshot, before any call
         prepared = prepare_suite(loaded, name)
-        if len(names) == 1:  # run as checked: loading a big suite twice costs seconds
-            checked[name] = prepared
+        if len(names) == 1 or shard is not None:  # run as checked: loading twice costs seconds
+            configs[name], checked[name] = shard_config(loaded, name, shard), prepared.cut(shard)
+    part = None if shard is None else shard.lock_part
     for name in names:  # a busy suite refuses the command before the first suite's calls
-        holder = is_locked(loaded.runs_dir, name)
+        holder = is_locked(loaded.runs_dir, name, part)
         if holder is not None:
-            raise SuiteLocked(name, lock_path(loaded.runs_dir, name), holder)
+            raise SuiteLocked(name, lock_path(loaded.runs_dir, name, part), holder)
     worst = 0
     out_dirs = []
     refused: SuiteLocked | None = None
@@ -152,7 +171,7 @@ def _run(args: argparse.Namespace, shutdown: Shutdown) -> int:
             raise Interrupted(shutdown.signal, None)
         try:
             out_dir, code, summary = run_suite(
-                loaded, name, suite=checked.get(name), shutdown=shutdown
+                configs[name], name, suite=checked.get(name), shutdown=shutdown
             )
         except SuiteLocked as exc:  # taken since the check: the other suites' verdicts stand
             refused = refused or exc
@@ -188,16 +207,39 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from runner.runs.mode import RunMode
         from runner.runs.run import run_suite
         from runner.runs.rundir import config_for_run, read_manifest
+        from runner.runs.shard import recorded_shard
         from runner.runs.summary import print_summary
+        from runner.suite import prepare_suite
 
         logs.configure()
         run_dir = Path(args.run_dir)
         loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
-        (suite,) = loaded.suite_names(read_manifest(run_dir)["suite"])
-        out_dir, code, summary = run_suite(loaded, suite, parent_dir=run_dir, mode=RunMode.REPLAY)
+        manifest = read_manifest(run_dir)
+        (suite,) = loaded.suite_names(manifest["suite"])
+        loaded, shard = recorded_shard(loaded, suite, run_dir, manifest)
+        prepared = prepare_suite(loaded, suite).cut(shard) if shard is not None else None
+        out_dir, code, summary = run_suite(
+            loaded, suite, parent_dir=run_dir, mode=RunMode.REPLAY, suite=prepared
+        )
         print_summary(summary, out_dir)
         _junit(args, [out_dir])
         return code
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from runner import logs
+    from runner.runs.merge import merge_shards
+    from runner.runs.summary import print_summary
+
+    logs.configure()
+    out_dir, code, summary = merge_shards(
+        [Path(d) for d in args.run_dirs],
+        config_path=Path(args.config) if args.config else None,
+        allow_partial=args.allow_partial,
+    )
+    print_summary(summary, out_dir)
+    _junit(args, [out_dir])
+    return code
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
@@ -529,6 +571,7 @@ def _history_pages(args: argparse.Namespace, loaded: LoadedConfig) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run,
     "replay": cmd_replay,
+    "merge": cmd_merge,
     "promote": cmd_promote,
     "pin": cmd_pin,
     "diff": cmd_diff,

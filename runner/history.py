@@ -12,7 +12,8 @@ not toward a ceiling streak, nor as a change of the served model. They are liste
 Nor does a run that a later `--retry-unscored` run retried: a night cut short by a budget or
 an outage and then completed is one night, and the retry, which holds the run's scored rows
 and the rest called again, stands for it (a retry of a retry, or a second retry of the same
-run, stands in turn). It is listed too, naming its retry.
+run, stands in turn). It is listed too, naming its retry. Nor does one shard of a suite
+(`run --shard`): the run `parallax merge` makes of all of them is the night.
 """
 
 from __future__ import annotations
@@ -68,10 +69,15 @@ class RunRow:
     request_changes: Mapping[str, int] = field(default_factory=dict)
     parent: str | None = None  # the run dir a retry or replay started from
     retried_by: str | None = None  # the later --retry-unscored run that stands for this night
+    shard: bool = False  # one shard's cases: the run `parallax merge` makes stands for the night
 
     @property
     def counts_as_night(self) -> bool:
-        return self.retried_by is None and RunMode.read(self.mode) not in NOT_A_NIGHT
+        return (
+            self.retried_by is None
+            and not self.shard
+            and RunMode.read(self.mode) not in NOT_A_NIGHT
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -230,6 +236,7 @@ def _row(run_dir: Path, summary: Mapping[str, Any], quiet: frozenset[str] | None
         calls=_calls(mapping_of(mapping_of(summary.get("usage")).get("sides"))),
         request_changes=_request_changes(mapping_of(summary.get("request_changed"))),
         parent=_str(summary.get("parent")),
+        shard=summary.get("shard") is not None,
     )
 
 
