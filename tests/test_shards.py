@@ -22,6 +22,7 @@ from relkit import run_parallax
 from runner.arguments import SHARD_LIMITS
 from runner.config import load_config
 from runner.errors import UsageError
+from runner.history import read_run
 from runner.runs.shard import Limits, Shard, parse_shard, shard_config, shard_of
 
 N = 4
@@ -282,6 +283,8 @@ def test_a_merge_refuses_what_does_not_add_up_to_one_run_and_reads_compressed_sh
     assert code == summary["exit_code"]
     assert summary["cases"] == len(CASES) and summary["gate_counts"]["new_case"] == len(CASES)
     assert [e["event"] for e in events][-1] == "run.finished"
+    # history lists a shard but never counts it as a night: the merged run is the night
+    assert [read_run(d)[0].counts_as_night for d in (*shards, merged)] == [False] * N + [True]
 
 
 def test_a_killed_shard_merges_with_allow_partial_and_resumes_as_its_shard(
@@ -317,6 +320,11 @@ def test_a_killed_shard_merges_with_allow_partial_and_resumes_as_its_shard(
     assert json.loads((cut / "summary.json").read_text())["shard"]["index"] == 1
     done = run_parallax("run", "--resume", cut, "--shard", "2/4", cwd=root)
     assert done.returncode == 64 and "is a run of shard 1/4, not --shard 2/4" in done.stderr
+    before = _run_dirs(root)
+    code, _ = _parallax(root, "replay", shards[0])  # a shard replays as that shard
+    replayed = _new_dir(root, before)
+    assert json.loads((replayed / "summary.json").read_text())["shard"]["index"] == 0
+    assert (replayed / "outcomes.jsonl").read_bytes() == (shards[0] / "outcomes.jsonl").read_bytes()
 
 
 def test_shard_assignment_is_a_stable_hash_of_the_case_id() -> None:
