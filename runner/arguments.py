@@ -260,7 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = add("merge", "Make one run of a suite from the run dirs of all its shards.")
-    p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="every shard's run dir")
+    p.add_argument(
+        "run_dirs",
+        metavar="RUN_DIR",
+        nargs="+",
+        help="every shard's run dir, or a folder holding them (a suite's folder in a runs dir "
+        "only that night's shards wrote to)",
+    )
     p.add_argument("--config", help="config to use (default: the one the shards recorded)")
     p.add_argument(
         "--allow-partial",

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import shutil
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from faultserver import FaultServer
-from relkit import run_parallax
+from relkit import PARALLAX, RUN_TIMEOUT, run_parallax
 
 from runner.arguments import SHARD_LIMITS
 from runner.config import load_config
@@ -381,3 +383,50 @@ def test_a_shard_takes_its_share_of_concurrency_rpm_and_budget_unless_told_whole
     (shard_dir,) = _run_dirs(root)
     assert json.loads((shard_dir / "summary.json").read_text())["budget"]["limit_usd"] == 0.5
     assert 0 < fault_server.max_inflight <= 4  # 2 a side: never 8
+
+
+def test_shards_run_side_by_side_from_the_environment_as_the_indexed_job_runs_them(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """deploy/indexed-job.yaml's way: N processes at once, each `run --shard env` with its
+    JOB_COMPLETION_INDEX, writing to one night's runs dir; then `merge` of that night's suite
+    folder writes the suite's run into the main runs dir."""
+    root = _project(tmp_path / "p", fault_server, CASES)
+    config = root / "parallax.toml"
+    config.write_text(
+        config.read_text().replace('runs_dir = "runs"', 'runs_dir = "${PARALLAX_RUNS_DIR}"')
+    )
+    night = root / "runs" / "shards" / "night-1"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
+    base |= {"NO_PROXY": "127.0.0.1", "PARALLAX_SHARDS": str(N)}
+    pods = [
+        subprocess.Popen(
+            [*PARALLAX, "run", "--config", "parallax.toml", "--shard", "env"],
+            cwd=root,
+            env=base | {"JOB_COMPLETION_INDEX": str(i), "PARALLAX_RUNS_DIR": str(night)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(N)
+    ]
+    for pod in pods:
+        _, err = pod.communicate(timeout=RUN_TIMEOUT)
+        assert pod.returncode in (0, 1), err  # no suite lock refused a sibling shard
+    shard_dirs = sorted((night / "s").iterdir())
+    assert len([d for d in shard_dirs if d.is_dir()]) == N
+    done = subprocess.run(
+        [*PARALLAX, "merge", "--config", "parallax.toml", night / "s"],
+        cwd=root,
+        env=base | {"PARALLAX_RUNS_DIR": str(root / "runs")},
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    (merged,) = _run_dirs(root)
+    summary = json.loads((merged / "summary.json").read_text())
+    assert summary["cases"] == len(CASES) and summary["gate_counts"]["new_case"] == len(CASES)
+    shards = json.loads((merged / "manifest.json").read_text())["merged"]["shards"]
+    assert [s["index"] for s in shards] == list(range(N))

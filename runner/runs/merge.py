@@ -160,7 +160,7 @@ def _finished(run_dir: Path) -> bool:
 def _parts(run_dirs: Sequence[Path], *, allow_partial: bool) -> list[_Part]:
     """The shards named, in index order, once each checked to add up to one run."""
     parts = []
-    for run_dir in run_dirs:
+    for run_dir in _expanded(run_dirs):
         manifest = read_manifest(run_dir)
         shard = Shard.from_json(manifest.get("shard"), run_dir / "manifest.json")
         if shard is None:
@@ -192,6 +192,20 @@ def _parts(run_dirs: Sequence[Path], *, allow_partial: bool) -> list[_Part]:
             "--allow-partial"
         )
     return [by_index[i] for i in range(count)]
+
+
+def _expanded(paths: Sequence[Path]) -> list[Path]:
+    """Each run dir named, and for a folder that holds run dirs (a suite's folder of one
+    night's shards, as a Kubernetes Job leaves it) every run dir in it."""
+    found = []
+    for path in paths:
+        if path.is_dir() and not (path / "manifest.json").exists():
+            inside = sorted(p for p in path.iterdir() if (p / "manifest.json").is_file())
+            if inside:
+                found += inside
+                continue
+        found.append(path)
+    return found
 
 
 def _differs(first: _Part, other: _Part) -> str | None:
