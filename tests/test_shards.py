@@ -430,3 +430,29 @@ def test_shards_run_side_by_side_from_the_environment_as_the_indexed_job_runs_th
     assert summary["cases"] == len(CASES) and summary["gate_counts"]["new_case"] == len(CASES)
     shards = json.loads((merged / "manifest.json").read_text())["merged"]["shards"]
     assert [s["index"] for s in shards] == list(range(N))
+
+
+def test_a_retried_shard_stands_for_the_run_it_retried_in_a_folder_merge(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """A shard cut short (a case timed out) and then `--retry-unscored`: the folder of the
+    night holds both runs of that shard, and the merge takes the retry for it, as history
+    does, instead of refusing the shard as given twice."""
+    root = _project(tmp_path / "p", fault_server, CASES)
+    flaky = next(c for c in CASES if shard_of(c["id"], N) == 2)
+    fault_server.prompt_modes[f"{flaky['prompt']} v2"] = "status:500"
+    shards = _run_shards(root)
+    del fault_server.prompt_modes[f"{flaky['prompt']} v2"]
+    before = _run_dirs(root)
+    code, _ = _parallax(root, "run", "--retry-unscored", shards[2])
+    assert code in (0, 1), code
+    retry = _new_dir(root, before)
+    assert json.loads((retry / "manifest.json").read_text())["shard"]["index"] == 2
+    before = _run_dirs(root)
+    code, _ = _parallax(root, "merge", root / "runs" / "s")
+    assert code in (0, 1), code
+    merged = _new_dir(root, before)
+    summary = json.loads((merged / "summary.json").read_text())
+    assert summary["unadmitted"] == 0 and summary["cases"] == len(CASES)
+    made_of = json.loads((merged / "manifest.json").read_text())["merged"]["shards"]
+    assert made_of[2]["run_id"] == retry.name

@@ -166,6 +166,7 @@ def _parts(run_dirs: Sequence[Path], *, allow_partial: bool) -> list[_Part]:
         if shard is None:
             raise UsageError(f"cannot merge: {_shown(run_dir)} is no shard (not run with --shard)")
         parts.append(_Part(run_dir, manifest, shard))
+    parts = _retried(parts)
     first = parts[0]
     for part in parts[1:]:
         if (why := _differs(first, part)) is not None:
@@ -192,6 +193,18 @@ def _parts(run_dirs: Sequence[Path], *, allow_partial: bool) -> list[_Part]:
             "--allow-partial"
         )
     return [by_index[i] for i in range(count)]
+
+
+def _retried(parts: Sequence[_Part]) -> list[_Part]:
+    """The parts less any shard run a `--retry-unscored` run of the same shard among them
+    retried: as in history, the retry (its scored rows copied, the rest called again) stands
+    for it, so a folder holding both merges as one."""
+    retried = {
+        (p.shard.index, p.manifest.get("parent"))
+        for p in parts
+        if RunMode.read(p.manifest.get("mode")) is RunMode.RETRY
+    }
+    return [p for p in parts if (p.shard.index, p.run_dir.name) not in retried]
 
 
 def _expanded(paths: Sequence[Path]) -> list[Path]:
