@@ -299,8 +299,13 @@ def test_a_killed_shard_merges_with_allow_partial_and_resumes_as_its_shard(
     cut = shards[1]
     rows = _rows(cut / "outcomes.jsonl")
     ids = sorted({r["case_id"] for r in rows})
-    for name in LEDGERS:  # as a kill leaves it: the last case's rows never written
-        kept = [r for r in _rows(cut / name) if r["case_id"] != ids[-1]]
+    for name in LEDGERS:  # as a kill leaves it: the last case's rows never written, and the
+        # first case's exchanges written but not their outcome rows
+        kept = [
+            r
+            for r in _rows(cut / name)
+            if r["case_id"] != ids[-1] and (name == "raw.jsonl" or r["case_id"] != ids[0])
+        ]
         (cut / name).write_text("".join(json.dumps(r) + "\n" for r in kept))
     for name in ("summary.json", "disagreement.json"):
         (cut / name).unlink()
@@ -312,6 +317,9 @@ def test_a_killed_shard_merges_with_allow_partial_and_resumes_as_its_shard(
     partial = _new_dir(root, before)
     summary = json.loads((partial / "summary.json").read_text())
     assert ids[-1] in summary["incomplete"]
+    order = [c["id"] for c in CASES]
+    ids_in = [r["case_id"] for r in _rows(partial / "outcomes.jsonl")]
+    assert ids_in == sorted(ids_in, key=order.index)  # the defined order, killed shard or not
     merged = json.loads((partial / "manifest.json").read_text())["merged"]
     assert [s["finished"] for s in merged["shards"]] == [True, False, True, True]
 

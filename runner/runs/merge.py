@@ -121,6 +121,11 @@ def _merged(
         _sorted_copy([p.run_dir / ledger for p in parts], run_dir / ledger, order, unique=unique)
     folds = Folds(suite.samples, side_prices(loaded, suite))
     heal(run_dir, suite, folds)  # folds every row; grades only what a killed shard left
+    if any(not p.finished for p in parts):  # what heal graded went to the end: put in order
+        graded = run_dir / "outcomes.jsonl"
+        unsorted = graded.rename(run_dir / "outcomes.unsorted.jsonl")
+        _sorted_copy([unsorted], graded, order, unique=True)
+        unsorted.unlink()
     limit = loaded.budget_usd(suite.name)
     budget = Budget(limit) if limit is not None else None
     if budget is not None:  # the whole budget, and what all the shards spent of it
