@@ -60,6 +60,13 @@ _COMMAND_EXIT_CODES = {
     + "      (run.failed): its new run dir is removed, replay again once there is space\n"
     + "  130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM: its new run dir is left unfinished,\n"
     "      replay again\n",
+    "merge": "  0-3 the merged run's verdict, as one unsharded run's (see `parallax run --help`)\n"
+    + _LOGGED
+    + "  64  also: refused, nothing written: a shard missing or given twice, shards of\n"
+    "      different suites, config, fixtures or snapshot (or these changed since), a\n"
+    "      run dir that is no shard, an unfinished shard without --allow-partial\n"
+    + _DISK_FULL
+    + "      (run.failed): its new run dir is removed, merge again once there is space\n",
     "report": "  0-3 the run's own exit code (see `parallax run --help`)\n"
     + _ERRORS
     + "  64  also: the run dir is not writable    65  also: a report's name is a directory\n"
@@ -120,6 +127,9 @@ EVALS_CHECKS = (
 # The strata `run --stratum` selects from, named without importing the model; tests hold them
 # equal to `runner.model.STRATA`.
 RUN_STRATA = ("easy", "medium", "stretch")
+# `run --shard-limits`' choices, the default first; tests hold them equal to
+# `runner.runs.shard.Limits`.
+SHARD_LIMITS = ("divided", "whole")
 
 # `grade`'s ceiling-detector defaults, named in its --help without importing the config models
 # (pydantic) at start-up; tests hold them equal to `runner.config.Thresholds`.
@@ -237,6 +247,21 @@ def build_parser() -> argparse.ArgumentParser:
         "ones too), into a new run dir; its budget_usd counts the scored rows it copies; a "
         "retry of a partial run stays partial",
     )
+    p.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="call only shard I of N (0-based) of each suite, the cases a stable hash of their "
+        "id gives it; `env` reads I from JOB_COMPLETION_INDEX and N from PARALLAX_SHARDS. "
+        "`parallax merge` makes the suite's run of the N shard dirs",
+    )
+    p.add_argument(
+        "--shard-limits",
+        choices=SHARD_LIMITS,
+        default=SHARD_LIMITS[0],
+        help="what a shard takes of each endpoint's concurrency and rpm and of budget_usd: "
+        "`divided` (default) 1/N, as the provider's quota and the money are shared; `whole` "
+        "all of it",
+    )
     p.add_argument("--junit", metavar="PATH", help="also write JUnit XML of the run(s) here")
     p.add_argument(
         "--exit-zero-on-review",
@@ -265,6 +290,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="promote a run that would roll the snapshot back: one whose calls are older than "
         "the snapshot's run's, or whose cases were run on fixtures that are not today's",
     )
+
+    p = add("merge", "Make one run of a suite from the run dirs of all its shards.")
+    p.add_argument(
+        "run_dirs",
+        metavar="RUN_DIR",
+        nargs="+",
+        help="every shard's run dir, or a folder holding them (a suite's folder in a runs dir "
+        "only that night's shards wrote to)",
+    )
+    p.add_argument("--config", help="config to use (default: the one the shards recorded)")
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="merge shards that did not finish (killed, not resumed): the calls they never "
+        "made are unscored, and the merged run is incomplete",
+    )
+    p.add_argument("--junit", metavar="PATH", help="also write JUnit XML of the merged run here")
 
     _add_fixture_commands(add, config_help)
     _add_onboarding_commands(add)

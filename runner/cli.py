@@ -37,7 +37,13 @@ if TYPE_CHECKING:
     from runner.shutdown import Shutdown
 
 EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, what a shell reports of a tool whose reader went away
-_LOG_STREAM = ("run", "replay", "serve", "prune")  # commands whose stdout is their log lines
+_LOG_STREAM = (
+    "run",
+    "replay",
+    "merge",
+    "serve",
+    "prune",
+)  # commands whose stdout is their log lines
 
 
 def _config_path(args: argparse.Namespace) -> Path:
@@ -95,8 +101,10 @@ def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
     from runner.runs.run import run_suite
     from runner.runs.rundir import config_for_run, read_manifest
     from runner.runs.selection import Selection
+    from runner.runs.shard import recorded_shard
     from runner.runs.summary import print_summary, recorded_summary
     from runner.shutdown import Interrupted
+    from runner.suite import prepare_suite
 
     if args.resume and args.retry_unscored:
         raise UsageError("use either --resume or --retry-unscored, not both")
@@ -123,6 +131,8 @@ def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
         raise UsageError(f"{run_dir}: cannot retry: {why}; start a new run instead")
     check_files(loaded)
     check_keys(loaded, [suite])
+    loaded, shard = recorded_shard(loaded, suite, run_dir, manifest, args.shard)
+    prepared = prepare_suite(loaded, suite).cut(shard) if shard is not None else None
     if shutdown.signal is not None:
         raise Interrupted(shutdown.signal, run_dir if args.resume else None)
     if args.resume:
@@ -133,6 +143,7 @@ def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
             mode=RunMode.RESUME,
             selection=selection,
             shutdown=shutdown,
+            suite=prepared,
         )
     else:
         out_dir, code, summary = run_suite(
@@ -142,6 +153,7 @@ def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
             mode=RunMode.RETRY,
             selection=selection,
             shutdown=shutdown,
+            suite=prepared,
         )
     print_summary(summary, out_dir)
     _junit(args, [out_dir])
@@ -153,6 +165,7 @@ def _run(args: argparse.Namespace, shutdown: Shutdown) -> int:
     from runner.lock import SuiteLocked, is_locked, lock_path
     from runner.runs.run import run_suite
     from runner.runs.selection import Selection
+    from runner.runs.shard import Limits, parse_shard, shard_config
     from runner.runs.summary import print_summary
     from runner.shutdown import Interrupted
     from runner.suite import checked_suites
@@ -160,23 +173,32 @@ def _run(args: argparse.Namespace, shutdown: Shutdown) -> int:
     if args.resume or args.retry_unscored:
         return _run_again(args, shutdown)
     loaded = load_config(_config_path(args))
+    shard = parse_shard(args.shard, Limits(args.shard_limits)) if args.shard else None
+    if shard is not None and (args.cases or args.strata):
+        raise UsageError(
+            "--shard runs a slice of the whole suite, --case and --stratum a quick check of "
+            "some cases: use one or the other"
+        )
     names = loaded.suite_names(args.suite)
     selection = Selection.given(args.cases, args.strata)
     found = Gathered()  # every suite's errors at once, before any call
     with found.checking():
         check_keys(loaded, names)
     checked = {}
+    configs = dict.fromkeys(names, loaded)
     for suite in checked_suites(loaded, names, found):  # fixtures, graders, snapshot
-        selected = suite.selected(selection)  # one that selects nothing: refused here
-        if len(names) == 1:  # run as checked: loading a big suite twice costs seconds
+        selected = suite.cut(shard).selected(selection)  # one that selects nothing: refused
+        if len(names) == 1 or shard is not None:  # run as checked: loading twice costs seconds
+            configs[suite.name] = shard_config(loaded, suite.name, shard)
             checked[suite.name] = selected
         else:
             suite.fixtures.close()
     found.raise_found()
+    part = None if shard is None else shard.lock_part
     for name in names:  # a busy suite refuses the command before the first suite's calls
-        holder = is_locked(loaded.runs_dir, name)
+        holder = is_locked(loaded.runs_dir, name, part)
         if holder is not None:
-            raise SuiteLocked(name, lock_path(loaded.runs_dir, name), holder)
+            raise SuiteLocked(name, lock_path(loaded.runs_dir, name, part), holder)
     worst = 0
     out_dirs = []
     refused: SuiteLocked | None = None
@@ -185,7 +207,7 @@ def _run(args: argparse.Namespace, shutdown: Shutdown) -> int:
             raise Interrupted(shutdown.signal, None)
         try:
             out_dir, code, summary = run_suite(
-                loaded, name, suite=checked.get(name), selection=selection, shutdown=shutdown
+                configs[name], name, suite=checked.get(name), selection=selection, shutdown=shutdown
             )
         except SuiteLocked as exc:  # taken since the check: the other suites' verdicts stand
             refused = refused or exc
@@ -222,13 +244,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from runner.runs.run import run_suite
         from runner.runs.rundir import config_for_run, read_manifest
         from runner.runs.selection import Selection
+        from runner.runs.shard import recorded_shard
         from runner.runs.summary import print_summary
+        from runner.suite import prepare_suite
 
         logs.configure()
         run_dir = Path(args.run_dir)
         loaded = config_for_run(run_dir, Path(args.config) if args.config else None)
         manifest = read_manifest(run_dir)
         (suite,) = loaded.suite_names(manifest["suite"])
+        loaded, shard = recorded_shard(loaded, suite, run_dir, manifest)
+        prepared = prepare_suite(loaded, suite).cut(shard) if shard is not None else None
         out_dir, code, summary = run_suite(
             loaded,
             suite,
@@ -236,10 +262,27 @@ def cmd_replay(args: argparse.Namespace) -> int:
             mode=RunMode.REPLAY,
             # a partial run's replay regrades the cases it called, and is partial too
             selection=Selection.of(manifest, run_dir / "manifest.json"),
+            suite=prepared,
         )
         print_summary(summary, out_dir)
         _junit(args, [out_dir])
         return code
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from runner import logs
+    from runner.runs.merge import merge_shards
+    from runner.runs.summary import print_summary
+
+    logs.configure()
+    out_dir, code, summary = merge_shards(
+        [Path(d) for d in args.run_dirs],
+        config_path=Path(args.config) if args.config else None,
+        allow_partial=args.allow_partial,
+    )
+    print_summary(summary, out_dir)
+    _junit(args, [out_dir])
+    return code
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
@@ -576,6 +619,7 @@ def _history_pages(args: argparse.Namespace, loaded: LoadedConfig) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run,
     "replay": cmd_replay,
+    "merge": cmd_merge,
     "promote": cmd_promote,
     "pin": cmd_pin,
     "diff": cmd_diff,

@@ -14,7 +14,8 @@ an outage and then completed is one night, and the retry, which holds the run's 
 and the rest called again, stands for it (a retry of a retry, or a second retry of the same
 run, stands in turn). It is listed too, naming its retry. A partial run (`run --case`,
 `--stratum`: some of the suite's cases) is a quick check, not a night either: listed, marked
-partial, counted for neither ceiling candidates nor trends, as a replay.
+partial, counted for neither ceiling candidates nor trends, as a replay. Nor does one shard of
+a suite (`run --shard`): the run `parallax merge` makes of all of them is the night.
 """
 
 from __future__ import annotations
@@ -72,12 +73,14 @@ class RunRow:
     parent: str | None = None  # the run dir a retry or replay started from
     retried_by: str | None = None  # the later --retry-unscored run that stands for this night
     partial: Mapping[str, Any] | None = None  # a partial run's selection (summary's `partial`)
+    shard: bool = False  # one shard's cases: the run `parallax merge` makes stands for the night
 
     @property
     def counts_as_night(self) -> bool:
         return (
             self.retried_by is None
             and self.partial is None
+            and not self.shard
             and RunMode.read(self.mode) not in NOT_A_NIGHT
         )
 
@@ -241,6 +244,7 @@ def _row(run_dir: Path, summary: Mapping[str, Any], quiet: frozenset[str] | None
         parent=_str(summary.get("parent")),
         # anything but null marks it partial: a hand-edited selection is still no night
         partial=None if summary.get("partial") is None else mapping_of(summary.get("partial")),
+        shard=summary.get("shard") is not None,
     )
 
 

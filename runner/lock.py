@@ -50,8 +50,9 @@ def _who(holder: dict[str, Any]) -> str:
     return ", ".join(f"{k} {holder[k]}" for k in ("pid", "host", "since") if k in holder)
 
 
-def lock_path(runs_dir: Path, suite: str) -> Path:
-    return runs_dir / suite / LOCK_NAME
+def lock_path(runs_dir: Path, suite: str, part: str | None = None) -> Path:
+    """The suite's lock; a shard's own (`part`): the shards of a suite run side by side."""
+    return runs_dir / suite / (LOCK_NAME if part is None else f"{LOCK_NAME}.{part}")
 
 
 def _read_holder(fd: int) -> dict[str, Any]:
@@ -110,10 +111,10 @@ def prune_lock(runs_dir: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def suite_lock(runs_dir: Path, suite: str) -> Iterator[Path]:
+def suite_lock(runs_dir: Path, suite: str, part: str | None = None) -> Iterator[Path]:
     """Hold the suite's lock for the block; raise SuiteLocked at once if another holds it."""
     with _exclusive(
-        lock_path(runs_dir, suite), lambda path, holder: SuiteLocked(suite, path, holder)
+        lock_path(runs_dir, suite, part), lambda path, holder: SuiteLocked(suite, path, holder)
     ) as path:
         yield path
 
@@ -143,9 +144,9 @@ def _exclusive(path: Path, refused: Callable[[Path, dict[str, Any]], UsageError]
         os.close(fd)
 
 
-def is_locked(runs_dir: Path, suite: str) -> dict[str, Any] | None:
+def is_locked(runs_dir: Path, suite: str, part: str | None = None) -> dict[str, Any] | None:
     """The holder's details when the suite is locked now, else None (a probe, not a claim)."""
-    path = lock_path(runs_dir, suite)
+    path = lock_path(runs_dir, suite, part)
     if not path.exists():
         return None
     fd = _open(path)
@@ -170,7 +171,9 @@ def holds_suite_lock(
         mode = RunMode.read(kwargs.get("mode", RunMode.RUN))
         if mode is not None and not mode.calls:
             return await fn(loaded, name, *args, **kwargs)
-        with suite_lock(loaded.runs_dir, name):
+        shard = getattr(kwargs.get("suite"), "shard", None)  # a `runner.runs.shard.Shard`
+        part = None if shard is None else shard.lock_part
+        with suite_lock(loaded.runs_dir, name, part):
             return await fn(loaded, name, *args, **kwargs)
 
     return locked

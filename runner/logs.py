@@ -82,6 +82,13 @@ RUN_FINISHED = _event(
     "the run's verdict; `cost_usd` and `tokens` per side (`cost_usd` null without a price), "
     "`regressions` the latency and cost findings (null when not asked)",
 )
+RUN_MERGED = _event(
+    "run.merged",
+    "info",
+    "shards, unfinished, cases, samples, run_dir",
+    "`parallax merge` made one run of a suite from its shards (`unfinished`: the indices of "
+    "those merged with --allow-partial); its alerts and run.finished follow, as a run's",
+)
 RUN_STOPPING = _event(
     "run.stopping",
     "warning",

@@ -5,6 +5,7 @@ Everything a run checks before its first call is loaded here, so bad input fails
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -20,6 +21,7 @@ from runner.model import SIDES, Case
 from runner.protocols.wire import turns
 from runner.request.shape import Shape
 from runner.runs.selection import Selection
+from runner.runs.shard import Shard
 from runner.snapshot import load_snapshot, snapshot_path
 
 
@@ -40,6 +42,7 @@ class Suite:
     alpha: float = 0.05
     selection: Selection | None = None  # a partial run's: `refs` holds the cases it selects
     total: int = 0  # the cases in the fixture file, selected or not
+    shard: Shard | None = None  # a shard's cases only (`runner.runs.shard`)
 
     def ref(self, case_id: str) -> CaseRef | None:
         return self.refs.get(case_id)
@@ -67,6 +70,18 @@ class Suite:
         if self.selection is None:
             return None
         return self.selection.to_json(len(self.refs), self.total)
+
+    def cut(self, shard: Shard | None) -> Suite:
+        """The suite cut to a shard's cases, and its snapshot to theirs (a retired case is
+        reported by the shard its id falls in); strata stay settled on the whole suite."""
+        if shard is None:
+            return self
+        refs = CaseRefs()
+        for ref in self.refs:
+            if shard.holds(ref.id):
+                refs.add(ref)
+        snapshot = {k: v for k, v in self.snapshot.items() if shard.holds(k)}
+        return dataclasses.replace(self, refs=refs, snapshot=snapshot, shard=shard)
 
 
 def prepare_suite(loaded: LoadedConfig, name: str) -> Suite:

@@ -29,7 +29,7 @@ SCRIPT = Path(sys.executable).parent / "parallax"
 SUITES = ("ceiling", "support", "cities", "tools")
 SUBCOMMANDS = (
     *("run", "replay", "promote", "pin", "diff", "grade", "validate", "init", "import"),
-    *("serve", "health", "report", "history", "prune"),
+    *("serve", "health", "report", "history", "prune", "merge"),
 )
 READS_NO_CONFIG = ("init", "import")  # commands whose --help has no 78 to list
 RUN_FILES = ("manifest.json", "raw.jsonl", "outcomes.jsonl", "disagreement.json", "summary.json")
@@ -320,7 +320,7 @@ SUMMARY_KEYS = frozenset(
         *("stratified", "strata", "stratum_alerts", "served_models", "alias_drift"),
         *("request_changed", "unscored", "paired", "significant_regression", "not_non_inferior"),
         *("regressions", "latency_regression", "cost_regression", "quiet_cases", "fail_on"),
-        *("usage", "budget"),
+        *("usage", "budget", "batch"),
     }
 )
 
@@ -1352,7 +1352,8 @@ def test_a_suite_taken_mid_command_leaves_the_others_verdicts(
 
     root = make_demo(tmp_path)
     monkeypatch.chdir(root)
-    monkeypatch.setattr(lock, "is_locked", lambda runs_dir, suite: None)  # the check misses it
+    # the check misses it
+    monkeypatch.setattr(lock, "is_locked", lambda runs_dir, suite, part=None: None)
     with lock.suite_lock(root / "runs", "support"):
         code = main(["run", "--config", "config/demo.toml", "--junit", "j.xml"])
     err = capsys.readouterr().err

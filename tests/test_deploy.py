@@ -81,8 +81,46 @@ def test_every_workload_finds_its_pods() -> None:
     """The checks below cover the CronJob and the serve Deployment, not nothing."""
     assert [where for where, _ in pod_templates()] == [
         "cronjob.yaml: CronJob",
+        "indexed-job.yaml: Job",
+        "indexed-job.yaml: Job",
         "serve.yaml: Deployment",
     ]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DEPLOY.glob("*.yaml")))
+def test_every_manifest_is_valid_against_the_kubernetes_schema(name: str) -> None:
+    """Each Kubernetes document under deploy/ validates, strictly (no unknown field), against
+    the API schema of the release kubernetes-validate ships (compose files are no Kubernetes)."""
+    import kubernetes_validate
+
+    docs = [d for d in documents(name) if "apiVersion" in d and "kind" in d]
+    if name.startswith("compose"):
+        assert docs == []
+        return
+    assert docs, name
+    for doc in docs:
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_the_indexed_job_runs_n_shards_from_the_environment_and_merges_them() -> None:
+    """completionMode Indexed with completions = parallelism = PARALLAX_SHARDS, no index run
+    twice, each pod `run --shard env`; the merge Job starts suspended and merges the folder the
+    shards wrote to, with the same config."""
+    shards, merge, claim = documents("indexed-job.yaml")
+    spec = shards["spec"]
+    assert spec["completionMode"] == "Indexed" and spec["backoffLimitPerIndex"] == 0
+    (container,) = spec["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert spec["completions"] == spec["parallelism"] == int(env["PARALLAX_SHARDS"])
+    args = build_parser().parse_args(container["args"])
+    assert (args.command, args.shard) == ("run", "env")
+    (merger,) = merge["spec"]["template"]["spec"]["containers"]
+    merged = build_parser().parse_args(merger["args"])
+    assert merge["spec"]["suspend"] is True and merged.command == "merge"
+    assert merged.config == args.config
+    night = env["PARALLAX_RUNS_DIR"]
+    assert merged.run_dirs == [f"{night}/{args.suite}"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
 
 
 @pytest.mark.parametrize(("where", "template"), pod_templates(), ids=WHERE)

@@ -13,8 +13,7 @@ an Exchange back for each, so nothing above it knows a batch happened. One modul
 - `journal`: batches.jsonl, every batch id on disk before it is polled, so a resume polls it
   again instead of paying twice;
 - `summary`: what summary.json, report.md and the stderr summary say of a run's batches.
+
+Nothing is imported here: the run's plan reads `journal` at start-up, and `endpoint` brings
+httpx (and with it rich) only when a side runs as a batch.
 """
-
-from runner.batch.endpoint import BatchEndpoint
-
-__all__ = ["BatchEndpoint"]

@@ -12,5 +12,7 @@ is also how `replay` regrades a run offline. One module per stage:
 - `calls`: the endpoints, and every call not yet in raw.jsonl;
 - `finalize`: the gate's verdicts, the alerts, summary.json and the exit code;
 - `summary`: a finished run's summary read back, and its lines on stderr;
-- `run`: the stages in order, under the suite's lock.
+- `run`: the stages in order, under the suite's lock;
+- `shard`: which cases a shard of a suite calls, and its share of the quota and budget;
+- `merge`: one run of a suite made from its shards' run dirs.
 """

@@ -8,7 +8,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from runner import logs
-from runner.batch import BatchEndpoint
 from runner.config import LoadedConfig
 from runner.cost.budget import Budget, Meter, meter_for
 from runner.errors import StorageError
@@ -48,6 +47,8 @@ def build_endpoint(
             meter=meter,
         )
     if cfg.batch:  # the calls go to the provider's batch API instead of one by one
+        from runner.batch.endpoint import BatchEndpoint
+
         key = loaded.api_key(endpoint_name)
         return BatchEndpoint(endpoint_name, cfg, key, shape=shape, meter=meter)
     from runner.client.endpoint import HttpEndpoint
@@ -151,6 +152,7 @@ async def call_all(
     After a stop signal no new call starts, and the calls in flight get `run_grace_seconds`
     to finish before they are cancelled (re-called on resume); `Interrupted` then says so.
     """
+    from runner.batch.endpoint import BatchEndpoint  # httpx, and with it rich: not at start-up
     from runner.engine import execute
 
     cfg = loaded.config.suites[suite.name]

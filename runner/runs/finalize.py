@@ -170,6 +170,8 @@ def finalize(
         log.warning(logs.ALERT_BUDGET, **fields)  # once a run: the calls the budget cut
     if suite.noise_check:
         summary["noise_floor"] = noise_floor(results, noise)
+    if suite.shard is not None:  # one shard's cases: `parallax merge` makes the suite's verdict
+        summary["shard"] = suite.shard.to_json()
     if not suite.stratified:
         summary["strata_note"] = "unstratified suite: no case names a stratum, detector skipped"
     elif suite.selection is not None:

@@ -20,6 +20,7 @@ from runner.ledger import disk_refusal, read_json_object
 from runner.model import SIDES
 from runner.runs.mode import RunMode
 from runner.runs.names import RUN_STAMP
+from runner.snapshot import snapshot_path
 from runner.suite import Suite
 
 MANIFEST_VERSION = 1
@@ -38,6 +39,14 @@ def _public_url(url: str | None) -> str | None:
 
 def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def snapshot_digest(loaded: LoadedConfig, suite: str) -> str | None:
+    """The digest of the suite's snapshot file, None while it has none."""
+    try:
+        return file_digest(snapshot_path(loaded.snapshots_dir, suite))
+    except FileNotFoundError:
+        return None
 
 
 def new_run_dir(runs_dir: Path, suite: str) -> Path:
@@ -102,6 +111,9 @@ def manifest_for(
             "digest": file_digest(suite.fixtures.path),
             "cases": len(suite.refs),
         },
+        # what it was gated against: the shards of one merge must agree on it
+        "snapshot": {"digest": snapshot_digest(loaded, suite.name)},
+        **({"shard": suite.shard.to_json()} if suite.shard is not None else {}),
         "samples": suite.samples,
         # the cases a partial run selects (`runner.runs.selection`); null: the whole suite
         "partial": suite.partial,
