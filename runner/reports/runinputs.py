@@ -52,11 +52,11 @@ class Found:
     case: Case | None
     note: str | None
 
-    def expectation(self, cap: int, *, keys: bool = True) -> Expectation:
-        """The case's expectation keys as JSON text (none when not `keys`: a compact view)."""
+    def expectation(self, cap: int) -> Expectation:
+        """The case's expectation keys, each value as JSON text cut at `cap`."""
         if self.case is None:
             return Expectation(False, None, None, (), self.note)
-        items = sorted(self.case.expect.items()) if keys else ()
+        items = sorted(self.case.expect.items())
         shown = tuple((str(k), value_text(v, cap)) for k, v in items)
         return Expectation(True, self.case.path, self.case.line, shown, self.note)
 

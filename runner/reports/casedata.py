@@ -1,0 +1,248 @@
+"""report.html's cases as data: every case's row and detail, compact JSON in compressed blocks.
+
+Rendered as HTML (a table row and a `<template>` of its detail per case), a 20,000-case page
+was 40 MB and took seconds to write and to open, since most of it was markup for cases nobody
+opens. So each case is written once as data: a JSON record of its row (what the filters read)
+and its `CaseView`, in which every text is an index into its block's string table, so what
+many cases share (a system prompt, a tool list and its schemas, a template's params, a model
+name, a miss code, an expectation) is stored once a block. BLOCK cases make a block; each is
+deflated (zlib) and base64'd into a `<script type="application/octet-stream">` element, which
+no browser runs. The page's script inflates the blocks with `DecompressionStream`, filters and
+sorts the records, and builds the rows on screen and the case opened with DOM calls that only
+ever set text (see report.js). Python's zlib and the browser's inflate need no dependency, and
+a block is small enough to build and compress in a worker process of its own.
+
+Every text goes through `text.visible` as it enters a string table, as `{{ ... }}` does in a
+template, so a bidi control or a NUL reads as its escape with the script too. A block holds
+no markup: the cases that must read without JavaScript (those that need review and the
+unscored ones, `RunReport.cases`) are rendered from the same views by `case.html.j2`, here,
+for the page's `<noscript>`.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from runner.model import SIDES
+from runner.reports.caseview import CaseView, RawView, RunCases, SampleView, SideDetail
+from runner.reports.requestview import RequestView
+from runner.reports.verdict import marks_of
+from runner.text import visible
+
+BLOCK = 1000  # cases a block: one worker's task, and how far apart a shared text repeats
+LEVEL = 6  # zlib's level: 1 is twice as fast and a third larger, on this data
+
+Json = Any
+Detail = Callable[[CaseView], str]  # a view rendered as the page's HTML (case.html.j2)
+
+
+class Strings:
+    """One block's string table: each text once, shown as `visible` shows it."""
+
+    __slots__ = ("_ids", "table")
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        self.table: list[str] = []
+
+    def __call__(self, value: object) -> int | None:
+        """The index of `value`'s text in the table (added the first time); None stays None."""
+        if value is None:
+            return None
+        text = value if type(value) is str else str(value)
+        found = self._ids.get(text)
+        if found is None:
+            found = self._ids[text] = len(self.table)
+            # printable ASCII has nothing to show as an escape: most texts skip the pattern
+            self.table.append(text if text.isascii() and text.isprintable() else visible(text))
+        return found
+
+
+def _units(text: str) -> int:
+    """Length in UTF-16 code units, as the page's script counts a string."""
+    return len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
+
+
+def _request(q: RequestView | None, s: Strings) -> Json:
+    if q is None:
+        return None
+    return {
+        "source": q.source.value,
+        "method": s(q.method),
+        "url": s(q.url),
+        "system": s(q.system),
+        "turns": [[s(t.role), s(t.text), [s(c) for c in t.calls], s(t.answers)] for t in q.turns],
+        "tools": [[s(t.name), s(t.description), s(t.parameters)] for t in q.tools],
+        "params": [[s(k), s(v)] for k, v in q.params],
+        "cut": q.cut,
+    }
+
+
+def _reply(side: SideDetail, s: Strings) -> Json:
+    """The reply shown: its text, and where the diff and the misses mark it, as runs
+    (length in UTF-16 units, changed, miss code) over that text."""
+    r = side.reply
+    shown = [(visible(p.text), p.changed, p.miss) for p in side.pieces]
+    out: dict[str, Json] = {
+        "kind": r.kind,
+        "text": s("".join(t for t, _, _ in shown)) if r.text is not None else None,
+        "cut": r.cut,
+        "status": r.status,
+        "finish": s(r.finish_reason),
+        "why": s(r.why),
+    }
+    if len(shown) > 1 or (shown and (shown[0][1] or shown[0][2])):
+        out["marks"] = [[_units(t), int(changed), s(miss)] for t, changed, miss in shown]
+    return out
+
+
+def _side(side: SideDetail, s: Strings) -> Json:
+    tokens = side.usage.tokens
+    raw = side.raw
+    return {
+        "side": side.side,
+        "endpoint": s(side.endpoint),
+        "alias": s(side.model_alias),
+        "served": s(side.response_model),
+        "sha": s(side.request_sha),
+        "transport": s(side.transport),
+        "schema": s(side.schema),
+        "score": side.task_score,
+        "admitted": side.admitted,
+        "detail": s(side.detail),
+        "misses": [[s(m.code), s(m.expected), s(m.got), m.moved] for m in side.misses],
+        "noise": [s(n) for n in side.noise],
+        "request": _request(side.request, s),
+        "reply": _reply(side, s),
+        "calls": [s(c) for c in side.tool_calls],
+        "attempts": [
+            [a.n, s(a.transport), a.status, s(a.error), s(a.message), a.elapsed_ms, a.retry_after]
+            for a in side.attempts
+        ],
+        "ms": side.elapsed_ms,
+        "ttft": side.ttft_ms,
+        "queued": side.queued_ms,
+        "backoff": side.backoff_ms,
+        "stream": side.stream,
+        "usage": {
+            "tokens": None if tokens is None else [tokens.prompt, tokens.completion, tokens.cached],
+            "cost": side.usage.cost_usd,
+            "note": s(side.usage.note),
+        },
+        "raw": None if raw is None else _raw(raw, s),
+        "samples": [_sample(o, s) for o in side.samples],
+    }
+
+
+def _raw(raw: RawView, s: Strings) -> Json:
+    """The raw line (none embedded for a brief case: the link only), where it is, its size."""
+    text = s(raw.text) if raw.text else None
+    return {"text": text, "cut": raw.cut, "line": raw.line, "size": raw.size}
+
+
+def _sample(o: SampleView, s: Strings) -> Json:
+    misses = [s(m) for m in o.misses]
+    return [o.sample, s(o.transport), s(o.schema), o.task_score, misses, o.elapsed_ms]
+
+
+def view_record(view: CaseView, s: Strings) -> Json:
+    """A case's detail as the page's script renders it (case.html.j2's, field for field)."""
+    e, a = view.expectation, view.accepted
+    record: dict[str, Json] = {
+        "stratum": s(view.stratum),
+        "disagreement": None if view.disagreement is None else [s(m) for m in view.disagreement],
+        "notes": [s(n) for n in view.notes],
+        "expect": {
+            "known": e.known,
+            "path": s(e.path),
+            "line": e.line,
+            "keys": [[s(k), s(v)] for k, v in e.keys],
+            "note": s(e.note),
+        },
+        "accepted": {
+            "keys": None if a.keys is None else [[s(k), s(v)] for k, v in a.keys],
+            "note": s(a.note),
+        },
+        "sides": [_side(side, s) for side in view.sides],
+    }
+    if view.brief:
+        record["brief"] = True
+    return record
+
+
+@dataclass(frozen=True)
+class Row:
+    """What the case table says of a case beyond its view: the sides whose request changed
+    since the snapshot, and the ratio gates that paired it (both from the whole run)."""
+
+    requested: Mapping[str, tuple[str, ...]]
+    paired: Mapping[str, tuple[str, ...]]
+
+
+def case_record(case: Mapping[str, Any], view: CaseView, row: Row, s: Strings) -> Json:
+    """One case: its place in disagreement.json (`n`), what its row shows and its filters
+    read (report.js's `matches`), and its detail (`v`)."""
+    marks = marks_of(case)
+    record: dict[str, Json] = {
+        "n": view.index,
+        "id": s(view.id),
+        "gate": s(view.gate),
+        "stratum": s(case.get("stratum") or ""),
+        "moved": marks.moved,
+        "miss": [[s(code) for code in marks.of(side)] for side in SIDES],
+        "delta": marks.delta,
+        "detail": s(view.detail),
+        "v": view_record(view, s),
+    }
+    for key, sides in (
+        ("failed", marks.failed),
+        ("passed", marks.passed),
+        ("request", row.requested.get(view.id, ())),
+        ("paired", row.paired.get(view.id, ())),
+    ):
+        if sides:
+            record[key] = list(sides)
+    return record
+
+
+@dataclass(frozen=True)
+class Built:
+    """One block: its cases compressed and base64'd, how many, and the `<noscript>` HTML of
+    the cases in it that are shown without the script, by id."""
+
+    data: str
+    count: int
+    details: dict[str, str]
+
+
+def encode(strings: Strings, cases: list[Json]) -> str:
+    """A block as the page embeds it: `{"strings": [...], "cases": [...]}`, deflated, base64."""
+    payload = orjson.dumps({"strings": strings.table, "cases": cases})
+    return base64.b64encode(zlib.compress(payload, LEVEL)).decode("ascii")
+
+
+def build_block(
+    cases: RunCases,
+    entries: Iterator[tuple[int, str, Mapping[str, Any]]],
+    row: Row,
+    shown: frozenset[str],
+    detail: Detail,
+) -> Built:
+    """A block of (index, id, entry) cases: their records, and the HTML of those in `shown`."""
+    strings = Strings()
+    records = []
+    html: dict[str, str] = {}
+    count = 0
+    for index, case_id, case in entries:
+        view = cases.view(index, case_id, case)
+        records.append(case_record(case, view, row, strings))
+        if case_id in shown:
+            html[case_id] = detail(view)
+        count += 1
+    return Built(encode(strings, records), count, html)
