@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reportkit import HOSTILE_IMG, HOSTILE_SCRIPT, Node, Project, parse_page
+from reportkit import HOSTILE_IMG, HOSTILE_SCRIPT, Node, Project, page_cases, parse_page
 
 from runner.reports.caseview import CaseView, RunCases, SideDetail, case_views
 from runner.reports.marks import mark
@@ -167,23 +167,18 @@ def test_a_scored_case_of_any_class_shows_both_replies(
         assert column.one("pre", class_="cd-text").text().strip()
 
 
-def test_report_html_holds_every_case_s_detail_in_its_row_s_template(gates: Path) -> None:
-    """The run's report.html has, for each case row `c-N`, a template `t-N` holding that
-    case's detail, whatever its class, with a reply or the reason there is none."""
-    page = parse_page((gates / "report.html").read_text(encoding="utf-8"))
-    rows = {r.attrs["id"]: r for r in page.find("tr", class_="case")}
-    templates = {t.attrs["id"]: t for t in page.find("template")}
-    assert len(rows) == len(CASES) + 1  # and the new one
+def test_report_html_holds_every_case_s_detail_in_its_data(gates: Path) -> None:
+    """The run's report.html holds, for each case, its detail beside its row, whatever its
+    class, with a reply or the reason there is none."""
+    cases = page_cases((gates / "report.html").read_text(encoding="utf-8"))
+    assert len(cases) == len(CASES) + 1  # and the new one
     gates_seen = set()
-    for row_id, row in rows.items():
-        template = templates[row_id.replace("c-", "t-", 1)]
-        detail = template.one("section", class_="case-detail")
-        assert detail.attrs["data-id"] == row.attrs["data-id"]
-        gates_seen.add(row.attrs["data-gate"])
-        for side in ("reference", "candidate"):
-            reply = detail.one("article", data_side=side).one("div", class_="cd-reply")
-            shown = reply.text().strip()
-            assert shown, (row.attrs["data-id"], side)
+    for case in cases:
+        gates_seen.add(case.gate)
+        for side in case.record["v"]["sides"]:
+            reply = side["reply"]
+            shown = case.text(reply["text"]) or side["calls"] or case.text(reply["why"])
+            assert shown, (case.id, side["side"])
     assert {"new_case", "fixture_move", "unchanged", "flaky", "transport_miss"} <= gates_seen
     assert {"schema_miss", "disagreement_changed"} <= gates_seen
 
@@ -291,20 +286,24 @@ def test_a_brief_diff_compares_every_word_it_shows(text: str, chars: int) -> Non
     assert len("".join(compared)) >= min(chars, len(text))
 
 
-def test_a_brief_detail_reads_only_what_it_shows(
+def test_a_brief_detail_is_the_full_one_cut_shorter(
     gates: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A compact detail keeps sample 0's usage but reads no other sample and no attempts
-    (it shows neither), and its diff is the same as the full detail's excerpt."""
+    """A brief detail has what a full one has (its samples, attempts, usage, request and
+    snapshot entry) but no raw line, and its diff is the same as the full detail's excerpt."""
     import runner.reports.caseview as caseview
 
     full = {v.id: v for v in case_views(gates)}["flaky"]
     monkeypatch.setattr(caseview, "FULL_UP_TO", 0)
     brief = {v.id: v for v in case_views(gates)}["flaky"]
-    assert brief.compact and not full.compact
+    assert brief.brief and not full.brief
     cand = brief.candidate
-    assert cand.samples == () and cand.attempts == ()
+    assert cand.samples == full.candidate.samples and len(cand.samples) > 1
+    assert cand.attempts == full.candidate.attempts and cand.attempts
     assert cand.usage.tokens is not None and cand.usage.tokens.prompt == 1000
+    assert cand.request is not None and brief.accepted == full.accepted
+    assert cand.raw is not None and full.candidate.raw is not None
+    assert (cand.raw.text, cand.raw.line) == ("", full.candidate.raw.line)
     shown = "".join(p.text for p in cand.pieces)
     assert shown == "".join(p.text for p in full.candidate.pieces)[: len(shown)]
 
@@ -603,23 +602,22 @@ def test_a_20000_case_run_is_viewed_one_case_at_a_time(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert rest == 18_800
     brief = _detail(first)  # a case that needs no review, in a run this large, is in brief
-    assert first.compact and "compact" in (brief.attrs.get("class") or "").split()
+    assert first.brief and "brief" in (brief.attrs.get("class") or "").split()
     assert [a.text() for a in brief.find("a", class_="raw-link")] == [
         f"raw.jsonl, line {first.reference.raw.line}" if first.reference.raw else "",
         f"raw.jsonl, line {first.candidate.raw.line}" if first.candidate.raw else "",
     ]
-    assert len(_render(first)) < 1500
     assert after - settled < 2**19, f"grew {(after - settled) / 2**20:.1f} MB over 1,000 views"
     assert peak < 48 * 2**20, f"peak {peak / 2**20:.1f} MB"  # some 15 MB, of indexes
 
 
 def test_only_a_large_run_s_quiet_cases_are_in_brief() -> None:
     """Review and unscored cases are always in full; the rest only past FULL_UP_TO cases."""
-    from runner.reports.caseview import COMPACT, FULL, FULL_UP_TO, caps_for
+    from runner.reports.caseview import BRIEF, FULL, FULL_UP_TO, caps_for
 
     assert caps_for("unchanged", True, FULL_UP_TO) is FULL
-    assert caps_for("unchanged", True, FULL_UP_TO + 1) is COMPACT
-    assert caps_for("new_case", True, 20_000) is COMPACT
+    assert caps_for("unchanged", True, FULL_UP_TO + 1) is BRIEF
+    assert caps_for("new_case", True, 20_000) is BRIEF
     assert caps_for("new_case", False, 20_000) is FULL  # unscored
     for gate in ("disagreement_changed", "alias_swap", "transport_miss", "schema_miss"):
         assert caps_for(gate, gate != "transport_miss", 20_000) is FULL

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from markupsafe import Markup
 
 from runner.model import SIDES
 from runner.reports.caseview import CaseView, RawView, RunCases, SampleView, SideDetail
@@ -39,7 +40,7 @@ BLOCK = 1000  # cases a block: one worker's task, and how far apart a shared tex
 LEVEL = 6  # zlib's level: 1 is twice as fast and a third larger, on this data
 
 Json = Any
-Detail = Callable[[CaseView], str]  # a view rendered as the page's HTML (case.html.j2)
+Detail = Callable[[CaseView], Markup]  # a view rendered as the page's HTML (case.html.j2)
 
 
 class Strings:
@@ -218,13 +219,43 @@ class Built:
 
     data: str
     count: int
-    details: dict[str, str]
+    details: dict[str, Markup]
 
 
-def encode(strings: Strings, cases: list[Json]) -> str:
-    """A block as the page embeds it: `{"strings": [...], "cases": [...]}`, deflated, base64."""
-    payload = orjson.dumps({"strings": strings.table, "cases": cases})
-    return base64.b64encode(zlib.compress(payload, LEVEL)).decode("ascii")
+class Encoder:
+    """One block written as its cases are made: `{"cases": [...], "strings": [...]}`, each
+    record encoded and deflated as it comes (a block's records as objects are several times
+    the size of their text), the string table last, base64'd when done."""
+
+    FLUSH = 1 << 16  # bytes of records handed to zlib at a time
+
+    def __init__(self) -> None:
+        self.strings = Strings()
+        self.count = 0
+        self._zlib = zlib.compressobj(LEVEL)
+        self._out: list[bytes] = []
+        self._pending: list[bytes] = [b'{"cases":[']
+        self._size = 0
+
+    def add(self, record: Json) -> None:
+        data = orjson.dumps(record)
+        if self.count:
+            self._pending.append(b",")
+        self._pending.append(data)
+        self.count += 1
+        self._size += len(data)
+        if self._size >= self.FLUSH:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._out.append(self._zlib.compress(b"".join(self._pending)))
+        self._pending, self._size = [], 0
+
+    def done(self) -> str:
+        self._pending.append(b'],"strings":' + orjson.dumps(self.strings.table) + b"}")
+        self._flush()
+        self._out.append(self._zlib.flush())
+        return base64.b64encode(b"".join(self._out)).decode("ascii")
 
 
 def build_block(
@@ -235,14 +266,11 @@ def build_block(
     detail: Detail,
 ) -> Built:
     """A block of (index, id, entry) cases: their records, and the HTML of those in `shown`."""
-    strings = Strings()
-    records = []
-    html: dict[str, str] = {}
-    count = 0
+    block = Encoder()
+    html: dict[str, Markup] = {}
     for index, case_id, case in entries:
         view = cases.view(index, case_id, case)
-        records.append(case_record(case, view, row, strings))
+        block.add(case_record(case, view, row, block.strings))
         if case_id in shown:
             html[case_id] = detail(view)
-        count += 1
-    return Built(encode(strings, records), count, html)
+    return Built(block.done(), block.count, html)

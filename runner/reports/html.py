@@ -161,8 +161,10 @@ def blocks(rep: RunReport, shown: NoScript, paired: Mapping[str, tuple[str, ...]
     detail = environment().get_template("case.html.j2").module.case_detail  # type: ignore[attr-defined]
     numbered = ((i, case_id, case) for i, (case_id, case) in enumerate(rep.every_case()))
     built = []
-    while chunk := list(itertools.islice(numbered, BLOCK)):
-        built.append(build_block(cases, iter(chunk), row, wanted, detail))
+    while (
+        block := build_block(cases, itertools.islice(numbered, BLOCK), row, wanted, detail)
+    ).count:
+        built.append(block)
     return built
 
 
@@ -186,7 +188,7 @@ def context(rep: RunReport) -> dict[str, Any]:
     tally = rep.tally
     paired = paired_cases(s, rep.details(), (case_id for case_id, _ in rep.every_case()))
     built = blocks(rep, shown, paired)
-    html = {case_id: Markup(text) for b in built for case_id, text in b.details.items()}  # noqa: S704 - case.html.j2's, escaped there
+    html = {case_id: text for b in built for case_id, text in b.details.items()}
     return {
         **page_assets(report_script()),
         "suite": rep.suite,
