@@ -3,7 +3,7 @@
 //
 // Inline, allowed by the page's Content Security Policy by this file's exact hash. It makes no
 // request of any kind, evaluates no text and parses no markup. The cases are data: each
-// <script type="application/octet-stream" class="case-data"> element (which no browser runs)
+// script element of class case-data, typed application/octet-stream (which no browser runs),
 // holds a block of them as deflated, base64'd JSON (runner/reports/casedata.py) whose texts
 // are indexes into the block's string table. The blocks are inflated with DecompressionStream;
 // the table then holds the rows of the cases shown, PAGE at a time (more as the reader
