@@ -22,8 +22,9 @@ for the page's `<noscript>`.
 from __future__ import annotations
 
 import base64
+import itertools
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,11 +36,13 @@ from runner.reports.caseview import CaseView, RawView, RunCases, SampleView, Sid
 from runner.reports.requestview import RequestView
 from runner.reports.verdict import marks_of
 from runner.text import visible
+from runner.workers import available, ordered
 
 BLOCK = 1000  # cases a block: one worker's task, and how far apart a shared text repeats
 LEVEL = 6  # zlib's level: 1 is twice as fast and a third larger, on this data
 
 Json = Any
+Intern = Callable[[object], "int | None"]  # a text's index in its block's table (`Strings.add`)
 Detail = Callable[[CaseView], Markup]  # a view rendered as the page's HTML (case.html.j2)
 
 
@@ -52,7 +55,7 @@ class Strings:
         self._ids: dict[str, int] = {}
         self.table: list[str] = []
 
-    def __call__(self, value: object) -> int | None:
+    def add(self, value: object) -> int | None:
         """The index of `value`'s text in the table (added the first time); None stays None."""
         if value is None:
             return None
@@ -70,7 +73,7 @@ def _units(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
 
 
-def _request(q: RequestView | None, s: Strings) -> Json:
+def _request(q: RequestView | None, s: Intern) -> Json:
     if q is None:
         return None
     return {
@@ -85,7 +88,7 @@ def _request(q: RequestView | None, s: Strings) -> Json:
     }
 
 
-def _reply(side: SideDetail, s: Strings) -> Json:
+def _reply(side: SideDetail, s: Intern) -> Json:
     """The reply shown: its text, and where the diff and the misses mark it, as runs
     (length in UTF-16 units, changed, miss code) over that text."""
     r = side.reply
@@ -103,7 +106,7 @@ def _reply(side: SideDetail, s: Strings) -> Json:
     return out
 
 
-def _side(side: SideDetail, s: Strings) -> Json:
+def _side(side: SideDetail, s: Intern) -> Json:
     tokens = side.usage.tokens
     raw = side.raw
     return {
@@ -141,18 +144,18 @@ def _side(side: SideDetail, s: Strings) -> Json:
     }
 
 
-def _raw(raw: RawView, s: Strings) -> Json:
+def _raw(raw: RawView, s: Intern) -> Json:
     """The raw line (none embedded for a brief case: the link only), where it is, its size."""
     text = s(raw.text) if raw.text else None
     return {"text": text, "cut": raw.cut, "line": raw.line, "size": raw.size}
 
 
-def _sample(o: SampleView, s: Strings) -> Json:
+def _sample(o: SampleView, s: Intern) -> Json:
     misses = [s(m) for m in o.misses]
     return [o.sample, s(o.transport), s(o.schema), o.task_score, misses, o.elapsed_ms]
 
 
-def view_record(view: CaseView, s: Strings) -> Json:
+def view_record(view: CaseView, s: Intern) -> Json:
     """A case's detail as the page's script renders it (case.html.j2's, field for field)."""
     e, a = view.expectation, view.accepted
     record: dict[str, Json] = {
@@ -166,12 +169,11 @@ def view_record(view: CaseView, s: Strings) -> Json:
             "keys": [[s(k), s(v)] for k, v in e.keys],
             "note": s(e.note),
         },
-        "accepted": {
-            "keys": None if a.keys is None else [[s(k), s(v)] for k, v in a.keys],
-            "note": s(a.note),
-        },
         "sides": [_side(side, s) for side in view.sides],
     }
+    if a is not None:
+        keys = None if a.keys is None else [[s(k), s(v)] for k, v in a.keys]
+        record["accepted"] = {"keys": keys, "note": s(a.note)}
     if view.brief:
         record["brief"] = True
     return record
@@ -186,7 +188,7 @@ class Row:
     paired: Mapping[str, tuple[str, ...]]
 
 
-def case_record(case: Mapping[str, Any], view: CaseView, row: Row, s: Strings) -> Json:
+def case_record(case: Mapping[str, Any], view: CaseView, row: Row, s: Intern) -> Json:
     """One case: its place in disagreement.json (`n`), what its row shows and its filters
     read (report.js's `matches`), and its detail (`v`)."""
     marks = marks_of(case)
@@ -258,19 +260,43 @@ class Encoder:
         return base64.b64encode(b"".join(self._out)).decode("ascii")
 
 
-def build_block(
-    cases: RunCases,
-    entries: Iterator[tuple[int, str, Mapping[str, Any]]],
-    row: Row,
-    shown: frozenset[str],
-    detail: Detail,
-) -> Built:
-    """A block of (index, id, entry) cases: their records, and the HTML of those in `shown`."""
-    block = Encoder()
-    html: dict[str, Markup] = {}
-    for index, case_id, case in entries:
-        view = cases.view(index, case_id, case)
-        block.add(case_record(case, view, row, block.strings))
-        if case_id in shown:
-            html[case_id] = detail(view)
-    return Built(block.done(), block.count, html)
+Entry = tuple[int, str, Mapping[str, Any]]  # a case: its place in disagreement.json, id, entry
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """What every block is built from; a forked worker inherits it whole (`runner.workers`),
+    the run's ledgers and inputs opened once in the parent."""
+
+    cases: RunCases
+    row: Row
+    shown: frozenset[str]  # the cases whose `<noscript>` HTML is wanted
+    detail: Detail
+
+    def __call__(self, entries: Sequence[Entry]) -> Built:
+        """A block of cases: their records, and the HTML of those in `shown`."""
+        block = Encoder()
+        html: dict[str, Markup] = {}
+        s = block.strings.add
+        for index, case_id, case in entries:
+            view = self.cases.view(index, case_id, case)
+            block.add(case_record(case, view, self.row, s))
+            if case_id in self.shown:
+                html[case_id] = self.detail(view)
+        return Built(block.done(), block.count, html)
+
+
+def build_blocks(job: Blocks, entries: Iterable[Entry]) -> list[Built]:
+    """Every case in blocks of BLOCK, in order: built in worker processes, on every core this
+    process may use, when there are two blocks or more (`runner.workers`)."""
+    chunks = _chunks(entries)
+    workers = available()
+    if workers < 2 or job.cases.count <= BLOCK:
+        return [job(chunk) for chunk in chunks]
+    return list(ordered(job, chunks, workers))
+
+
+def _chunks(entries: Iterable[Entry]) -> Iterator[list[Entry]]:
+    it = iter(entries)
+    while chunk := list(itertools.islice(it, BLOCK)):
+        yield chunk

@@ -43,9 +43,9 @@ RAW_FILE = "raw.jsonl"
 @dataclass(frozen=True, slots=True)
 class Caps:
     """How much of a case its detail keeps: characters of reply, request value and raw line,
-    and whether it is `brief` (its texts cut shorter and its raw exchange left to the
-    raw.jsonl line it names: everything else, request, attempts and samples included, is
-    there as in full)."""
+    and whether it is `brief`: its texts cut shorter, its raw exchange left to the raw.jsonl
+    line it names, and neither its snapshot entry nor its other samples read (request,
+    attempts, expectation and usage are there as in full)."""
 
     reply: int
     request: int
@@ -61,7 +61,8 @@ BRIEF = Caps(reply=300, request=300, raw=0, brief=True)
 FULL_UP_TO = 2000
 BRIEF_NOTE = (
     "In brief, as a quiet case of a run of over 2,000 cases: its reply and request are cut at "
-    "300 characters, and its raw exchange is the raw.jsonl line named."
+    "300 characters, its snapshot entry and other samples are left out, and its raw exchange "
+    "is the raw.jsonl line named."
 )
 NEEDS_LOOK = frozenset({DISAGREEMENT_CHANGED, ALIAS_SWAP, TRANSPORT_MISS, SCHEMA_MISS})
 
@@ -186,7 +187,7 @@ class CaseView:
     reference: SideDetail
     candidate: SideDetail
     diff: WordDiff | None
-    accepted: AcceptedView
+    accepted: AcceptedView | None  # None: not read for a brief view
     notes: tuple[str, ...]
     brief: bool = False  # built with BRIEF caps: texts cut shorter, the raw line not embedded
 
@@ -387,7 +388,7 @@ class RunCases:
             reference=ref_side,
             candidate=cand_side,
             diff=diff,
-            accepted=self._accepted(case_id, caps.request),
+            accepted=None if caps.brief else self._accepted(case_id, caps.request),
             notes=tuple(notes),
             brief=caps.brief,
         )
@@ -450,7 +451,7 @@ class RunCases:
                 notes.append(problem)
             text, cut = _cap(line[: caps.raw * 4].decode("utf-8", "replace"), caps.raw)
             raw = RawView(text, cut or len(line) > caps.raw * 4, first.line, first.size)
-        outcomes = self._samples(case_id, side)
+        outcomes = [] if caps.brief else self._samples(case_id, side)
         case = found.case
         if exchange is None:
             why = str(block.get("detail") or "no call was recorded")

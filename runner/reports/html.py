@@ -11,7 +11,6 @@ their exact hashes (the data blocks are no script a browser runs).
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from runner.gate import GATE_CLASSES
 from runner.history import mapping_of, pass_rate_of, run_labels, strings_of
 from runner.model import SIDES, STRATA
 from runner.reports import trend
-from runner.reports.casedata import BLOCK, Built, Row, build_block
+from runner.reports.casedata import Blocks, Built, Row, build_blocks
 from runner.reports.caseview import BRIEF_NOTE
 from runner.reports.model import REVIEW_ORDER, RunReport, incomplete_groups, signal_lines
 from runner.reports.paired import paired_cases
@@ -153,19 +152,15 @@ def _models(rep: RunReport) -> list[dict[str, Any]]:
 
 
 def blocks(rep: RunReport, shown: NoScript, paired: Mapping[str, tuple[str, ...]]) -> list[Built]:
-    """Every case of the run as data, BLOCK cases a block, in disagreement.json's order, and
-    the HTML of the cases in `shown`."""
-    cases = rep.details()
-    row = Row(request_sides(rep.summary), paired)
-    wanted = frozenset([*shown.review, *shown.unscored])
-    detail = environment().get_template("case.html.j2").module.case_detail  # type: ignore[attr-defined]
-    numbered = ((i, case_id, case) for i, (case_id, case) in enumerate(rep.every_case()))
-    built = []
-    while (
-        block := build_block(cases, itertools.islice(numbered, BLOCK), row, wanted, detail)
-    ).count:
-        built.append(block)
-    return built
+    """Every case of the run as data, in disagreement.json's order, and the HTML of the cases
+    in `shown`."""
+    job = Blocks(
+        rep.details(),
+        Row(request_sides(rep.summary), paired),
+        frozenset([*shown.review, *shown.unscored]),
+        environment().get_template("case.html.j2").module.case_detail,  # type: ignore[attr-defined]
+    )
+    return build_blocks(job, ((i, k, v) for i, (k, v) in enumerate(rep.every_case())))
 
 
 def _options(counts: Counter[str], order: Sequence[str] = ()) -> list[tuple[str, int]]:

@@ -20,6 +20,7 @@ from runner.config import LoadedConfig, Price, load_config
 from runner.errors import DataError, ParallaxError
 from runner.fixtures.load import FixtureFile
 from runner.fixtures.refs import CaseRefs
+from runner.jsontext import dumps
 from runner.ledger import read_json_object
 from runner.model import SIDES, Case
 from runner.protocols import Kind, wire_for
@@ -184,7 +185,8 @@ class RunInputs:
                     pass
                 else:
                     # rendered from the config again: a `body_env` secret masked as stored
-                    request = {"method": None, "url": None, "body": logs.scrub_value(sent)}
+                    body = logs.scrub_body(sent, dumps(sent))
+                    request = {"method": None, "url": None, "body": body}
                     return request_view(kind, request, cap=cap, source=Source.STANDS_IN)
         said: dict[str, Any] = {"messages": turns(PLAIN, case)}
         if case.tools:

@@ -422,8 +422,8 @@
     }
 
     const e = v.expect;
-    const a = v.accepted;
-    const accepted = a.keys && a.keys.find(([key]) => t(key) === "disagreement");
+    const a = v.accepted; // left out of a brief case
+    const accepted = a && a.keys && a.keys.find(([key]) => t(key) === "disagreement");
     let expected;
     if (e.keys.length) expected = keys("cd-keys", e.keys);
     else if (e.known) expected = h("p", { class: "cd-meta" }, "nothing beyond the defaults (a reply, at most 1200 characters)");
@@ -456,13 +456,15 @@
         expected,
       ),
       h("div", { class: "cd-sides" }, v.sides.map(column)),
-      h(
-        "details",
-        { class: "cd-accepted" },
-        h("summary", null, "Accepted in the snapshot", accepted ? [": disagreement ", h("code", null, t(accepted[1]))] : null),
-        t(a.note) ? h("p", { class: "cd-note" }, t(a.note)) : null,
-        a.keys !== null ? keys("cd-keys", a.keys) : t(a.note) ? null : h("p", { class: "cd-meta" }, "no entry"),
-      ),
+      a
+        ? h(
+            "details",
+            { class: "cd-accepted" },
+            h("summary", null, "Accepted in the snapshot", accepted ? [": disagreement ", h("code", null, t(accepted[1]))] : null),
+            t(a.note) ? h("p", { class: "cd-note" }, t(a.note)) : null,
+            a.keys !== null ? keys("cd-keys", a.keys) : t(a.note) ? null : h("p", { class: "cd-meta" }, "no entry"),
+          )
+        : null,
       v.brief ? h("p", { class: "cd-meta cd-brief" }, table.dataset.brief || "") : null,
     );
   }
@@ -478,7 +480,8 @@
       for (const i of all.flat(2)) if (typeof i === "number") out.push(i);
     };
     add(r.id, r.gate, r.stratum, r.detail, r.miss, v.stratum, v.disagreement || [], v.notes);
-    add(v.expect.path, v.expect.note, v.expect.keys, v.accepted.note, v.accepted.keys || []);
+    add(v.expect.path, v.expect.note, v.expect.keys);
+    if (v.accepted) add(v.accepted.note, v.accepted.keys || []);
     for (const s of v.sides) {
       add(s.endpoint, s.alias, s.served, s.sha, s.transport, s.schema, s.detail, s.noise, s.calls);
       add(s.misses.map(([code, expected, got]) => [code, expected, got]));
