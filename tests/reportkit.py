@@ -379,10 +379,18 @@ def page_blocks(text: str) -> list[dict[str, Any]]:
     ]
 
 
+SIDE_FIELDS = (
+    "side", "endpoint", "alias", "served", "sha", "transport", "schema", "score", "admitted",
+    "detail", "misses", "noise", "request", "reply", "calls", "attempts", "ms", "ttft",
+    "queued", "backoff", "stream", "usage", "raw", "samples",
+)  # fmt: skip
+REPLY_FIELDS = ("kind", "text", "cut", "status", "finish", "why", "marks")
+
+
 @dataclass(frozen=True)
 class PageCase:
     """One case as report.html's data holds it: its row's fields with their texts looked up
-    in its block's string table, and its detail record (`record["v"]`, texts as indexes)."""
+    in its block's string table, and its detail record (`view`, texts as indexes)."""
 
     n: int
     id: str
@@ -393,11 +401,19 @@ class PageCase:
     delta: float | None
     detail: str
     marks: dict[str, list[str]]  # failed, passed, request, paired: the sides (or gates) named
-    record: dict[str, Any]
+    view: list[Any]  # casedata.py's view record, its texts as indexes into `strings`
     strings: list[str]
 
     def text(self, index: int | None) -> str | None:
         return None if index is None else self.strings[index]
+
+    def side(self, n: int) -> dict[str, Any]:
+        """Side `n` (0 the reference, 1 the candidate) of the detail, its fields named."""
+        return dict(zip(SIDE_FIELDS, self.view[4][n], strict=True))
+
+    def reply(self, n: int) -> dict[str, Any]:
+        """That side's reply, its fields named."""
+        return dict(zip(REPLY_FIELDS, self.side(n)["reply"], strict=True))
 
     @property
     def attrs(self) -> dict[str, str | None]:
@@ -426,21 +442,22 @@ def page_cases(text: str) -> list[PageCase]:
     for block in page_blocks(text):
         strings = block["strings"]
         for r in block["cases"]:
+            n, case_id, gate, stratum, moved, miss, delta, detail, *sided, view = r
             found.append(
                 PageCase(
-                    n=r["n"],
-                    id=strings[r["id"]],
-                    gate=strings[r["gate"]],
-                    stratum=strings[r["stratum"]],
-                    moved=r["moved"],
+                    n=n,
+                    id=strings[case_id],
+                    gate=strings[gate],
+                    stratum=strings[stratum],
+                    moved=moved,
                     misses={
                         side: [strings[i] for i in codes]
-                        for side, codes in zip(("reference", "candidate"), r["miss"], strict=True)
+                        for side, codes in zip(("reference", "candidate"), miss, strict=True)
                     },
-                    delta=r["delta"],
-                    detail=strings[r["detail"]],
-                    marks={k: r.get(k, []) for k in ("failed", "passed", "request", "paired")},
-                    record=r,
+                    delta=delta,
+                    detail=strings[detail],
+                    marks=dict(zip(("failed", "passed", "request", "paired"), sided, strict=True)),
+                    view=view,
                     strings=strings,
                 )
             )

@@ -175,10 +175,10 @@ def test_report_html_holds_every_case_s_detail_in_its_data(gates: Path) -> None:
     gates_seen = set()
     for case in cases:
         gates_seen.add(case.gate)
-        for side in case.record["v"]["sides"]:
-            reply = side["reply"]
-            shown = case.text(reply["text"]) or side["calls"] or case.text(reply["why"])
-            assert shown, (case.id, side["side"])
+        for n in (0, 1):
+            reply = case.reply(n)
+            shown = case.text(reply["text"]) or case.side(n)["calls"] or case.text(reply["why"])
+            assert shown, (case.id, n)
     assert {"new_case", "fixture_move", "unchanged", "flaky", "transport_miss"} <= gates_seen
     assert {"schema_miss", "disagreement_changed"} <= gates_seen
 

@@ -124,7 +124,7 @@ def test_long_reply_is_capped_in_html(hostile: Path) -> None:
     the script and in the case data the script shows."""
     page = (hostile / "report.html").read_text(encoding="utf-8")
     [case] = [c for c in page_cases(page) if c.id == "hostile-long"]
-    reply = case.record["v"]["sides"][1]["reply"]
+    reply = case.reply(1)
     expected = (False, True, "L" * 6000, True)
     actual = (HOSTILE_LONG in page, "cut for the report" in page, case.text(reply["text"]),
               reply["cut"])  # fmt: skip
@@ -381,7 +381,7 @@ def test_a_big_run_lists_every_case_and_caps_only_the_details_shown_without_scri
     cases = page_cases(page)
     assert [c.id for c in cases] == sorted(gates)
     assert [c.n for c in cases] == list(range(len(gates)))
-    assert all(c.record["v"]["sides"] for c in cases)
+    assert all(c.side(0)["side"] == "reference" for c in cases)
     noscript = page[page.index("<noscript>") : page.index("</noscript>")]
     review, unscored = noscript.split('<section id="unscored">')
     assert "Needs review (5)" in review and "Unscored (3)" in unscored

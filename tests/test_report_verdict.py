@@ -141,7 +141,7 @@ def test_a_first_run_lists_its_new_cases_as_a_note_and_shows_every_reply(
     assert li.get("data-weight") == "note"
     html = (first_night / "report.html").read_text(encoding="utf-8")
     replies = {
-        case.id: [case.text(side["reply"]["text"]) for side in case.record["v"]["sides"]]
+        case.id: [case.text(case.reply(n)["text"]) for n in (0, 1)]
         for case in page_cases(html)
     }
     assert replies.pop("easy-a") == ["ok", "no"]
@@ -232,10 +232,10 @@ def test_every_case_is_a_row_with_its_marks_and_its_detail(hostile: Path) -> Non
         )
         for side, view in (("reference", ref), ("candidate", cand)):
             assert set(view["misses"]) <= set(_codes(row, side)), (case_id, side)
-        detail = data[index].record["v"]
-        assert [s["side"] for s in detail["sides"]] == ["reference", "candidate"]
-        assert [s["transport"] for s in detail["sides"]] == [
-            data[index].strings.index(view["transport"]) for view in (ref, cand)
+        shown = data[index]
+        assert [shown.side(n)["side"] for n in (0, 1)] == ["reference", "candidate"]
+        assert [shown.text(shown.side(n)["transport"]) for n in (0, 1)] == [
+            view["transport"] for view in (ref, cand)
         ]
     timeout = page.one("tr", data_id="timeout")
     assert (_codes(timeout, "reference"), _codes(timeout, "candidate")) == (

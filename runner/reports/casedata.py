@@ -32,7 +32,7 @@ import orjson
 from markupsafe import Markup
 
 from runner.model import SIDES
-from runner.reports.caseview import CaseView, RawView, RunCases, SampleView, SideDetail
+from runner.reports.caseview import CaseView, RunCases, SampleView, SideDetail
 from runner.reports.requestview import RequestView
 from runner.reports.verdict import marks_of
 from runner.text import visible
@@ -73,81 +73,94 @@ def _units(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
 
 
+# A record is positional (JSON arrays, no keys: a 20,000-case page's data is half the size to
+# inflate and parse), every text an index into the block's strings; report.js reads the same
+# fields in the same order (`caseOf`, `detailOf`, `wordsOf`):
+#
+#   case     [n, id, gate, stratum, moved, [reference misses, candidate misses], delta,
+#             detail, failed, passed, request, paired, view]
+#   view     [stratum, disagreement | null, notes, expect, [side, side], accepted | null, brief]
+#   expect   [known, path, line, [[key, value]...], note]
+#   accepted [[[key, value]...] | null, note]
+#   side     [side, endpoint, alias, served, request_sha, transport, schema, score, admitted,
+#             detail, [[code, expected, got, moved]...], noise, request | null, reply, calls,
+#             attempts, elapsed_ms, ttft_ms, queued_ms, backoff_ms, stream, usage, raw | null,
+#             samples]
+#   request  [source, method, url, system, [[role, text, [call...], answers]...],
+#             [[name, description, parameters]...], [[key, value]...], cut]
+#   reply    [kind, text, cut, status, finish_reason, why, marks | null]: marks are runs of
+#             [length in UTF-16 units, changed, miss code] over the text shown
+#   attempt  [n, transport, status, error, message, elapsed_ms, retry_after]
+#   usage    [[prompt, completion, cached] | null, cost_usd, note]
+#   raw      [text | null, cut, line, size]: no text for a brief case, only where it is
+#   sample   [sample, transport, schema, score, [miss...], elapsed_ms]
+
+
 def _request(q: RequestView | None, s: Intern) -> Json:
     if q is None:
         return None
-    return {
-        "source": q.source.value,
-        "method": s(q.method),
-        "url": s(q.url),
-        "system": s(q.system),
-        "turns": [[s(t.role), s(t.text), [s(c) for c in t.calls], s(t.answers)] for t in q.turns],
-        "tools": [[s(t.name), s(t.description), s(t.parameters)] for t in q.tools],
-        "params": [[s(k), s(v)] for k, v in q.params],
-        "cut": q.cut,
-    }
+    return [
+        q.source.value,
+        s(q.method),
+        s(q.url),
+        s(q.system),
+        [[s(t.role), s(t.text), [s(c) for c in t.calls], s(t.answers)] for t in q.turns],
+        [[s(t.name), s(t.description), s(t.parameters)] for t in q.tools],
+        [[s(k), s(v)] for k, v in q.params],
+        q.cut,
+    ]
 
 
 def _reply(side: SideDetail, s: Intern) -> Json:
-    """The reply shown: its text, and where the diff and the misses mark it, as runs
-    (length in UTF-16 units, changed, miss code) over that text."""
     r = side.reply
-    shown = [(visible(p.text), p.changed, p.miss) for p in side.pieces]
-    out: dict[str, Json] = {
-        "kind": r.kind,
-        "text": s("".join(t for t, _, _ in shown)) if r.text is not None else None,
-        "cut": r.cut,
-        "status": r.status,
-        "finish": s(r.finish_reason),
-        "why": s(r.why),
-    }
-    if len(shown) > 1 or (shown and (shown[0][1] or shown[0][2])):
-        out["marks"] = [[_units(t), int(changed), s(miss)] for t, changed, miss in shown]
-    return out
+    pieces = side.pieces
+    marks = None
+    if len(pieces) == 1 and not (pieces[0].changed or pieces[0].miss):
+        text = s(pieces[0].text)
+    else:
+        shown = [(visible(p.text), p.changed, p.miss) for p in pieces]
+        text = s("".join(t for t, _, _ in shown)) if r.text is not None else None
+        if shown:
+            marks = [[_units(t), int(changed), s(miss)] for t, changed, miss in shown]
+    return [r.kind, text, r.cut, r.status, s(r.finish_reason), s(r.why), marks]
 
 
 def _side(side: SideDetail, s: Intern) -> Json:
-    tokens = side.usage.tokens
-    raw = side.raw
-    return {
-        "side": side.side,
-        "endpoint": s(side.endpoint),
-        "alias": s(side.model_alias),
-        "served": s(side.response_model),
-        "sha": s(side.request_sha),
-        "transport": s(side.transport),
-        "schema": s(side.schema),
-        "score": side.task_score,
-        "admitted": side.admitted,
-        "detail": s(side.detail),
-        "misses": [[s(m.code), s(m.expected), s(m.got), m.moved] for m in side.misses],
-        "noise": [s(n) for n in side.noise],
-        "request": _request(side.request, s),
-        "reply": _reply(side, s),
-        "calls": [s(c) for c in side.tool_calls],
-        "attempts": [
+    usage, raw = side.usage, side.raw
+    tokens = usage.tokens
+    return [
+        side.side,
+        s(side.endpoint),
+        s(side.model_alias),
+        s(side.response_model),
+        s(side.request_sha),
+        s(side.transport),
+        s(side.schema),
+        side.task_score,
+        side.admitted,
+        s(side.detail),
+        [[s(m.code), s(m.expected), s(m.got), m.moved] for m in side.misses],
+        [s(n) for n in side.noise],
+        _request(side.request, s),
+        _reply(side, s),
+        [s(c) for c in side.tool_calls],
+        [
             [a.n, s(a.transport), a.status, s(a.error), s(a.message), a.elapsed_ms, a.retry_after]
             for a in side.attempts
         ],
-        "ms": side.elapsed_ms,
-        "ttft": side.ttft_ms,
-        "queued": side.queued_ms,
-        "backoff": side.backoff_ms,
-        "stream": side.stream,
-        "usage": {
-            "tokens": None if tokens is None else [tokens.prompt, tokens.completion, tokens.cached],
-            "cost": side.usage.cost_usd,
-            "note": s(side.usage.note),
-        },
-        "raw": None if raw is None else _raw(raw, s),
-        "samples": [_sample(o, s) for o in side.samples],
-    }
-
-
-def _raw(raw: RawView, s: Intern) -> Json:
-    """The raw line (none embedded for a brief case: the link only), where it is, its size."""
-    text = s(raw.text) if raw.text else None
-    return {"text": text, "cut": raw.cut, "line": raw.line, "size": raw.size}
+        side.elapsed_ms,
+        side.ttft_ms,
+        side.queued_ms,
+        side.backoff_ms,
+        side.stream,
+        [
+            None if tokens is None else [tokens.prompt, tokens.completion, tokens.cached],
+            usage.cost_usd,
+            s(usage.note),
+        ],
+        None if raw is None else [s(raw.text) if raw.text else None, raw.cut, raw.line, raw.size],
+        [_sample(o, s) for o in side.samples],
+    ]
 
 
 def _sample(o: SampleView, s: Intern) -> Json:
@@ -158,25 +171,17 @@ def _sample(o: SampleView, s: Intern) -> Json:
 def view_record(view: CaseView, s: Intern) -> Json:
     """A case's detail as the page's script renders it (case.html.j2's, field for field)."""
     e, a = view.expectation, view.accepted
-    record: dict[str, Json] = {
-        "stratum": s(view.stratum),
-        "disagreement": None if view.disagreement is None else [s(m) for m in view.disagreement],
-        "notes": [s(n) for n in view.notes],
-        "expect": {
-            "known": e.known,
-            "path": s(e.path),
-            "line": e.line,
-            "keys": [[s(k), s(v)] for k, v in e.keys],
-            "note": s(e.note),
-        },
-        "sides": [_side(side, s) for side in view.sides],
-    }
-    if a is not None:
-        keys = None if a.keys is None else [[s(k), s(v)] for k, v in a.keys]
-        record["accepted"] = {"keys": keys, "note": s(a.note)}
-    if view.brief:
-        record["brief"] = True
-    return record
+    return [
+        s(view.stratum),
+        None if view.disagreement is None else [s(m) for m in view.disagreement],
+        [s(n) for n in view.notes],
+        [e.known, s(e.path), e.line, [[s(k), s(v)] for k, v in e.keys], s(e.note)],
+        [_side(view.reference, s), _side(view.candidate, s)],
+        None
+        if a is None
+        else [None if a.keys is None else [[s(k), s(v)] for k, v in a.keys], s(a.note)],
+        view.brief,
+    ]
 
 
 @dataclass(frozen=True)
@@ -190,28 +195,23 @@ class Row:
 
 def case_record(case: Mapping[str, Any], view: CaseView, row: Row, s: Intern) -> Json:
     """One case: its place in disagreement.json (`n`), what its row shows and its filters
-    read (report.js's `matches`), and its detail (`v`)."""
+    read (report.js's `matches`), and its detail."""
     marks = marks_of(case)
-    record: dict[str, Json] = {
-        "n": view.index,
-        "id": s(view.id),
-        "gate": s(view.gate),
-        "stratum": s(case.get("stratum") or ""),
-        "moved": marks.moved,
-        "miss": [[s(code) for code in marks.of(side)] for side in SIDES],
-        "delta": marks.delta,
-        "detail": s(view.detail),
-        "v": view_record(view, s),
-    }
-    for key, sides in (
-        ("failed", marks.failed),
-        ("passed", marks.passed),
-        ("request", row.requested.get(view.id, ())),
-        ("paired", row.paired.get(view.id, ())),
-    ):
-        if sides:
-            record[key] = list(sides)
-    return record
+    return [
+        view.index,
+        s(view.id),
+        s(view.gate),
+        s(case.get("stratum") or ""),
+        marks.moved,
+        [[s(code) for code in marks.of(side)] for side in SIDES],
+        marks.delta,
+        s(view.detail),
+        list(marks.failed),
+        list(marks.passed),
+        list(row.requested.get(view.id, ())),
+        list(row.paired.get(view.id, ())),
+        view_record(view, s),
+    ]
 
 
 @dataclass(frozen=True)

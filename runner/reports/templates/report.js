@@ -61,25 +61,26 @@
     return JSON.parse(await new Response(stream).text());
   }
 
+  // a record's fields, in casedata.py's order
   function caseOf(block, record) {
     const S = block.strings;
-    const delta = typeof record.delta === "number" ? record.delta : null;
-    const gate = S[record.gate];
+    const [n, id, gate, stratum, moved, miss, delta, detail, failed, passed, request, paired] = record;
+    const score = typeof delta === "number" ? delta : null;
     return {
       block,
       record,
-      n: record.n,
-      id: S[record.id],
-      gate,
-      stratum: S[record.stratum],
-      moved: record.moved,
+      n,
+      id: S[id],
+      gate: S[gate],
+      stratum: S[stratum],
+      moved,
       // per side, its miss codes and unscored stamp (spaces kept)
-      misses: Object.fromEntries(SIDES.map((side, i) => [side, record.miss[i].map((k) => S[k])])),
-      sides: Object.fromEntries(SIDED.map((key) => [key, record[key] || []])),
-      delta,
-      deltaText: delta === null ? "" : delta.toFixed(3),
-      detailText: S[record.detail] ?? "",
-      rank: classRank.get(gate) ?? classRank.size,
+      misses: Object.fromEntries(SIDES.map((side, i) => [side, miss[i].map((k) => S[k])])),
+      sides: { failed, passed, request, paired },
+      delta: score,
+      deltaText: score === null ? "" : score.toFixed(3),
+      detailText: S[detail] ?? "",
+      rank: classRank.get(S[gate]) ?? classRank.size,
       row: null, // the case's row, once it was shown
       detail: null, // the detail row (tr.detail) while the case is open
       words: null, // the string indexes the case holds, once something was searched
@@ -146,17 +147,24 @@
 
   // ---- a case's detail: case.html.j2 built from the case's record, element for element
 
+  // a side's fields, named
+  const sideOf = ([side, endpoint, alias, served, sha, transport, schema, score, admitted,
+    detail, misses, noise, request, reply, calls, attempts, ms, ttft, queued, backoff, stream,
+    usage, raw, samples]) => ({ side, endpoint, alias, served, sha, transport, schema, score,
+    admitted, detail, misses, noise, request, reply, calls, attempts, ms, ttft, queued,
+    backoff, stream, usage, raw, samples });
+
   const score = (value, digits) => (typeof value === "number" ? value.toFixed(digits) : "—");
   const orDash = (value) => (value === null || value === undefined ? "—" : String(value));
 
   function detailOf(c) {
     const S = c.block.strings;
     const t = (i) => (i === null || i === undefined ? null : S[i]);
-    const v = c.record.v;
+    const [stratum, disagreement, notes, expect, sides, accepted, brief] = c.record[12];
 
     function pieces(side) {
-      const text = t(side.reply.text) ?? "";
-      const marks = side.reply.marks;
+      const [, textAt, , , , , marks] = side.reply;
+      const text = t(textAt) ?? "";
       if (!marks) return [text];
       const tag = side.side === "reference" ? "del" : "ins";
       let at = 0;
@@ -169,29 +177,29 @@
     }
 
     function reply(side) {
-      const r = side.reply;
-      const box = h("div", { class: "cd-reply", "data-kind": r.kind });
-      if (r.kind === "none") {
-        box.append(h("p", { class: "cd-none" }, `No reply: ${t(r.why) ?? ""}`));
+      const [kind, text, cut, status, finish, why] = side.reply;
+      const box = h("div", { class: "cd-reply", "data-kind": kind });
+      if (kind === "none") {
+        box.append(h("p", { class: "cd-none" }, `No reply: ${t(why) ?? ""}`));
         return box;
       }
-      if (r.kind === "body") {
-        const status = r.status === null ? "" : `, HTTP ${r.status}`;
+      if (kind === "body") {
+        const http = status === null ? "" : `, HTTP ${status}`;
         box.append(
-          h("p", { class: "cd-why" }, `Not read as a reply (${t(r.why)}): the body as received${status}`),
+          h("p", { class: "cd-why" }, `Not read as a reply (${t(why)}): the body as received${http}`),
         );
       }
-      if (!t(r.text)) {
+      if (!t(text)) {
         const empty = side.calls.length ? "(no text: it answered with tool calls)" : "(empty reply)";
         box.append(h("p", { class: "cd-empty" }, empty));
       } else {
         box.append(h("pre", { class: "cd-text" }, pieces(side)));
       }
-      if (r.cut) {
+      if (cut) {
         box.append(h("p", { class: "cd-cut" }, "… cut for the report; the whole body is in raw.jsonl"));
       }
-      if (t(r.finish)) {
-        box.append(h("p", { class: "cd-meta" }, "finish reason ", h("code", null, t(r.finish))));
+      if (t(finish)) {
+        box.append(h("p", { class: "cd-meta" }, "finish reason ", h("code", null, t(finish))));
       }
       return box;
     }
@@ -232,18 +240,18 @@
 
     function request(side) {
       const q = side.request;
-      let said = ": not known";
-      if (q && q.source === "sent") said = [" as sent", t(q.url) ? [" to ", h("code", null, t(q.url))] : null];
-      else if (q && q.source === "stands_in") said = " (recorded endpoint: what it stands in for)";
-      else if (q) said = " (the case as written)";
+      if (!q) return h("details", { class: "cd-request" }, h("summary", null, "Request: not known"));
+      const [source, , url, system, turns, tools, params, cut] = q;
+      let said = " (the case as written)";
+      if (source === "sent") said = [" as sent", t(url) ? [" to ", h("code", null, t(url))] : null];
+      else if (source === "stands_in") said = " (recorded endpoint: what it stands in for)";
       const box = h("details", { class: "cd-request" }, h("summary", null, "Request", said));
-      if (!q) return box;
-      if (q.system !== null) {
+      if (system !== null) {
         box.append(
-          h("div", { class: "cd-turn", "data-role": "system" }, h("span", { class: "role" }, "system"), h("pre", null, t(q.system))),
+          h("div", { class: "cd-turn", "data-role": "system" }, h("span", { class: "role" }, "system"), h("pre", null, t(system))),
         );
       }
-      for (const [role, text, calls, answers] of q.turns) {
+      for (const [role, text, calls, answers] of turns) {
         box.append(
           h(
             "div",
@@ -254,22 +262,20 @@
           ),
         );
       }
-      if (q.tools.length) {
+      if (tools.length) {
         box.append(
           h("p", { class: "cd-label" }, "tools offered"),
           h(
             "ul",
             { class: "cd-tools" },
-            q.tools.map(([name, description, parameters]) =>
+            tools.map(([name, description, parameters]) =>
               h("li", null, h("code", null, t(name)), t(description) ? ` ${t(description)}` : null, h("pre", null, t(parameters))),
             ),
           ),
         );
       }
-      if (q.params.length) {
-        box.append(keys("cd-params", q.params));
-      }
-      if (q.cut) box.append(h("p", { class: "cd-cut" }, "… cut for the report"));
+      if (params.length) box.append(keys("cd-params", params));
+      if (cut) box.append(h("p", { class: "cd-cut" }, "… cut for the report"));
       return box;
     }
 
@@ -282,8 +288,7 @@
     }
 
     function usage(side) {
-      const u = side.usage;
-      const tokens = u.tokens;
+      const [tokens, cost, note] = side.usage;
       const waited = side.queued !== null || side.backoff !== null;
       return h(
         "dl",
@@ -300,7 +305,7 @@
             : `${tokens[0]} prompt${tokens[2] ? ` (${tokens[2]} cached)` : ""} · ${tokens[1]} completion`,
         ),
         h("dt", null, "cost"),
-        h("dd", null, u.cost === null ? t(u.note) : `$${u.cost.toFixed(6)}`),
+        h("dd", null, cost === null ? t(note) : `$${cost.toFixed(6)}`),
         waited
           ? [
               h("dt", null, "waited"),
@@ -373,22 +378,23 @@
     }
 
     function raw(side) {
-      const w = side.raw;
-      if (w === null) return h("p", { class: "cd-meta" }, "No exchange in raw.jsonl.");
-      const link = () => h("a", { class: "raw-link", href: RAW_FILE, "data-line": w.line }, `${RAW_FILE}, line ${w.line}`);
-      if (!t(w.text)) {
-        return h("p", { class: "cd-raw" }, "Raw exchange: ", link(), ` (${w.size} bytes) beside this report`);
+      if (side.raw === null) return h("p", { class: "cd-meta" }, "No exchange in raw.jsonl.");
+      const [text, cut, line, size] = side.raw;
+      const link = () => h("a", { class: "raw-link", href: RAW_FILE, "data-line": line }, `${RAW_FILE}, line ${line}`);
+      if (!t(text)) {
+        return h("p", { class: "cd-raw" }, "Raw exchange: ", link(), ` (${size} bytes) beside this report`);
       }
       return h(
         "details",
         { class: "cd-raw" },
-        h("summary", null, `Raw exchange (${RAW_FILE}, line ${w.line}, ${w.size} bytes)`),
-        h("pre", null, t(w.text)),
-        w.cut ? h("p", { class: "cd-cut" }, "… cut here: the whole exchange is ", link(), " beside this report") : null,
+        h("summary", null, `Raw exchange (${RAW_FILE}, line ${line}, ${size} bytes)`),
+        h("pre", null, t(text)),
+        cut ? h("p", { class: "cd-cut" }, "… cut here: the whole exchange is ", link(), " beside this report") : null,
       );
     }
 
-    function column(side) {
+    function column(record) {
+      const side = sideOf(record);
       return h(
         "article",
         { class: "cd-side", "data-side": side.side },
@@ -421,51 +427,55 @@
       );
     }
 
-    const e = v.expect;
-    const a = v.accepted; // left out of a brief case
-    const accepted = a && a.keys && a.keys.find(([key]) => t(key) === "disagreement");
+    const [known, path, line, expectKeys, expectNote] = expect;
+    const [acceptedKeys, acceptedNote] = accepted || [null, null]; // left out of a brief case
+    const said = acceptedKeys && acceptedKeys.find(([key]) => t(key) === "disagreement");
     let expected;
-    if (e.keys.length) expected = keys("cd-keys", e.keys);
-    else if (e.known) expected = h("p", { class: "cd-meta" }, "nothing beyond the defaults (a reply, at most 1200 characters)");
+    if (expectKeys.length) expected = keys("cd-keys", expectKeys);
+    else if (known) expected = h("p", { class: "cd-meta" }, "nothing beyond the defaults (a reply, at most 1200 characters)");
     else expected = h("p", { class: "cd-meta" }, "not known");
     return h(
       "section",
-      { class: v.brief ? "case-detail brief" : "case-detail", "data-id": c.id, "data-gate": c.gate },
+      { class: brief ? "case-detail brief" : "case-detail", "data-id": c.id, "data-gate": c.gate },
       h(
         "header",
         { class: "cd-head" },
         h("span", { class: "cd-gate", "data-gate": c.gate }, c.gate),
         " ",
         h("strong", { class: "mono" }, c.id),
-        t(v.stratum) ? [" ", h("span", { class: "cd-meta" }, t(v.stratum))] : null,
+        t(stratum) ? [" ", h("span", { class: "cd-meta" }, t(stratum))] : null,
         h("p", { class: "cd-detail" }, c.detailText),
-        v.disagreement === null
+        disagreement === null
           ? null
           : h(
               "p",
               { class: "cd-delta" },
               "disagreement: ",
-              v.disagreement.length ? v.disagreement.map((m) => [h("code", null, t(m)), " "]) : "none",
+              disagreement.length ? disagreement.map((m) => [h("code", null, t(m)), " "]) : "none",
             ),
       ),
-      v.notes.map((note) => h("p", { class: "cd-note" }, t(note))),
+      notes.map((note) => h("p", { class: "cd-note" }, t(note))),
       h(
         "section",
         { class: "cd-expect" },
-        h("h4", null, "Expected", t(e.path) ? [" ", h("span", { class: "cd-meta" }, `(${t(e.path)}:${e.line})`)] : null),
+        h("h4", null, "Expected", t(path) ? [" ", h("span", { class: "cd-meta" }, `(${t(path)}:${line})`)] : null),
         expected,
       ),
-      h("div", { class: "cd-sides" }, v.sides.map(column)),
-      a
+      h("div", { class: "cd-sides" }, sides.map(column)),
+      accepted
         ? h(
             "details",
             { class: "cd-accepted" },
-            h("summary", null, "Accepted in the snapshot", accepted ? [": disagreement ", h("code", null, t(accepted[1]))] : null),
-            t(a.note) ? h("p", { class: "cd-note" }, t(a.note)) : null,
-            a.keys !== null ? keys("cd-keys", a.keys) : t(a.note) ? null : h("p", { class: "cd-meta" }, "no entry"),
+            h("summary", null, "Accepted in the snapshot", said ? [": disagreement ", h("code", null, t(said[1]))] : null),
+            t(acceptedNote) ? h("p", { class: "cd-note" }, t(acceptedNote)) : null,
+            acceptedKeys !== null
+              ? keys("cd-keys", acceptedKeys)
+              : t(acceptedNote)
+                ? null
+                : h("p", { class: "cd-meta" }, "no entry"),
           )
         : null,
-      v.brief ? h("p", { class: "cd-meta cd-brief" }, table.dataset.brief || "") : null,
+      brief ? h("p", { class: "cd-meta cd-brief" }, table.dataset.brief || "") : null,
     );
   }
 
@@ -473,24 +483,26 @@
 
   // the string indexes a case holds: its row's and every text its detail shows
   function wordsOf(c) {
-    const r = c.record;
-    const v = r.v;
+    const [, id, gate, stratum, , miss, , detail, , , , , view] = c.record;
+    const [vStratum, disagreement, notes, expect, sides, accepted] = view;
     const out = [];
     const add = (...all) => {
-      for (const i of all.flat(2)) if (typeof i === "number") out.push(i);
+      for (const i of all.flat(3)) if (typeof i === "number") out.push(i);
     };
-    add(r.id, r.gate, r.stratum, r.detail, r.miss, v.stratum, v.disagreement || [], v.notes);
-    add(v.expect.path, v.expect.note, v.expect.keys);
-    if (v.accepted) add(v.accepted.note, v.accepted.keys || []);
-    for (const s of v.sides) {
+    add(id, gate, stratum, detail, miss, vStratum, disagreement || [], notes);
+    const [, path, , expectKeys, expectNote] = expect;
+    add(path, expectKeys, expectNote);
+    if (accepted) add(accepted[0] || [], accepted[1]);
+    for (const record of sides) {
+      const s = sideOf(record);
       add(s.endpoint, s.alias, s.served, s.sha, s.transport, s.schema, s.detail, s.noise, s.calls);
       add(s.misses.map(([code, expected, got]) => [code, expected, got]));
-      const q = s.request;
-      if (q) {
-        add(q.method, q.url, q.system, q.tools, q.params);
-        add(q.turns.map(([role, text, calls, answers]) => [role, text, calls, answers]));
+      if (s.request) {
+        const [, method, url, system, turns, tools, params] = s.request;
+        add(method, url, system, tools, params, turns.map(([role, text, calls, answers]) => [role, text, calls, answers]));
       }
-      add(s.reply.text, s.reply.finish, s.reply.why, s.usage.note, s.raw ? s.raw.text : null);
+      const [, text, , , finish, why] = s.reply;
+      add(text, finish, why, s.usage[2], s.raw ? s.raw[0] : null);
       add(s.attempts.map(([, transport, , error, message]) => [transport, error, message]));
       add(s.samples.map(([, transport, schema, , codes]) => [transport, schema, codes]));
     }
