@@ -38,7 +38,7 @@ _NOT_DATA = (
     "[...document.querySelectorAll('script[type=\"application/octet-stream\"]')]"
     ".filter((e) => !/^[A-Za-z0-9+/=]*$/.test(e.textContent)).length"
 )
-_SCRIPTS = "script:not([type=\"application/octet-stream\"])"  # the ones a browser runs
+_SCRIPTS = 'script:not([type="application/octet-stream"])'  # the ones a browser runs
 
 # what the DOM holds after the page's own scripts ran, as the browser built it
 _DOM_FACTS = f"""() => ({{

@@ -506,9 +506,7 @@ def test_a_long_table_holds_the_rows_of_a_page_and_more_when_asked(
         assert drawn(tab) == [f"m-{i:03d}" for i in range(200)]
 
 
-def test_scrolling_to_the_end_of_the_table_adds_the_next_rows(
-    browser: Browser, many: Path
-) -> None:
+def test_scrolling_to_the_end_of_the_table_adds_the_next_rows(browser: Browser, many: Path) -> None:
     """A reader who scrolls down to the last row shown gets the next ones, no click needed."""
     with browser.open(many, height=400) as tab:
         page = tab.page

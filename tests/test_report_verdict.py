@@ -141,8 +141,7 @@ def test_a_first_run_lists_its_new_cases_as_a_note_and_shows_every_reply(
     assert li.get("data-weight") == "note"
     html = (first_night / "report.html").read_text(encoding="utf-8")
     replies = {
-        case.id: [case.text(case.reply(n)["text"]) for n in (0, 1)]
-        for case in page_cases(html)
+        case.id: [case.text(case.reply(n)["text"]) for n in (0, 1)] for case in page_cases(html)
     }
     assert replies.pop("easy-a") == ["ok", "no"]
     assert list(replies.values()) == [["ok", "ok"]] * 5

@@ -11,6 +11,7 @@ their exact hashes (the data blocks are no script a browser runs).
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -158,7 +159,10 @@ def blocks(rep: RunReport, shown: NoScript, paired: Mapping[str, tuple[str, ...]
         rep.details(),
         Row(request_sides(rep.summary), paired),
         frozenset([*shown.review, *shown.unscored]),
-        environment().get_template("case.html.j2").module.case_detail,  # type: ignore[attr-defined]
+        functools.partial(
+            environment().get_template("case.html.j2").module.case_detail,  # type: ignore[attr-defined]
+            raw_text=False,  # its link: the raw line is in the data for the script
+        ),
     )
     return build_blocks(job, ((i, k, v) for i, (k, v) in enumerate(rep.every_case())))
 
