@@ -689,6 +689,56 @@ def test_a_ledger_row_with_an_impossible_sample_is_skipped_and_noted(tmp_path: P
         index.close()
 
 
+_TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=12)
+
+
+@given(
+    case_id=_TEXT,
+    side=st.sampled_from(["reference", "candidate", "noise"]),
+    sample=st.integers(0, 2**31 - 1),
+    headers=st.dictionaries(_TEXT, _TEXT, max_size=3),
+    body=st.dictionaries(_TEXT, _TEXT, max_size=3),
+)
+def test_a_raw_row_s_key_found_without_parsing_is_its_own(
+    case_id: str, side: str, sample: int, headers: dict[str, str], body: dict[str, str]
+) -> None:
+    """The index reads a raw row's key from its bytes: a case id, headers and a body spelling
+    `"side":`, `"sample":` or `"case_id":` anywhere give the row's own key or none (then the
+    row is parsed), never another's."""
+    from runner.jsontext import dumps
+    from runner.reports.ledgerindex import _raw_key
+
+    row = {
+        "adapter": "openai-chat",
+        "attempts": [{"n": 1, "message": '"case_id":"x"', "transport": "ok"}],
+        "case_id": case_id,
+        "request": {"body": {**body, "case_id": "y", "side": "z", "sample": 7}},
+        "response": {"body": '{"side": "q"}', "headers": headers},
+        "sample": sample,
+        "served_model_header": ',"side":"w"',
+        "side": side,
+        "started_at": ',"sample":3,',
+    }
+    found = _raw_key(dumps(row) + b"\n")
+    assert found in (None, (case_id, side, sample))
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+        max_leaves=8,
+    )
+)
+def test_a_value_s_text_is_the_json_a_person_reads_cached_or_not(value: Any) -> None:
+    """value_text is json.dumps's text of a value (keys sorted, non-ASCII kept), the first
+    time and when it comes from the texts already made (NaN and null apart)."""
+    from runner.reports.expected import value_text
+
+    expected = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    assert (value_text(value, 10**6), value_text(value, 10**6)) == (expected, expected)
+
+
 def test_a_report_s_case_details_share_its_summary_rather_than_read_it_again(gates: Path) -> None:
     """The details a report opens use the summary.json the report already read (over a
     megabyte parsed at 20,000 cases), not a second copy of it."""

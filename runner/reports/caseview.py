@@ -32,7 +32,7 @@ from runner.reports.expected import Miss, call_text, explain, value_text
 from runner.reports.ledgerindex import LedgerIndex, Spot
 from runner.reports.marks import mark, needles
 from runner.reports.requestview import RequestView, request_view
-from runner.reports.runinputs import Expectation, Found, RunInputs
+from runner.reports.runinputs import Expectation, Found, Given, RunInputs
 from runner.reports.wordiff import Piece, WordDiff, shown_words, word_diff
 from runner.toolgrade import offered_tools
 from runner.usage import Tokens, cost_usd, tokens_of
@@ -291,9 +291,11 @@ class RunCases:
     """A run directory opened for its case details; iterate for every case's view, in
     disagreement.json's order. Use as a context manager (it holds the ledgers open)."""
 
-    def __init__(self, run_dir: Path, summary: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, run_dir: Path, summary: Mapping[str, Any] | None = None, given: Given | None = None
+    ) -> None:
         self.run_dir = run_dir
-        self.inputs = RunInputs(run_dir, summary)
+        self.inputs = RunInputs(run_dir, summary, given)
         self.raw = LedgerIndex(run_dir / RAW_FILE)
         self._outcomes: LedgerIndex | None = None
         self.snapshot: Snapshot | None = self.inputs.snapshot()
@@ -403,15 +405,21 @@ class RunCases:
         keys = tuple((str(k), value_text(v, cap)) for k, v in sorted(entry.items()))
         return AcceptedView(keys, note)
 
-    def _exchange(self, spot: Spot, line: bytes) -> tuple[Exchange | None, str | None]:
+    def _exchange(
+        self, key: tuple[str, str, int], spot: Spot, line: bytes
+    ) -> tuple[Exchange | None, str | None]:
+        """The exchange on `line`, which the index found `key`'s, or why it is none."""
         try:
             row = loads(line)
         except ValueError:  # the file changed since it was indexed
             return None, f"{RAW_FILE}:{spot.line}: no longer reads as an exchange"
         try:
-            return Exchange.from_json(row), None
+            exchange = Exchange.from_json(row)
         except ROW_ERRORS:
             return None, f"{RAW_FILE}:{spot.line}: not an exchange"
+        if exchange.key != key:  # the index read its key without parsing it: laid out anew
+            return None, f"{RAW_FILE}:{spot.line}: no longer holds this exchange"
+        return exchange, None
 
     def _samples(self, case_id: str, side: str) -> list[Outcome]:
         """A side's outcomes by sample, when the run took more than one (with one, the
@@ -446,7 +454,7 @@ class RunCases:
         if spots:
             first = spots[0]
             line = self.raw.read(first)
-            exchange, problem = self._exchange(first, line)
+            exchange, problem = self._exchange((case_id, side, first.sample), first, line)
             if problem:
                 notes.append(problem)
             text, cut = _cap(line[: caps.raw * 4].decode("utf-8", "replace"), caps.raw)

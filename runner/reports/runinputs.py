@@ -30,6 +30,7 @@ from runner.reports.expected import value_text
 from runner.reports.requestview import RequestView, Source, request_view
 from runner.runs.rundir import file_digest
 from runner.snapshot import aware_time
+from runner.suite import Suite
 
 STAND_IN = "a recorded endpoint sends nothing: this is the request it stands in for"
 AS_WRITTEN = "nothing was sent and the config is not found: the case as written"
@@ -69,13 +70,27 @@ def _object(path: Path) -> tuple[dict[str, Any], str | None]:
         return {}, str(exc)
 
 
+@dataclass(frozen=True)
+class Given:
+    """What the process that just finished a run still holds of its inputs: the config and
+    the suite (its fixture file validated, its snapshot as the run was gated against it), so
+    the run's reports read neither again; on a 20,000-case suite that was a second's work."""
+
+    loaded: LoadedConfig
+    suite: Suite
+
+
 class RunInputs:
     """The run's manifest and summary, and the inputs they name, opened once."""
 
-    def __init__(self, run_dir: Path, summary: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, run_dir: Path, summary: Mapping[str, Any] | None = None, given: Given | None = None
+    ) -> None:
         """`summary`: summary.json as the caller already read it (a report holds it: a
-        20,000-case run's is over a megabyte parsed), else it is read here."""
+        20,000-case run's is over a megabyte parsed), else it is read here; `given`: the
+        run's own inputs, when this process made the run."""
         self.run_dir = run_dir
+        self._given = given
         self.notes: list[str] = []
         self.manifest, problem = _object(run_dir / "manifest.json")
         if problem:
@@ -90,8 +105,12 @@ class RunInputs:
         self._fixtures: FixtureFile | None = None
         self._refs: CaseRefs | None = None
         self._fixture_note: str | None = None
-        self.config = self._load_config()  # first: its input root is where tools files may be
-        self._open_fixtures()
+        if given is not None:
+            self.config: LoadedConfig | None = given.loaded
+            self._fixtures, self._refs = given.suite.fixtures, given.suite.refs
+        else:
+            self.config = self._load_config()  # first: its input root is where tools may be
+            self._open_fixtures()
         self._prices = {side: self._price(side) for side in SIDES}
 
     # ------------------------------------------------------------------ fixtures
@@ -221,7 +240,8 @@ class RunInputs:
         suite = self.manifest.get("suite") or self.summary.get("suite")
         if self.config is None or not isinstance(suite, str):
             return None
-        return Snapshot(self.config.snapshots_dir / f"{suite}.json")
+        held = self._given.suite.snapshot if self._given is not None else None
+        return Snapshot(self.config.snapshots_dir / f"{suite}.json", held)
 
     def snapshot_note(self, snapshot: Snapshot) -> str | None:
         """Whether the snapshot's entry may not be the one this run was gated against."""
@@ -238,5 +258,5 @@ class RunInputs:
         return None
 
     def close(self) -> None:
-        if self._fixtures is not None:
+        if self._fixtures is not None and self._given is None:  # the suite's is the run's
             self._fixtures.close()
