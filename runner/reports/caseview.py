@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,7 +25,7 @@ from runner import protocols
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, SCHEMA_MISS, TRANSPORT_MISS
 from runner.jsontext import loads
 from runner.ledger import read_json_map
-from runner.model import ROW_ERRORS, SIDES, Case, Exchange, Outcome, ToolCall
+from runner.model import ROW_ERRORS, SIDES, Case, Exchange, Outcome, ToolCall, record
 from runner.reports.accepted import Snapshot
 from runner.reports.expected import Miss, call_text, explain, value_text
 from runner.reports.ledgerindex import LedgerIndex, Spot
@@ -40,7 +39,7 @@ from runner.usage import Tokens, cost_usd, tokens_of
 RAW_FILE = "raw.jsonl"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Caps:
     """How much of a case its detail keeps: characters of reply, request value and raw line,
     and whether it is `brief`: its texts cut shorter, its raw exchange left to the raw.jsonl
@@ -73,7 +72,7 @@ def caps_for(gate: str, admitted: bool, cases: int) -> Caps:
     return FULL if gate in NEEDS_LOOK or not admitted or cases <= FULL_UP_TO else BRIEF
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AttemptView:
     n: int
     transport: str
@@ -84,7 +83,7 @@ class AttemptView:
     retry_after: float | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SideReply:
     """What a side got back. `kind`: "reply" (read by its protocol), "body" (the raw body: it
     did not read as a reply), "none" (nothing came back; `why` says what happened)."""
@@ -97,7 +96,7 @@ class SideReply:
     why: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RawView:
     """The exchange as raw.jsonl holds it: its line, cut at the cap (then see `file`:`line`)."""
 
@@ -108,7 +107,7 @@ class RawView:
     file: str = RAW_FILE
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SampleView:
     """One sample's stamps and score (samples > 1: sample 0 is the one shown in full)."""
 
@@ -121,7 +120,7 @@ class SampleView:
     elapsed_ms: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UsageView:
     """Sample 0's tokens and cost; `cost_usd` None with `note` saying why."""
 
@@ -130,7 +129,7 @@ class UsageView:
     note: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SideDetail:
     side: str
     endpoint: str | None
@@ -160,7 +159,7 @@ class SideDetail:
     pieces: tuple[Piece, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AcceptedView:
     """The snapshot entry the case is gated against, each key's value as JSON text."""
 
@@ -173,7 +172,7 @@ class AcceptedView:
         return dict(self.keys or ()).get("disagreement")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CaseView:
     id: str
     index: int  # position in disagreement.json: the page's `c-N` / `t-N`
@@ -218,7 +217,7 @@ def _cap(text: str, limit: int) -> tuple[str, bool]:
     return (text, False) if len(text) <= limit else (text[:limit], True)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Read:
     reply: SideReply
     calls: tuple[ToolCall, ...]

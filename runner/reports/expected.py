@@ -11,18 +11,17 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from runner.model import ToolCall
+from runner.model import ToolCall, record
 
 VALUE_CAP = 300  # characters of one expected or received value
 _QUOTED = re.compile(r'["\\]')  # what json.dumps escapes in printable ASCII
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Miss:
     """One miss of one side: its code, what was expected, what the reply had, and whether it
     is in the case's disagreement (one side misses it and the other does not)."""

@@ -12,14 +12,14 @@ import os
 import sys
 from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.jsontext import loads
+from runner.model import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Spot:
     """One ledger row: its 1-based line number and its bytes' span in the file."""
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from runner.model import record
 from runner.protocols.wire import Kind
 from runner.reports.expected import value_text
 
@@ -28,7 +29,7 @@ class Source(StrEnum):
     CASE = "case"  # neither is known: the case's own system, prompt or turns, and tools
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Turn:
     """One turn of the conversation sent: its text, the tool calls it carries (an assistant's),
     or the call it answers (a tool result's)."""
@@ -39,14 +40,14 @@ class Turn:
     answers: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ToolOffer:
     name: str
     description: str
     parameters: str  # JSON text, capped
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RequestView:
     source: Source
     method: str | None
@@ -158,7 +159,7 @@ def _tools(tools: Any, cut: _Cutter) -> tuple[ToolOffer, ...]:
     return tuple(offers)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Rest:
     """What a body holds beside its turns: the same for most of a suite's requests."""
 

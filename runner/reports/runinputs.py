@@ -22,7 +22,7 @@ from runner.fixtures.load import FixtureFile
 from runner.fixtures.refs import CaseRefs
 from runner.jsontext import dumps
 from runner.ledger import read_json_object
-from runner.model import SIDES, Case
+from runner.model import SIDES, Case, record
 from runner.protocols import Kind, wire_for
 from runner.protocols.wire import PLAIN, plain, turns
 from runner.reports.accepted import Snapshot
@@ -36,7 +36,7 @@ STAND_IN = "a recorded endpoint sends nothing: this is the request it stands in 
 AS_WRITTEN = "nothing was sent and the config is not found: the case as written"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Expectation:
     """What the case expects, from its fixture row; `known` False when the row is gone."""
 
@@ -47,7 +47,7 @@ class Expectation:
     note: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Found:
     """A case's row as the fixture file has it now, and what the view should say about it."""
 
