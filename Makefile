@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint typecheck check clean screenshots
+.PHONY: demo test lint typecheck docs check clean screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,9 +37,13 @@ lint: $(VENV)/.dev
 typecheck: $(VENV)/.dev
 	$(BIN)/mypy
 
-## test: lint, type check, then the whole test suite
-test: lint typecheck
+## docs: the docs site into site/, its reference generated from the code; any warning fails it
+docs: $(VENV)/.dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+## test: lint, type check, the docs site, then the whole test suite
+test: lint typecheck docs
 	$(BIN)/pytest
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

@@ -29,12 +29,14 @@ _BUG = "  70  a bug in parallax (one line naming it; a run dir it stopped resume
 _ERRORS = "  64  usage error    65  bad fixture or data file    78  bad config\n" + _BUG
 _LOGGED = _ERRORS + "      each of them also one run.failed line on stdout\n"
 _CLOSED_PIPE = "  141 stdout closed by its reader (`| head`): stopped quietly\n"
+_DISK_FULL = "  74  the disk refused a write to the run dir (full, over quota, a file-size limit)\n"
 _DATA = _ERRORS + _CLOSED_PIPE
 
 # Every command shares one contract; each --help lists only the codes that command returns.
 EXIT_CODES = (
     f"exit codes:\n{_VERDICT}{_ERRORS}"
-    "  74  serve: its stdout was closed\n"
+    "  74  serve: its stdout was closed; run, replay, report, prune: the disk refused a\n"
+    "      write (full, quota, size limit)\n"
     "  130 / 143  run, replay: stopped by SIGINT / SIGTERM (a run resumes with --resume)\n"
     "  141  a command's data on stdout found no reader (`| head`)\n"
 )
@@ -42,15 +44,23 @@ _COMMAND_EXIT_CODES = {
     "run": _VERDICT
     + "      (with --exit-zero-on-review, 1 exits 0 and 3 exits 2)\n"
     + _LOGGED
+    + _DISK_FULL
+    + "      (run.failed): the calls stop, the ledgers keep every row written; once there is\n"
+    "      space, --resume finishes the run (a report it cannot write is no error: the\n"
+    "      verdict stands, report.failed)\n"
     + "  130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM: calls in flight got run_grace_seconds,\n"
     "      the run dir is left to finish with --resume (run.interrupted)\n",
     "replay": _VERDICT
     + _LOGGED
+    + _DISK_FULL
+    + "      (run.failed): its new run dir is removed, replay again once there is space\n"
     + "  130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM: its new run dir is left unfinished,\n"
     "      replay again\n",
     "report": "  0-3 the run's own exit code (see `parallax run --help`)\n"
     + _ERRORS
     + "  64  also: the run dir is not writable    65  also: a report's name is a directory\n"
+    + _DISK_FULL
+    + "      the verdict and ledgers are untouched: write the reports again once there is space\n"
     + _CLOSED_PIPE,
     "promote": "  0   snapshot written\n  2   unscored cases and no --allow-partial\n"
     + _ERRORS
@@ -68,6 +78,12 @@ _COMMAND_EXIT_CODES = {
     "serve": "  0   stopped by SIGTERM, SIGINT or SIGHUP\n"
     "  70  also: the scheduler itself crashed\n"
     "  74  stdout closed by its reader: stopped as on SIGTERM (restart it)\n" + _LOGGED,
+    "prune": "  0   pruned, or with --dry-run the plan printed (a suite with a run in flight\n"
+    "      is left for the next prune)\n"
+    + _LOGGED
+    + "  64  also: another prune works on this runs dir\n"
+    + _DISK_FULL
+    + "      (compressing, or recording a pruned night): the plain ledgers stay whole\n",
     "health": "  0   the daemon runs with a fresh heartbeat; without --config, also when no\n"
     "      daemon was ever started on this host (a one-shot container: nothing to check)\n"
     "  1   it does not\n" + _DATA,
@@ -335,6 +351,20 @@ def _add_daemon_commands(add: Adder, config_help: str) -> None:
         "--run-now",
         action="store_true",
         help="also run each scheduled suite at start (one with an interrupted run resumes it)",
+    )
+
+    p = add(
+        "prune",
+        "Compress old runs' ledgers and delete runs past [retention] keep_nights, save the "
+        "latest of each suite, the snapshot's, unfinished ones and those named in keep "
+        "(serve does it after each run).",
+    )
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--suite", help="only this suite")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="change nothing: print the runs it would delete and compress, and those it keeps",
     )
 
     p = add("health", "Exit 0 when the serve daemon is running with a fresh heartbeat, else 1.")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from runner.shutdown import Shutdown
 
 EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE, what a shell reports of a tool whose reader went away
-_LOG_STREAM = ("run", "replay", "serve")  # commands whose stdout is their log lines
+_LOG_STREAM = ("run", "replay", "serve", "prune")  # commands whose stdout is their log lines
 
 
 def _config_path(args: argparse.Namespace) -> Path:
@@ -55,9 +55,11 @@ def _existing_file(value: str) -> Path:
 
 
 def _ledger(value: str) -> Path:
-    """An outcome ledger, or the run dir that holds one."""
+    """An outcome ledger, or the run dir that holds one (compressed, by retention, or not)."""
+    from runner.ledger import stored
+
     path = Path(value)
-    return _existing_file(str(path / "outcomes.jsonl" if path.is_dir() else path))
+    return _existing_file(str(stored(path / "outcomes.jsonl") if path.is_dir() else path))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -78,7 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_again(args: argparse.Namespace, shutdown: Shutdown) -> int:
     """`run --resume` and `run --retry-unscored`: one suite, the one the run dir is of."""
     from runner.config import check_files, check_keys
-    from runner.requestsha import request_problem
+    from runner.request.sha import request_problem
     from runner.runs.mode import RunMode
     from runner.runs.plan import all_scored, replay_problem
     from runner.runs.run import run_suite
@@ -251,7 +253,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from runner.ceiling import detect, strata_rates
     from runner.config import Thresholds
     from runner.fixtures.load import load_cases
-    from runner.grading import check_case, grade, load_graders
+    from runner.grading.graders import check_case, grade, load_graders
     from runner.model import Reply
     from runner.protocols.message import read_answer
 
@@ -329,6 +331,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return serve(loaded, run_now=args.run_now, shutdown=shutdown)
 
 
+def cmd_prune(args: argparse.Namespace) -> int:
+    """Each run deleted or compressed is a log line on stdout (none in a dry run); what was
+    done, and what was kept and why, a few lines on stderr, as `run` prints its summary."""
+    from runner import logs
+    from runner.config import load_config
+    from runner.invocation import shown_path
+    from runner.retention import log_done, prune, said
+
+    logs.configure()
+    loaded = load_config(_config_path(args))
+    log = logs.get_logger()
+    for result in prune(
+        loaded,
+        suite=args.suite,
+        dry_run=args.dry_run,
+        on_done=lambda done: log_done(log, done, loaded.config.retention),
+    ):
+        logs.say(
+            said(result, dry_run=args.dry_run, retention=loaded.config.retention, shown=shown_path)
+        )
+    return 0
+
+
 def cmd_health(args: argparse.Namespace) -> int:
     from runner.health import daemon_health
 
@@ -343,7 +368,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     (a run refuses it), never a failure; one that is there but unusable fails as in a run."""
     from runner import logs
     from runner.config import check_files, load_config, missing_keys
-    from runner.recorded import load_cassette
+    from runner.recorded.endpoint import load_cassette
     from runner.scheduler.trigger import Trigger
     from runner.suite import prepare_suite
     from runner.text import visible
@@ -512,6 +537,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "init": cmd_init,
     "import": cmd_import,
     "serve": cmd_serve,
+    "prune": cmd_prune,
     "health": cmd_health,
     "report": cmd_report,
     "history": cmd_history,

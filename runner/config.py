@@ -61,15 +61,15 @@ from runner.files import (
     read_regular,
 )
 from runner.jsontext import MAX_DEPTH, long_integer_line
-from runner.protocols.wire import Shape
-from runner.templates import load_template, request_sha
+from runner.request.shape import Shape
+from runner.request.templates import load_template, request_sha
 
 ENDPOINT_KINDS = ("recorded", "openai-chat", "anthropic-messages", "http-json")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a page of TOML; a bigger one is the wrong file
 MAX_HEARTBEAT_SECONDS = 3600.0  # a daemon silent for longer than an hour is not watched at all
 # The largest price per million tokens and budget a config may name, in US dollars: a dollar a
 # token is past any model's price, and a billion dollars past any night's spend. Every cost
-# parallax computes (from counts bounded by `runner.usage.MAX_TOKENS`) stays a finite number.
+# parallax computes (from counts bounded by `runner.cost.usage.MAX_TOKENS`) stays a finite number.
 MAX_PRICE_PER_MTOK = 1_000_000.0
 MAX_BUDGET_USD = 1_000_000_000.0
 MAX_TOKENS_CAP = 2**31 - 1  # the largest max_tokens a provider parses (a 32-bit int)
@@ -144,7 +144,15 @@ class _Strict(BaseModel):
     mid-run, deep in a library, so every float field refuses them here, at load.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+    # attribute docstrings are each key's description: the docs' config reference is built
+    # from them (`model_fields[name].description`), so a key cannot go undocumented
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,
+        strict=True,
+        use_attribute_docstrings=True,
+    )
 
     @field_validator("*", mode="before")
     @classmethod
@@ -158,71 +166,123 @@ class Timeouts(_Strict):
     """One timeout per phase; LLM replies outlast httpx's 5 s default, so defaults are long."""
 
     connect: float = Field(10.0, gt=0)
+    """Seconds to open the connection (TCP and TLS)."""
     read: float = Field(120.0, gt=0)
+    """Seconds the server may stay silent between two reads; a stream quiet for longer is a
+    `timeout`."""
     write: float = Field(30.0, gt=0)
+    """Seconds to send the request."""
     pool: float = Field(30.0, gt=0)
+    """Seconds to wait for a free connection in the endpoint's pool."""
 
 
 class RetryPolicy(_Strict):
     """Explicit, bounded retries; only DESIGN's retryable stamps are ever retried."""
 
     attempts: int = Field(4, ge=1, le=20)
+    """Attempts in all, the first included; only `timeout`, `connect_error`,
+    `connection_lost`, `rate_limited`, 5xx and 408 are retried."""
     backoff_base: float = Field(0.5, ge=0)
+    """Seconds of the first backoff: attempt n waits `min(backoff_max, backoff_base *
+    2**(n-1))` when the server names no wait."""
     backoff_max: float = Field(30.0, ge=0)
-    jitter: float = Field(0.5, ge=0, le=1)  # fraction of the backoff drawn at random
-    retry_after_cap: float = Field(60.0, ge=0)  # never wait longer than this for Retry-After
+    """The longest backoff, in seconds."""
+    jitter: float = Field(0.5, ge=0, le=1)
+    """The fraction of a wait drawn at random, so the calls one burst of 429s sent away do
+    not all come back at once."""
+    retry_after_cap: float = Field(60.0, ge=0)
+    """Never wait longer than this many seconds for a server's `Retry-After`."""
 
 
 class Price(_Strict):
     """What an endpoint's tokens cost, in US dollars per million; cached prompt tokens cost
-    `input_per_mtok` unless `cached_input_per_mtok` says otherwise (`runner.usage`)."""
+    `input_per_mtok` unless `cached_input_per_mtok` says otherwise (`runner.cost.usage`)."""
 
     input_per_mtok: float = Field(ge=0, le=MAX_PRICE_PER_MTOK)
+    """US dollars per million prompt tokens (at most 1,000,000: a dollar a token)."""
     output_per_mtok: float = Field(ge=0, le=MAX_PRICE_PER_MTOK)
+    """US dollars per million completion tokens."""
     cached_input_per_mtok: float | None = Field(None, ge=0, le=MAX_PRICE_PER_MTOK)
+    """US dollars per million cached prompt tokens; unset: `input_per_mtok`."""
 
 
 class EndpointConfig(_Strict):
     """One endpoint: a live HTTP API or a recorded cassette, behind the same interface."""
 
     kind: Literal["recorded", "openai-chat", "anthropic-messages", "http-json"]
+    """The protocol: `openai-chat` posts to `{base_url}/chat/completions`,
+    `anthropic-messages` to `{base_url}/v1/messages`, `http-json` its `body_template` to
+    `base_url`; `recorded` replays a cassette offline."""
     base_url: Text | None = None
+    """Where the API lives (http or https); required by every live kind. A value read from
+    the environment is a secret."""
     model: Text | None = None
+    """The model alias requested; required by the chat kinds."""
     api_key_env: Text | None = None
+    """The name of the environment variable holding the API key (never the key), sent as
+    `Authorization: Bearer` (`x-api-key` for Anthropic); read at call time."""
     cassette: Text | None = None
-    # recorded only: the wire format its replies are written in (a live kind is its own)
+    """`recorded` only: the cassette (JSONL) to replay, inside the input root."""
     protocol: Literal["openai-chat", "anthropic-messages"] | None = None
+    """`recorded` only: the wire format the cassette's replies are written in (default
+    `openai-chat`); a live kind is its own protocol."""
     headers: dict[HeaderName, HeaderValue] = Field(default_factory=dict)
+    """Extra request headers, sent on every request: `{ api-key = "${AZURE_KEY}" }` sends a
+    key (a value read from the environment is a secret)."""
     temperature: float = Field(0.0, ge=0)
+    """Sampling temperature sent with every chat request."""
     max_tokens: int = Field(512, ge=1, le=MAX_TOKENS_CAP)
+    """The completion bound sent with every chat request, at most 2^31 - 1; a budget needs it
+    set on every endpoint of the suite."""
     concurrency: int = Field(8, ge=1, le=4096)
+    """Calls in flight at once; halved after a 429 and grown back by one after successes."""
     rpm: float | None = Field(None, gt=0)
+    """Requests per minute, spaced evenly; unset: no pacing."""
     timeout: Timeouts = Field(default_factory=Timeouts)
-    deadline: float = Field(180.0, gt=0)  # wall-clock bound on one attempt, slow drips included
+    """One timeout per phase, in seconds."""
+    deadline: float = Field(180.0, gt=0)
+    """Seconds of wall clock one attempt may take, slow drips included."""
     max_response_bytes: int = Field(4_000_000, ge=1024)
+    """A 2xx body larger than this (after its Content-Encoding is undone) is `too_large`."""
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    """Explicit, bounded retries; every attempt is recorded."""
     body_template: dict[str, Any] | None = None
-    answer_pointer: str = "/answer"  # "" is the whole body
+    """`http-json` only: the request body, a table whose strings may hold `{{prompt}}`,
+    `{{system}}` and `{{model}}`."""
+    answer_pointer: str = "/answer"
+    """`http-json` only: the JSON pointer to the answer in the reply (`""`: the whole
+    body)."""
     anthropic_version: Annotated[Text, AfterValidator(header_value)] = "2023-06-01"
-    # the response header that names the model which served a call (a gateway's backend);
-    # unset: known gateways' headers (LiteLLM's x-litellm-model-name), "": the body's `model`
+    """`anthropic-messages` only: the `anthropic-version` header."""
     served_model_header: str | None = None
-    # What a chat request is shaped from besides the case (`LoadedConfig.shape`): Jinja2
-    # templates for the system prompt and the user turn, inline or in a file; extra body keys
-    # sent as given; SSE streaming. A recorded endpoint stands in for a live one: its keys say
-    # what its cassette answers, so validate renders them and request_sha pins them.
+    """The response header naming the model that served a call (a gateway's backend); unset:
+    a known gateway's header (LiteLLM's `x-litellm-model-name`), else the body's `model`;
+    `""`: the body's `model` only."""
+    # What a chat request is shaped from besides the case (`LoadedConfig.shape`). A recorded
+    # endpoint stands in for a live one: its keys say what its cassette answers, so validate
+    # renders them and request_sha pins them.
     system: Text | None = None
+    """A Jinja2 template of the system prompt, over the case's `prompt`, `system` and
+    `vars`."""
     system_file: Text | None = None
+    """The same template read from a file (UTF-8, byte for byte), inside the input root."""
     user_template: Text | None = None
+    """A Jinja2 template of the user turn (a prompt case's), over the same names."""
     user_template_file: Text | None = None
+    """The same template read from a file."""
     params: dict[str, Any] = Field(default_factory=dict)
+    """Extra body keys sent as given (`top_p`, `seed`, `stop`, `reasoning_effort`, ...):
+    JSON values only, never a key parallax sets itself."""
     stream: bool = False
-    price: Price | None = None  # unset: the side's cost is unknown (summary.json's `usage`)
-    # the environment variables a `${VAR}` in the request body (BODY_KEYS) may read: each
-    # value is sent and masked wherever parallax writes; any other such `${VAR}` is refused
+    """Ask for the reply as an SSE stream."""
+    price: Price | None = None
+    """What the endpoint's tokens cost; unset: the side's cost is unknown."""
     body_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
         default_factory=list
     )
+    """The only environment variables a `${VAR}` in the request body (`system`,
+    `user_template`, `params`, `body_template`) may read; each value is masked wherever
+    parallax writes."""
 
     @field_validator("body_template")
     @classmethod
@@ -277,65 +337,119 @@ class Thresholds(_Strict):
     """Ceiling-detector thresholds (seed 000's proposals); tune them from your own history."""
 
     easy_floor: float = Field(1.0, ge=0, le=1)
+    """An easy pass rate below this is `easy_regression`."""
     medium_floor: float = Field(0.85, ge=0, le=1)
+    """A medium pass rate below this is `medium_regression`."""
     stretch_high: float = Field(0.80, ge=0, le=1)
+    """A stretch pass rate at or above this is `stretch_too_easy` (and, with easy and medium
+    near 1, `ceiling`)."""
     retire_after: int = Field(7, ge=1)
-    # the release question "the candidate is not worse by more than this": a fraction of cases
-    # (0.02 is 2 points) the paired test's one-sided bound must stay above; unset, not asked
+    """Runs in a row a case must stay passed by both sides with an empty disagreement to be
+    a ceiling candidate."""
     non_inferiority_margin: float | None = Field(None, ge=0, lt=1)
-    # the most candidate / reference may be per case (the geometric mean's lower bound must
-    # stay under it: `runner.regressions`); 1.1 allows 10% slower or dearer; unset, not asked
+    """The release question "the candidate is not worse by more than this", a fraction (0.02
+    is 2 points) the paired test's one-sided bound must stay above; unset: not asked."""
     latency_ratio_max: float | None = Field(None, gt=0)
+    """The most candidate / reference latency may be per case (1.1 allows 10% slower); unset:
+    not asked (`runner.cost.regressions`)."""
     cost_ratio_max: float | None = Field(None, gt=0)
+    """The most candidate / reference cost may be per case; unset: not asked."""
 
 
 class SuiteConfig(_Strict):
     """A suite: one fixture file graded on a reference and a candidate endpoint."""
 
     fixtures: Text
+    """The fixture file of the suite's cases (JSONL, or a JSON document with `cases`)."""
     reference: Text
+    """The name of the frozen reference endpoint."""
     candidate: Text
+    """The name of the candidate endpoint under test."""
     graders: Text | None = None
-    # how long one call of a custom grader may run before its reply is unscored
-    # (`grader_error:timeout`): the one bound on grading that is the clock's (`runner.grading`)
+    """Custom graders: a `.py` file (inside the input root) or an importable module name."""
     grader_timeout_seconds: float = Field(30.0, gt=0, le=86_400)
+    """How long one call of a custom grader may run before its reply is unscored
+    (`grader_error:timeout`): the one bound on grading that is the clock's."""
     samples: int = Field(1, ge=1, le=100)
-    schedule: Text | None = None  # five-field cron (six: seconds first), for `parallax serve`
+    """Independent calls per case and side; only misses seen in most of them gate."""
+    schedule: Text | None = None
+    """A five-field cron expression (six: seconds first) for `parallax serve`; unset: not
+    served."""
     timezone: Text = "UTC"
-    thresholds: Thresholds | None = None  # overrides the top-level [thresholds]
-    noise_check: bool = False  # call the reference a second time: its disagreement with itself
+    """The IANA time zone the schedule is read in."""
+    thresholds: Thresholds | None = None
+    """The suite's own thresholds, replacing the top-level `[thresholds]` table whole."""
+    noise_check: bool = False
+    """Call the reference a second, independent time per case: its disagreement with itself
+    is the noise floor."""
     fail_on: list[
         Literal[
             "significant_regression", "not_non_inferior", "latency_regression", "cost_regression"
         ]
     ] = Field(default_factory=list)
-    alpha: float = Field(0.05, gt=0, lt=1)  # significance level of the paired test
-    budget_usd: float | None = Field(None, gt=0, le=MAX_BUDGET_USD)  # overrides the top level
+    """The findings that gate (exit 1) besides the gate classes; each but
+    `significant_regression` needs its threshold set."""
+    alpha: float = Field(0.05, gt=0, lt=1)
+    """The significance level of the paired test, non-inferiority and the ratio gates."""
+    budget_usd: float | None = Field(None, gt=0, le=MAX_BUDGET_USD)
+    """The suite's own budget, replacing the top-level `budget_usd`."""
+
+
+class Retention(_Strict):
+    """What `parallax prune` (and `serve`, after each run) keeps of a runs dir as it ages: a
+    night is 24 hours from a run's start (`runner.retention`)."""
+
+    keep_nights: int = Field(60, ge=1)
+    """Runs that started more than this many nights ago are deleted, save the latest finished
+    run of each suite, the run the snapshot was promoted from, unfinished runs and `keep`."""
+    compress_after_nights: int = Field(7, ge=0)
+    """Finished runs older than this keep `raw.jsonl.gz` and `outcomes.jsonl.gz` instead of
+    the plain ledgers (every command reads them as before)."""
+    keep: list[Text] = Field(default_factory=list)
+    """Run dirs never deleted, by name or short id."""
+
+    @field_validator("keep")
+    @classmethod
+    def _run_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not valid_name(name):
+                raise ValueError(f"{name!r} is no run dir name (letters, digits, '_', '.', '-')")
+        return names
 
 
 class Config(_Strict):
     """The whole file, after interpolation, with paths still as written."""
 
     runs_dir: Text = "runs"
+    """Where run directories go (a volume in a container; never committed)."""
     snapshots_dir: Text = "snapshots"
-    # the folder every input file the config names must lead into (symlinks followed);
-    # relative to the config's folder, which it is when unset
+    """Where accepted snapshots go (committed, reviewed like a lockfile)."""
     input_root: Text | None = None
-    # `parallax run`: how long its calls in flight may finish after SIGTERM or SIGINT before
-    # they are cancelled; under `docker stop`'s 10 s and a pod's 30 s, so the run still says so
+    """The folder every input file the config names must lead into, symlinks followed,
+    relative to the config's folder (`".."` for a config in `config/`); unset: that
+    folder."""
     run_grace_seconds: float = Field(5.0, ge=0)
-    # `parallax serve`: how long a run in flight may finish after SIGTERM before it is cancelled
-    # (left resumable), how late a fire time may still run, how often the heartbeat is written
+    """`parallax run`: how long calls in flight may finish after SIGTERM or SIGINT before
+    they are cancelled (under `docker stop`'s 10 s, so the run still says so)."""
     serve_grace_seconds: float = Field(300.0, ge=0)
-    # at least a second: the loop notices a fire some milliseconds late, and a smaller grace
-    # would skip every one as a misfire
+    """`parallax serve`: how long a run in flight may finish after SIGTERM before it is
+    cancelled, left resumable."""
     serve_misfire_grace_seconds: float = Field(600.0, ge=1)
+    """`parallax serve`: a fire time found later than this many seconds is skipped as a
+    misfire (at least 1: the loop notices a fire some milliseconds late)."""
     serve_heartbeat_seconds: float = Field(15.0, ge=0.01, le=MAX_HEARTBEAT_SECONDS)
+    """`parallax serve`: how often the heartbeat `parallax health` reads is rewritten."""
     thresholds: Thresholds = Field(default_factory=Thresholds)
-    # the most one run of a suite may spend, in US dollars (`runner.budget`); unset: no cap
+    """The ceiling detector's and the ratio gates' thresholds, for every suite."""
     budget_usd: float | None = Field(None, gt=0, le=MAX_BUDGET_USD)
+    """The most one run of a suite may spend, in US dollars, at most 1e9; every endpoint the
+    suite calls then needs a `price` and a `max_tokens`. Unset: no cap."""
+    retention: Retention = Field(default_factory=Retention)
+    """What `parallax prune`, and `serve` after each run, keeps of the runs dir as it ages."""
     endpoints: dict[str, EndpointConfig]
+    """The endpoints, by name: `[endpoints.NAME]`."""
     suites: dict[str, SuiteConfig]
+    """The suites, by name: `[suites.NAME]`."""
 
     @model_validator(mode="after")
     def _check_refs(self) -> Config:

@@ -120,10 +120,6 @@ def compare(base_path: Path, cand_path: Path) -> tuple[dict[str, int], list[Find
     return counts, findings
 
 
-def diff_ledgers(base_path: Path, cand_path: Path) -> dict[str, int]:
-    return compare(base_path, cand_path)[0]
-
-
 def finding_lines(findings: Sequence[Finding]) -> list[str]:
     """The findings, regressions first, at most SHOWN; the rest counted."""
     ordered = sorted(findings, key=lambda f: NAMED.index(f.kind))

@@ -4,6 +4,7 @@
     ├── UsageError           64  wrong arguments, missing run directory, refused action
     ├── DataError            65  a data file parallax reads is broken (ledger, snapshot, cassette)
     │   └── FixtureError     65  a fixture row is malformed: path:line: reason
+    ├── StorageError         74  the disk refused a write to a run dir (full, quota, size limit)
     ├── ConfigError          78  the TOML config, an env var or a grader module is wrong
     └── InternalError        70  parallax itself failed (a bug), not its input (EX_SOFTWARE)
 
@@ -12,6 +13,7 @@ Transport failures are never exceptions that escape a call: they are stamps (dat
 
 from __future__ import annotations
 
+import errno
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,31 @@ class DataError(ParallaxError):
 
 class FixtureError(DataError):
     """A fixture row is malformed; the message reads `path:line: reason`."""
+
+
+# What a full disk answers a write: no space, over the user's quota, past RLIMIT_FSIZE.
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+class StorageError(ParallaxError):
+    """The disk refused a write to a run directory: full, over quota or over a file-size
+    limit (sysexits EX_IOERR). What was written before it stays whole; `advice` says how the
+    run goes on once there is space."""
+
+    exit_code = 74
+
+    def __init__(self, path: str | Path, reason: str, advice: str | None = None) -> None:
+        self.path = str(path)
+        self.reason = reason
+        self.advice = advice
+        super().__init__(f"{self.path}: cannot write: {reason}" + (f"; {advice}" if advice else ""))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.path, self.reason, self.advice)
+
+    def advised(self, advice: str) -> StorageError:
+        """The same refusal, saying what to do next (where the run stands is known above)."""
+        return StorageError(self.path, self.reason, advice)
 
 
 class ConfigError(ParallaxError):

@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from runner.cost.regressions import PairFold
+from runner.cost.usage import Call, UsageFold, call_of
 from runner.model import Outcome, Schema, Transport, record
-from runner.regressions import PairFold
 from runner.text import shared
-from runner.usage import Call, UsageFold, call_of
 
 if TYPE_CHECKING:  # annotations only: the gate needs no fixture parsing
     from runner.config import Price
@@ -282,7 +282,7 @@ class Folds:
         return _lean(outcome, case)
 
     def put(self, key: tuple[str, str, int], entry: SideView | Outcome | None, call: Call) -> None:
-        """Keep a row's `entry` and its `call` (`runner.usage`); the first row of a (case,
+        """Keep a row's `entry` and its `call` (`runner.cost.usage`); the first row of a (case,
         side, sample) is the one that counts."""
         if entry is None:
             return

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from runner.cost.usage import trend, trend_line
 from runner.errors import DataError
 from runner.gate import GATE_CLASSES
 from runner.ledger import read_json_object
@@ -33,7 +34,6 @@ from runner.model import SIDES, STRATA
 from runner.runs.mode import RunMode
 from runner.runs.names import started_of
 from runner.text import visible
-from runner.usage import trend, trend_line
 
 SUMMARY_VERSION = 1
 NOT_A_NIGHT = frozenset({RunMode.REPLAY})  # modes that regrade old replies instead of calling
@@ -435,15 +435,24 @@ def model_changes(rows: Iterable[RunRow]) -> list[dict[str, Any]]:
 
 def suite_report(suite_dir: Path, *, retire_after: int, last: int | None = None) -> dict[str, Any]:
     """The JSON `parallax history --json` prints for one suite."""
+    from runner.tombstones import read_tombstones
+
     full = load_history(suite_dir)
     shown = full.rows[-last:] if last is not None and last > 0 else full.rows
     if last == 0:
         shown = []
     runs_streak = streaks(full.rows)
+    stones, stone_notes = read_tombstones(suite_dir)
+    # a record whose run dir is still there (a prune killed before the deletion) is that run's
+    pruned = [s for s in stones if not (suite_dir / s.run_id).exists()]
+    if last is not None:  # those among the shown runs' nights
+        since = (shown[0].started_at or "") if shown else None
+        pruned = [s for s in pruned if since is not None and (s.started_at or "") >= since]
     return {
         "suite": full.suite,
         "suite_dir": str(suite_dir),
         "runs": [r.to_json() for r in shown],
+        "pruned": [s.to_json() for s in pruned],
         "retire_after": retire_after,
         "ceiling_candidates": [
             {"case_id": c, "quiet_runs": runs_streak[c]}
@@ -451,7 +460,7 @@ def suite_report(suite_dir: Path, *, retire_after: int, last: int | None = None)
         ],
         "nights": sum(1 for r in full.rows if r.counts_as_night and r.quiet is not None),
         "model_changes": model_changes(full.rows),
-        "notes": full.notes,
+        "notes": full.notes + stone_notes,
     }
 
 
@@ -487,10 +496,27 @@ def _text_labels(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     return unique_labels(forms)
 
 
+def _with_pruned(
+    runs: Sequence[Mapping[str, Any]], pruned: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """The runs in their order with each pruned night's record where its start puts it."""
+    stones = sorted(pruned, key=_start_key)
+    merged: list[Mapping[str, Any]] = []
+    for run in runs:
+        while stones and _start_key(stones[0]) < _start_key(run):
+            merged.append(stones.pop(0))
+        merged.append(run)
+    return merged + stones
+
+
+def _start_key(run: Mapping[str, Any]) -> str:
+    return str(run.get("started_at") or run["run_id"])[:19]
+
+
 def format_text(report: Mapping[str, Any]) -> str:
     """Human-readable history of one suite: a row per run, then candidates and model changes."""
     lines = [f"suite {report['suite']}  ({report['suite_dir']})"]
-    runs: Sequence[Mapping[str, Any]] = report["runs"]
+    runs = _with_pruned(report["runs"], report.get("pruned") or [])
     if not runs:
         lines.append("  no finished runs")
     else:
@@ -505,6 +531,10 @@ def format_text(report: Mapping[str, Any]) -> str:
             line = f"  {started:<{w}} {(run.get('mode') or '?'):<7} "
             line += f"{exit_code if exit_code is not None else '?':>4} "
             line += " ".join(f"{run['gate_counts'].get(g, 0):>7}" for g in GATE_CLASSES)
+            if "pruned_at" in run:  # a night whose run dir retention deleted: its record
+                line += f"   pruned {run['pruned_at'][:10]}"
+                lines.append(line + (f": {run['verdict']}" if run.get("verdict") else ""))
+                continue
             for side in SIDES:
                 rates = run["strata"].get(side) or {}
                 line += "   " + " ".join(_rate(rates.get(s)) for s in STRATA)

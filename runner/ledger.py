@@ -3,18 +3,92 @@
 One writer appends whole lines and flushes them to the OS after every batch, so a SIGKILL
 loses at most the calls still in flight, never a written row. A reader tolerates a torn last
 line (the one a kill can leave) and reports any other broken line with its file and number.
+A write the disk refuses (full, over quota, past a file-size limit) is a `StorageError`
+(exit 74) naming the file: the rows written before it stay whole, and a resume goes on.
+
+A finished run's ledgers may be kept compressed (`raw.jsonl.gz`, by retention: `pack`); every
+reader here opens a ledger by its plain name and reads a compressed one as the same bytes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import io
 import json
 import os
+import shutil
+import tempfile
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from runner.errors import DataError, reason_of
+from runner.errors import DISK_FULL, DataError, StorageError, reason_of
 from runner.jsontext import dumps, loads, non_finite_at
+
+PACKED = ".gz"  # a compressed ledger's suffix: raw.jsonl is kept as raw.jsonl.gz
+PACK_LEVEL = 6  # zlib's default trade of time for size (bench/retention.py measures it)
+_CHUNK = 1 << 20
+# what reading a damaged gzip file raises: a bad header (an OSError), a cut end, bad data
+_UNPACK_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
+
+
+@contextlib.contextmanager
+def disk_refusal(path: Path) -> Iterator[None]:
+    """A write the disk refuses (no space, over quota, past RLIMIT_FSIZE) as a StorageError
+    naming `path`; any other OSError passes as it is."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in DISK_FULL:
+            raise StorageError(path, exc.strerror or str(exc)) from None
+        raise
+
+
+def packed_path(path: Path) -> Path:
+    """Where a ledger is kept once compressed: `<name>.gz`."""
+    return path if path.name.endswith(PACKED) else path.with_name(path.name + PACKED)
+
+
+def stored(path: Path) -> Path:
+    """The file that holds a ledger: the plain one, else the compressed one when that exists."""
+    if path.name.endswith(PACKED) or path.exists():
+        return path
+    packed = packed_path(path)
+    return packed if packed.exists() else path
+
+
+def open_ledger(path: Path) -> tuple[Path, io.BufferedIOBase]:
+    """A ledger open for reading as the bytes it was written as, and the file that holds it.
+
+    The plain file is tried first, then `<name>.gz`: `pack` renames the compressed file into
+    place before it removes the plain one, so a reader always finds one of the two whole.
+    """
+    if not path.name.endswith(PACKED):
+        try:
+            return path, path.open("rb")
+        except FileNotFoundError:
+            if not packed_path(path).exists():
+                raise DataError(path, "no such file") from None
+        except OSError as exc:
+            raise DataError(path, f"cannot read: {exc.strerror}") from None
+    packed = packed_path(path)
+    try:
+        return packed, gzip.open(packed, "rb")
+    except FileNotFoundError:
+        raise DataError(path, "no such file") from None
+    except OSError as exc:
+        raise DataError(packed, f"cannot read: {exc.strerror}") from None
+
+
+@contextlib.contextmanager
+def _unpacking(source: Path) -> Iterator[None]:
+    """A compressed ledger that does not decompress (cut short, damaged) as one DataError."""
+    try:
+        yield
+    except _UNPACK_ERRORS as exc:
+        raise DataError(source, f"not a whole gzip file: {exc}") from None
 
 
 def read_jsonl(path: Path, *, tolerate_torn_tail: bool = True) -> Iterator[tuple[int, Any]]:
@@ -23,19 +97,88 @@ def read_jsonl(path: Path, *, tolerate_torn_tail: bool = True) -> Iterator[tuple
     A last line without its newline that does not parse is the mark of a killed writer:
     skipped when `tolerate_torn_tail`, an error otherwise. Any other bad line is an error.
     """
-    with _open(path) as handle:
+    source, handle = open_ledger(path)
+    with handle, _unpacking(source):
         line_no = 0
         for raw in handle:
             line_no += 1
             if not raw.strip():
                 continue
             try:
-                value = decode_line(path, line_no, raw)
+                value = decode_line(source, line_no, raw)
             except DataError:
                 if tolerate_torn_tail and not raw.endswith(b"\n"):  # a kill can cut any line
                     return
                 raise
             yield line_no, value
+
+
+def copy_ledger(path: Path, target: Path) -> None:
+    """Write the bytes a ledger holds, compressed or not, to `target` (a replay's raw.jsonl
+    is its parent's, byte for byte)."""
+    source, handle = open_ledger(path)
+    with handle, _unpacking(source), disk_refusal(target), target.open("wb") as out:
+        shutil.copyfileobj(handle, out, _CHUNK)
+
+
+def unpack_temporary(packed: Path) -> int:
+    """A compressed ledger decompressed once into an anonymous temporary file (in $TMPDIR,
+    gone with its last descriptor): a descriptor on the plain bytes, for a reader that reads
+    rows by their offsets. Raises OSError, or DataError for a damaged file."""
+    with gzip.open(packed, "rb") as source, tempfile.TemporaryFile() as temp, _unpacking(packed):
+        shutil.copyfileobj(source, temp, _CHUNK)
+        temp.flush()
+        temp.seek(0)  # a reader that reads on from the descriptor starts at the first row
+        return os.dup(temp.fileno())
+
+
+def pack(path: Path) -> tuple[int, int]:
+    """Keep a finished ledger as `<name>.gz` instead; return its plain and packed sizes.
+
+    The compressed file is written to a temporary name, fsynced and renamed (`write_atomic`),
+    read back and checked against the plain file's length and CRC-32, and only then is the
+    plain file removed, the directory synced between: a crash at any moment leaves the plain
+    file, the compressed one or both (readers take the plain one, and the next `pack` starts
+    over), never half of either.
+    """
+    packed = packed_path(path)
+    written = {"crc": 0, "size": 0}
+
+    def parts() -> Iterator[bytes]:
+        deflate = zlib.compressobj(PACK_LEVEL, zlib.DEFLATED, 31)  # 31: gzip, mtime 0
+        with path.open("rb") as plain:
+            while chunk := plain.read(_CHUNK):
+                written["crc"] = zlib.crc32(chunk, written["crc"])
+                written["size"] += len(chunk)
+                yield deflate.compress(chunk)
+        yield deflate.flush()
+
+    with disk_refusal(packed):
+        write_atomic(packed, parts())
+    if _checksum(packed) != (written["crc"], written["size"]):
+        packed.unlink(missing_ok=True)
+        raise DataError(packed, "does not read back as the ledger it packs; the plain file kept")
+    _sync(path.parent)
+    path.unlink()
+    _sync(path.parent)
+    return written["size"], packed.stat().st_size
+
+
+def _checksum(packed: Path) -> tuple[int, int]:
+    crc, size = 0, 0
+    with gzip.open(packed, "rb") as source, _unpacking(packed):
+        while chunk := source.read(_CHUNK):
+            crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+    return crc, size
+
+
+def _sync(directory: Path) -> None:
+    """Make a rename or a removal in `directory` durable before the next step relies on it."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def decode_line(path: Path, line_no: int, raw: bytes) -> Any:
@@ -86,7 +229,7 @@ def repair_tail(path: Path) -> bool:
     """
     if not path.exists():
         return False
-    with path.open("rb+") as handle:
+    with disk_refusal(path), path.open("rb+") as handle:
         size = handle.seek(0, os.SEEK_END)
         if size == 0:
             return False
@@ -128,21 +271,28 @@ class LedgerWriter:
     def __init__(self, path: Path) -> None:
         repair_tail(path)
         self.path = path
-        self._handle: IO[bytes] = path.open("ab")
+        with disk_refusal(path):
+            self._handle: IO[bytes] = path.open("ab")
 
     def write(self, rows: Iterable[Any]) -> None:
         self.write_encoded(dumps(row) for row in rows)
 
     def write_encoded(self, rows: Iterable[bytes]) -> None:
-        """Rows already through `dumps` (by a worker process, say)."""
-        self._handle.write(b"".join(row + b"\n" for row in rows))
-        self._handle.flush()
+        """Rows already through `dumps` (by a worker process, say). A write the disk refuses
+        may leave part of the batch, ending in a torn line that the next writer cuts."""
+        data = b"".join(row + b"\n" for row in rows)
+        with disk_refusal(self.path):
+            self._handle.write(data)
+            self._handle.flush()
 
     def close(self) -> None:
         if not self._handle.closed:
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
-            self._handle.close()
+            with disk_refusal(self.path):
+                try:
+                    self._handle.flush()
+                    os.fsync(self._handle.fileno())
+                finally:
+                    self._handle.close()
 
 
 def write_atomic(path: Path, parts: Iterable[bytes]) -> None:

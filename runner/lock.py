@@ -90,6 +90,25 @@ def daemon_lock(runs_dir: Path) -> Iterator[Path]:
         yield path
 
 
+class PruneRunning(UsageError):
+    """Another `parallax prune` (or a daemon's) works on this runs dir (exit 64)."""
+
+    def __init__(self, path: Path, holder: dict[str, Any]) -> None:
+        who = _who(holder)
+        super().__init__(
+            f"{path}: another prune works on this runs dir ({who or 'holder unknown'}); "
+            "not starting a second one"
+        )
+
+
+@contextlib.contextmanager
+def prune_lock(runs_dir: Path) -> Iterator[Path]:
+    """Hold the runs dir's prune lock: two prunes at once would compress and delete the same
+    run dirs under each other."""
+    with _exclusive(runs_dir / ".parallax-prune.lock", PruneRunning) as path:
+        yield path
+
+
 @contextlib.contextmanager
 def suite_lock(runs_dir: Path, suite: str) -> Iterator[Path]:
     """Hold the suite's lock for the block; raise SuiteLocked at once if another holds it."""
@@ -113,8 +132,9 @@ def _exclusive(path: Path, refused: Callable[[Path, dict[str, Any]], UsageError]
             "host": socket.gethostname(),
             "since": datetime.now(UTC).isoformat(timespec="seconds"),
         }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(holder, allow_nan=False) + "\n").encode("utf-8"), 0)
+        with contextlib.suppress(OSError):  # who holds it is a courtesy: a full disk has none
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(holder, allow_nan=False) + "\n").encode("utf-8"), 0)
         try:
             yield path
         finally:

@@ -39,50 +39,292 @@ finally:
     if _HIDE_RICH:
         del sys.modules["rich"]
 
-# run lifecycle
-RUN_STARTED = "run.started"
-RUN_FINISHED = "run.finished"
-RUN_RESUMED = "run.resumed"
-RUN_STOPPING = "run.stopping"  # a stop signal came: no new call, calls in flight get the grace
-RUN_INTERRUPTED = "run.interrupted"  # a stop signal: ledgers flushed, the run dir left to resume
-RUN_FAILED = "run.failed"  # run, replay or serve refused to start, or stopped on an error
-REPORT_FAILED = "report.failed"  # report.html/report.md could not be written
-# alerts (the paging contract)
-ALERT_DISAGREEMENT_CHANGED = "alert.disagreement_changed"
-ALERT_TRANSPORT = "alert.transport"
-ALERT_SCHEMA = "alert.schema"
-ALERT_ALIAS_DRIFT = "alert.alias_drift"
-ALERT_REFERENCE_MOVED = "alert.reference_moved"
-ALERT_STRATUM = "alert.stratum"
-ALERT_CEILING_CANDIDATES = "alert.ceiling_candidates"
-ALERT_SIGNIFICANT_REGRESSION = "alert.significant_regression"
-ALERT_NOT_NON_INFERIOR = "alert.not_non_inferior"  # the candidate may be worse than the margin
-ALERT_BUDGET = "alert.budget"  # budget_usd would have been passed: the calls left were not made
-# a reply's usage passed its request's bound (max_tokens, or the attempt's budget estimate)
-ALERT_USAGE_OVER_ESTIMATE = "alert.usage_over_estimate"
-ALERT_LATENCY = "alert.latency"  # per case, the candidate is slower than latency_ratio_max
-ALERT_COST = "alert.cost"  # per case, the candidate is dearer than cost_ratio_max
-# endpoint behaviour
-ENDPOINT_BACKOFF = "endpoint.backoff"  # AIMD: concurrency cut after a 429
-ENDPOINT_RECOVER = "endpoint.recover"  # AIMD: concurrency grown back
-# scheduler
-SCHEDULER_STARTED = "scheduler.started"
-SCHEDULER_NEXT_FIRE = "scheduler.next_fire"
-SCHEDULER_JOB_STARTED = "scheduler.job_started"
-SCHEDULER_JOB_FINISHED = "scheduler.job_finished"
-SCHEDULER_JOB_SKIPPED = "scheduler.job_skipped"
-SCHEDULER_MISFIRE = "scheduler.misfire"
-SCHEDULER_JOB_CRASHED = "scheduler.job_crashed"
-SCHEDULER_JOB_CANCELLED = "scheduler.job_cancelled"  # grace over at shutdown: left resumable
-SCHEDULER_RESUME_SKIPPED = "scheduler.resume_skipped"  # an interrupted run that cannot resume
-SCHEDULER_STOPPING = "scheduler.stopping"  # a signal arrived: no new runs, grace starts
-SCHEDULER_STOPPED = "scheduler.stopped"
-SCHEDULER_CRASHED = "scheduler.crashed"
-SCHEDULER_HEARTBEAT_FAILED = "scheduler.heartbeat_failed"  # the final heartbeat was not written
 
-EVENTS: tuple[str, ...] = tuple(
-    value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)
+@dataclass(frozen=True, slots=True)
+class EventDoc:
+    """What one event means to whoever alerts on it: its level, its fields beyond the ones
+    every line has, and when it is logged. The docs' log reference is built from these."""
+
+    name: str
+    level: str
+    fields: str
+    meaning: str
+
+
+_DOCS: dict[str, EventDoc] = {}
+
+
+def _event(name: str, level: str, fields: str, meaning: str) -> str:
+    """Declare an event (its constant below is the name every caller logs) with its doc."""
+    _DOCS[name] = EventDoc(name, level, fields, meaning)
+    return name
+
+
+# run lifecycle
+RUN_STARTED = _event(
+    "run.started",
+    "info",
+    "mode, cases, samples, already_done, parent, run_dir",
+    "a run began; `run_dir` is absolute, as in every line that names one",
 )
+RUN_RESUMED = _event(
+    "run.resumed",
+    "info",
+    "mode, cases, samples, already_done, parent, run_dir",
+    "`--resume` (or `serve` at start) took up an interrupted run in place",
+)
+RUN_FINISHED = _event(
+    "run.finished",
+    "info",
+    "exit_code, verdict, gate_counts, admitted, unadmitted, cost_usd, tokens, regressions",
+    "the run's verdict; `cost_usd` and `tokens` per side (`cost_usd` null without a price), "
+    "`regressions` the latency and cost findings (null when not asked)",
+)
+RUN_STOPPING = _event(
+    "run.stopping",
+    "warning",
+    "signal, grace_seconds",
+    "SIGTERM or SIGINT came: no new call starts, the calls in flight may finish within the grace",
+)
+RUN_INTERRUPTED = _event(
+    "run.interrupted",
+    "warning",
+    "signal, run_dir, resumable",
+    "the last line of a run a signal stopped (exit 143/130): ledgers flushed, the run dir "
+    "left to `--resume` (`run_dir` null when the signal came before one was made)",
+)
+RUN_FAILED = _event(
+    "run.failed",
+    "error",
+    "command, exit_code, error, message, traceback, run_dir",
+    "`run`, `replay` or `serve` refused to start, ended on bad input (64, 65, 78) or stopped "
+    "on a bug (70, with `traceback` and the `run_dir` it left to finish); `error` is the "
+    "class (`UsageError`, `DataError`, `FixtureError`, `ConfigError`, `SuiteLocked`, "
+    "`InternalError`), `message` scrubbed",
+)
+REPORT_FAILED = _event(
+    "report.failed",
+    "error",
+    "error, run_dir",
+    "report.html, report.md or the history page could not be written; the run's verdict stands",
+)
+# retention (`parallax prune`, and `serve` after each run)
+RUN_PRUNED = _event(
+    "run.pruned",
+    "info",
+    "suite, run_id, run_dir, started_at, verdict, bytes, keep_nights",
+    "retention deleted a run dir past `keep_nights` (`bytes` freed); `history` keeps a line of it",
+)
+RUN_COMPRESSED = _event(
+    "run.compressed",
+    "info",
+    "suite, run_id, run_dir, bytes_before, bytes_after, compress_after_nights",
+    "a finished run's ledgers are kept as `raw.jsonl.gz` and `outcomes.jsonl.gz` from now on",
+)
+# alerts (the paging contract)
+ALERT_DISAGREEMENT_CHANGED = _event(
+    "alert.disagreement_changed",
+    "warning",
+    "count, case_ids",
+    "cases whose disagreement differs from the accepted snapshot",
+)
+ALERT_TRANSPORT = _event(
+    "alert.transport",
+    "warning",
+    "count, case_ids, details",
+    "every case a transport stamp kept out of the comparison, whatever its gate class (a new "
+    "case that timed out too)",
+)
+ALERT_SCHEMA = _event(
+    "alert.schema",
+    "warning",
+    "count, case_ids, details",
+    "every case a schema stamp kept out of the comparison, whatever its gate class",
+)
+ALERT_ALIAS_DRIFT = _event(
+    "alert.alias_drift",
+    "warning",
+    "side, accepted, served, count, case_ids",
+    "per side, the cases whose served calls (some or all of their samples) named `served` "
+    "where the snapshot accepted `accepted`, whatever the gate class",
+)
+ALERT_REFERENCE_MOVED = _event(
+    "alert.reference_moved",
+    "warning",
+    "reason, count, case_ids (request_changed: also side, accepted, request_sha)",
+    "the frozen path is not frozen: `misses_moved` (the scored reference's stable misses left "
+    "the accepted ones, also when the case reads `unchanged`) or `request_changed` (its "
+    "request_sha is not the accepted one, one line per pair; review needed)",
+)
+ALERT_STRATUM = _event(
+    "alert.stratum",
+    "warning",
+    "side, alerts, rates",
+    "the ceiling detector's alerts for one side",
+)
+ALERT_CEILING_CANDIDATES = _event(
+    "alert.ceiling_candidates",
+    "warning",
+    "count, case_ids, new, retire_after",
+    "the list of ceiling candidates grew compared with the run before",
+)
+ALERT_SIGNIFICANT_REGRESSION = _event(
+    "alert.significant_regression",
+    "warning",
+    "text, p_value, diff, count, case_ids, gating",
+    "the paired test finds the candidate significantly worse overall; `case_ids` are the cases "
+    "it lost, `gating` whether `fail_on` makes it exit 1",
+)
+ALERT_NOT_NON_INFERIOR = _event(
+    "alert.not_non_inferior",
+    "warning",
+    "text, claim, bound, margin, interval_level, gating",
+    "the candidate may be worse than `non_inferiority_margin` (`claim` `not_non_inferior` or "
+    "`undecided`)",
+)
+ALERT_BUDGET = _event(
+    "alert.budget",
+    "warning",
+    "limit_usd, spent_usd, reserved_usd, estimate_usd, cancelled, count",
+    "`budget_usd` would have been passed: the calls left were not made (stamped `cancelled`, "
+    "detail `budget`); `reserved_usd` what admitted cases still held, `estimate_usd` the case "
+    "or retry that did not fit (null in a replay); once a run",
+)
+ALERT_USAGE_OVER_ESTIMATE = _event(
+    "alert.usage_over_estimate",
+    "warning",
+    "case_id, side, sample, endpoint, prompt_tokens, completion_tokens, max_tokens, cost_usd, "
+    "estimate_usd",
+    "under a budget, a reply's usage passed its request's bound (more completion tokens than "
+    "`max_tokens`, or a cost above its estimate): the server does not keep the bound the "
+    "budget stands on; per call",
+)
+ALERT_LATENCY = _event(
+    "alert.latency",
+    "warning",
+    "text, finding, ratio, low, high, interval_level, limit, pairs, gating",
+    "per case, the candidate is slower than `latency_ratio_max` allows, or too few cases "
+    "paired to rule it out (`finding` `regression` or `undecided`)",
+)
+ALERT_COST = _event(
+    "alert.cost",
+    "warning",
+    "text, finding, ratio, low, high, interval_level, limit, pairs, gating",
+    "per case, the candidate is dearer than `cost_ratio_max` allows, or undecided",
+)
+# endpoint behaviour
+ENDPOINT_BACKOFF = _event(
+    "endpoint.backoff",
+    "warning",
+    "endpoint, old, new",
+    "after a 429 the endpoint's concurrency was halved",
+)
+ENDPOINT_RECOVER = _event(
+    "endpoint.recover",
+    "info",
+    "endpoint, old, new",
+    "the endpoint's concurrency grew back by one after a run of successes",
+)
+# scheduler
+SCHEDULER_STARTED = _event(
+    "scheduler.started",
+    "info",
+    "pid, suites, run_now, grace_seconds, misfire_grace_seconds, heartbeat, pointer",
+    "`serve` started; `pointer` is where `parallax health` finds it",
+)
+SCHEDULER_NEXT_FIRE = _event(
+    "scheduler.next_fire",
+    "info",
+    "suite, next_fire, local, schedule, timezone, covered_by",
+    "a suite's next fire time (UTC, and `local`); at start `covered_by` names the run dir "
+    "that stood for fires missed while no daemon ran",
+)
+SCHEDULER_JOB_STARTED = _event(
+    "scheduler.job_started",
+    "info",
+    "suite, mode, scheduled_for, coalesced, resume_dir",
+    "a scheduled run (mode `run`) or a resume began; `coalesced` counts the fire times it "
+    "stands for",
+)
+SCHEDULER_JOB_FINISHED = _event(
+    "scheduler.job_finished",
+    "info",
+    "suite, run_id, run_dir, mode, exit_code, verdict, elapsed_s",
+    "a scheduled run ended: `exit_code` 2 or 3 is incomplete, 1 or 3 needs review",
+)
+SCHEDULER_JOB_SKIPPED = _event(
+    "scheduler.job_skipped",
+    "info / warning",
+    "suite, reason (running: missed, first, last; locked: holder)",
+    "a fire time was skipped: the suite was still `running`, or another process held its "
+    "lock (`locked`)",
+)
+SCHEDULER_MISFIRE = _event(
+    "scheduler.misfire",
+    "warning",
+    "suite, scheduled_for, late_seconds, missed, misfire_grace_seconds",
+    "fire times were found later than `serve_misfire_grace_seconds`: nothing ran",
+)
+SCHEDULER_JOB_CRASHED = _event(
+    "scheduler.job_crashed",
+    "error",
+    "suite, mode, error, message, exit_code, elapsed_s, traceback",
+    "a run failed inside the daemon (its own bug is exit code 70); the daemon goes on",
+)
+SCHEDULER_JOB_CANCELLED = _event(
+    "scheduler.job_cancelled",
+    "warning",
+    "suite, run_dir, resumable, grace_seconds, elapsed_s",
+    "at shutdown the grace ran out: the run in flight was cancelled, left resumable",
+)
+SCHEDULER_RESUME_SKIPPED = _event(
+    "scheduler.resume_skipped",
+    "warning",
+    "suite, reason",
+    "an interrupted run could not be resumed at start (fixtures or samples changed, the lock "
+    "held, the manifest unreadable): the next fire starts a new run",
+)
+SCHEDULER_STOPPING = _event(
+    "scheduler.stopping",
+    "info",
+    "reason, running, grace_seconds",
+    "SIGTERM, SIGINT, SIGHUP or `stdout_closed`: no new run starts, the grace begins",
+)
+SCHEDULER_STOPPED = _event(
+    "scheduler.stopped",
+    "info",
+    "reason, runs",
+    "the daemon's last line on a clean stop (exit 0, or 74 for a closed stdout)",
+)
+SCHEDULER_CRASHED = _event(
+    "scheduler.crashed",
+    "error",
+    "error, message, traceback",
+    "the scheduler itself failed (exit 70); each run in flight has its "
+    "`scheduler.job_cancelled` before it",
+)
+SCHEDULER_HEARTBEAT_FAILED = _event(
+    "scheduler.heartbeat_failed",
+    "warning",
+    "path, message",
+    "a heartbeat could not be written (a full disk): runs go on, `health` reads the heartbeat "
+    "stale, and `scheduler.stopped` or `scheduler.crashed` still follows at the end",
+)
+SCHEDULER_PRUNE_FAILED = _event(
+    "scheduler.prune_failed",
+    "warning",
+    "suite, error, message, exit_code, traceback",
+    "the prune after a run stopped (a disk that refused a compression, 74; another prune at "
+    "work, 64); the next run's prune tries again (`traceback` null for parallax's own errors)",
+)
+
+EVENTS: tuple[str, ...] = tuple(_DOCS)
+
+
+def event_docs() -> tuple[EventDoc, ...]:
+    """Every declared event, in the order declared (the docs' log reference)."""
+    return tuple(_DOCS.values())
+
 
 # Field names whose value is a credential whatever it holds (a header mapping logged whole),
 # matched whole: case ids and suite names are mapping keys too, and a case `password-reset`

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Any, Protocol, TypeVar, dataclass_transform
 
 STRATA: tuple[str, ...] = ("easy", "medium", "stretch")
@@ -96,7 +96,7 @@ class Transport(StrEnum):
     CANCELLED = "cancelled"
 
 
-# The error of an attempt the run's budget kept from being sent (`runner.budget`): its call is
+# The error of an attempt the run's budget kept from being sent (`runner.cost.budget`): its call is
 # stamped `cancelled` with this detail, and the outcome row's detail reads `NOT_SENT_DETAIL`.
 BUDGET = "budget"
 NOT_SENT_DETAIL = f"{Transport.CANCELLED}: {BUDGET}"
@@ -108,6 +108,154 @@ class Schema(StrEnum):
     OK = "ok"
     FAIL = "fail"
     SKIPPED = "skipped"
+
+
+class Miss(Enum):
+    """The built-in miss codes, a closed set. A miss reads `<code>` or `<code>:<argument>`;
+    graders build every one with `Miss.of`, so no code is spelled in two places, and the docs'
+    reference lists them from here. A custom grader's own codes are its own.
+
+    Each member holds its code, the form of its argument, the expectation keys whose check
+    gives it (`(always)` for checks every case has) and what it means.
+    """
+
+    EMPTY_COMPLETION = (
+        "empty_completion",
+        "",
+        ("(always)",),
+        "the reply has no text and calls no tool",
+    )
+    MISSING = (
+        "missing",
+        "<needle>",
+        ("must_include",),
+        "the reply does not include the needle (compared case-insensitively)",
+    )
+    FORBIDDEN = (
+        "forbidden",
+        "<needle>",
+        ("must_not_include",),
+        "the reply includes the needle (compared case-insensitively)",
+    )
+    OVER_BUDGET = (
+        "over_budget",
+        "<len>><max>",
+        ("max_chars",),
+        "the reply is longer than `max_chars` characters (1200 unless the case says)",
+    )
+    TOO_VERBOSE = (
+        "too_verbose",
+        "<n>><max>",
+        ("max_sentences",),
+        "the reply has more sentences than `max_sentences`",
+    )
+    REGEX_MISMATCH = (
+        "regex_mismatch",
+        "<pattern>",
+        ("regex",),
+        "the pattern (RE2) is not found in the reply",
+    )
+    REGEX_FORBIDDEN = (
+        "regex_forbidden",
+        "<pattern>",
+        ("not_regex",),
+        "the pattern (RE2) is found in the reply",
+    )
+    FIELD_MISSING = (
+        "field_missing",
+        "<key>",
+        ("json_fields",),
+        "the JSON answer has no such field (or is no object)",
+    )
+    FIELD_MISMATCH = (
+        "field_mismatch",
+        "<key>",
+        ("json_fields",),
+        "the field's value is not JSON-equal to the expected one",
+    )
+    SCHEMA_VIOLATION = (
+        "schema_violation",
+        "<json path>",
+        ("json_schema",),
+        "the JSON answer breaks the schema at that location",
+    )
+    SCHEMA_TOO_COMPLEX = (
+        "schema_too_complex",
+        "",
+        ("json_schema", "tool_args_schema"),
+        "the reply's schema checks took more than 100,000 keyword checks: bounded by work, "
+        "never by the clock",
+    )
+    SCHEMA_TOO_DEEP = (
+        "schema_too_deep",
+        "",
+        ("json_schema", "tool_args_schema"),
+        "the reply's schema checks nested past 512 levels (a `$ref` that loops for this answer)",
+    )
+    SCHEMA_ERROR = (
+        "schema_error",
+        "<Class>",
+        ("json_schema", "tool_args_schema"),
+        "a reference in the schema could not be followed for this answer",
+    )
+    TOOL_MISSING = (
+        "tool_missing",
+        "<name>",
+        ("tool_calls",),
+        "no call of that name is left to match the expected call (all its checks fail)",
+    )
+    TOOL_ARG_MISSING = (
+        "tool_arg_missing",
+        "<name>.<key>",
+        ("tool_calls",),
+        "the matched call's arguments lack that field",
+    )
+    TOOL_ARG_MISMATCH = (
+        "tool_arg_mismatch",
+        "<name>.<key>",
+        ("tool_calls",),
+        "the matched call's argument is not JSON-equal to the expected one",
+    )
+    TOOL_UNEXPECTED = (
+        "tool_unexpected",
+        "<name>",
+        ("no_tool_calls",),
+        "the reply called a tool (once per name called)",
+    )
+    TOOL_UNKNOWN = (
+        "tool_unknown",
+        "<name>",
+        ("(always, when the case offers tools)",),
+        "the reply called a tool the case does not offer",
+    )
+    TOOL_ARGS_SCHEMA = (
+        "tool_args_schema",
+        "<name>:<json path>",
+        ("tool_args_schema",),
+        "a call's arguments break its tool's `parameters` at that location",
+    )
+    GRADER_ERROR = (
+        "grader_error",
+        "<Class>",
+        ("(a custom grader)",),
+        "the custom grader raised (or returned no list of strings); `grader_error:timeout`: "
+        "it ran past `grader_timeout_seconds`, and the reply is unscored",
+    )
+
+    def __init__(self, code: str, argument: str, keys: tuple[str, ...], meaning: str) -> None:
+        self.code = code
+        self.argument = argument
+        self.keys = keys
+        self.meaning = meaning
+
+    def of(self, argument: object = None) -> str:
+        """The miss as graders write it: the code, and `:argument` when the code takes one."""
+        return self.code if argument is None else f"{self.code}:{argument}"
+
+    @property
+    def form(self) -> str:
+        """How the miss reads, its argument's form included: `missing:<needle>`."""
+        return f"{self.code}:{self.argument}" if self.argument else self.code
 
 
 @record
@@ -124,8 +272,8 @@ class Case:
     """One golden case, normalised from any of the accepted fixture shapes.
 
     Exactly one of `prompt` and `messages` is set: a single user turn, or a conversation as
-    written (OpenAI-style turns, checked by `runner.casekeys`). `tools` are already read from
-    the file a row names, so nothing downstream touches the filesystem for them.
+    written (OpenAI-style turns, checked by `runner.request.casekeys`). `tools` are already read
+    from the file a row names, so nothing downstream touches the filesystem for them.
     """
 
     id: str

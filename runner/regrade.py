@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.cost.usage import Call, call_of
 from runner.errors import DataError
 from runner.gate import Folds, SideView
 from runner.jsontext import dumps
@@ -23,7 +24,6 @@ from runner.ledger import LedgerWriter, decode_line, read_jsonl, repair_tail
 from runner.model import ROW_ERRORS, Exchange, Outcome
 from runner.stamps import stamp
 from runner.suite import Suite
-from runner.usage import Call, call_of
 from runner.workers import available, line_spans, ordered
 
 Key = tuple[str, str, int]

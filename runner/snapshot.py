@@ -149,8 +149,17 @@ def _acceptable(verdict: Mapping[str, Any]) -> bool:
     )
 
 
+def promoted_from(snapshots_dir: Path, suite: str) -> str | None:
+    """The run dir the suite's snapshot was promoted from (its name), None without one; a
+    broken snapshot is a DataError (retention then cannot tell which run must stay)."""
+    doc = _read_snapshot(snapshot_path(snapshots_dir, suite))
+    named = doc.get("promoted_from") if doc is not None else None
+    return named if isinstance(named, str) else None
+
+
 @contextmanager
-def _locked(directory: Path) -> Iterator[None]:
+def promote_lock(directory: Path) -> Iterator[None]:
+    """Hold the snapshots' lock: no promote writes while the block runs."""
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / ".promote.lock").open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -204,7 +213,7 @@ def promote(
     calls = calls_at(run_dir)
     path = snapshot_path(snapshots_dir, suite)
     try:
-        with _locked(snapshots_dir):
+        with promote_lock(snapshots_dir):
             old_doc = _read_snapshot(path) or {"cases": {}}
             old: dict[str, Any] = old_doc["cases"]
             new = {

@@ -15,7 +15,7 @@ the exchange's `ttft_ms`, `queued_ms`, `backoff_ms` and `request_sha`.
 from __future__ import annotations
 
 from runner import protocols
-from runner.grading import GraderSet, grade
+from runner.grading.graders import GraderSet, grade
 from runner.model import Case, Exchange, Outcome, Schema, Transport
 
 _UNREAD = protocols.Read(None)  # a call that was not served has no reply to read

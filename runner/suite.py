@@ -15,9 +15,10 @@ from runner.errors import ConfigError, DataError
 from runner.files import file_problem
 from runner.fixtures.load import FixtureFile
 from runner.fixtures.refs import CaseRef, CaseRefs
-from runner.grading import GraderSet, check_case, load_graders
+from runner.grading.graders import GraderSet, check_case, load_graders
 from runner.model import SIDES, Case
-from runner.protocols.wire import Shape, turns
+from runner.protocols.wire import turns
+from runner.request.shape import Shape
 from runner.snapshot import load_snapshot, snapshot_path
 
 

@@ -171,7 +171,7 @@ def set_budget(root: Path, budget_usd: float) -> None:
 def estimates(loaded: Any) -> tuple[int, int, int]:
     """The suite's largest single-call estimate, its largest case's (both sides: what the
     budget reserves at once) and the sum of all, in picodollars."""
-    from runner.budget import Budget, meter_for
+    from runner.cost.budget import Budget, meter_for
     from runner.suite import prepare_suite
 
     suite = prepare_suite(loaded, "sim")
@@ -185,8 +185,8 @@ def estimates(loaded: Any) -> tuple[int, int, int]:
 
 
 def trials(args: argparse.Namespace) -> dict[str, Any]:
-    from runner.budget import PICO
     from runner.config import load_config
+    from runner.cost.budget import PICO
 
     rng = random.Random(args.seed)
     worst = worst_billed = -math.inf

@@ -2,7 +2,7 @@
 
 `record(section, **figures)` adds to the session's reliability figures, which conftest.py
 prints at the end of the run and writes to `$PARALLAX_RELIABILITY_JSON` (default
-`<pytest basetemp>/reliability.json`): the numbers in README's Reliability section come from it.
+`<pytest basetemp>/reliability.json`): the figures in docs/operations/reliability.md come from it.
 """
 
 from __future__ import annotations

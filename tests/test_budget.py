@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 from llmockkit import LlmockServer, Protocol
 from relkit import RUN_TIMEOUT, run_parallax
 
-from runner.budget import (
+from runner.client.endpoint import HttpEndpoint
+from runner.config import EndpointConfig, Price, RetryPolicy, Timeouts, load_config
+from runner.cost.budget import (
     PICO,
     TOOLS_ALLOWANCE,
     Budget,
@@ -30,14 +32,12 @@ from runner.budget import (
     refused,
     spend_of,
 )
-from runner.client.endpoint import HttpEndpoint
-from runner.config import EndpointConfig, Price, RetryPolicy, Timeouts, load_config
+from runner.cost.usage import micro_usd
 from runner.errors import ConfigError
 from runner.jsontext import dumps
 from runner.model import Attempt, Case, Exchange, Transport
 from runner.protocols import wire_for
-from runner.protocols.wire import PLAIN
-from runner.usage import micro_usd
+from runner.request.shape import PLAIN
 
 PRICE = Price(input_per_mtok=10, output_per_mtok=30)
 CASE = Case(id="c", prompt="Name the SKU.", expect={}, fixture_sha="f" * 16, path="x", line=1)

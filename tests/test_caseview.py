@@ -512,7 +512,7 @@ def test_request_bodies_of_each_protocol_read_as_sent() -> None:
     from runner.config import EndpointConfig
     from runner.fixtures.load import load_cases
     from runner.protocols import anthropic_messages, http_json, openai_chat
-    from runner.protocols.wire import PLAIN
+    from runner.request.shape import PLAIN
 
     case = next(
         c for c in load_cases(REPO / "fixtures" / "tools.jsonl") if c.id == "tool.order.answered"

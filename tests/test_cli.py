@@ -29,7 +29,7 @@ SCRIPT = Path(sys.executable).parent / "parallax"
 SUITES = ("ceiling", "support", "cities", "tools")
 SUBCOMMANDS = (
     *("run", "replay", "promote", "pin", "diff", "grade", "validate", "init", "import"),
-    *("serve", "health", "report", "history"),
+    *("serve", "health", "report", "history", "prune"),
 )
 READS_NO_CONFIG = ("init", "import")  # commands whose --help has no 78 to list
 RUN_FILES = ("manifest.json", "raw.jsonl", "outcomes.jsonl", "disagreement.json", "summary.json")
@@ -307,6 +307,31 @@ def test_demo_run_writes_every_file_of_each_run_dir(
         assert load(run_dir / "summary.json")["suite"] == suite
         assert load(run_dir / "manifest.json")["run_id"] == run_dir.name
         assert not (REPO / "runs" / suite / run_dir.name).exists()
+
+
+# summary.json's keys as the README's "A run directory" lists them (samples' noise_floor and an
+# unstratified suite's strata_note come only with what asks for them)
+SUMMARY_KEYS = frozenset(
+    {
+        *("version", "run_id", "suite", "mode", "parent", "parent_finished", "started_at"),
+        *("finished_at", "exit_code", "verdict", "cases", "samples", "admitted", "unadmitted"),
+        *("gate_counts", "review", "flaky", "grader_errors", "incomplete", "retired"),
+        *("stratified", "strata", "stratum_alerts", "served_models", "alias_drift"),
+        *("request_changed", "unscored", "paired", "significant_regression", "not_non_inferior"),
+        *("regressions", "latency_regression", "cost_regression", "quiet_cases", "fail_on"),
+        *("usage", "budget"),
+    }
+)
+
+
+def test_demo_run_summaries_hold_every_documented_key(
+    demo_run: tuple[Path, Any, dict[str, bytes]],
+) -> None:
+    """Each suite's summary.json holds every key the README documents, and no other."""
+    root, _, _ = demo_run
+    for suite in SUITES:
+        keys = set(load(only_run_dir(root, suite) / "summary.json"))
+        assert keys - {"noise_floor", "strata_note"} == SUMMARY_KEYS, suite
 
 
 def test_demo_run_covers_the_gate_classes(demo_run: tuple[Path, Any, dict[str, bytes]]) -> None:
@@ -1527,7 +1552,7 @@ def test_a_bug_in_a_command_without_a_run_exits_70_with_its_traceback(
     def broken(*args: Any) -> None:
         raise KeyError("side")
 
-    monkeypatch.setattr(diff, "diff_ledgers", broken)
+    monkeypatch.setattr(diff, "compare", broken)
     code = main(["diff", "a.jsonl", "a.jsonl"])
     out, err = capsys.readouterr()
     assert (code, out) == (70, "")

@@ -17,9 +17,9 @@ from clockkit import VirtualClock
 from runner.client.endpoint import HttpEndpoint
 from runner.client.retry import decide_retry
 from runner.config import EndpointConfig, RetryPolicy, Timeouts
-from runner.grading import GraderSet
+from runner.grading.graders import GraderSet
 from runner.model import Case, Exchange, Outcome
-from runner.protocols.wire import Shape
+from runner.request.shape import Shape
 from runner.stamps import stamp
 
 SSE = {"content-type": "text/event-stream"}

@@ -515,7 +515,7 @@ def test_a_variable_is_read_as_the_number_it_spells(
         monkeypatch.delenv("PARALLAX_TEST_VALUE", raising=False)
     else:
         monkeypatch.setenv("PARALLAX_TEST_VALUE", value)
-    priced = 'model = "\\1"\nprice = { input_per_mtok = 1, output_per_mtok = 1 }'
+    priced = 'model = "\\1"\nmax_tokens = 64\nprice = { input_per_mtok = 1, output_per_mtok = 1 }'
     text = line + "\n" + re.sub(r'model = "(\w+-model)"', priced, MINIMAL)
     config = load_config(write(tmp_path, text)).config
     name = line.split(" = ", maxsplit=1)[0]
@@ -547,9 +547,10 @@ def test_a_variable_in_a_text_key_stays_text(
     it looks like a number: only a key that is no text reads a number from it."""
     monkeypatch.setenv("PARALLAX_TEST_VALUE", "123")
     var = '"${PARALLAX_TEST_VALUE}"'
-    text = _in_cand(f"headers = {{ X-Team = {var} }}\nparams = {{ user = {var} }}").replace(
-        'model = "cand-model"', 'model = "${PARALLAX_TEST_VALUE}"'
-    )
+    text = _in_cand(
+        f"headers = {{ X-Team = {var} }}\nparams = {{ user = {var} }}\n"
+        'body_env = ["PARALLAX_TEST_VALUE"]'
+    ).replace('model = "cand-model"', 'model = "${PARALLAX_TEST_VALUE}"')
     cand = load_config(write(tmp_path, text)).endpoint("cand")
     assert (cand.model, cand.headers, cand.params) == ("123", {"X-Team": "123"}, {"user": "123"})
     assert {type(cand.model), type(cand.headers["X-Team"]), type(cand.params["user"])} == {str}
@@ -639,7 +640,9 @@ def test_a_price_budget_or_max_tokens_past_any_real_one_is_refused_at_load(
 
 def test_the_largest_price_and_budget_load(tmp_path: Path) -> None:
     """The bounds themselves are amounts a config may name."""
-    text = "budget_usd = 1e9\n" + _PRICED.replace("input_per_mtok = 3,", "input_per_mtok = 1e6,")
+    text = "budget_usd = 1e9\n" + _PRICED.replace(
+        "input_per_mtok = 3,", "input_per_mtok = 1e6,"
+    ).replace("price = {", "max_tokens = 64\nprice = {")
     loaded = load_config(write(tmp_path, text))
     assert (loaded.budget_usd("cities"), loaded.endpoint("ref").price) == (
         1e9,

@@ -110,8 +110,8 @@ def test_the_restricted_check_rejects_what_the_admission_would() -> None:
 def test_pods_carry_the_label_the_logql_queries_select(
     where: str, template: dict[str, Any]
 ) -> None:
-    """README's LogQL selects {app="parallax"}: every pod template carries that label."""
-    assert '{app="parallax"}' in (REPO / "README.md").read_text()
+    """The alerting guide's LogQL selects {app="parallax"}: every pod template carries it."""
+    assert '{app="parallax"}' in (REPO / "docs" / "how-to" / "alerting.md").read_text()
     assert template["metadata"]["labels"]["app"] == "parallax", where
 
 
@@ -184,3 +184,19 @@ def test_the_dockerfile_names_its_base_once_and_checks_health_plainly() -> None:
     assert "ARG PYTHON_IMAGE=python:3.11-slim" in lines
     (health,) = [line for line in lines if line.startswith("HEALTHCHECK ")]
     assert json.loads(health.partition(" CMD ")[2]) == ["parallax", "health"]
+
+
+def test_the_installed_package_ships_every_subpackage() -> None:
+    """The Dockerfile installs parallax with `pip install .` (no editable install), which
+    ships only the packages pyproject.toml lists: every package under runner/ must be one, or
+    a command that imports it (`parallax import`) fails in the image."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(init.parent.relative_to(REPO).parts)
+        for init in (REPO / "runner").rglob("__init__.py")
+    }
+    assert found - listed == set()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runner.diff import classify_pair, diff_ledgers, exit_code
+from runner.diff import classify_pair, compare, exit_code
 from runner.errors import DataError
 
 # Seed 004's worked example, verbatim (runs/accepted.jsonl and runs/shadow.jsonl).
@@ -56,7 +56,7 @@ def test_seed_004_example_counts_and_exit_code(tmp_path: Path) -> None:
     """The seed's two ledgers give one transport miss, one regression and one fixture move."""
     base = write(tmp_path, "accepted.jsonl", SEED_ACCEPTED)
     cand = write(tmp_path, "shadow.jsonl", SEED_SHADOW)
-    counts = diff_ledgers(base, cand)
+    counts = compare(base, cand)[0]
     expected = {"other": 1, "schema_miss": 0, "silent_regression": 1, "transport_miss": 1}
     assert expected == counts
     expected = 3
@@ -118,7 +118,7 @@ def test_parallax_rows_are_paired_by_case_side_and_sample(tmp_path: Path) -> Non
             row(case_id="only-in-cand", task_score=0.0),
         ],
     )
-    counts = diff_ledgers(base, cand)
+    counts = compare(base, cand)[0]
     expected = {"other": 1, "schema_miss": 0, "silent_regression": 1, "transport_miss": 1}
     assert expected == counts
     expected = 3
@@ -129,7 +129,7 @@ def test_a_schema_miss_alone_is_incomplete(tmp_path: Path) -> None:
     """Only schema misses: exit 2, never counted as a regression."""
     base = ledger(tmp_path, "b.jsonl", [row()])
     cand = ledger(tmp_path, "c.jsonl", [row(schema="fail", task_score=None)])
-    counts = diff_ledgers(base, cand)
+    counts = compare(base, cand)[0]
     expected = {"other": 0, "schema_miss": 1, "silent_regression": 0, "transport_miss": 0}
     assert expected == counts
     expected = 2
@@ -180,7 +180,7 @@ def test_a_malformed_ledger_names_file_and_line(tmp_path: Path, text: str, reaso
     bad = write(tmp_path, "bad.jsonl", text)
     good = ledger(tmp_path, "good.jsonl", [row()])
     with pytest.raises(DataError) as info:
-        diff_ledgers(good, bad)
+        compare(good, bad)[0]
     assert f"{bad}:2: {reason}" == str(info.value)
 
 

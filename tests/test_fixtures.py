@@ -20,7 +20,7 @@ from runner.fixtures import validate
 from runner.fixtures.load import FixtureFile, load_cases, pin_lines
 from runner.fixtures.pin import fixture_sha
 from runner.fixtures.refs import CaseRef, CaseRefs, RefFields
-from runner.grading import GraderSet, check_case
+from runner.grading.graders import GraderSet, check_case
 from runner.model import Case, ToolCall
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -1371,10 +1371,11 @@ def test_a_well_formed_conversation_loads_and_loses_no_tool_turn(
 
 
 def test_the_readme_conversation_example_loads(tmp_path: Path) -> None:
-    """The Fixtures reference's conversation and its tools file load as written (one line)."""
+    """The tool-call guide's conversation and its tools file load as written (one line)."""
     import re
 
-    readme = (FIXTURES.parent / "README.md").read_text(encoding="utf-8")
+    guide = FIXTURES.parent / "docs" / "how-to" / "tools-and-structured-output.md"
+    readme = guide.read_text(encoding="utf-8")
     blocks = re.findall(r"```json\n(.*?)```", readme, re.DOTALL)
     (row,) = [block for block in blocks if '"weather-followup"' in block]
     (tools,) = [block for block in blocks if block.startswith('[{"type": "function"')]

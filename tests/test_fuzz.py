@@ -22,11 +22,11 @@ from relkit import record
 
 from runner.cli import main
 from runner.config import load_config
-from runner.diff import diff_ledgers
+from runner.diff import compare
 from runner.errors import ConfigError, DataError, ParallaxError, UsageError
 from runner.fixtures.load import load_cases
 from runner.ledger import read_jsonl
-from runner.recorded import load_cassette
+from runner.recorded.endpoint import load_cassette
 from runner.regrade import read_exchanges, read_outcomes
 from runner.runs.run import run_suite
 from runner.runs.rundir import read_manifest
@@ -86,7 +86,7 @@ READERS: dict[str, tuple[Callable[[Path], Any], tuple[type[ParallaxError], ...]]
     "exchanges": (lambda p: list(read_exchanges(p)), (DataError,)),
     "outcomes": (lambda p: list(read_outcomes(p)), (DataError,)),
     "snapshot": (load_snapshot, (DataError,)),
-    "diff": (lambda p: diff_ledgers(p, p), (DataError, UsageError)),  # 64: nothing shared
+    "diff": (lambda p: compare(p, p), (DataError, UsageError)),  # 64: nothing shared
 }
 
 

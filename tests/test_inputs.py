@@ -363,7 +363,7 @@ def test_grading_never_fetches_a_ref_either(
 ) -> None:
     """Below the load check, the grader's own validator resolves refs in the schema only: an
     answer that reaches a ref to elsewhere is a schema error, the URL never asked."""
-    from runner.grading import _schema_violations
+    from runner.grading.checks import schema_violations
 
     url, hits = schema_server
     (tmp_path / "schema.json").write_text('{"type": "string"}')
@@ -371,6 +371,6 @@ def test_grading_never_fetches_a_ref_either(
     for ref in (url, (tmp_path / "schema.json").as_uri()):
         for keyword in ("$ref", "$dynamicRef"):
             schema = {"properties": {"a": {keyword: ref}}}
-            assert _schema_violations({"a": 1}, schema) == ["schema_error:WrappedReferencingError"]
+            assert schema_violations({"a": 1}, schema) == ["schema_error:WrappedReferencingError"]
     assert hits == []
     assert tmp_path / "schema.json" not in opened

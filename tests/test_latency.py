@@ -127,7 +127,7 @@ async def test_a_retried_call_is_as_slow_as_its_final_attempt_and_its_backoff_is
 async def test_the_waits_reach_raw_and_outcome_rows() -> None:
     """queued_ms and backoff_ms are written with the exchange and copied to its outcome row;
     a row written before they existed reads them as unknown."""
-    from runner.grading import GraderSet
+    from runner.grading.graders import GraderSet
     from runner.stamps import stamp
 
     clock = VirtualClock()

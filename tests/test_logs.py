@@ -287,14 +287,3 @@ def test_a_log_line_never_holds_a_number_that_is_not_finite(
     logs.get_logger().info(logs.RUN_FINISHED, cost_usd={"candidate": math.inf}, ratio=math.nan)
     line = json.loads(capsys.readouterr().out, parse_constant=pytest.fail)
     assert (line["cost_usd"], line["ratio"]) == ({"candidate": None}, None)
-
-
-def test_the_readme_lists_every_log_event_and_exit_code() -> None:
-    """Event names and exit codes are the alerting contract: each is in the README's tables."""
-    from runner import logs
-
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    rows = [line.split(" | ")[0] for line in readme.splitlines() if line.startswith("| ")]
-    assert [e for e in logs.EVENTS if not any(f"`{e}`" in row for row in rows)] == []
-    codes = (0, 1, 2, 3, 64, 65, 70, 74, 78, 130, 141, 143)
-    assert [c for c in codes if f"| {c}" not in rows] == []

@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 from llmockkit import LlmockServer, Protocol
 
 from runner.arguments import EVALS_CHECKS
-from runner.casekeys import ToolFiles
 from runner.fixtures.check import to_case
 from runner.fixtures.parse import Row
-from runner.grading import GraderSet, grade, load_graders
+from runner.grading.graders import GraderSet, grade, load_graders
 from runner.importers.openai_evals import Check, import_samples
 from runner.importers.suite import CASES_FILE
 from runner.model import Reply
+from runner.request.casekeys import ToolFiles
 from runner.scaffold import Provider
 
 DATA = Path(__file__).resolve().parent / "data" / "importers"

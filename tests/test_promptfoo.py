@@ -19,15 +19,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from llmockkit import LlmockServer, Protocol
 
-from runner.casekeys import ToolFiles
 from runner.errors import DataError
 from runner.fixtures.check import to_case
 from runner.fixtures.parse import Row
-from runner.grading import GraderSet, grade
+from runner.grading.graders import GraderSet, grade
 from runner.importers.promptfoo_asserts import map_assertions
 from runner.importers.suite import CASES_FILE, Notes
 from runner.importers.yamlfile import load_yaml
 from runner.model import Reply
+from runner.request.casekeys import ToolFiles
 
 DATA = Path(__file__).resolve().parent / "data" / "importers" / "promptfoo"
 PARALLAX = [sys.executable, "-m", "runner"]
@@ -273,7 +273,7 @@ def test_a_text_assertion_passes_exactly_when_promptfoo_s_would(
         ({"type": "not-contains-all", "value": ["a", "b"]}, "has no parallax form"),
         ({"type": "not-is-json"}, "not JSON"),
         ({"type": "contains", "value": "x", "transform": "output.trim()"}, "`transform`"),
-        ({"type": "regex", "value": "[^]"}, "does not compile"),
+        ({"type": "regex", "value": "[^]"}, "cannot be searched by RE2"),
         ({"type": "latency", "threshold": 500}, "latency_regression"),
         ({"type": "levenshtein", "value": "hello", "threshold": 5}, "no parallax check"),
     ],

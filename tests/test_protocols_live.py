@@ -25,11 +25,11 @@ from llmockkit import (
 
 from runner.client.endpoint import HttpEndpoint
 from runner.config import EndpointConfig, RetryPolicy, Timeouts
-from runner.grading import GraderSet
+from runner.grading.graders import GraderSet
 from runner.jsontext import dumps
 from runner.model import Case, Exchange, Outcome, Reply
 from runner.protocols import read
-from runner.protocols.wire import Shape
+from runner.request.shape import Shape
 from runner.stamps import stamp
 
 FINISH = {Protocol.OPENAI: ("stop", "tool_calls"), Protocol.ANTHROPIC: ("end_turn", "tool_use")}

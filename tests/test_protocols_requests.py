@@ -17,8 +17,8 @@ from runner.config import EndpointConfig
 from runner.errors import FixtureError
 from runner.model import Case, Exchange
 from runner.protocols import wire_for
-from runner.protocols.wire import PLAIN, Shape
-from runner.templates import PromptTemplate
+from runner.request.shape import PLAIN, Shape
+from runner.request.templates import PromptTemplate
 
 OPENAI = "openai-chat"
 ANTHROPIC = "anthropic-messages"

@@ -18,10 +18,7 @@ from relkit import RUN_TIMEOUT, run_parallax
 from structlog.testing import capture_logs
 
 from runner.config import Price, Thresholds, load_config
-from runner.errors import ConfigError
-from runner.gate import Folds
-from runner.model import Outcome
-from runner.regressions import (
+from runner.cost.regressions import (
     MAX_DRAWS,
     MIN_PAIRS,
     Finding,
@@ -30,9 +27,12 @@ from runner.regressions import (
     ratio_test,
     regressions,
 )
+from runner.cost.usage import call_of
+from runner.errors import ConfigError
+from runner.gate import Folds
+from runner.model import Outcome
 from runner.runs.mode import RunMode
 from runner.runs.run import run_suite
-from runner.usage import call_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -493,7 +493,7 @@ def test_too_few_paired_cases_fail_the_gate_closed(tmp_path: Path) -> None:
 def test_a_cassette_elapsed_ms_must_be_a_whole_number(tmp_path: Path) -> None:
     """A recorded latency that is negative or not an integer is a bad row (exit 65)."""
     from runner.errors import DataError
-    from runner.recorded import load_cassette
+    from runner.recorded.endpoint import load_cassette
 
     _cassette(tmp_path, [{"case_id": "c00", "completion": "yes", "elapsed_ms": -1}])
     with pytest.raises(DataError) as raised:
@@ -577,7 +577,8 @@ def test_a_live_run_against_llmock_gates_on_the_cost_its_replies_report(
 
 
 def _worked_example(root: Path) -> None:
-    """The README's worked example: 40 cases, a small model and a large one at two prices."""
+    """The latency and cost guide's worked example: 40 cases, a small model and a large one at
+    two prices."""
     rng = random.Random(7)
     cases, rows = [], []
     for i in range(40):
@@ -616,12 +617,12 @@ def _worked_example(root: Path) -> None:
 
 
 def test_the_readme_worked_example_prints_what_the_readme_shows(tmp_path: Path) -> None:
-    """The README's two models at two prices: the run exits 1 on cost, and every usage and
-    gate line the README shows is the one the stderr summary prints."""
+    """The latency and cost guide's two models at two prices: the run exits 1 on cost, and
+    every usage and gate line the guide shows is the one the stderr summary prints."""
     _worked_example(tmp_path)
     done = run_parallax("run", "--config", "parallax.toml", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
-    readme = (ROOT / "README.md").read_text("utf-8")
+    readme = (ROOT / "docs" / "how-to" / "latency-cost-gates.md").read_text("utf-8")
     shown = readme[readme.index("parallax · qa: REVIEW (exit 1)") :].split("```")[0]
     lines = [line for line in shown.splitlines() if line.strip() and line.strip() != "..."]
     assert len(lines) == 8

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runner.grading import GraderSet
+from runner.grading.graders import GraderSet
 from runner.model import Attempt, Case, Exchange, Outcome, Response, Transport
 from runner.stamps import stamp
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from runner.errors import ConfigError, FixtureError
 from runner.fixtures.pin import fixture_sha
-from runner.templates import PromptTemplate, _jinja, load_template, request_sha
+from runner.request.templates import PromptTemplate, _jinja, load_template, request_sha
 
 KEY = "endpoints.candidate.user_template"
 

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner import grading, toolgrade
+from runner.grading import checks
+from runner.grading import tools as toolgrade
+from runner.grading.tools import _assign, grade_tools, tool_expect_problem
 from runner.model import Grade
 from runner.protocols.message import ToolCall
-from runner.toolgrade import _assign, grade_tools, tool_expect_problem
 
 
 def called(name: str, arguments: dict[str, Any] | None = None) -> ToolCall:
@@ -118,7 +119,7 @@ def test_argument_values_compare_as_json(got: Any, want: Any, equal: bool) -> No
         [called("lookup.v2", {"q": got})], {"tool_calls": [expected("lookup.v2", q=want)]}
     )
     assert grade.misses == (() if equal else ("tool_arg_mismatch:lookup.v2.q",))
-    assert grading._json_equal(got, want) is equal  # the one definition, imported
+    assert checks.json_equal(got, want) is equal  # the one definition, imported
 
 
 def test_names_and_keys_are_verbatim_in_misses() -> None:
@@ -337,15 +338,15 @@ def test_schema_check_uses_gradings_bounded_validator(monkeypatch: pytest.Monkey
     reply of many calls gets grading's whole-reply work bound once: the call that crosses it
     is `schema_too_complex`, the calls past it go unchecked, and which call that is depends
     on the reply alone, never on the machine."""
-    monkeypatch.setattr(grading, "SCHEMA_STEPS", 400)
+    monkeypatch.setattr(checks, "SCHEMA_STEPS", 400)
     checked: list[Any] = []
-    real = grading._schema_violations
+    real = toolgrade.schema_violations
 
     def counted(answer: Any, schema: Mapping[str, Any], work: Any = None) -> list[str]:
         checked.append(answer)
         return real(answer, schema, work)
 
-    monkeypatch.setattr(grading, "_schema_violations", counted)
+    monkeypatch.setattr(toolgrade, "schema_violations", counted)
     slow = tool("find", {"type": "object", "properties": {"q": {"pattern": "^(a|aa)+$"}}})
     calls = [called("find", {"q": "a" * 60 + "b"}) for _ in range(500)]
     grade = grade_tools(calls, {"tool_args_schema": True}, [slow])

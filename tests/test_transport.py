@@ -17,15 +17,15 @@ from faultserver import FaultServer
 
 from runner.client.endpoint import HttpEndpoint
 from runner.client.stamp import CONFIG_ERRORS, classify
-from runner.config import EndpointConfig, RetryPolicy, Timeouts
-from runner.errors import ConfigError
-from runner.model import Case, Exchange, Transport
-from runner.transport import (
+from runner.client.transport import (
     AIOHTTP_EXCEPTION_MAP,
     AiohttpTransport,
     httpx_class_for,
     map_aiohttp_exception,
 )
+from runner.config import EndpointConfig, RetryPolicy, Timeouts
+from runner.errors import ConfigError
+from runner.model import Case, Exchange, Transport
 
 CONFIG = "config"  # a request that could never be sent: ConfigError, exit 78
 NOT_HTTP = "not raised by an HTTP request"

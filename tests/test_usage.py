@@ -11,10 +11,10 @@ from llmockkit import LlmockServer, Protocol
 from relkit import run_parallax
 
 from runner.config import Price, load_config
+from runner.cost.usage import Call, Tokens, UsageFold, call_of, cost_usd, percentiles, tokens_of
 from runner.errors import ConfigError
 from runner.gate import Folds
 from runner.model import Outcome
-from runner.usage import Call, Tokens, UsageFold, call_of, cost_usd, percentiles, tokens_of
 
 
 def _outcome(side: str = "candidate", **fields: Any) -> Outcome:
@@ -346,7 +346,8 @@ def _recorded_suite(
     (tmp_path / "parallax.toml").write_text(
         f'runs_dir = "runs"\nsnapshots_dir = "snapshots"\n{top}\n'
         + "".join(
-            f'[endpoints.{n}]\nkind = "recorded"\ncassette = "c.jsonl"\nprice = {price}\n{extra}'
+            f'[endpoints.{n}]\nkind = "recorded"\ncassette = "c.jsonl"\nmax_tokens = 64\n'
+            f"price = {price}\n{extra}"
             for n in ("ref", "cand")
         )
         + '[suites.s]\nfixtures = "f.jsonl"\nreference = "ref"\ncandidate = "cand"\n',

@@ -27,17 +27,17 @@ import anyio
 import httpx
 
 from runner import logs
-from runner.budget import Meter, refusal
 from runner.client.body import read_body
 from runner.client.record import KEPT_HEADERS, body_text, kept_headers, plain_headers
 from runner.client.retry import decide_retry, retry_after_of
 from runner.client.stamp import CAUGHT, CONFIG_ERRORS, BodyTooLarge, classify
 from runner.config import EndpointConfig
+from runner.cost.budget import Meter, refusal
 from runner.errors import ConfigError
 from runner.jsontext import dumps
 from runner.model import Attempt, Case, Exchange, Response, Transport
 from runner.protocols import Wire, first_token, is_event_stream, stream_end, wire_for
-from runner.protocols.wire import PLAIN, Shape
+from runner.request.shape import PLAIN, Shape
 from runner.shutdown import NotStarted, may_start
 
 MESSAGE_CHARS = 300
@@ -173,7 +173,7 @@ class HttpEndpoint:
             ).as_dict()
         }
         if transport is None:  # httpx's own pool costs milliseconds of CPU per call (bench/)
-            from runner.transport import AiohttpTransport
+            from runner.client.transport import AiohttpTransport
 
             transport = AiohttpTransport(limit=cfg.concurrency)
         self._transport = transport

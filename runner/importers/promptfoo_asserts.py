@@ -281,10 +281,7 @@ def _schema(value: Any, render: Render, base_dir: Path) -> Any:
 
 
 def _pattern_problem(pattern: str) -> str | None:
-    import regex
+    from runner.grading.checks import pattern_problem  # RE2, the engine grading searches with
 
-    try:
-        regex.compile(pattern)
-    except regex.error as exc:
-        return f"the pattern does not compile as a Python pattern ({exc})"
-    return None
+    why = pattern_problem(pattern)
+    return None if why is None else f"the pattern cannot be searched by RE2 ({why})"

@@ -23,7 +23,7 @@ from runner.errors import ConfigError, DataError, FixtureError
 from runner.files import Unreadable, read_regular
 from runner.importers.suite import Ids, Notes, slug, source_file
 from runner.importers.yamlfile import load_yaml
-from runner.templates import PromptTemplate
+from runner.request.templates import PromptTemplate
 
 _TEXT_FILES = (".txt", ".md", ".j2", ".prompt", "")
 

@@ -140,9 +140,9 @@ def js_text(value: Any) -> str | None:
 def row_problem(row: Mapping[str, Any], line: int) -> str | None:
     """Why parallax's fixture loader would refuse `row`, or None: an importer leaves such a
     case out and lists it instead of writing a file that fails to load."""
-    from runner.casekeys import ToolFiles
     from runner.fixtures.check import to_case
     from runner.fixtures.parse import Row
+    from runner.request.casekeys import ToolFiles
 
     try:
         json.dumps(row, allow_nan=False)

@@ -52,13 +52,13 @@ from runner.protocols.wire import (
     TOOL,
     USER,
     Kind,
-    Shape,
     Wire,
     json_headers,
     plain,
     text_of,
     turns,
 )
+from runner.request.shape import Shape
 
 if TYPE_CHECKING:
     from runner.config import EndpointConfig

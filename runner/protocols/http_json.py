@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import FixtureError
 from runner.model import Case
 from runner.protocols.message import Message, facts_of, load_json
-from runner.protocols.wire import Kind, Shape, Wire, bearer, json_headers
+from runner.protocols.wire import Kind, Wire, bearer, json_headers
+from runner.request.shape import Shape
 
 if TYPE_CHECKING:
     from runner.config import EndpointConfig

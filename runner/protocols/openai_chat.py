@@ -33,7 +33,8 @@ from runner.protocols.message import (
     load_json,
     str_or_none,
 )
-from runner.protocols.wire import Kind, Shape, Wire, bearer, json_headers, plain, turns
+from runner.protocols.wire import Kind, Wire, bearer, json_headers, plain, turns
+from runner.request.shape import Shape
 
 if TYPE_CHECKING:
     from runner.config import EndpointConfig

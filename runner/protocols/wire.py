@@ -8,9 +8,10 @@ stream, None where the protocol has no stream, with `carries_token` to date its 
 a protocol is a module with those functions, one `Kind` member and one line in the package's
 registry.
 
-Every body is built from the case and the endpoint's `Shape` (its prompt templates, extra
-`params` and `stream` flag; the config builds it when it loads). `turns` is the one rule for
-what a case says, in OpenAI's form; a protocol only maps those turns to its own wire shape.
+Every body is built from the case and the endpoint's `Shape` (`runner.request.shape`: its
+prompt templates, extra `params` and `stream` flag; the config builds it when it loads).
+`turns` is the one rule for what a case says, in OpenAI's form; a protocol only maps those
+turns to its own wire shape.
 """
 
 from __future__ import annotations
@@ -18,15 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from runner.model import Case
+from runner.request.shape import Shape
 
 if TYPE_CHECKING:  # the config (pydantic) is only a type here
     from runner.config import EndpointConfig
     from runner.protocols.message import Message, StreamFold
-    from runner.templates import PromptTemplate
 
 SYSTEM = "system"
 USER = "user"
@@ -40,64 +40,6 @@ class Kind(StrEnum):
     OPENAI_CHAT = "openai-chat"
     ANTHROPIC_MESSAGES = "anthropic-messages"
     HTTP_JSON = "http-json"
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """How one endpoint shapes its requests beyond the case: its templates, compiled once at
-    load, its extra body keys and stream flag, and `request_sha`, the digest that pins them
-    with its protocol, model alias, temperature and max_tokens (`templates.request_sha`).
-
-    `system_prompt` and `user_prompt` are the one rule for what a case is sent: a protocol asks
-    them instead of reading the case's `system` and `prompt` itself.
-    """
-
-    system: PromptTemplate | None
-    user_template: PromptTemplate | None
-    params: Mapping[str, Any]
-    stream: bool
-    request_sha: str | None
-
-    def system_prompt(
-        self,
-        *,
-        case_id: str,
-        prompt: str | None,
-        system: str | None,
-        vars: Mapping[str, str] | None,
-        path: str,
-        line: int | None,
-    ) -> str | None:
-        """The system prompt sent for a case: the endpoint's system template rendered over it,
-        else the case's own `system` (None: no system prompt). For a `messages` case it is the
-        leading system turn, replaced or added, when the endpoint sets a template."""
-        if self.system is None:
-            return system
-        return self.system.render(
-            case_id=case_id, prompt=prompt, system=system, vars=vars, path=path, line=line
-        )
-
-    def user_prompt(
-        self,
-        *,
-        case_id: str,
-        prompt: str | None,
-        system: str | None,
-        vars: Mapping[str, str] | None,
-        path: str,
-        line: int | None,
-    ) -> str | None:
-        """The user turn sent for a prompt case: the endpoint's user template rendered over it,
-        else the prompt. A `messages` case (prompt None) is sent as written: None."""
-        if self.user_template is None or prompt is None:
-            return prompt
-        return self.user_template.render(
-            case_id=case_id, prompt=prompt, system=system, vars=vars, path=path, line=line
-        )
-
-
-# the shape of an endpoint that sets none: the case as written, nothing streamed
-PLAIN = Shape(None, None, MappingProxyType({}), False, None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,9 @@ from types import TracebackType
 from typing import Any
 
 from runner import protocols
+from runner.cost.usage import Tokens, cost_usd, tokens_of
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, SCHEMA_MISS, TRANSPORT_MISS
+from runner.grading.tools import offered_tools
 from runner.jsontext import loads
 from runner.ledger import read_json_map
 from runner.model import ROW_ERRORS, SIDES, Case, Exchange, Outcome, ToolCall, record
@@ -33,8 +35,6 @@ from runner.reports.marks import mark, needles
 from runner.reports.requestview import RequestView, request_view
 from runner.reports.runinputs import Expectation, Found, Given, RunInputs
 from runner.reports.wordiff import Piece, WordDiff, shown_words, word_diff
-from runner.toolgrade import offered_tools
-from runner.usage import Tokens, cost_usd, tokens_of
 
 RAW_FILE = "raw.jsonl"
 
@@ -457,7 +457,9 @@ class RunCases:
             if problem:
                 notes.append(problem)
             text, cut = _cap(line[: caps.raw * 4].decode("utf-8", "replace"), caps.raw)
-            raw = RawView(text, cut or len(line) > caps.raw * 4, first.line, first.size)
+            raw = RawView(  # `file` is raw.jsonl.gz once retention compressed the run
+                text, cut or len(line) > caps.raw * 4, first.line, first.size, self.raw.path.name
+            )
         outcomes = [] if caps.brief else self._samples(case_id, side)
         case = found.case
         if exchange is None:

@@ -21,8 +21,9 @@ from typing import Any
 
 from markupsafe import Markup
 
-from runner import __version__, regressions, usage
-from runner.budget import budget_line
+from runner import __version__
+from runner.cost import regressions, usage
+from runner.cost.budget import budget_line
 from runner.gate import GATE_CLASSES
 from runner.history import mapping_of, pass_rate_of, run_labels, strings_of
 from runner.model import SIDES, STRATA
@@ -41,7 +42,7 @@ from runner.reports.verdict import (
     request_sides,
     said,
 )
-from runner.requestsha import request_lines
+from runner.request.sha import request_lines
 
 VERDICT_COLOURS = {
     "clean": "#047857",

@@ -3,7 +3,9 @@
 A report opens every case of a run, and a 20,000-case raw.jsonl is hundreds of megabytes of
 request and reply bodies: held as exchanges it would be the largest thing a report touches.
 So a ledger is read once for the key, line number and byte span of each row, and a case's
-rows are read again, by their span, only while its detail is built.
+rows are read again, by their span, only while its detail is built. A ledger retention keeps
+compressed (`raw.jsonl.gz`) has no byte spans to read by: it is decompressed once into an
+anonymous temporary file, which the spans then index (bench/retention.py measures the cost).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from runner.errors import DataError
 from runner.jsontext import loads
+from runner.ledger import packed_path, unpack_temporary
 from runner.model import record
 
 
@@ -54,12 +58,15 @@ class LedgerIndex:
 
     def _scan(self) -> None:
         try:
-            self._fd = os.open(self.path, os.O_RDONLY)
+            self._fd = self._open()
         except FileNotFoundError:
             self.problems.append(f"{self.path.name}: missing")
             return
         except OSError as exc:
-            self.problems.append(f"{self.path.name}: cannot read: {exc.strerror}")
+            self.problems.append(f"{self.path.name}: cannot read: {exc.strerror or exc}")
+            return
+        except DataError as exc:
+            self.problems.append(f"{self.path.name}: cannot read: {exc.reason}")
             return
         codes: dict[str, int] = {}
         cols = self._cols
@@ -84,6 +91,18 @@ class LedgerIndex:
             cols["size"].append(len(raw))
             cols["next"].append(self._head.get(case_id, -1))
             self._head[case_id] = len(cols["next"]) - 1
+
+    def _open(self) -> int:
+        """A descriptor on the ledger's plain bytes: the file, else its compressed form
+        decompressed (`self.path` then names the file that was read)."""
+        try:
+            return os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            packed = packed_path(self.path)
+            if not packed.exists():
+                raise
+        self.path = packed
+        return unpack_temporary(packed)
 
     def _chain(self, case_id: str, code: int) -> Iterator[Spot]:
         cols = self._cols

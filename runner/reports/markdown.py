@@ -12,15 +12,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from runner import regressions, usage
-from runner.budget import budget_line
+from runner.cost import regressions, usage
+from runner.cost.budget import budget_line
 from runner.gate import GATE_CLASSES
 from runner.history import mapping_of, strings_of
 from runner.model import SIDES
 from runner.reports.caseview import CaseView
 from runner.reports.model import REVIEW_ORDER, RunReport, incomplete_groups, signal_lines
 from runner.reports.verdict import Weight, grouped, reasons
-from runner.requestsha import request_lines
+from runner.request.sha import request_lines
 from runner.text import visible
 
 MD_REPLY_CAP = 160  # characters of a reply (or a detail) in a Markdown table cell

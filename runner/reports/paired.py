@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from runner.cost.regressions import Metric, PairFold
+from runner.cost.usage import call_of
 from runner.history import mapping_of
 from runner.model import ROW_ERRORS, SIDES, Outcome
-from runner.regressions import Metric, PairFold
 from runner.reports.caseview import RunCases
-from runner.usage import call_of
 
 
 def fired(summary: Mapping[str, Any]) -> list[Metric]:

@@ -24,10 +24,11 @@ from runner.jsontext import dumps
 from runner.ledger import read_json_object
 from runner.model import SIDES, Case, record
 from runner.protocols import Kind, wire_for
-from runner.protocols.wire import PLAIN, plain, turns
+from runner.protocols.wire import plain, turns
 from runner.reports.accepted import Snapshot
 from runner.reports.expected import value_text
 from runner.reports.requestview import RequestView, Source, request_view
+from runner.request.shape import PLAIN
 from runner.runs.rundir import file_digest
 from runner.snapshot import aware_time
 from runner.suite import Suite

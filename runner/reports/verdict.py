@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, FIXTURE_MOVE, FLAKY, NEW_CASE, REVIEW
 from runner.history import mapping_of, strings_of
 from runner.model import SIDES
-from runner.requestsha import REFERENCE
+from runner.request.sha import REFERENCE
 from runner.text import visible
 from runner.unscored import blame
 
@@ -409,7 +409,7 @@ def _tests(summary: Mapping[str, Any]) -> list[Reason]:
 
 
 def _ratios(summary: Mapping[str, Any]) -> list[Reason]:
-    """The latency and cost gates asked and not cleared (`runner.regressions`)."""
+    """The latency and cost gates asked and not cleared (`runner.cost.regressions`)."""
     reasons = []
     block = mapping_of(summary.get("regressions"))
     for metric, kind in (("latency", Kind.LATENCY_REGRESSION), ("cost", Kind.COST_REGRESSION)):

@@ -6,15 +6,17 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from runner.errors import UsageError
+from runner.errors import StorageError, UsageError
 from runner.files import check_writable
 from runner.history import ceiling_candidates
-from runner.ledger import write_atomic
+from runner.invocation import command
+from runner.ledger import disk_refusal, write_atomic
 from runner.reports.history_page import PAGE_RUNS, page_path, write_page
 from runner.reports.html import html_parts
 from runner.reports.markdown import render_markdown
 from runner.reports.model import RunReport, build_report
 from runner.reports.runinputs import Given
+from runner.text import visible
 
 REPORT_FILES = ("report.html", "report.md")  # written into the run directory
 
@@ -30,16 +32,25 @@ def write_reports(
     its history window at least `page_runs` long. `given`: the run's config and suite, when
     this process made it."""
     check_writable(run_dir, REPORT_FILES, action="write its reports here")
-    with build_report(run_dir, retire_after=retire_after, page_runs=page_runs, given=given) as rep:
-        _write_text(run_dir / "report.html", html_parts(rep))
-        _write_text(run_dir / "report.md", [render_markdown(rep)])
+    try:
+        with build_report(
+            run_dir, retire_after=retire_after, page_runs=page_runs, given=given
+        ) as rep:
+            _write_text(run_dir / "report.html", html_parts(rep))
+            _write_text(run_dir / "report.md", [render_markdown(rep)])
+    except StorageError as exc:  # each report is written whole or not at all
+        raise exc.advised(
+            "the run's verdict and ledgers are intact: once there is space, "
+            f"`{command('report', run_dir)}` writes its reports"
+        ) from None
     return rep
 
 
 def _write_text(path: Path, parts: Iterable[str]) -> None:
     try:
-        write_atomic(path, (part.encode("utf-8") for part in parts))
-    except OSError as exc:  # checked writable just before: a full disk, a name taken since
+        with disk_refusal(path):  # a full disk: StorageError (exit 74)
+            write_atomic(path, (part.encode("utf-8") for part in parts))
+    except OSError as exc:  # checked writable just before: a name taken since
         raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
@@ -55,6 +66,13 @@ def after_run(run_dir: Path, *, retire_after: int, log: Any, given: Given | None
         log.error(  # noqa: TRY400 - a structlog event: the error goes in fields
             logs.REPORT_FAILED, error=f"{type(exc).__name__}: {exc}", run_dir=str(run_dir)
         )
+        said = (
+            str(exc)
+            if isinstance(exc, StorageError)
+            else f"{run_dir}: reports not written ({type(exc).__name__}: {exc}); the run's "
+            "verdict and ledgers are intact"
+        )
+        logs.say(visible(f"parallax: {logs.scrub_text(said)}", one_line=True))
         return
     rows = rep.history
     if not rows or rows[-1].run_dir != run_dir:

@@ -3,12 +3,14 @@ written to raw.jsonl and outcomes.jsonl by one writer as they come back."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from runner import logs
-from runner.budget import Budget, Meter, meter_for
 from runner.config import LoadedConfig
+from runner.cost.budget import Budget, Meter, meter_for
+from runner.errors import StorageError
 from runner.gate import Folds
 from runner.ledger import LedgerWriter
 from runner.model import NOISE, SIDES, Case, Endpoint, Exchange
@@ -27,7 +29,7 @@ def build_endpoint(
     shape = loaded.shape(endpoint_name)
     meter = None if budget is None else meter_for(budget, cfg, shape)
     if cfg.kind == "recorded":
-        from runner.recorded import RecordedEndpoint, load_cassette
+        from runner.recorded.endpoint import RecordedEndpoint, load_cassette
 
         cassette = (
             load_cassette(loaded.input(cfg.cassette, f"endpoints.{endpoint_name}.cassette"))
@@ -100,8 +102,10 @@ class Ledgers:
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()
-        self.raw.close()
-        self.outcomes.close()
+        try:
+            self.raw.close()
+        finally:
+            self.outcomes.close()
 
 
 def build_endpoints(
@@ -182,8 +186,13 @@ async def call_all(
                 ledgers.write,
                 in_flight=in_flight,
             )
-    finally:
-        ledgers.close()
+    except BaseException:
+        # a full disk that stopped the writer refuses the closing flush too: the first
+        # refusal is the one reported
+        with contextlib.suppress(StorageError):
+            ledgers.close()
+        raise
+    ledgers.close()
     if cut or ledgers.written < handed_out:  # refused, not sent, or cancelled in flight
         assert stopped.signal is not None  # only a signal stops a run from inside
         raise Interrupted(stopped.signal, run_dir)

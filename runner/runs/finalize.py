@@ -4,14 +4,17 @@ to disagreement.json and summary.json, and the exit code they add up to."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from runner import logs, requestsha
-from runner.budget import Budget, alert_fields
+from runner import logs
 from runner.ceiling import detect, strata_rates
 from runner.config import LoadedConfig
+from runner.cost.budget import Budget, alert_fields
+from runner.cost.regressions import fired, regressions
+from runner.cost.regressions import log_alerts as log_regressions
 from runner.gate import (
     FLAKY,
     GATE_CLASSES,
@@ -29,11 +32,10 @@ from runner.gate import (
     fold,
     unscored_by,
 )
-from runner.grading import GRADER_TIMEOUT
-from runner.ledger import write_json, write_json_map
+from runner.grading.graders import GRADER_TIMEOUT
+from runner.ledger import disk_refusal, write_json, write_json_map
 from runner.model import NOISE, SIDES, STRATA, Schema
-from runner.regressions import fired, regressions
-from runner.regressions import log_alerts as log_regressions
+from runner.request import sha as requestsha
 from runner.runs.rundir import read_manifest
 from runner.runs.summary import SUMMARY_VERSION
 from runner.stats import Claim, describe, paired_test
@@ -124,91 +126,175 @@ def finalize(
     *,
     budget: Budget | None = None,
 ) -> tuple[int, dict[str, Any]]:
-    """Gate, strata, alerts and the exit code; writes disagreement.json and summary.json."""
+    """Gate, strata, alerts and the exit code; writes disagreement.json and summary.json.
+
+    Its steps, in order: a verdict per case (and disagreement.json), the strata and their
+    alerts, the release questions the suite asks, the exit code they add up to, the alerts,
+    and summary.json (with the manifest's end)."""
     snapshot = suite.snapshot
     results, noise = verdicts(suite, folds, snapshot)
     retired = sorted(set(snapshot) - set(suite.refs.ids))
+    _write_disagreement(run_dir, suite, results, retired)
+    strata, stratum_alerts = _strata(suite, results)
+    asked = _Questions.of(suite, results, folds)
+    requests = requestsha.request_changes(results, snapshot)
+    needs_review = (
+        any(v.gate in REVIEW for v in results)
+        or any(stratum_alerts.values())
+        or asked.gates(suite.fail_on)
+        or requestsha.reference_changed(requests)  # a moved reference request needs review
+    )
+    # Unscoreable rows make a run incomplete whatever their gate class (a new case can time out).
+    incomplete = [v.case_id for v in results if v.gate in INCOMPLETE or not v.admitted]
+    exit_code = (1 if needs_review else 0) | (2 if incomplete else 0)
+    _log_alerts(log, results, snapshot, stratum_alerts, strata, requests=requests)
+    asked.log_alerts(log, results, suite.fail_on)
+    summary = _summary(
+        loaded,
+        suite,
+        run_dir=run_dir,
+        folds=folds,
+        results=results,
+        exit_code=exit_code,
+        incomplete=incomplete,
+        retired=retired,
+        strata=(strata, stratum_alerts),
+        requests=requests,
+        asked=asked,
+        budget=budget,
+    )
+    spend = summary["budget"]
+    if spend is not None and (fields := alert_fields(spend)) is not None:
+        log.warning(logs.ALERT_BUDGET, **fields)  # once a run: the calls the budget cut
+    if suite.noise_check:
+        summary["noise_floor"] = noise_floor(results, noise)
+    if not suite.stratified:
+        summary["strata_note"] = "unstratified suite: no case names a stratum, detector skipped"
+    _record(run_dir / "summary.json", summary)
+    manifest = read_manifest(run_dir)
+    manifest["finished_at"] = summary["finished_at"]
+    _record(run_dir / "manifest.json", manifest)  # the last write: now the run is finished
+    return exit_code, summary
+
+
+def _write_disagreement(
+    run_dir: Path, suite: Suite, results: Sequence[Verdict], retired: Sequence[str]
+) -> None:
+    """disagreement.json: every case's verdict, by case id, streamed."""
+    path = run_dir / "disagreement.json"
+    with disk_refusal(path):
+        write_json_map(
+            path,
+            {"version": DISAGREEMENT_VERSION, "suite": suite.name, "retired": list(retired)},
+            "cases",
+            ((v.case_id, v.to_json()) for v in sorted(results, key=lambda v: v.case_id)),
+        )
+
+
+def _strata(
+    suite: Suite, results: Sequence[Verdict]
+) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """Each side's strata pass rates and the ceiling detector's alerts on them (none for an
+    unstratified suite)."""
+    strata: dict[str, Any] = {}
+    alerts: dict[str, list[str]] = {}
+    for side in SIDES:
+        rates = strata_rates((v.stratum, getattr(v, side).passed) for v in results)
+        strata[side] = rates
+        alerts[side] = detect(rates, suite.thresholds) if suite.stratified else []
+    return strata, alerts
+
+
+@dataclass(frozen=True, slots=True)
+class _Questions:
+    """The release questions a run answers beside the gate: is the candidate significantly
+    worse (the paired test), not shown non-inferior, slower or dearer per case."""
+
+    tests: dict[str, Any]
+    ratios: dict[str, Any]
+    slower: dict[str, bool]
+
+    @classmethod
+    def of(cls, suite: Suite, results: Sequence[Verdict], folds: Folds) -> _Questions:
+        tests = paired(results, suite.alpha, suite.thresholds.non_inferiority_margin)
+        # per case, slower or dearer than the limit allows (or too few pairs to rule it out)
+        ratios = regressions(folds.pairs, suite.thresholds, suite.fail_on, suite.alpha)
+        return cls(tests, ratios, fired(ratios))
+
+    @property
+    def regression(self) -> bool:
+        overall = self.tests["overall"]
+        return bool(overall["significant"]) and (overall["diff"] or 0) < 0
+
+    @property
+    def inferior(self) -> bool:
+        """Not shown non-inferior: undecided (no paired case) is no claim either, so a release
+        gate fails closed."""
+        claim = (self.tests["overall"]["non_inferiority"] or {}).get("claim")
+        return claim not in (None, Claim.NON_INFERIOR)
+
+    def gates(self, fail_on: Sequence[str]) -> bool:
+        """Whether an answer the suite's `fail_on` gates on needs review."""
+        return (
+            (self.regression and "significant_regression" in fail_on)
+            or (self.inferior and "not_non_inferior" in fail_on)
+            or any(on and gate in fail_on for gate, on in self.slower.items())
+        )
+
+    def log_alerts(self, log: Any, results: Sequence[Verdict], fail_on: Sequence[str]) -> None:
+        overall = self.tests["overall"]
+        if self.regression:
+            log.warning(
+                logs.ALERT_SIGNIFICANT_REGRESSION,
+                text=overall["text"],
+                p_value=overall["p_value"],
+                diff=overall["diff"],
+                count=overall["ref_only"],
+                case_ids=[
+                    v.case_id
+                    for v in results
+                    if v.admitted and v.reference.passed and not v.candidate.passed
+                ],
+                gating="significant_regression" in fail_on,
+            )
+        if self.inferior:
+            claim = overall["non_inferiority"]
+            log.warning(
+                logs.ALERT_NOT_NON_INFERIOR,
+                text=claim["text"],
+                claim=claim["claim"],
+                bound=claim["bound"],
+                margin=claim["margin"],
+                interval_level=claim["level"],  # `level` is the log line's own
+                gating="not_non_inferior" in fail_on,
+            )
+        log_regressions(log, self.ratios)
+
+
+def _summary(
+    loaded: LoadedConfig,
+    suite: Suite,
+    *,
+    run_dir: Path,
+    folds: Folds,
+    results: Sequence[Verdict],
+    exit_code: int,
+    incomplete: list[str],
+    retired: list[str],
+    strata: tuple[dict[str, Any], dict[str, list[str]]],
+    requests: dict[str, Any],
+    asked: _Questions,
+    budget: Budget | None,
+) -> dict[str, Any]:
+    """summary.json, from what the other steps found: verdict, counts, the cases of each
+    list, strata, models, the release questions' answers, usage and the budget."""
+    manifest = read_manifest(run_dir)
     counts = dict.fromkeys(GATE_CLASSES, 0)
     for v in results:
         counts[v.gate] += 1
     counts[RETIRED_CASE] = len(retired)  # retired cases have no verdict, only a count
-    write_json_map(
-        run_dir / "disagreement.json",
-        {"version": DISAGREEMENT_VERSION, "suite": suite.name, "retired": retired},
-        "cases",
-        ((v.case_id, v.to_json()) for v in sorted(results, key=lambda v: v.case_id)),
-    )
-    strata: dict[str, Any] = {}
-    stratum_alerts: dict[str, list[str]] = {}
-    for side in SIDES:
-        rates = strata_rates((v.stratum, getattr(v, side).passed) for v in results)
-        strata[side] = rates
-        stratum_alerts[side] = detect(rates, suite.thresholds) if suite.stratified else []
-    review = [v.case_id for v in results if v.gate in REVIEW]
-    flaky = [v.case_id for v in results if v.gate == FLAKY]  # exit 0, but listed
-    # a broken custom grader misses on both sides alike, so no gate sees it: named apart
-    broken = [
-        v.case_id for v in results if _grader_failed(v.reference) or _grader_failed(v.candidate)
-    ]
-    # Unscoreable rows make a run incomplete whatever their gate class (a new case can time out).
-    incomplete = [v.case_id for v in results if v.gate in INCOMPLETE or not v.admitted]
-    tests = paired(results, suite.alpha, suite.thresholds.non_inferiority_margin)
-    overall = tests["overall"]
-    regression = bool(overall["significant"]) and (overall["diff"] or 0) < 0
-    gate_on_regression = regression and "significant_regression" in suite.fail_on
-    # undecided (no paired case) is no claim either: a release gate fails closed
-    inferior = (overall["non_inferiority"] or {}).get("claim") not in (None, Claim.NON_INFERIOR)
-    gate_on_inferior = inferior and "not_non_inferior" in suite.fail_on
-    # per case, slower or dearer than the limit allows (or too few pairs to rule it out)
-    ratios = regressions(folds.pairs, suite.thresholds, suite.fail_on, suite.alpha)
-    slower = fired(ratios)
-    gate_on_ratio = any(on and gate in suite.fail_on for gate, on in slower.items())
-    requests = requestsha.request_changes(
-        results, snapshot
-    )  # a moved reference request needs review
-    needs_review = (
-        bool(review)
-        or any(stratum_alerts.values())
-        or gate_on_regression
-        or gate_on_inferior
-        or gate_on_ratio
-        or requestsha.reference_changed(requests)
-    )
-    exit_code = (1 if needs_review else 0) | (2 if incomplete else 0)
-    _log_alerts(log, results, snapshot, stratum_alerts, strata, requests=requests)
-    if regression:
-        log.warning(
-            logs.ALERT_SIGNIFICANT_REGRESSION,
-            text=overall["text"],
-            p_value=overall["p_value"],
-            diff=overall["diff"],
-            count=overall["ref_only"],
-            case_ids=[
-                v.case_id
-                for v in results
-                if v.admitted and v.reference.passed and not v.candidate.passed
-            ],
-            gating="significant_regression" in suite.fail_on,
-        )
-    if inferior:
-        claim = overall["non_inferiority"]
-        log.warning(
-            logs.ALERT_NOT_NON_INFERIOR,
-            text=claim["text"],
-            claim=claim["claim"],
-            bound=claim["bound"],
-            margin=claim["margin"],
-            interval_level=claim["level"],  # `level` is the log line's own
-            gating="not_non_inferior" in suite.fail_on,
-        )
-    log_regressions(log, ratios)
-    # every served call counts, whatever its stamps: a fallback that broke the schema too
-    served = {
-        side: sorted({m for v in results for m in getattr(v, side).models if m}) for side in SIDES
-    }
-    manifest = read_manifest(run_dir)
-    spend = budget.summary() if budget is not None else None
-    summary = {
+    snapshot = suite.snapshot
+    return {
         "version": SUMMARY_VERSION,
         "run_id": run_dir.name,
         "suite": suite.name,
@@ -224,15 +310,22 @@ def finalize(
         "admitted": sum(1 for v in results if v.admitted),
         "unadmitted": sum(1 for v in results if not v.admitted),
         "gate_counts": counts,
-        "review": review,
-        "flaky": flaky,
-        "grader_errors": broken,
+        "review": [v.case_id for v in results if v.gate in REVIEW],
+        "flaky": [v.case_id for v in results if v.gate == FLAKY],  # exit 0, but listed
+        # a broken custom grader misses on both sides alike, so no gate sees it: named apart
+        "grader_errors": [
+            v.case_id for v in results if _grader_failed(v.reference) or _grader_failed(v.candidate)
+        ],
         "incomplete": incomplete,
         "retired": retired,
         "stratified": suite.stratified,
-        "strata": strata,
-        "stratum_alerts": stratum_alerts,
-        "served_models": served,
+        "strata": strata[0],
+        "stratum_alerts": strata[1],
+        # every served call counts, whatever its stamps: a fallback that broke the schema too
+        "served_models": {
+            side: sorted({m for v in results for m in getattr(v, side).models if m})
+            for side in SIDES
+        },
         # the accepted model a side was served another instead of, and on how many cases
         "alias_drift": [
             {k: drift[k] for k in ("side", "accepted", "served", "count")}
@@ -240,11 +333,11 @@ def finalize(
         ],
         "request_changed": requests,
         "unscored": unscored_summary(results),
-        "paired": tests,
-        "significant_regression": regression,
-        "not_non_inferior": inferior,
-        "regressions": ratios,
-        **slower,
+        "paired": asked.tests,
+        "significant_regression": asked.regression,
+        "not_non_inferior": asked.inferior,
+        "regressions": asked.ratios,
+        **asked.slower,
         # both sides passed and agree: history counts these nights toward ceiling candidates
         "quiet_cases": sorted(
             v.case_id
@@ -260,18 +353,14 @@ def finalize(
         "usage": folds.usage.summary(
             side_prices(loaded, suite), SIDES, stratified=suite.stratified
         ),
-        "budget": spend,
+        "budget": budget.summary() if budget is not None else None,
     }
-    if spend is not None and (fields := alert_fields(spend)) is not None:
-        log.warning(logs.ALERT_BUDGET, **fields)  # once a run: the calls the budget cut
-    if suite.noise_check:
-        summary["noise_floor"] = noise_floor(results, noise)
-    if not suite.stratified:
-        summary["strata_note"] = "unstratified suite: no case names a stratum, detector skipped"
-    write_json(run_dir / "summary.json", summary)
-    manifest["finished_at"] = summary["finished_at"]
-    write_json(run_dir / "manifest.json", manifest)
-    return exit_code, summary
+
+
+def _record(path: Path, value: Mapping[str, Any]) -> None:
+    """summary.json or manifest.json; a write the disk refuses is a StorageError naming it."""
+    with disk_refusal(path):
+        write_json(path, value)
 
 
 def side_prices(loaded: LoadedConfig, suite: Suite) -> dict[str, Any]:

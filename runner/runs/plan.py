@@ -3,17 +3,16 @@ from its parent's scored rows, a replay from its parent's whole raw ledger."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from runner import requestsha
 from runner.config import LoadedConfig
 from runner.errors import DataError
 from runner.invocation import command
-from runner.ledger import LedgerWriter, write_json
+from runner.ledger import LedgerWriter, copy_ledger, disk_refusal, stored, write_json
 from runner.regrade import read_exchanges, read_outcomes
+from runner.request import sha as requestsha
 from runner.runs.mode import RunMode
 from runner.runs.rundir import file_digest, manifest_for, read_manifest
 from runner.suite import Suite
@@ -98,14 +97,17 @@ def start(
     finished = None
     if parent_dir is not None:
         finished = read_manifest(parent_dir).get("finished_at") is not None
-    write_json(
-        run_dir / "manifest.json",
-        manifest_for(loaded, suite, run_dir, mode=mode, parent=parent, parent_finished=finished),
-    )
+    with disk_refusal(run_dir / "manifest.json"):
+        write_json(
+            run_dir / "manifest.json",
+            manifest_for(
+                loaded, suite, run_dir, mode=mode, parent=parent, parent_finished=finished
+            ),
+        )
     if mode is RunMode.REPLAY and parent_dir is not None:  # the raw ledger, as it was written
-        source = parent_dir / "raw.jsonl"
+        source = stored(parent_dir / "raw.jsonl")  # compressed by retention, read as written
         if not source.is_file():
             raise DataError(source, "no such file: nothing to replay")
-        shutil.copyfile(source, run_dir / "raw.jsonl")
+        copy_ledger(source, run_dir / "raw.jsonl")
     elif parent_dir is not None:
         _seed_raw(parent_dir, run_dir, unscored_keys(parent_dir))

@@ -9,16 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from runner import logs
-from runner.budget import Budget
 from runner.config import LoadedConfig
-from runner.errors import DataError, InternalError, ParallaxError, UsageError
+from runner.cost.budget import Budget
+from runner.cost.regressions import finished_fields
+from runner.cost.usage import usage_fields
+from runner.errors import DataError, InternalError, ParallaxError, StorageError, UsageError
 from runner.files import check_writable
 from runner.gate import Folds
 from runner.invocation import command
+from runner.ledger import packed_path
 from runner.lock import holds_suite_lock
 from runner.model import Endpoint
-from runner.regrade import heal
-from runner.regressions import finished_fields
+from runner.regrade import Key, heal
 from runner.reports.runinputs import Given
 from runner.reports.write import REPORT_FILES, after_run
 from runner.runs.calls import build_endpoints, call_all, close_endpoints, meters
@@ -30,7 +32,6 @@ from runner.runs.summary import recorded_summary
 from runner.shutdown import Interrupted, Shutdown
 from runner.suite import Suite, prepare_suite
 from runner.text import visible
-from runner.usage import usage_fields
 
 _RESUMED_FILES = ("manifest.json", "raw.jsonl", "outcomes.jsonl")
 
@@ -152,43 +153,14 @@ async def _run_prepared(
         assert resume_dir is not None
         run_dir = resume_dir
         started.append(run_dir)
-        manifest = read_manifest(run_dir)
-        if manifest.get("suite") != name:
-            raise UsageError(
-                f"{run_dir}: is a run of suite {manifest.get('suite')!r}, not {name!r}"
-            )
-        recorded = recorded_summary(run_dir) if manifest.get("finished_at") is not None else None
-        if recorded is not None:
-            # A finished run's verdict is a record: resuming it (after a crash in its reports)
-            # writes what is missing and never regrades it against today's snapshot.
-            if not all((run_dir / n).is_file() for n in REPORT_FILES):
-                after_run(
-                    run_dir, retire_after=suite.thresholds.retire_after, log=logs.get_logger()
-                )
-            return run_dir, recorded["exit_code"], recorded
-        if (why := resume_problem(loaded, name, manifest)) is not None:
-            anew = (
-                ""
-                if RunMode.read(manifest.get("mode")) is RunMode.REPLAY
-                else "; start a new run instead"
-            )
-            raise UsageError(f"{run_dir}: cannot resume: {why}{anew}")
-        # resume appends to the ledgers in place: refuse before any call if it cannot
-        check_writable(run_dir, _RESUMED_FILES, action="resume this run here")
-        done = heal(run_dir, suite, folds)
+        resumed = _resumed(loaded, suite, run_dir, folds)
+        if isinstance(resumed, dict):  # finished already: its verdict is a record
+            return run_dir, resumed["exit_code"], resumed
+        done = resumed
     else:
         run_dir = new_run_dir(loaded.runs_dir, name)
         started.append(run_dir)
-        try:
-            start(loaded, suite, run_dir, parent_dir=parent_dir, mode=mode)
-            done = heal(run_dir, suite, folds)
-        except DataError as exc:
-            # nothing was called: the new directory holds only a manifest and copies, and a
-            # broken parent is reported where the user can mend it, not in the copy
-            shutil.rmtree(run_dir, ignore_errors=True)
-            if parent_dir is not None and exc.path == str(run_dir / "raw.jsonl"):
-                raise DataError(parent_dir / "raw.jsonl", exc.reason, exc.line) from None
-            raise
+        done = _started(loaded, suite, run_dir, folds, parent_dir=parent_dir, mode=mode)
     if budget is not None:  # what the run dir already spent counts: resumed, copied, replayed
         budget.count_ledgers(run_dir, suite, meters(loaded, suite, budget))
     structlog.contextvars.bind_contextvars(run_id=run_dir.name, suite=name)
@@ -230,6 +202,104 @@ async def _run_prepared(
             **usage_fields(summary),
             **finished_fields(summary),
         )
+    except StorageError as exc:  # the writer stopped, and with it every call
+        if mode is RunMode.REPLAY:  # it called nothing: made again from its parent in full
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise exc.advised(_start_again(mode, parent_dir)) from None
+        raise exc.advised(_resume_later(run_dir)) from None
     finally:
         structlog.contextvars.unbind_contextvars("run_id", "suite")
     return run_dir, exit_code, summary
+
+
+def _resumed(
+    loaded: LoadedConfig, suite: Suite, run_dir: Path, folds: Folds
+) -> set[Key] | dict[str, Any]:
+    """A run dir to finish in place: what it holds already, or its recorded summary when it
+    finished."""
+    manifest = read_manifest(run_dir)
+    if manifest.get("suite") != suite.name:
+        raise UsageError(
+            f"{run_dir}: is a run of suite {manifest.get('suite')!r}, not {suite.name!r}"
+        )
+    if (recorded := _finished(run_dir, manifest, suite)) is not None:
+        return recorded
+    if (why := resume_problem(loaded, suite.name, manifest)) is not None:
+        anew = (
+            ""
+            if RunMode.read(manifest.get("mode")) is RunMode.REPLAY
+            else "; start a new run instead"
+        )
+        raise UsageError(f"{run_dir}: cannot resume: {why}{anew}")
+    _check_appendable(run_dir)
+    try:
+        return heal(run_dir, suite, folds)
+    except StorageError as exc:  # what it regraded so far stays: a resume goes on from there
+        raise exc.advised(_resume_later(run_dir)) from None
+
+
+def _started(
+    loaded: LoadedConfig,
+    suite: Suite,
+    run_dir: Path,
+    folds: Folds,
+    *,
+    parent_dir: Path | None,
+    mode: RunMode,
+) -> set[Key]:
+    """A new run dir made ready: its manifest, and the rows copied from a parent."""
+    try:
+        start(loaded, suite, run_dir, parent_dir=parent_dir, mode=mode)
+        return heal(run_dir, suite, folds)
+    except (DataError, StorageError) as exc:
+        # nothing was called: the new directory holds only a manifest and copies, and a
+        # broken parent is reported where the user can mend it, not in the copy
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if isinstance(exc, StorageError):
+            raise exc.advised(_start_again(mode, parent_dir)) from None
+        if parent_dir is not None and exc.path == str(run_dir / "raw.jsonl"):
+            raise DataError(parent_dir / "raw.jsonl", exc.reason, exc.line) from None
+        raise
+
+
+def _finished(run_dir: Path, manifest: Mapping[str, Any], suite: Suite) -> dict[str, Any] | None:
+    """A finished run's recorded summary, or None while it is unfinished.
+
+    A finished run's verdict is a record: resuming it (after a crash in its reports) writes
+    what is missing and never regrades it against today's snapshot.
+    """
+    recorded = recorded_summary(run_dir) if manifest.get("finished_at") is not None else None
+    if recorded is not None and not all((run_dir / n).is_file() for n in REPORT_FILES):
+        after_run(run_dir, retire_after=suite.thresholds.retire_after, log=logs.get_logger())
+    return recorded
+
+
+def _check_appendable(run_dir: Path) -> None:
+    """A resume appends to the ledgers in place: refuse before any call if it cannot."""
+    if any(packed_path(run_dir / name).exists() for name in _RESUMED_FILES[1:]):
+        # only a finished run is compressed (retention): its verdict went missing since
+        raise UsageError(
+            f"{run_dir}: cannot resume: its ledgers are compressed, so it finished; "
+            f"`{command('replay', run_dir)}` regrades it into a new run dir"
+        )
+    check_writable(run_dir, _RESUMED_FILES, action="resume this run here")
+
+
+def _resume_later(run_dir: Path) -> str:
+    """What a run the disk stopped says: its ledgers hold every row written, and a resume
+    calls only the rest."""
+    return (
+        "the run stopped, its ledgers keep every row written: once there is space, "
+        f"`{command('run', '--resume', run_dir)}` finishes it"
+    )
+
+
+def _start_again(mode: RunMode, parent_dir: Path | None) -> str:
+    """What a run stopped before any call says: nothing is left behind to resume."""
+    if mode is RunMode.REPLAY and parent_dir is not None:
+        again = f"`{command('replay', parent_dir)}` again"
+    elif mode is RunMode.RETRY and parent_dir is not None:
+        again = f"`{command('run', '--retry-unscored', parent_dir)}` again"
+    else:
+        again = "start it again"
+    return f"nothing was called and its new run dir is removed: once there is space, {again}"

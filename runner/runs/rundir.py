@@ -15,8 +15,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from runner import __version__, logs
 from runner.config import LoadedConfig, load_config
-from runner.errors import ConfigError, DataError, UsageError
-from runner.ledger import read_json_object
+from runner.errors import ConfigError, DataError, StorageError, UsageError
+from runner.ledger import disk_refusal, read_json_object
 from runner.model import SIDES
 from runner.runs.mode import RunMode
 from runner.runs.names import RUN_STAMP
@@ -44,7 +44,10 @@ def new_run_dir(runs_dir: Path, suite: str) -> Path:
     stamp_ = datetime.now(UTC).strftime(RUN_STAMP)
     run_dir = runs_dir / suite / f"{stamp_}-{secrets.token_hex(3)}"
     try:
-        run_dir.mkdir(parents=True)
+        with disk_refusal(run_dir):
+            run_dir.mkdir(parents=True)
+    except StorageError as exc:
+        raise exc.advised("no run dir was made: start it again once there is space") from None
     except OSError as exc:
         raise UsageError(f"{runs_dir}: cannot create a run directory: {exc.strerror}") from None
     if not os.access(run_dir, os.W_OK):

@@ -6,16 +6,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from runner import logs, requestsha
-from runner.budget import budget_line
+from runner import logs
+from runner.cost.budget import budget_line
+from runner.cost.regressions import lines as regression_lines
+from runner.cost.usage import side_lines
 from runner.errors import DataError
 from runner.history import mapping_of, strings_of, verdict_code_of
 from runner.invocation import shown_path
 from runner.ledger import read_json_object
-from runner.regressions import lines as regression_lines
+from runner.request import sha as requestsha
 from runner.text import visible
 from runner.unscored import next_steps, why_lines
-from runner.usage import side_lines
 
 SUMMARY_VERSION = 1
 SHOWN = 8  # case ids a summary line names before it counts the rest

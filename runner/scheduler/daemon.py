@@ -3,6 +3,7 @@ signal or a closed stdout (see the package's docstring)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import traceback
@@ -16,7 +17,7 @@ import anyio
 
 from runner import logs
 from runner.config import LoadedConfig
-from runner.errors import ConfigError, InternalError, ParallaxError, UsageError
+from runner.errors import ConfigError, InternalError, ParallaxError, StorageError, UsageError
 from runner.health import heartbeat_path, write_pointer
 from runner.lock import SuiteLocked, daemon_lock, is_locked
 from runner.runs.mode import RunMode
@@ -75,6 +76,7 @@ class _Suite:
     handled: datetime | None = None  # the last fire time run, skipped or misfired
     resume_dir: Path | None = None
     covered_by: Path | None = None  # the run that stood for fires missed while no daemon ran
+    stalled: Path | None = None  # a run a full disk stopped: the next fire resumes it
     scope: anyio.CancelScope | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
     runs: int = 0
@@ -116,6 +118,8 @@ class Daemon:
         self._stop_event: anyio.Event | None = None
         self._waits: set[anyio.CancelScope] = set()
         self._wake: anyio.Event | None = None
+        self._prune_due: anyio.Event | None = None  # set when a job ends: `_pruner` prunes
+        self._prune_after: str | None = None  # the suite whose job ended last
         self._started_at = datetime.now(UTC)
         self._start = self._started_at  # the clock's time at start, set by `run`
         self.heartbeat = heartbeat_path(loaded.runs_dir)
@@ -168,6 +172,7 @@ class Daemon:
     async def _run(self) -> int:
         self._stop_event = anyio.Event()
         self._wake = anyio.Event()
+        self._prune_due = anyio.Event()
         self._shutdown.on_stop(self._stop)  # a stop asked for before the loop ran acts now
         # every suite's first fire is settled before this daemon's first heartbeat replaces the
         # last one's, which names the fires it dealt with: a crash in between loses none
@@ -213,6 +218,7 @@ class Daemon:
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._heartbeat_loop, name="heartbeat")
+                group.start_soon(self._pruner, name="pruner")
                 for entry in self._suites:
                     group.start_soon(self._suite_loop, entry, name=f"suite:{entry.name}")
                 await self._stop_event.wait()
@@ -418,6 +424,8 @@ class Daemon:
         next start (`_covered`), and without one the next start makes it up."""
         if self._stopping:
             return
+        if mode is RunMode.RUN and entry.stalled is not None:  # space may be back: finish it
+            mode, resume_dir, entry.stalled = RunMode.RESUME, entry.stalled, None
         holder = is_locked(self.loaded.runs_dir, entry.name)
         if holder is not None:
             self._log.warning(
@@ -455,6 +463,53 @@ class Daemon:
             entry.runs += 1
             entry.done.set()
             self._poke()
+        self._prune_after = entry.name
+        if self._prune_due is not None:
+            self._prune_due.set()
+
+    async def _pruner(self) -> None:
+        """Retention after each run (`runner.retention`): its own task, so no fire waits for
+        it, and one prune at a time however many suites finish together (a run that ends
+        while one prunes is followed by one more)."""
+        while True:
+            assert self._prune_due is not None
+            await self._prune_due.wait()
+            self._prune_due = anyio.Event()
+            if self._stopping:
+                return
+            await self._prune(self._prune_after)
+
+    async def _prune(self, suite: str | None) -> None:
+        """One prune of every suite, in a worker thread: compressing a large ledger must not
+        hold up the calls of the suites still running. What it deletes or compresses is logged
+        from the loop as it goes; a suite whose run is in flight is left for the prune after
+        that run; a stop is heeded between run dirs."""
+        from runner.retention import Done, log_done, prune
+
+        policy = self.loaded.config.retention
+
+        def heard(done: Done) -> None:
+            anyio.from_thread.run_sync(log_done, self._log, done, policy)
+
+        try:
+            await anyio.to_thread.run_sync(
+                functools.partial(
+                    prune,
+                    self.loaded,
+                    now=self._clock.now(),
+                    on_done=heard,
+                    stopping=lambda: self._stopping,
+                )
+            )
+        except Exception as exc:  # a prune's failure must not stop the daemon or its runs
+            self._log.warning(
+                logs.SCHEDULER_PRUNE_FAILED,
+                suite=suite,
+                error=type(exc).__name__,
+                message=str(exc),
+                exit_code=exc.exit_code if isinstance(exc, ParallaxError) else None,
+                traceback=None if isinstance(exc, ParallaxError) else _traceback(exc),
+            )
 
     def _handle(self, entry: _Suite, when: datetime | None) -> None:
         """Record `when` as the suite's last fire dealt with, on disk at once."""
@@ -492,6 +547,8 @@ class Daemon:
             )
             return
         except Exception as exc:  # a run's failure must not stop the other suites
+            if isinstance(exc, StorageError):  # the disk was full: resumed at the next fire
+                entry.stalled, _ = find_interrupted(self.loaded, entry.name)
             self._log.error(
                 logs.SCHEDULER_JOB_CRASHED,
                 suite=entry.name,

@@ -58,7 +58,19 @@ __all__ = [
     "tools_problem",
 ]
 
-REQUEST_KEYS: tuple[str, ...] = ("messages", "vars", "tools", "tool_choice", "response_format")
+# The keys of a row that shape its request, and what each holds (the docs' fixture reference
+# reads them): all part of the row, so all under `fixture_sha`.
+REQUEST_KEYS: dict[str, str] = {
+    "messages": 'a conversation instead of `prompt`: OpenAI-style turns `{"role", "content", '
+    '"tool_calls"?, "tool_call_id"?}`, ending with a user or tool turn',
+    "vars": "an object of strings the endpoint's templates can use",
+    "tools": "OpenAI-style function tools, or the path (relative to the fixture file) of a "
+    "JSON file holding them",
+    "tool_choice": '`"auto"`, `"none"`, `"required"` or `{"type": "function", "function": '
+    '{"name": N}}`, as in the OpenAI API; only with `tools`',
+    "response_format": '`{"type": "json_object"}` or `{"type": "json_schema", "json_schema": '
+    '{"name", "schema", "strict"?}}`: the case then expects a JSON answer',
+}
 RECORDED_CALLS = "tool_calls"  # at the top of a row: the recorded reply's calls (`grade`)
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 CHOICES: tuple[str, ...] = ("auto", "none", "required")
@@ -496,7 +508,7 @@ def check_schema(value: Any) -> str | None:
             "pairs unevaluatedProperties with patternProperties, whose patterns jsonschema "
             "would then search with no time bound: use additionalProperties"
         )
-    from runner.grading import schema_problem
+    from runner.grading.checks import schema_problem
 
     return schema_problem(value)
 

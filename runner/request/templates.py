@@ -13,7 +13,7 @@ immutable sandbox with StrictUndefined, minus the two things in it that draw at 
 text, numbers, and lists or objects of them. A function, a generator or a Jinja2 helper object
 prints with its memory address, which differs from run to run, and a null as the word "None",
 which no prompt means: both are errors, as an undefined name is, by whatever path a value is
-turned into text. A render is bounded by its work, never by the clock (`runner.sandbox`: its
+turned into text. A render is bounded by its work, never by the clock (`runner.request.sandbox`: its
 size, what it builds, its loops). A case without a system
 prompt (or, for a `messages` case, without a prompt) sees that name as null: false in
 `{% if system %}`, replaced by `system or "..."` and `system | default("...")`, an error when
@@ -93,7 +93,7 @@ class PromptTemplate:
             at = f"{where}{line}: " if line is not None else ""
             raise ConfigError(config_path, key, f"{at}{reason}")
 
-        from runner.sandbox import Bounded
+        from runner.request.sandbox import Bounded
 
         env = _jinja().env
         try:
@@ -146,7 +146,7 @@ class PromptTemplate:
             "system": absent("system") if system is None else system,
             "vars": _Vars(vars or {}),
         }
-        from runner.sandbox import Refused, render
+        from runner.request.sandbox import Refused, render
 
         try:
             return render(self._compiled, context)
@@ -260,7 +260,7 @@ def _jinja() -> _Jinja:
     from jinja2 import StrictUndefined
     from jinja2.utils import missing
 
-    from runner.sandbox import BoundedSandbox, Refused, printable
+    from runner.request.sandbox import BoundedSandbox, Refused, printable
 
     class Undefined(StrictUndefined):
         """StrictUndefined, naming what is missing as the template wrote it."""

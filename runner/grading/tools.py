@@ -37,14 +37,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-# grading's own JSON equality and bounded schema check, read off the module when called: so
-# grading can `from runner import toolgrade` at its top, whichever of the two loads first
-from runner import grading
-from runner.model import Grade
+from runner.grading.checks import Work, json_equal, schema_violations
+from runner.model import Grade, Miss
 
 __all__ = ["TOOL_KEYS", "ToolCallLike", "grade_tools", "offered_tools", "tool_expect_problem"]
 
-TOOL_KEYS: tuple[str, ...] = ("tool_calls", "no_tool_calls", "tool_args_schema")
+# The tool expectation keys and what each expects (the docs' fixture reference reads them).
+TOOL_KEYS: dict[str, str] = {
+    "tool_calls": 'a list of `{"name", "arguments"}`: each must be matched by a call of that '
+    "name whose arguments hold those fields, JSON-equal; one check per call and per field",
+    "no_tool_calls": "`true`: the reply must call no tool",
+    "tool_args_schema": "`true`: every call's arguments must fit its offered tool's `parameters`",
+}
 _CALL_KEYS = frozenset({"name", "arguments"})
 
 
@@ -62,7 +66,7 @@ def grade_tools(
     calls: Sequence[ToolCallLike],
     expect: Mapping[str, Any],
     tools: Sequence[Mapping[str, Any]],
-    work: grading._Work | None = None,
+    work: Work | None = None,
 ) -> Grade:
     """The tool checks of one admitted reply, in the order the module docstring lists them.
     `work` is the reply's schema work so far (grading's; None: a bound of its own).
@@ -77,22 +81,22 @@ def grade_tools(
         name, fields = want["name"], want.get("arguments", {})
         checks += 1 + len(fields)
         if got is None:
-            misses.append(f"tool_missing:{name}")
+            misses.append(Miss.TOOL_MISSING.of(name))
             continue
         passed += 1
         for key in sorted(fields):
             if key not in got.arguments:
-                misses.append(f"tool_arg_missing:{name}.{key}")
-            elif not grading._json_equal(got.arguments[key], fields[key]):
-                misses.append(f"tool_arg_mismatch:{name}.{key}")
+                misses.append(Miss.TOOL_ARG_MISSING.of(f"{name}.{key}"))
+            elif not json_equal(got.arguments[key], fields[key]):
+                misses.append(Miss.TOOL_ARG_MISMATCH.of(f"{name}.{key}"))
             else:
                 passed += 1
     if expect.get("no_tool_calls") is True:
-        found = [f"tool_unexpected:{name}" for name in _names(calls)]
+        found = [Miss.TOOL_UNEXPECTED.of(name) for name in _names(calls)]
         checks, passed = checks + 1, passed + (not found)
         misses.extend(found)
     if offered:
-        found = [f"tool_unknown:{name}" for name in _names(calls) if name not in offered]
+        found = [Miss.TOOL_UNKNOWN.of(name) for name in _names(calls) if name not in offered]
         checks, passed = checks + 1, passed + (not found)
         misses.extend(found)
     if expect.get("tool_args_schema") is True:
@@ -156,7 +160,7 @@ def _names(calls: Iterable[ToolCallLike]) -> list[str]:
 def _schema_misses(
     calls: Sequence[ToolCallLike],
     offered: Mapping[str, Mapping[str, Any] | None],
-    work: grading._Work | None,
+    work: Work | None,
 ) -> list[str]:
     """Every call's arguments against its tool's `parameters`, each (tool, location) once.
 
@@ -167,17 +171,18 @@ def _schema_misses(
     hostile answer's own check would end.
     """
     found: list[str] = []
-    work = work if work is not None else grading._Work()
+    work = work if work is not None else Work()
+    violation = Miss.SCHEMA_VIOLATION.of("")
     for call in calls:
         schema = offered.get(call.name)
         if schema is None:
             continue
-        misses = grading._schema_violations(dict(call.arguments), schema, work)
+        misses = schema_violations(dict(call.arguments), schema, work)
         # a location, or schema_too_complex / schema_too_deep / schema_error:<Class>
         found.extend(
-            f"tool_args_schema:{call.name}:{m.removeprefix('schema_violation:')}" for m in misses
+            Miss.TOOL_ARGS_SCHEMA.of(f"{call.name}:{m.removeprefix(violation)}") for m in misses
         )
-        if "schema_too_complex" in misses:
+        if Miss.SCHEMA_TOO_COMPLEX.of() in misses:
             break
     return list(dict.fromkeys(found))
 
@@ -200,9 +205,7 @@ def _score(want: Mapping[str, Any], call: ToolCallLike) -> int:
     """The checks `call` would pass for `want`: its name, and each field it holds equal."""
     fields = want.get("arguments", {})
     args = call.arguments
-    return 1 + sum(
-        1 for key in fields if key in args and grading._json_equal(args[key], fields[key])
-    )
+    return 1 + sum(1 for key in fields if key in args and json_equal(args[key], fields[key]))
 
 
 def _assign(scores: Sequence[Sequence[int]]) -> list[int | None]:

@@ -49,13 +49,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from runner import logs
+from runner.cost.usage import micro_usd, tokens_of
 from runner.jsontext import dumps
 from runner.model import BUDGET, Attempt, Case, Exchange, Transport
-from runner.usage import micro_usd, tokens_of
 
 if TYPE_CHECKING:  # annotations only
     from runner.config import EndpointConfig, Price
-    from runner.protocols.wire import Shape
+    from runner.request.shape import Shape
     from runner.suite import Suite
 
 PICO = 10**12  # picodollars per US dollar

@@ -36,13 +36,13 @@ from typing import Any
 
 import anyio
 
-from runner import recorded_wire as wire
-from runner.budget import Meter, refusal
+from runner.cost.budget import Meter, refusal
 from runner.errors import DataError
 from runner.ledger import read_jsonl
 from runner.model import NOISE, SIDES, Attempt, Case, Exchange, Response, Transport
 from runner.protocols import Kind, first_token, stream_end
-from runner.recorded_wire import DISCONNECT, RecordedCall, RecordedReply, StreamFault
+from runner.recorded import wire
+from runner.recorded.wire import DISCONNECT, RecordedCall, RecordedReply, StreamFault
 from runner.text import holds_surrogate
 
 _TRANSPORT_FAULTS = {t.value for t in Transport} - {Transport.OK.value, Transport.HTTP_ERROR.value}

@@ -154,7 +154,7 @@ def percentiles(values: array[int] | list[int]) -> dict[str, int] | None:
 
 
 def micro_usd(prompt: int, completion: int, cached: int, price: Price) -> float:
-    """The cost of these token totals at `price` in micro-dollars, unrounded (`runner.budget`
+    """The cost of these token totals at `price` in micro-dollars, unrounded (`runner.cost.budget`
     sums it per call)."""
     cached_rate = (
         price.input_per_mtok if price.cached_input_per_mtok is None else price.cached_input_per_mtok

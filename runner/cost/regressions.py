@@ -1,6 +1,6 @@
 """Is the candidate slower or dearer than the reference allows? Latency and cost as gates.
 
-A run's percentiles (`runner.usage`) move with the night: a slow provider hour or a few calls
+A run's percentiles (`runner.cost.usage`) move with the night: a slow provider hour or a few calls
 stuck behind a retry shift a p50 or a p90 with no change in either model. So the gates compare
 the sides *per case*, the case as the unit, as the paired pass-rate test does:
 
@@ -57,8 +57,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from runner import logs
+from runner.cost.usage import Call, micro_usd
 from runner.model import SIDES
-from runner.usage import Call, micro_usd
 
 if TYPE_CHECKING:  # annotations only
     from runner.config import Price, Thresholds

@@ -5,12 +5,9 @@ like the suite it grades. Grading is a pure function of (case, reply, graders) s
 reproduces outcomes byte for byte; nothing here reads the network or global state after the
 grader modules are loaded.
 
-A grade never depends on how fast the machine is, so what a hostile reply could make endless is
-bounded by work, never by the clock: patterns are searched with RE2, whose time is linear in
-the text (no pattern backtracks without end), and one answer's schema check counts its keyword
-checks (`SCHEMA_STEPS`) and how deeply they nest (`SCHEMA_DEPTH`, with the stack made deep
-enough for that nesting wherever the check starts, so no RecursionError comes first). The same
-reply gets the same misses live, in a replay and on a loaded machine. Only a custom grader, code
+A grade never depends on how fast the machine is: patterns and schema checks are bounded by
+work (`checks`), so the same reply gets the same misses live, in a replay and on a loaded
+machine. Only a custom grader, code
 parallax cannot count, is bounded by the clock (`GraderSet.seconds`): one that runs past it is
 unscored (`grader_error:timeout`), never a task miss.
 """
@@ -18,7 +15,6 @@ unscored (`grader_error:timeout`), never a task miss.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import importlib
 import importlib.machinery
@@ -29,17 +25,17 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from runner import toolgrade
 from runner.errors import ConfigError, FixtureError
 from runner.files import Outside, Unreadable, inside, outside_reason, read_regular
+from runner.grading import tools as toolgrade
+from runner.grading.checks import Work, json_equal, schema_violations, search
 from runner.jsontext import copy_json
-from runner.model import Case, Grade, Reply
+from runner.model import Case, Grade, Miss, Reply
 
 __all__ = [
     "BUILTIN_KEYS",
@@ -53,57 +49,27 @@ __all__ = [
 
 Grader = Callable[[str, Mapping[str, Any]], list[str]]
 
-# In the order their misses appear, so a miss list reads the same way on every run.
-BUILTIN_KEYS: tuple[str, ...] = (
-    "must_include",
-    "must_not_include",
-    "max_chars",
-    "max_sentences",
-    "regex",
-    "not_regex",
-    "json_fields",
-    "json_schema",
-)
+# The built-in text and JSON expectation keys and what each expects (the docs' fixture
+# reference is built from this table), in the order their misses appear, so a miss list reads
+# the same way on every run.
+BUILTIN_KEYS: dict[str, str] = {
+    "must_include": "a list of strings the reply must each include, compared case-insensitively",
+    "must_not_include": "a list of strings the reply must not include (case-insensitively)",
+    "max_chars": "the most characters the reply may have: a positive integer, 1200 when unset "
+    "(a check every case has)",
+    "max_sentences": "the most sentences (text between `.`, `!` and `?`) the reply may have",
+    "regex": "a pattern, or a list of them, each to be found in the reply (RE2: no "
+    "backreference or lookaround; `\\d`, `\\w`, `\\b` are ASCII, `\\pL` is any letter)",
+    "not_regex": "a pattern, or a list of them, none to be found in the reply",
+    "json_fields": "an object of fields the JSON answer must hold, each JSON-equal (`1` is "
+    "`1.0`, `true` is not `1`); one check per field",
+    "json_schema": "a JSON Schema the JSON answer must fit; its `$ref`s resolve inside it only",
+}
 DEFAULT_MAX_CHARS = 1200
 
 _SENTENCE_END = re.compile(r"[.!?]")
-# One reply's schema checks, its `json_schema` and every tool call's arguments together: a
-# reply picks how many keys a pattern is searched on and how deep a branching `$ref` recurses
-# (2**40 checks of a few hundred bytes), so the check counts its work. A hundred thousand
-# keyword checks is some 20,000 array items of a few keys each: under a second of CPU.
-SCHEMA_STEPS = 100_000
-TEXT_PER_STEP = 1024  # a pattern search costs a step per this many characters it reads, too
-# How deeply keyword checks may nest: a recursive schema over an answer nested MAX_DEPTH (128)
-# levels takes two or three a level. Each takes at most `_FRAMES_PER_LEVEL` Python frames.
-SCHEMA_DEPTH = 512
-_FRAMES_PER_LEVEL = 8
 GRADER_SECONDS = 30.0  # a custom grader's default time limit (a suite's grader_timeout_seconds)
-GRADER_TIMEOUT = "grader_error:timeout"  # the miss of a custom grader that ran past it
-_work: ContextVar[_Work | None] = ContextVar("schema_work", default=None)
-# instances any schema can be tried on at load: a `$ref` that loops or names no anchor fails
-# on them, so it is a fixture error instead of a traceback in a run
-_TRIAL_ANSWERS: tuple[Any, ...] = ({}, [], "", 0, None, True)
-
-
-class _OverBudget(Exception):
-    """An answer's schema check took more work than its bound (`miss` says which)."""
-
-    def __init__(self, miss: str) -> None:
-        super().__init__(miss)
-        self.miss = miss
-
-
-@dataclass(slots=True)
-class _Work:
-    """The work one reply's schema checks did so far: keyword checks and their nesting."""
-
-    steps: int = 0
-    depth: int = 0
-
-    def charge(self, steps: int) -> None:
-        self.steps += steps
-        if self.steps > SCHEMA_STEPS:
-            raise _OverBudget("schema_too_complex")
+GRADER_TIMEOUT = Miss.GRADER_ERROR.of("timeout")  # the miss of a custom grader that ran past it
 
 
 class _GraderTimeout(BaseException):
@@ -217,7 +183,7 @@ def grade(case: Case, reply: Reply, graders: GraderSet) -> Grade:
 
     Text keys read the reply's content, "" for a reply that only called tools: such a reply is
     no `empty_completion` (it answered with a call), but a `must_include` still misses on it.
-    The tool checks (`runner.toolgrade`) count toward the same task_score. A custom grader
+    The tool checks (`runner.grading.tools`) count toward the same task_score. A custom grader
     that raises or returns garbage yields `grader_error:<Class>` instead of crashing the run:
     one broken grader must not cost the whole night's ledger. One that runs past its time
     limit yields `grader_error:timeout`, and the reply is unscored (`Grade.unscored`): how fast
@@ -227,28 +193,28 @@ def grade(case: Case, reply: Reply, graders: GraderSet) -> Grade:
     tally = _Tally()
     text = reply.text
     expect = case.expect
-    tally.check(bool(text.strip()) or bool(reply.tool_calls), "empty_completion")
+    tally.check(bool(text.strip()) or bool(reply.tool_calls), Miss.EMPTY_COMPLETION.of())
     folded = text.casefold()
     for needle in expect.get("must_include", ()):
-        tally.check(needle.casefold() in folded, f"missing:{needle}")
+        tally.check(needle.casefold() in folded, Miss.MISSING.of(needle))
     for needle in expect.get("must_not_include", ()):
-        tally.check(needle.casefold() not in folded, f"forbidden:{needle}")
+        tally.check(needle.casefold() not in folded, Miss.FORBIDDEN.of(needle))
     max_chars = expect.get("max_chars", DEFAULT_MAX_CHARS)
-    tally.check(len(text) <= max_chars, f"over_budget:{len(text)}>{max_chars}")
+    tally.check(len(text) <= max_chars, Miss.OVER_BUDGET.of(f"{len(text)}>{max_chars}"))
     if "max_sentences" in expect:
         limit = expect["max_sentences"]
         count = sum(1 for piece in _SENTENCE_END.split(text) if piece.strip())
-        tally.check(count <= limit, f"too_verbose:{count}>{limit}")
+        tally.check(count <= limit, Miss.TOO_VERBOSE.of(f"{count}>{limit}"))
     for pattern in _patterns(expect.get("regex")):
-        tally.check(_search(pattern, text), f"regex_mismatch:{pattern}")
+        tally.check(search(pattern, text), Miss.REGEX_MISMATCH.of(pattern))
     for pattern in _patterns(expect.get("not_regex")):
-        tally.check(not _search(pattern, text), f"regex_forbidden:{pattern}")
+        tally.check(not search(pattern, text), Miss.REGEX_FORBIDDEN.of(pattern))
     if "json_fields" in expect:
         _grade_fields(tally, reply.answer, expect["json_fields"])
-    work = _Work()  # one reply's schema checks share one bound
+    work = Work()  # one reply's schema checks share one bound
     if "json_schema" in expect:
         tally.checks += 1
-        violations = _schema_violations(reply.answer, expect["json_schema"], work)
+        violations = schema_violations(reply.answer, expect["json_schema"], work)
         tally.misses.extend(violations)
         tally.passed += not violations
     tools = toolgrade.grade_tools(reply.tool_calls, expect, case.tools, work)
@@ -274,8 +240,7 @@ def grade(case: Case, reply: Reply, graders: GraderSet) -> Grade:
 
 
 def _graded_here(key: str) -> bool:
-    """Whether grading reads `key` itself; any other is a custom grader's (or a typo).
-    (`toolgrade` is read when called: either module may be the one imported first.)"""
+    """Whether grading reads `key` itself; any other is a custom grader's (or a typo)."""
     return key in BUILTIN_KEYS or key in toolgrade.TOOL_KEYS
 
 
@@ -299,213 +264,9 @@ def _grade_fields(tally: _Tally, answer: Any, fields: Mapping[str, Any]) -> None
     """One check per expected field, as in seed 004; extra fields in the answer earn nothing."""
     for name in sorted(fields):
         if not isinstance(answer, dict) or name not in answer:
-            tally.check(False, f"field_missing:{name}")
+            tally.check(False, Miss.FIELD_MISSING.of(name))
         else:
-            tally.check(_json_equal(answer[name], fields[name]), f"field_mismatch:{name}")
-
-
-def _json_equal(left: Any, right: Any) -> bool:
-    """JSON equality: unlike Python's `==`, `true` is not `1` and `1.0` is `1`."""
-    if isinstance(left, bool) or isinstance(right, bool):
-        return isinstance(left, bool) and isinstance(right, bool) and left == right
-    if isinstance(left, dict) and isinstance(right, dict):
-        return left.keys() == right.keys() and all(_json_equal(left[k], right[k]) for k in left)
-    if isinstance(left, list) and isinstance(right, list):
-        return len(left) == len(right) and all(map(_json_equal, left, right))
-    if isinstance(left, int | float) and isinstance(right, int | float):
-        return left == right
-    return type(left) is type(right) and bool(left == right)
-
-
-def _schema_violations(
-    answer: Any, schema: Mapping[str, Any], work: _Work | None = None
-) -> list[str]:
-    """One miss per failing location, sorted so the list is stable across jsonschema versions.
-
-    Several errors at one path (two missing required keys both sit at `$`) collapse into one
-    code: the code names where the answer is wrong, and repeating it would add nothing. A
-    check past its work bound is `schema_too_complex` (more than SCHEMA_STEPS keyword checks,
-    counted across the reply's checks in `work`) or `schema_too_deep` (nested past
-    SCHEMA_DEPTH: a `$ref` that loops for this answer), whatever the machine.
-    """
-    from jsonschema.validators import validator_for  # imported by the few suites that use it
-
-    validator = _bounded(validator_for(schema))(schema, registry=_nowhere())
-    work = work if work is not None else _Work()
-    token = _work.set(work)
-    try:
-        with _stack_for(SCHEMA_DEPTH * _FRAMES_PER_LEVEL):
-            paths = {error.json_path for error in validator.iter_errors(answer)}
-    except _OverBudget as over:
-        return [over.miss]
-    except Exception as exc:  # a dangling anchor only this answer reaches
-        return [f"schema_error:{type(exc).__name__.lstrip('_')}"]
-    finally:
-        work.depth = 0
-        _work.reset(token)
-    return [f"schema_violation:{path}" for path in sorted(paths)]
-
-
-@contextlib.contextmanager
-def _stack_for(frames: int) -> Iterator[None]:
-    """Room for `frames` more Python frames than the caller already has, for the block.
-
-    The recursion limit counts frames from the bottom of the stack, which is deeper in a live
-    run than in a replay or a test: without this, the same deep check could fail with a
-    RecursionError in one and pass in another.
-    """
-    depth, frame = 0, sys._getframe().f_back
-    while frame is not None:
-        depth, frame = depth + 1, frame.f_back
-    old = sys.getrecursionlimit()
-    if depth + frames + 100 > old:
-        sys.setrecursionlimit(depth + frames + 100)
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(old)
-
-
-def schema_problem(schema: Mapping[str, Any]) -> str | None:
-    """Why a valid schema still cannot check answers, or None: a pattern RE2 cannot search
-    (a backreference, a lookaround), or, tried on a few answers, a `$ref` that loops back on
-    itself or a `$dynamicRef` that names no anchor (each fails at once)."""
-    for pattern in _schema_patterns(schema):
-        if (why := pattern_problem(pattern)) is not None:
-            return f"has a pattern {pattern!r} that cannot be searched: {why}"
-    for answer in _TRIAL_ANSWERS:
-        misses = _schema_violations(answer, schema)
-        if misses and not misses[0].startswith("schema_violation:"):
-            found = misses[0].partition(":")[2] or misses[0]
-            return f"cannot check an answer ({found}: a $ref that loops, or one that names nothing)"
-    return None
-
-
-def _schema_patterns(schema: Any) -> Iterator[str]:
-    """Every regular expression a schema holds: `pattern` values, `patternProperties` keys."""
-    stack = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            if isinstance(node.get("pattern"), str):
-                yield node["pattern"]
-            if isinstance(node.get("patternProperties"), dict):
-                yield from (key for key in node["patternProperties"] if isinstance(key, str))
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-
-
-@functools.cache
-def _nowhere() -> Any:
-    """The registry every schema is checked with: itself only. jsonschema's default fetches
-    a `$ref` or `$dynamicRef` it cannot resolve in the schema, a `file://` one included, so a
-    fixture's schema could read `/proc/self/environ` or call any URL while grading."""
-    from referencing import Registry
-
-    return Registry()
-
-
-@functools.cache
-def _bounded(cls: Any) -> Any:
-    """`cls` with its work counted, and its regular-expression keywords searched with RE2.
-
-    Every keyword check is a step of the reply's work and a level of nesting while it runs
-    (`_Work`); jsonschema runs `pattern`, `patternProperties` and `additionalProperties`
-    through `re`, which backtracks without end on some patterns, so those search as `regex`
-    does. (`unevaluatedProperties` searches patterns too, deep inside jsonschema: a schema that
-    pairs it with `patternProperties` is refused when the fixture loads.)
-    """
-    from jsonschema import ValidationError
-    from jsonschema.validators import extend
-
-    def counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
-        def check(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[Any]:
-            work = _work.get()
-            if work is None:  # a validator used outside `_schema_violations`: not counted
-                yield from keyword(validator, value, instance, schema) or ()
-                return
-            work.charge(1)
-            if work.depth >= SCHEMA_DEPTH:
-                raise _OverBudget("schema_too_deep")
-            work.depth += 1
-            try:
-                yield from keyword(validator, value, instance, schema) or ()
-            finally:
-                work.depth -= 1
-
-        return check
-
-    def pattern(validator: Any, wanted: str, instance: Any, schema: Any) -> Iterator[Any]:
-        if validator.is_type(instance, "string") and not _search(wanted, instance):
-            yield ValidationError(f"{instance!r:.80} does not match {wanted!r}")
-
-    def pattern_properties(
-        validator: Any, patterns: dict[str, Any], instance: Any, schema: Any
-    ) -> Iterator[Any]:
-        if validator.is_type(instance, "object"):
-            for wanted, subschema in patterns.items():
-                for key, value in instance.items():
-                    if _search(wanted, key):
-                        yield from validator.descend(value, subschema, path=key, schema_path=wanted)
-
-    def additional_properties(
-        validator: Any, allowed: Any, instance: Any, schema: Any
-    ) -> Iterator[Any]:
-        if not validator.is_type(instance, "object"):
-            return
-        named, patterns = schema.get("properties", {}), list(schema.get("patternProperties", {}))
-        extras = sorted(
-            key
-            for key in instance
-            if key not in named and not any(_search(p, key) for p in patterns)
-        )
-        if validator.is_type(allowed, "object"):
-            for extra in extras:
-                yield from validator.descend(instance[extra], allowed, path=extra)
-        elif not allowed and extras:
-            yield ValidationError(f"additional properties are not allowed: {extras!r:.200}")
-
-    keywords = {
-        **cls.VALIDATORS,
-        "pattern": pattern,
-        "patternProperties": pattern_properties,
-        "additionalProperties": additional_properties,
-    }
-    return extend(  # type: ignore[no-untyped-call]  # jsonschema's stubs leave it untyped
-        cls, {name: counted(keyword) for name, keyword in keywords.items()}
-    )
-
-
-def pattern_problem(pattern: str) -> str | None:
-    """Why RE2 cannot search `pattern` (its own words), or None."""
-    import re2
-
-    try:
-        _compiled(pattern)
-    except (re2.error, ValueError) as exc:  # ValueError: text RE2 cannot take (a surrogate)
-        message = exc.args[0] if exc.args else exc
-        return message.decode("utf-8", "replace") if isinstance(message, bytes) else str(message)
-    return None
-
-
-def _search(pattern: str, text: str) -> bool:
-    """Whether `pattern` occurs in `text`, searched with RE2 in time linear in the text (`re`
-    backtracks for hours on `(a|aa)+$` over a run of a's); inside a schema check, a step of
-    its work per TEXT_PER_STEP characters read."""
-    work = _work.get()
-    if work is not None:
-        work.charge(1 + len(text) // TEXT_PER_STEP)
-    return _compiled(pattern).search(text) is not None
-
-
-@functools.lru_cache(maxsize=4096)
-def _compiled(pattern: str) -> Any:
-    import re2  # only suites with patterns pay for the import
-
-    options = re2.Options()
-    options.log_errors = False  # a refusal is reported once, as the fixture's error
-    return re2.compile(pattern, options=options)
+            tally.check(json_equal(answer[name], fields[name]), Miss.FIELD_MISMATCH.of(name))
 
 
 def _patterns(value: Any) -> list[str]:
@@ -525,9 +286,9 @@ def _run_custom(grader: Grader, text: str, expect: Mapping[str, Any], seconds: f
     except KeyboardInterrupt:  # the user's Ctrl-C, not the grader's failure
         raise
     except BaseException as exc:  # sys.exit(), GeneratorExit, a grader's own BaseException
-        return [f"grader_error:{type(exc).__name__}"]
+        return [Miss.GRADER_ERROR.of(type(exc).__name__)]
     if not isinstance(result, list) or not all(isinstance(miss, str) for miss in result):
-        return ["grader_error:TypeError"]
+        return [Miss.GRADER_ERROR.of("TypeError")]
     return list(result)
 
 

@@ -1,6 +1,6 @@
 """request_sha across runs: what resume and retry check, and what moved against the snapshot.
 
-Each endpoint's request_sha (`protocols.wire.Shape`) pins what its requests are shaped from:
+Each endpoint's request_sha (`request.shape.Shape`) pins what its requests are shaped from:
 its templates, params, stream flag, model alias, temperature and max_tokens. A run records it
 in its manifest (`endpoints.<side>.request_sha`) and on every exchange and outcome row, and a
 promote keeps it per case and side in the snapshot (an entry's `requests`).
