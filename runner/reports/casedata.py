@@ -92,7 +92,8 @@ def _units(text: str) -> int:
 #             [length in UTF-16 units, changed, miss code] over the text shown
 #   attempt  [n, transport, status, error, message, elapsed_ms, retry_after]
 #   usage    [[prompt, completion, cached] | null, cost_usd, note]
-#   raw      [text | null, cut, line, size]: no text for a brief case, only where it is
+#   raw      [text | null, cut, line, size, file]: no text for a brief case, only where it is;
+#            file is raw.jsonl, or raw.jsonl.gz once retention compressed the run
 #   sample   [sample, transport, schema, score, [miss...], elapsed_ms]
 
 
@@ -158,7 +159,9 @@ def _side(side: SideDetail, s: Intern) -> Json:
             usage.cost_usd,
             s(usage.note),
         ],
-        None if raw is None else [s(raw.text) if raw.text else None, raw.cut, raw.line, raw.size],
+        None
+        if raw is None
+        else [s(raw.text) if raw.text else None, raw.cut, raw.line, raw.size, s(raw.file)],
         [_sample(o, s) for o in side.samples],
     ]
 

@@ -30,7 +30,6 @@
   const KEYS = [...SELECTS, "changed", "q", "sort", "case"];
   const DEFAULT_SORT = controls.sort.options[0].value;
   const PAGE = 200; // rows added to the table at a time
-  const RAW_FILE = "raw.jsonl"; // the only file a case links to, beside the page
   // the gate select lists the classes in the gate's own order: sorting by class follows it
   const classRank = new Map(Array.from(controls.gate.options, (option, i) => [option.value, i]));
 
@@ -379,15 +378,16 @@
 
     function raw(side) {
       if (side.raw === null) return h("p", { class: "cd-meta" }, "No exchange in raw.jsonl.");
-      const [text, cut, line, size] = side.raw;
-      const link = () => h("a", { class: "raw-link", href: RAW_FILE, "data-line": line }, `${RAW_FILE}, line ${line}`);
+      const [text, cut, line, size, at] = side.raw;
+      const file = t(at); // the only file a case links to, beside the page
+      const link = () => h("a", { class: "raw-link", href: file, "data-line": line }, `${file}, line ${line}`);
       if (!t(text)) {
         return h("p", { class: "cd-raw" }, "Raw exchange: ", link(), ` (${size} bytes) beside this report`);
       }
       return h(
         "details",
         { class: "cd-raw" },
-        h("summary", null, `Raw exchange (${RAW_FILE}, line ${line}, ${size} bytes)`),
+        h("summary", null, `Raw exchange (${file}, line ${line}, ${size} bytes)`),
         h("pre", null, t(text)),
         cut ? h("p", { class: "cd-cut" }, "… cut here: the whole exchange is ", link(), " beside this report") : null,
       );
