@@ -1,4 +1,5 @@
-"""report.html at scale: its size, how long it takes to write and to open in headless Chromium.
+"""report.html at scale: its size, how long a run's reports take to write, how long the page
+takes to open and to answer in headless Chromium, and how fast `parallax replay` runs.
 
     .venv/bin/python bench/report_scale.py                            # N = 2,000 and 20,000
     .venv/bin/python bench/report_scale.py --n 200 --loads 1          # a quick look
@@ -11,15 +12,24 @@ disagreements on either side or both, new, moved and retired cases, transport an
 an alias swap), and that second run's report is measured:
 
 * the size of report.html, and `parallax report RUN_DIR` (a child process: wall time, start-up
-  included, and peak RSS, since the page is written in parts and never held whole);
+  included, and peak RSS);
+* every report a finished run writes, timed in a child process of this file (`reports`
+  mode): report.html and report.md, the suite's history page, and JUnit XML, wall and CPU
+  seconds (its worker processes' CPU included), once as `parallax report` writes them (reading
+  the config and validating the fixture file again) and once as `run` does (with the config
+  and suite it already holds, made before the clock starts), beside the bare read: the same
+  process reading disagreement.json and parsing raw.jsonl's rows and nothing else, the least
+  any report that shows every reply must do;
+* `parallax replay RUN_DIR` of the run (it regrades every row and writes its reports), in
+  rows of raw.jsonl a second, wall time, start-up included;
 * headless Chromium (Debian's, driven by Playwright through `executable_path`; nothing is
   downloaded), a fresh browser context per load, median of `--loads`: navigation start to
   DOMContentLoaded, to load, to first contentful paint and to the moment report.js had set up
   the filters (its `parallax:filters-ready` performance mark); then, as a reader would, the first
   filter (a gate class), clearing it, the first search (which builds the search index), a second
   search, sorting by score delta and opening a case, each timed from the control's change to the
-  frame after it was applied. "Ready" is load plus the first filter: the earliest a reader has
-  a filtered view.
+  frame after it was applied. "Loaded" is the filters-ready mark: the table is drawn from the
+  case data and usable.
 
 Figures are printed (and written with --json/--results), never asserted: the machine is shared.
 """
@@ -29,20 +39,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
 import tempfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from run import PARALLAX, run_child
+from run import PARALLAX, PY, run_child
 
 STRATA = ("easy", "medium", "stretch")
 CITIES = ("Oslo", "Bergen", "Paris", "Lyon", "Porto", "Turin", "Ghent")
 MARK_BEGIN = "<!-- report_scale: begin (written by bench/report_scale.py) -->"
 MARK_END = "<!-- report_scale: end -->"
+FIGURES = "report_scale figures: "  # the `reports` mode's line among its logs
 
 # what a reader does once the page has loaded, timed in the page: each step changes a control
 # as a person would, then waits for the frame after the change was applied
@@ -73,6 +86,7 @@ ACTIONS = """async () => {
   return out;
 }"""
 
+READY = "() => performance.getEntriesByName('parallax:filters-ready').length > 0"
 NAVIGATION = """() => {
   const nav = performance.getEntriesByType("navigation")[0];
   const paint = performance.getEntriesByName("first-contentful-paint")[0];
@@ -181,23 +195,95 @@ def _run(root: Path) -> Path:
 
 
 def render_figures(run_dir: Path, runs: int) -> dict[str, Any]:
-    """`parallax report RUN_DIR` as a child process: wall seconds and peak RSS, median."""
-    walls, rss = [], []
+    """`parallax report RUN_DIR` as a child process (wall seconds and peak RSS), and every
+    report a run writes timed in a child of this file (`reports_main`), medians."""
+    walls, rss, timed = [], [], []
     for _ in range(runs):
         child = run_child([PARALLAX, "report", str(run_dir)], cwd=run_dir.parents[2])
         if not (run_dir / "report.html").exists():
             raise SystemExit(f"parallax report wrote no report.html: {child.stdout[-2000:]}")
         walls.append(child.wall)
         rss.append(child.rss_mb)
+        stage = run_child([PY, __file__, "reports", str(run_dir)], cwd=run_dir.parents[2])
+        if stage.code != 0:
+            raise SystemExit(f"bench reports exited {stage.code}: {stage.stdout[-2000:]}")
+        [line] = [x for x in stage.stdout.splitlines() if x.startswith(FIGURES)]
+        timed.append(json.loads(line.removeprefix(FIGURES)))
     html = run_dir / "report.html"
     text = html.read_text(encoding="utf-8")
     return {
         "html_bytes": html.stat().st_size,
-        "rows": text.count('<tr class="case"'),
-        "templates": text.count("<template"),
+        "rows": sum(int(n) for n in re.findall(r'class="case-data" data-cases="(\d+)"', text)),
         "render_s": statistics.median(walls),
         "render_rss_mb": statistics.median(rss),
+        **{key: statistics.median(t[key] for t in timed) for key in timed[0]},
     }
+
+
+def reports_main(run_dir: Path) -> int:
+    """Every report a finished run writes, timed in this process as `run` writes them (after
+    the gate: report.html, report.md and the history page, `after_run`), with JUnit XML as
+    `--junit` adds it; and the bare read, for comparison. Prints one JSON line."""
+    import resource
+
+    from runner import logs
+    from runner.jsontext import loads
+    from runner.junit import write_junit
+    from runner.ledger import read_json_map
+    from runner.reports.write import after_run
+
+    def cpu() -> float:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers, once reaped
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    from runner.config import load_config
+    from runner.reports.runinputs import Given
+    from runner.suite import prepare_suite
+
+    logs.configure()
+    t0 = time.perf_counter()
+    for _ in read_json_map(run_dir / "disagreement.json", "cases"):
+        pass
+    with (run_dir / "raw.jsonl").open("rb") as handle:
+        for line in handle:
+            loads(line)
+    t1, c1 = time.perf_counter(), cpu()
+    after_run(run_dir, retire_after=7, log=logs.get_logger())
+    t2, c2 = time.perf_counter(), cpu()
+    write_junit([run_dir], run_dir.parent / "junit.xml")
+    t3, c3 = time.perf_counter(), cpu()
+    # as `run` writes them: with the config and the suite it already holds (not timed)
+    loaded = load_config(run_dir.parents[2] / "parallax.toml")
+    given = Given(loaded, prepare_suite(loaded, run_dir.parent.name))
+    t4, c4 = time.perf_counter(), cpu()
+    after_run(run_dir, retire_after=7, log=logs.get_logger(), given=given)
+    t5, c5 = time.perf_counter(), cpu()
+    figures = {
+        "bare_read_s": t1 - t0,
+        "reports_s": t3 - t1,  # html, md, history page and junit, as `parallax report` reads
+        "reports_cpu_s": c3 - c1,
+        "junit_s": t3 - t2,
+        "history_bytes": (run_dir.parent / "index.html").stat().st_size,
+        "given_reports_s": t5 - t4 + t3 - t2,  # as `run` writes them, junit included
+        "given_reports_cpu_s": c5 - c4 + c3 - c2,
+    }
+    print(FIGURES + json.dumps({**figures, "after_run_s": t2 - t1, "after_run_cpu_s": c2 - c1}))
+    return 0
+
+
+def replay_figures(run_dir: Path, runs: int) -> dict[str, Any]:
+    """`parallax replay RUN_DIR` as a child process, start-up and reports included: rows of
+    raw.jsonl regraded a second, median. Each replay is a run of the suite of its own."""
+    rows = sum(1 for _ in (run_dir / "raw.jsonl").open("rb"))
+    walls = []
+    for _ in range(runs):
+        child = run_child([PARALLAX, "replay", str(run_dir)], cwd=run_dir.parents[2])
+        if child.code not in (0, 1, 2, 3):
+            raise SystemExit(f"parallax replay exited {child.code}: {child.stdout[-2000:]}")
+        walls.append(child.wall)
+    wall = statistics.median(walls)
+    return {"replay_rows": rows, "replay_s": wall, "replay_rows_per_s": rows / wall}
 
 
 def _chromium() -> str | None:
@@ -228,10 +314,10 @@ def browser_figures(report: Path, loads: int) -> dict[str, Any]:
                 page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}"))
                 page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
                 page.goto(report.as_uri(), wait_until="load", timeout=180_000)
+                page.wait_for_function(READY, timeout=180_000)  # the cases read, the table drawn
                 figures = {**page.evaluate(NAVIGATION), **page.evaluate(ACTIONS)}
                 if "error" in figures:
                     return {"skipped": figures["error"]}
-                figures["ready_ms"] = figures["load_ms"] + figures["filter_ms"]
                 found.append(figures)
                 context.close()
         finally:
@@ -251,16 +337,18 @@ def browser_figures(report: Path, loads: int) -> dict[str, Any]:
 
 COLUMNS = (
     ("cases", "{n:,}"),
-    ("report.html MB", "{html_mb:.1f}"),
-    ("render s", "{render_s:.2f}"),
-    ("render peak RSS MB", "{render_rss_mb:.0f}"),
+    ("report.html MB", "{html_mb:.2f}"),
+    ("all reports s", "{reports_s:.2f}"),
+    ("their CPU s", "{reports_cpu_s:.2f}"),
+    ("as `run` writes them s (CPU s)", "{given_reports_s:.2f} ({given_reports_cpu_s:.2f})"),
+    ("bare read s", "{bare_read_s:.2f}"),
+    ("`parallax report` s", "{render_s:.2f}"),
+    ("its peak RSS MB", "{render_rss_mb:.0f}"),
+    ("replay rows/s", "{replay_rows_per_s:,.0f}"),
     ("DOM nodes", "{nodes:,.0f}"),
-    ("DOMContentLoaded s", "{dcl_s:.2f}"),
-    ("load s", "{load_s:.2f}"),
     ("first paint s", "{fcp_s:.2f}"),
-    ("filters usable s", "{script_ready_s:.2f}"),
+    ("loaded s", "{script_ready_s:.2f}"),
     ("first filter ms", "{filter_ms:.0f}"),
-    ("ready s", "{ready_s:.2f}"),
     ("unfilter ms", "{unfilter_ms:.0f}"),
     ("first search ms", "{search_first_ms:.0f}"),
     ("search ms", "{search_ms:.0f}"),
@@ -280,7 +368,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             "html_mb": row["html_bytes"] / 1e6,
             **{
                 f"{k}_s": row.get(f"{k}_ms", float("nan")) / 1000
-                for k in ("dcl", "load", "fcp", "script_ready", "ready")
+                for k in ("dcl", "load", "fcp", "script_ready")
             },
         }
         cells = []
@@ -301,8 +389,9 @@ def results_section(rows: list[dict[str, Any]], info: dict[str, str]) -> str:
         MARK_BEGIN,
         "## report.html at scale",
         "",
-        f"`bench/report_scale.py` on {info['date']} (load average at start {info['load']}, "
-        f"{info['chromium']}); browser figures are the median of {loads} fresh loads.",
+        f"`bench/report_scale.py` on {info['date']}, commit {info.get('commit', '?')} (load "
+        f"average at start {info['load']}, {info['chromium']}); browser figures are the median "
+        f"of {loads} fresh loads.",
         "",
         table(rows),
         "",
@@ -326,6 +415,14 @@ def write_results(path: Path, section: str) -> None:
     path.write_text(new, encoding="utf-8")
 
 
+def commit() -> str:
+    """The commit measured (and whether the tree had changes beside it)."""
+    here = Path(__file__).resolve().parent
+    sha = run_child(["git", "-C", str(here), "rev-parse", "--short", "HEAD"]).stdout.strip()
+    dirty = run_child(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"])
+    return sha + (" (with changes)" if dirty.stdout.strip() else "")
+
+
 def chromium_version() -> str:
     binary = _chromium()
     if binary is None:
@@ -335,10 +432,15 @@ def chromium_version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["reports"]:  # internal: time a finished run's reports in this process
+        return reports_main(Path(argv[1]).resolve())
     parser = argparse.ArgumentParser(description="report.html size and load time at scale")
     parser.add_argument("--n", type=int, nargs="+", default=[2000, 20000], help="cases")
     parser.add_argument("--loads", type=int, default=3, help="browser loads per size (median)")
     parser.add_argument("--renders", type=int, default=3, help="parallax report runs (median)")
+    parser.add_argument("--replays", type=int, default=1, help="parallax replay runs (median)")
     parser.add_argument("--workdir", type=Path, help="keep the projects and runs here")
     parser.add_argument("--json", type=Path, help="write all figures here as JSON")
     parser.add_argument("--results", type=Path, help="write the table into this Markdown file")
@@ -348,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "chromium": chromium_version(),
+        "commit": commit(),
     }
     print("report scale benchmark:", json.dumps(info))
     work = args.workdir or Path(tempfile.mkdtemp(prefix="parallax-report-scale-"))
@@ -357,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
             run_dir = build_project(work / f"n{n}", n)
             row: dict[str, Any] = {"n": n, **render_figures(run_dir, args.renders)}
             row.update(browser_figures(run_dir / "report.html", args.loads))
+            if args.replays:  # last: each replay adds a run to the suite's history
+                row.update(replay_figures(run_dir, args.replays))
             rows.append(row)
             print(json.dumps(row, default=str))
             sys.stdout.flush()

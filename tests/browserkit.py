@@ -52,6 +52,10 @@ document.addEventListener('securitypolicyviolation', (e) => {
 """
 
 
+# report.html's case table is drawn (the view its fragment names applied), or there is none
+_DRAWN = "() => { const t = document.getElementById('cases'); return !t || 'view' in t.dataset; }"
+
+
 def in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """`function(*args, **kwargs)` in a thread of its own, where no event loop runs."""
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -199,6 +203,8 @@ class Browser:
             context.on("request", tab._on_request)
             tab.page.on("popup", tab._on_popup)
             tab.page.goto(f"{url}#{fragment}" if fragment else url, wait_until="load")
+            if javascript:  # report.html draws its case table once its data is read
+                tab.page.wait_for_function(_DRAWN)
             yield tab
             problems = tab.problems()
             if problems:

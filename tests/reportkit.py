@@ -7,9 +7,12 @@ accepts a run as the snapshot, so later runs can produce every gate class.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import zlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -357,3 +360,119 @@ def ratio_project(root: Path) -> Path:
     project.cassettes(*sides)
     run_dir, _, _ = project.run()
     return run_dir
+
+
+# ------------------------------------------------------------------ report.html's case data
+
+DATA_BLOCK = re.compile(
+    r'<script type="application/octet-stream" class="case-data" data-cases="(\d+)">'
+    r"([A-Za-z0-9+/=]*)</script>"
+)
+
+
+def page_blocks(text: str) -> list[dict[str, Any]]:
+    """The case data blocks of a report.html, inflated as the page's script inflates them; a
+    block that holds anything but base64 is not matched (and so fails the test reading it)."""
+    return [
+        json.loads(zlib.decompress(base64.b64decode(data))) | {"count": int(count)}
+        for count, data in DATA_BLOCK.findall(text)
+    ]
+
+
+SIDE_FIELDS = (
+    "side", "endpoint", "alias", "served", "sha", "transport", "schema", "score", "admitted",
+    "detail", "misses", "noise", "request", "reply", "calls", "attempts", "ms", "ttft",
+    "queued", "backoff", "stream", "usage", "raw", "samples",
+)  # fmt: skip
+REPLY_FIELDS = ("kind", "text", "cut", "status", "finish", "why", "marks")
+
+
+@dataclass(frozen=True)
+class PageCase:
+    """One case as report.html's data holds it: its row's fields with their texts looked up
+    in its block's string table, and its detail record (`view`, texts as indexes)."""
+
+    n: int
+    id: str
+    gate: str
+    stratum: str
+    moved: str
+    misses: dict[str, list[str]]
+    delta: float | None
+    detail: str
+    marks: dict[str, list[str]]  # failed, passed, request, paired: the sides (or gates) named
+    view: list[Any]  # casedata.py's view record, its texts as indexes into `strings`
+    strings: list[str]
+
+    def text(self, index: int | None) -> str | None:
+        return None if index is None else self.strings[index]
+
+    def side(self, n: int) -> dict[str, Any]:
+        """Side `n` (0 the reference, 1 the candidate) of the detail, its fields named."""
+        return dict(zip(SIDE_FIELDS, self.view[4][n], strict=True))
+
+    def reply(self, n: int) -> dict[str, Any]:
+        """That side's reply, its fields named."""
+        return dict(zip(REPLY_FIELDS, self.side(n)["reply"], strict=True))
+
+    @property
+    def attrs(self) -> dict[str, str | None]:
+        """The attributes report.js gives the case's row (`rowOf`)."""
+        found: dict[str, str | None] = {
+            "class": "case",
+            "id": f"c-{self.n}",
+            "data-id": self.id,
+            "data-gate": self.gate,
+            "data-stratum": self.stratum,
+            "data-moved": self.moved,
+        }
+        for side, codes in self.misses.items():
+            if codes:
+                found[f"data-miss-{side}"] = "\n".join(codes)
+        found["data-delta"] = "" if self.delta is None else f"{self.delta:.3f}"
+        for key, sides in self.marks.items():
+            if sides:
+                found[f"data-{key}"] = " ".join(sides)
+        return found
+
+
+def page_cases(text: str) -> list[PageCase]:
+    """Every case report.html embeds, in disagreement.json's order."""
+    found = []
+    for block in page_blocks(text):
+        strings = block["strings"]
+        for r in block["cases"]:
+            n, case_id, gate, stratum, moved, miss, delta, detail, *sided, view = r
+            found.append(
+                PageCase(
+                    n=n,
+                    id=strings[case_id],
+                    gate=strings[gate],
+                    stratum=strings[stratum],
+                    moved=moved,
+                    misses={
+                        side: [strings[i] for i in codes]
+                        for side, codes in zip(("reference", "candidate"), miss, strict=True)
+                    },
+                    delta=delta,
+                    detail=strings[detail],
+                    marks=dict(zip(("failed", "passed", "request", "paired"), sided, strict=True)),
+                    view=view,
+                    strings=strings,
+                )
+            )
+    return sorted(found, key=lambda c: c.n)
+
+
+def page_with_rows(text: str) -> Node:
+    """A report page parsed, its case table holding a row per case with the attributes
+    report.js gives it (the page's own table is empty until its script runs)."""
+    page = parse_page(text)
+    [body] = page.one("table", id="cases").find("tbody")
+    body.children = [Node("tr", case.attrs) for case in page_cases(text)]
+    return page
+
+
+def page_strings(text: str) -> list[str]:
+    """Every text report.html's case data holds, as its script shows them."""
+    return [s for block in page_blocks(text) for s in block["strings"]]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reportkit import HOSTILE_IMG, HOSTILE_SCRIPT, Node, Project, parse_page
+from reportkit import HOSTILE_IMG, HOSTILE_SCRIPT, Node, Project, page_cases, parse_page
 
 from runner.reports.caseview import CaseView, RunCases, SideDetail, case_views
 from runner.reports.marks import mark
@@ -167,23 +167,18 @@ def test_a_scored_case_of_any_class_shows_both_replies(
         assert column.one("pre", class_="cd-text").text().strip()
 
 
-def test_report_html_holds_every_case_s_detail_in_its_row_s_template(gates: Path) -> None:
-    """The run's report.html has, for each case row `c-N`, a template `t-N` holding that
-    case's detail, whatever its class, with a reply or the reason there is none."""
-    page = parse_page((gates / "report.html").read_text(encoding="utf-8"))
-    rows = {r.attrs["id"]: r for r in page.find("tr", class_="case")}
-    templates = {t.attrs["id"]: t for t in page.find("template")}
-    assert len(rows) == len(CASES) + 1  # and the new one
+def test_report_html_holds_every_case_s_detail_in_its_data(gates: Path) -> None:
+    """The run's report.html holds, for each case, its detail beside its row, whatever its
+    class, with a reply or the reason there is none."""
+    cases = page_cases((gates / "report.html").read_text(encoding="utf-8"))
+    assert len(cases) == len(CASES) + 1  # and the new one
     gates_seen = set()
-    for row_id, row in rows.items():
-        template = templates[row_id.replace("c-", "t-", 1)]
-        detail = template.one("section", class_="case-detail")
-        assert detail.attrs["data-id"] == row.attrs["data-id"]
-        gates_seen.add(row.attrs["data-gate"])
-        for side in ("reference", "candidate"):
-            reply = detail.one("article", data_side=side).one("div", class_="cd-reply")
-            shown = reply.text().strip()
-            assert shown, (row.attrs["data-id"], side)
+    for case in cases:
+        gates_seen.add(case.gate)
+        for n in (0, 1):
+            reply = case.reply(n)
+            shown = case.text(reply["text"]) or case.side(n)["calls"] or case.text(reply["why"])
+            assert shown, (case.id, n)
     assert {"new_case", "fixture_move", "unchanged", "flaky", "transport_miss"} <= gates_seen
     assert {"schema_miss", "disagreement_changed"} <= gates_seen
 
@@ -291,20 +286,25 @@ def test_a_brief_diff_compares_every_word_it_shows(text: str, chars: int) -> Non
     assert len("".join(compared)) >= min(chars, len(text))
 
 
-def test_a_brief_detail_reads_only_what_it_shows(
+def test_a_brief_detail_is_the_full_one_cut_shorter(
     gates: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A compact detail keeps sample 0's usage but reads no other sample and no attempts
-    (it shows neither), and its diff is the same as the full detail's excerpt."""
+    """A brief detail has what a full one has (its attempts, usage and request) but no raw
+    line, no other sample and no snapshot entry, and its diff is the same as the full
+    detail's excerpt."""
     import runner.reports.caseview as caseview
 
     full = {v.id: v for v in case_views(gates)}["flaky"]
     monkeypatch.setattr(caseview, "FULL_UP_TO", 0)
     brief = {v.id: v for v in case_views(gates)}["flaky"]
-    assert brief.compact and not full.compact
+    assert brief.brief and not full.brief
     cand = brief.candidate
-    assert cand.samples == () and cand.attempts == ()
+    assert cand.samples == () and len(full.candidate.samples) > 1
+    assert cand.attempts == full.candidate.attempts and cand.attempts
     assert cand.usage.tokens is not None and cand.usage.tokens.prompt == 1000
+    assert cand.request is not None and brief.accepted is None and full.accepted is not None
+    assert cand.raw is not None and full.candidate.raw is not None
+    assert (cand.raw.text, cand.raw.line) == ("", full.candidate.raw.line)
     shown = "".join(p.text for p in cand.pieces)
     assert shown == "".join(p.text for p in full.candidate.pieces)[: len(shown)]
 
@@ -603,23 +603,22 @@ def test_a_20000_case_run_is_viewed_one_case_at_a_time(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert rest == 18_800
     brief = _detail(first)  # a case that needs no review, in a run this large, is in brief
-    assert first.compact and "compact" in (brief.attrs.get("class") or "").split()
+    assert first.brief and "brief" in (brief.attrs.get("class") or "").split()
     assert [a.text() for a in brief.find("a", class_="raw-link")] == [
         f"raw.jsonl, line {first.reference.raw.line}" if first.reference.raw else "",
         f"raw.jsonl, line {first.candidate.raw.line}" if first.candidate.raw else "",
     ]
-    assert len(_render(first)) < 1500
     assert after - settled < 2**19, f"grew {(after - settled) / 2**20:.1f} MB over 1,000 views"
     assert peak < 48 * 2**20, f"peak {peak / 2**20:.1f} MB"  # some 15 MB, of indexes
 
 
 def test_only_a_large_run_s_quiet_cases_are_in_brief() -> None:
     """Review and unscored cases are always in full; the rest only past FULL_UP_TO cases."""
-    from runner.reports.caseview import COMPACT, FULL, FULL_UP_TO, caps_for
+    from runner.reports.caseview import BRIEF, FULL, FULL_UP_TO, caps_for
 
     assert caps_for("unchanged", True, FULL_UP_TO) is FULL
-    assert caps_for("unchanged", True, FULL_UP_TO + 1) is COMPACT
-    assert caps_for("new_case", True, 20_000) is COMPACT
+    assert caps_for("unchanged", True, FULL_UP_TO + 1) is BRIEF
+    assert caps_for("new_case", True, 20_000) is BRIEF
     assert caps_for("new_case", False, 20_000) is FULL  # unscored
     for gate in ("disagreement_changed", "alias_swap", "transport_miss", "schema_miss"):
         assert caps_for(gate, gate != "transport_miss", 20_000) is FULL
@@ -688,6 +687,56 @@ def test_a_ledger_row_with_an_impossible_sample_is_skipped_and_noted(tmp_path: P
         assert index.problems == ["raw.jsonl:2: not a ledger row; skipped"]
     finally:
         index.close()
+
+
+_TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=12)
+
+
+@given(
+    case_id=_TEXT,
+    side=st.sampled_from(["reference", "candidate", "noise"]),
+    sample=st.integers(0, 2**31 - 1),
+    headers=st.dictionaries(_TEXT, _TEXT, max_size=3),
+    body=st.dictionaries(_TEXT, _TEXT, max_size=3),
+)
+def test_a_raw_row_s_key_found_without_parsing_is_its_own(
+    case_id: str, side: str, sample: int, headers: dict[str, str], body: dict[str, str]
+) -> None:
+    """The index reads a raw row's key from its bytes: a case id, headers and a body spelling
+    `"side":`, `"sample":` or `"case_id":` anywhere give the row's own key or none (then the
+    row is parsed), never another's."""
+    from runner.jsontext import dumps
+    from runner.reports.ledgerindex import _raw_key
+
+    row = {
+        "adapter": "openai-chat",
+        "attempts": [{"n": 1, "message": '"case_id":"x"', "transport": "ok"}],
+        "case_id": case_id,
+        "request": {"body": {**body, "case_id": "y", "side": "z", "sample": 7}},
+        "response": {"body": '{"side": "q"}', "headers": headers},
+        "sample": sample,
+        "served_model_header": ',"side":"w"',
+        "side": side,
+        "started_at": ',"sample":3,',
+    }
+    found = _raw_key(dumps(row) + b"\n")
+    assert found in (None, (case_id, side, sample))
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+        max_leaves=8,
+    )
+)
+def test_a_value_s_text_is_the_json_a_person_reads_cached_or_not(value: Any) -> None:
+    """value_text is json.dumps's text of a value (keys sorted, non-ASCII kept), the first
+    time and when it comes from the texts already made (NaN and null apart)."""
+    from runner.reports.expected import value_text
+
+    expected = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    assert (value_text(value, 10**6), value_text(value, 10**6)) == (expected, expected)
 
 
 def test_a_report_s_case_details_share_its_summary_rather_than_read_it_again(gates: Path) -> None:

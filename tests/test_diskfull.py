@@ -36,13 +36,17 @@ from runner.errors import StorageError
 from runner.ledger import LedgerWriter
 
 N = 40  # cases: 2N calls and 2N rows per run
+# The report tests' suite: small enough that report.html (its script and style alone are some
+# 40 KB, its cases compressed data) outweighs the ledgers, so a limit or a disk fits the
+# ledgers and not the report.
+REPORT_N = 4
 
 Limit = Callable[[], None] | None  # what the child does to its own limits before it runs
 
 
-def _project(root: Path, server: FaultServer, *, runs_dir: Path | None = None) -> Path:
+def _project(root: Path, server: FaultServer, *, runs_dir: Path | None = None, n: int = N) -> Path:
     root.mkdir(parents=True, exist_ok=True)
-    write_cases(root, N)
+    write_cases(root, n)
     endpoints = "".join(
         endpoint_toml(side, server.url("ok", side), concurrency=2, max_bytes=65536)
         for side in ("ref", "cand")
@@ -91,8 +95,17 @@ def _only_run(runs: Path) -> Path:
 @pytest.fixture
 def baseline(tmp_path: Path, fault_server: FaultServer) -> dict[str, Any]:
     """An uninterrupted run of the same suite: its rows by key, and what its files weigh."""
-    root = tmp_path / "baseline"
-    done = _parallax(root, "run", "--config", _project(root, fault_server))
+    return _baseline(tmp_path / "baseline", fault_server, N)
+
+
+@pytest.fixture
+def report_baseline(tmp_path: Path, fault_server: FaultServer) -> dict[str, Any]:
+    """The same for the report tests' smaller suite."""
+    return _baseline(tmp_path / "baseline", fault_server, REPORT_N)
+
+
+def _baseline(root: Path, fault_server: FaultServer, n: int) -> dict[str, Any]:
+    done = _parallax(root, "run", "--config", _project(root, fault_server, n=n))
     assert done.returncode == 0, done.stderr
     run_dir = _only_run(root / "runs")
     return {
@@ -214,7 +227,7 @@ def _assert_report_refused(
     assert events[-1]["event"] == "run.finished" and events[-1]["exit_code"] == 0
     run_dir = _only_run(runs)
     assert json.loads((run_dir / "summary.json").read_text())["verdict"] == "clean"
-    check_complete(run_dir, 2 * N)
+    check_complete(run_dir, 2 * REPORT_N)
     assert not (run_dir / "report.html").exists()
     assert not [p.name for p in run_dir.iterdir() if p.name.endswith(".tmp")]
     refused = again(run_dir)  # `parallax report` while the disk is still full
@@ -228,13 +241,14 @@ def _assert_report_refused(
 
 
 def test_a_report_past_the_file_size_limit_leaves_the_verdict(
-    tmp_path: Path, fault_server: FaultServer, baseline: dict[str, Any]
+    tmp_path: Path, fault_server: FaultServer, report_baseline: dict[str, Any]
 ) -> None:
     """The ledgers and summary fit under the limit and report.html does not: the run exits
     with its verdict, says in one line that the report was not written, and `parallax report`
     writes it without the limit (under it: exit 74)."""
+    baseline = report_baseline
     root = tmp_path / "report"
-    config = _project(root, fault_server)
+    config = _project(root, fault_server, n=REPORT_N)
     limit = _file_size_limit((baseline["raw"] + baseline["report"]) // 2)
     assert baseline["raw"] < baseline["report"]  # else this limit would stop the ledger first
     finished = _parallax(root, "run", "--config", config, limit=limit)
@@ -248,13 +262,16 @@ def test_a_report_past_the_file_size_limit_leaves_the_verdict(
 
 
 def test_a_report_on_a_full_disk_leaves_the_verdict(
-    tmp_path: Path, fault_server: FaultServer, baseline: dict[str, Any], small_disk: Path
+    tmp_path: Path, fault_server: FaultServer, report_baseline: dict[str, Any], small_disk: Path
 ) -> None:
     """On a tmpfs with room for the ledgers but not the report, the same holds."""
+    baseline = report_baseline
     root = tmp_path / "report"
-    config = _project(root, fault_server, runs_dir=small_disk)
-    filler = _fill(small_disk, baseline["ledgers"] + 64 * 1024)
-    assert baseline["report"] > 2 * 64 * 1024  # the report cannot fit in what is left
+    config = _project(root, fault_server, runs_dir=small_disk, n=REPORT_N)
+    # room for the run's other files (its manifest, report.md, each file's last 4 KB page)
+    room = 32 * 1024
+    filler = _fill(small_disk, baseline["ledgers"] + room)
+    assert baseline["report"] > room  # the report cannot fit in what is left
     finished = _parallax(root, "run", "--config", config)
     _assert_report_refused(
         root,

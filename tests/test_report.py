@@ -22,6 +22,9 @@ from reportkit import (
     UNSTRATIFIED,
     Project,
     hostile_project,
+    page_blocks,
+    page_cases,
+    page_strings,
 )
 from structlog.testing import capture_logs
 
@@ -67,16 +70,20 @@ def test_run_writes_both_reports(hostile: Path) -> None:
 
 def test_html_has_no_element_from_a_reply(hostile: Path) -> None:
     """No script, img, or injected element comes out of a reply; only the report's own tags,
-    whose one script is report.js."""
+    whose one script a browser runs is report.js, beside the case data blocks (base64 in a
+    type no browser runs)."""
     text = (hostile / "report.html").read_text(encoding="utf-8")
     tags = _tags(text)
-    expected: tuple[list[str], list[str], list[str]] = (["script"], [], [])
+    blocks = page_blocks(text)
+    expected: tuple[list[str], list[str], list[str], int] = (["script"], [], [], len(blocks))
     actual = (
-        [tag for tag, _ in tags if tag == "script"],
+        [tag for tag, attrs in tags if tag == "script" and "type" not in attrs],
         [tag for tag, attrs in tags if tag in ("img", "iframe") or attrs.get("id") == "injected"],
         [tag for tag, attrs in tags if any(k.startswith("on") for k in attrs)],
+        len([a for t, a in tags if t == "script" and a.get("type") == "application/octet-stream"]),
     )
     assert expected == actual
+    assert blocks and sum(b["count"] for b in blocks) == 14
     assert f"<script>{report_script()}</script>" in text
 
 
@@ -113,10 +120,14 @@ def test_review_cases_come_first_in_gate_order(hostile: Path) -> None:
 
 
 def test_long_reply_is_capped_in_html(hostile: Path) -> None:
-    """A 9000-character reply is cut for the page and says so."""
+    """A 9000-character reply is cut for the page and says so, in the markup shown without
+    the script and in the case data the script shows."""
     page = (hostile / "report.html").read_text(encoding="utf-8")
-    expected = (False, True)
-    actual = (HOSTILE_LONG in page, "cut for the report" in page)
+    [case] = [c for c in page_cases(page) if c.id == "hostile-long"]
+    reply = case.reply(1)
+    expected = (False, True, "L" * 6000, True)
+    actual = (HOSTILE_LONG in page, "cut for the report" in page, case.text(reply["text"]),
+              reply["cut"])  # fmt: skip
     assert expected == actual
 
 
@@ -314,7 +325,7 @@ def test_an_unknown_gate_class_still_renders(hostile: Path, tmp_path: Path) -> N
     path = run_dir / "disagreement.json"
     path.write_text(path.read_text().replace('"gate":"unchanged"', '"gate":"brand_new_class"'))
     page = _html(build_report(run_dir, top=None))
-    rows = [a for t, a in _tags(page) if t == "tr" and a.get("data-gate") == "brand_new_class"]
+    rows = [c for c in page_cases(page) if c.gate == "brand_new_class"]
     assert len(rows) == 6  # each case that had it, in the table of all
 
 
@@ -353,9 +364,9 @@ def _synthetic_run(root: Path, gates: dict[str, str]) -> Path:
 def test_a_big_run_lists_every_case_and_caps_only_the_details_shown_without_script(
     tmp_path: Path,
 ) -> None:
-    """Every case is a row of the table with its detail in a <template>; only the review
-    cases readable without JavaScript stop at `top` a gate, saying how many more there are;
-    JUnit keeps every case whatever `top` is."""
+    """Every case is in the page's data, its row and its detail; only the review cases
+    readable without JavaScript stop at `top` a gate, saying how many more there are; JUnit
+    keeps every case whatever `top` is."""
     from runner.junit import junit_xml
 
     gates = {f"r{i}": "disagreement_changed" for i in range(5)}
@@ -367,11 +378,10 @@ def test_a_big_run_lists_every_case_and_caps_only_the_details_shown_without_scri
     assert expected_kept == sorted(rep.cases)
     assert len(gates) == rep.count == len(list(rep.every_case()))
     page = _html(rep)
-    tags = _tags(page)
-    assert [a["data-id"] for t, a in tags if t == "tr" and a.get("class") == "case"] == sorted(
-        gates
-    )
-    assert [a["id"] for t, a in tags if t == "template"] == [f"t-{i}" for i in range(len(gates))]
+    cases = page_cases(page)
+    assert [c.id for c in cases] == sorted(gates)
+    assert [c.n for c in cases] == list(range(len(gates)))
+    assert all(c.side(0)["side"] == "reference" for c in cases)
     noscript = page[page.index("<noscript>") : page.index("</noscript>")]
     review, unscored = noscript.split('<section id="unscored">')
     assert "Needs review (5)" in review and "Unscored (3)" in unscored
@@ -433,13 +443,20 @@ def test_html_shows_bidi_controls_and_nuls_as_escapes(disguised: Path) -> None:
     the case id reads `invoice\\u202egpj.exe`, the reply's override and NUL are escapes, and so
     are zero-width characters, which would make two different ids look the same."""
     page = (disguised / "report.html").read_text(encoding="utf-8")
-    assert _hidden(page) == []
+    data = "\n".join(page_strings(page))  # what the script shows, as the markup would
+    assert _hidden(page) == [] and _hidden(data) == []
     assert "ref\\u200bund\\u2060\\ufeff" in page
     assert "o\\u200bk\\u200c\\u200d" in page
     assert "invoice\\u202egpj.exe" in page
-    assert "nul\\x00id" in page
-    assert "ok \\u202eesrever\\u202c and a NUL\\x00 and \\x1b[2J" in page
     assert "ref-1\\u202e" in page  # a served model is untrusted too
+    for shown in (
+        "ref\\u200bund\\u2060\\ufeff",
+        "invoice\\u202egpj.exe",
+        "nul\\x00id",
+        "ok \\u202eesrever\\u202c and a NUL\\x00 and \\x1b[2J",
+        "ref-1\\u202e",
+    ):
+        assert shown in data, shown
 
 
 def test_markdown_shows_bidi_controls_and_nuls_as_escapes(disguised: Path) -> None:
@@ -521,7 +538,8 @@ def test_html_shows_each_side_s_tool_calls_and_tool_misses(tool_run: Path) -> No
     assert "<code>find({})</code>" in html_text
     for miss in ("tool_arg_mismatch:lookup.id", "tool_missing:lookup", "tool_unknown:find"):
         assert f"<code>{miss}</code>" in html_text
-    assert [t for t, _ in _tags(html_text) if t == "script"] == ["script"]  # report.js
+    scripts = [t for t, attrs in _tags(html_text) if t == "script" and "type" not in attrs]
+    assert scripts == ["script"]  # report.js
 
 
 def test_markdown_shows_each_side_s_tool_calls_in_its_review_cell(tool_run: Path) -> None:

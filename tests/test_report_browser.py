@@ -33,15 +33,23 @@ from runner.text import visible
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
+# the page's case data blocks (no browser runs their type) that hold anything but base64
+_NOT_DATA = (
+    "[...document.querySelectorAll('script[type=\"application/octet-stream\"]')]"
+    ".filter((e) => !/^[A-Za-z0-9+/=]*$/.test(e.textContent)).length"
+)
+_SCRIPTS = 'script:not([type="application/octet-stream"])'  # the ones a browser runs
+
 # what the DOM holds after the page's own scripts ran, as the browser built it
-_DOM_FACTS = """() => ({
-  tags: [...document.querySelectorAll('script, img, iframe, object, embed, frame')]
+_DOM_FACTS = f"""() => ({{
+  tags: [...document.querySelectorAll('{_SCRIPTS}, img, iframe, object, embed, frame')]
     .map((e) => e.tagName.toLowerCase()),
-  scripts: [...document.querySelectorAll('script')].map((e) => e.textContent),
+  scripts: [...document.querySelectorAll('{_SCRIPTS}')].map((e) => e.textContent),
+  data: {_NOT_DATA},
   injected: document.querySelectorAll('#injected').length,
   pwned: [...document.querySelectorAll('[data-pwned]')].map((e) => e.dataset.pwned),
   csp: document.querySelector('meta[http-equiv="Content-Security-Policy"]')?.content ?? null,
-})"""
+}})"""
 
 
 @pytest.fixture(scope="module")
@@ -68,31 +76,35 @@ def test_screenshot_is_a_full_png(browser: Browser, report: Path) -> None:
 
 
 def test_no_injected_element_exists_in_the_dom(browser: Browser, report: Path) -> None:
-    """After the browser ran the page: no img, frame or injected element, no handler ran, and
-    every script element is one the page's CSP allows by its hash."""
+    """After the browser ran the page and every case was opened: no img, frame or injected
+    element, no handler ran, every script element a browser runs is one the page's CSP allows
+    by its hash, and the case data blocks hold base64 only."""
     with browser.open(report) as tab:
+        _open_every_case(tab)
         facts = _facts(tab)
     csp = str(facts["csp"])
     scripts = [str(s) for s in facts["scripts"]]  # type: ignore[attr-defined]
-    expected: tuple[list[str], int, list[str], list[bool]] = (
-        ["script"] * len(scripts),
+    expected: tuple[list[str], int, list[str], list[bool], int] = (
+        ["script"],
         0,
         [],
-        [True] * len(scripts),
+        [True],
+        0,
     )
     actual = (
         facts["tags"],
         facts["injected"],
         facts["pwned"],
         [source_hash(s) in csp for s in scripts],
+        facts["data"],
     )
     assert expected == actual
 
 
-# each case's detail waits in a <template> until it is opened: its <pre>s, as the browser
-# parsed them, and anything injected there
-_TEMPLATE_FACTS = """() => {
-  const parts = [...document.querySelectorAll('template')].map((t) => t.content);
+# the opened cases' details, as the page's script built them: their <pre>s and anything
+# injected there
+_OPENED_FACTS = """() => {
+  const parts = [...document.querySelectorAll('tr.detail')];
   return {
     pre: parts.flatMap((c) => [...c.querySelectorAll('pre')].map((e) => e.textContent)),
     injected: parts.flatMap((c) => [...c.querySelectorAll('script, img, iframe, #injected')])
@@ -101,13 +113,26 @@ _TEMPLATE_FACTS = """() => {
 }"""
 
 
+def _open_every_case(tab: Tab, facts: str | None = None) -> list[object]:
+    """Click each case's link as a person would; what `facts` says of each opened case."""
+    rows = tab.page.locator("tr.case")
+    shown = []
+    for n in range(rows.count()):
+        row = rows.nth(n)
+        row.locator("a.open").click()
+        tab.page.locator("tr.detail section.case-detail").wait_for()
+        if facts is not None:
+            shown.append(tab.page.evaluate(facts, row.get_attribute("data-id")))
+    return shown
+
+
 def test_replies_show_as_text(browser: Browser, report: Path) -> None:
-    """Each hostile reply is the text content of a <pre> in its case's detail, character for
-    character, and no element came out of one."""
+    """Each hostile reply is the text content of a <pre> in its case's detail once opened,
+    character for character, and no element came out of one."""
     with browser.open(report) as tab:
-        facts = tab.page.evaluate(_TEMPLATE_FACTS)
-    shown = facts["pre"]
-    assert facts["injected"] == 0
+        found = _open_every_case(tab, _OPENED_FACTS)
+    shown = [text for facts in found for text in facts["pre"]]  # type: ignore[index]
+    assert sum(facts["injected"] for facts in found) == 0  # type: ignore[index]
     expected = [True, True, True, True]
     actual = [
         any(s in text for text in shown)
@@ -139,7 +164,8 @@ _INERT_FACTS = f"""() => {{
     pwned: window.{PWNED} ?? null,
     loaders: all('img, iframe, frame, object, embed, link, base, video, audio, source')
       .map((e) => e.tagName.toLowerCase()),
-    scripts: all('script').map((e) => e.textContent),
+    scripts: all('{_SCRIPTS}').map((e) => e.textContent),
+    data: {_NOT_DATA},
     injected: all('#injected').length,
     handlers: all('*').flatMap((e) => [...e.attributes]
       .filter((a) => a.name.startsWith('on')).map((a) => e.tagName + ' ' + a.name)),
@@ -196,6 +222,7 @@ def _inert(tab: Tab, *, allowed_hrefs: Callable[[str], bool]) -> dict[str, objec
         "pwned": facts["pwned"],
         "loaders": facts["loaders"],
         "foreign scripts": [s for s in facts["scripts"] if source_hash(s) not in csp],
+        "data blocks not base64": facts["data"],
         "injected": facts["injected"],
         "handlers": facts["handlers"],
         "foreign links": [h for h in facts["hrefs"] if not allowed_hrefs(h)],
@@ -207,6 +234,7 @@ INERT = {
     "pwned": None,
     "loaders": [],
     "foreign scripts": [],
+    "data blocks not base64": 0,
     "injected": 0,
     "handlers": [],
     "foreign links": [],
@@ -225,24 +253,13 @@ def _history_link(href: str) -> bool:
     return len(parts) == 2 and parts[1] == "report.html" and ":" not in href
 
 
-def _open_every_case(tab: Tab) -> list[dict[str, object] | None]:
-    """Click each case's link as a person would; what each opened case shows."""
-    rows = tab.page.locator("tr.case")
-    shown = []
-    for n in range(rows.count()):
-        row = rows.nth(n)
-        row.locator("a.open").click()
-        shown.append(tab.page.evaluate(_DETAIL, row.get_attribute("data-id")))
-    return shown
-
-
 def test_hostile_inputs_stay_inert_in_the_report(browser: Browser, hostile: Hostile) -> None:
     """Payloads in case ids, prompts, system prompts, replies, tool calls and model names run
     nothing and add no element, link or raw control character, before and after every case
     is opened; no console error, request or CSP violation (the harness fails on those)."""
     with browser.open(hostile.report) as tab:
         before = _inert(tab, allowed_hrefs=_report_link)
-        opened = _open_every_case(tab)
+        opened = _open_every_case(tab, _DETAIL)
         after = _inert(tab, allowed_hrefs=_report_link)
         tab.screenshot("report-hostile-inputs")
     expected = (INERT, INERT, len(HOSTILE_INPUTS) + 1, [])
@@ -264,7 +281,7 @@ def test_hostile_inputs_show_as_text_in_an_opened_case(browser: Browser, hostile
     """Opening a case shows its id, system prompt, prompt, reply, tool call and served model
     as the text they are, a bidi control or NUL as its escape."""
     with browser.open(hostile.report) as tab:
-        opened = {str(o["row"]): o for o in _open_every_case(tab) if o is not None}
+        opened = {str(o["row"]): o for o in _open_every_case(tab, _DETAIL) if o}  # type: ignore[index]
     expected = {}
     actual = {}
     for n, text in enumerate(HOSTILE_INPUTS.values()):
@@ -384,21 +401,25 @@ def test_a_history_run_link_opens_that_run_s_report(browser: Browser, hostile: H
     assert expected == (url, said, verdict)
 
 
-def test_without_javascript_the_verdict_and_every_case_show(
+def test_without_javascript_the_verdict_and_every_case_to_review_show(
     browser: Browser, hostile: Hostile
 ) -> None:
-    """With JavaScript off the page still shows the verdict, its reasons and every case's
-    row, and the filters, which need the script, stay hidden."""
+    """With JavaScript off the page still shows the verdict, its reasons and every case that
+    needs review in full (each payload case: its disagreement changed, or its served model),
+    and the filters and the table of all cases, which need the script, stay hidden."""
     with browser.open(hostile.report, javascript=False) as tab:
         page = tab.page
+        details = page.locator("section.case-detail:visible")
         actual = (
             page.locator("#verdict").is_visible(),
             page.locator("#verdict").get_attribute("data-verdict"),
             page.locator("#reasons li.reason:visible").count() > 0,
-            sorted(_shown_ids(tab)),
+            sorted(str(d.get_attribute("data-id")) for d in details.all()),
+            page.locator("section.case-detail .cd-text:visible").count(),
             page.locator("#filters").is_visible(),
+            page.locator("#cases").is_visible(),
         )
         tab.screenshot("report-without-javascript", full_page=True)
-    every = sorted(map(visible, [*HOSTILE_INPUTS.values(), HOSTILE_QUIET]))
-    expected = (True, "review", True, every, False)
+    every = sorted(map(visible, HOSTILE_INPUTS.values()))
+    expected = (True, "review", True, every, 2 * len(every), False, False)
     assert expected == actual

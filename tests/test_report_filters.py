@@ -97,13 +97,21 @@ def count_line(tab: Tab) -> str:
     return str(tab.page.text_content("#shown"))
 
 
-def test_without_javascript_every_case_shows_and_the_form_stays_hidden(
+def test_without_javascript_the_cases_to_look_at_show_and_the_form_stays_hidden(
     browser: Browser, report: Path
 ) -> None:
-    """With scripts off, the filters form is hidden and every case of the run is in the table."""
+    """With scripts off, the filters form and the table (which the script draws) are hidden,
+    a line says so, and the cases that need review or went unscored are shown in full."""
     with browser.open(report, javascript=False) as tab:
-        assert not tab.page.is_visible("#filters")
-        assert sorted(shown(tab)) == sorted(c["id"] for c in [*CASES, *NEW])
+        page = tab.page
+        assert not page.is_visible("#filters") and not page.is_visible("#cases")
+        details = page.locator("section.case-detail:visible").all()
+        assert sorted(str(d.get_attribute("data-id")) for d in details) == [
+            "easy-a",
+            "med-a",
+            "timeout",
+        ]
+        assert str(page.text_content("#no-table")).startswith("The table of all 8 cases")
 
 
 def test_the_script_shows_the_form_and_how_many_cases_it_shows(
@@ -444,7 +452,7 @@ def test_a_link_naming_a_miss_code_with_spaces_shows_its_case(
 
 
 def _many(root: Path) -> Path:
-    """450 cases, the candidate failing every 50th: three row groups of up to 200."""
+    """450 cases, the candidate failing every 50th."""
     cases = [
         {
             "id": f"m-{i:03d}",
@@ -469,27 +477,95 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return in_thread(_many, tmp_path_factory.mktemp("many"))
 
 
-GROUPS = """() => Array.from(document.querySelectorAll("#cases tbody"), (body) => [
-  body.checkVisibility(),
-  Array.from(body.querySelectorAll("tr.case")).filter((r) => r.checkVisibility()).length,
-])"""
+def drawn(tab: Tab) -> list[str]:
+    """The ids of the rows the table holds, top to bottom."""
+    ids: list[str] = tab.page.eval_on_selector_all(
+        "#cases tr.case", "rows => rows.map((r) => r.dataset.id)"
+    )
+    return ids
 
 
-def test_a_filter_fills_the_first_row_groups_and_hides_the_empty_ones(
+def test_a_long_table_holds_the_rows_of_a_page_and_more_when_asked(
     browser: Browser, many: Path
 ) -> None:
-    """A long table comes in row groups; the cases a filter shows fill them from the top, in
-    order, and a group left with none is hidden whole, so no blank stretch of page is left
-    where filtered rows were; clearing the filter shows every row in its group again."""
-    with browser.open(many) as tab:
+    """Of 450 cases the table holds the first 200 shown, and a button says how many are not
+    yet; pressing it adds the next 200; a filter shows its cases from the top, the button
+    gone when all are there; clearing it starts from the first 200 again."""
+    with browser.open(many, height=400) as tab:
         page = tab.page
-        assert page.evaluate(GROUPS) == [[True, 200], [True, 200], [True, 50]]
+        assert drawn(tab) == [f"m-{i:03d}" for i in range(200)]
+        assert count_line(tab) == "450 of 450 cases"
+        assert page.text_content("#more button") == "Show 200 more (250 not shown yet)"
+        page.eval_on_selector("#more button", "(b) => b.click()")  # pressed, not scrolled to
+        assert drawn(tab) == [f"m-{i:03d}" for i in range(400)]
+        assert page.text_content("#more button") == "Show 50 more (50 not shown yet)"
         page.select_option("select[name=gate]", "disagreement_changed")
-        assert shown(tab) == [f"m-{i:03d}" for i in range(0, 450, 50)]
-        assert page.evaluate(GROUPS) == [[True, 9], [False, 0], [False, 0]]
+        assert drawn(tab) == [f"m-{i:03d}" for i in range(0, 450, 50)]
+        assert not page.is_visible("#more")
         page.select_option("select[name=gate]", "")
-        assert shown(tab) == [f"m-{i:03d}" for i in range(450)]
-        assert page.evaluate(GROUPS) == [[True, 200], [True, 200], [True, 50]]
+        assert drawn(tab) == [f"m-{i:03d}" for i in range(200)]
+
+
+def test_scrolling_to_the_end_of_the_table_adds_the_next_rows(browser: Browser, many: Path) -> None:
+    """A reader who scrolls down to the last row shown gets the next ones, no click needed."""
+    with browser.open(many, height=400) as tab:
+        page = tab.page
+        page.locator("#more").scroll_into_view_if_needed()
+        page.wait_for_function("() => document.querySelectorAll('#cases tr.case').length > 200")
+        assert drawn(tab)[:201] == [f"m-{i:03d}" for i in range(201)]
+
+
+def test_a_link_to_a_case_past_the_rows_shown_draws_it_and_opens_it(
+    browser: Browser, many: Path
+) -> None:
+    """`#case=m-449`, the last of 450, draws the table down to it and opens it there."""
+    with browser.open(many, fragment="case=m-449", height=400) as tab:
+        page = tab.page
+        assert drawn(tab)[-1] == "m-449" and len(drawn(tab)) == 450
+        assert page.get_attribute("tr.detail section.case-detail", "data-id") == "m-449"
+        box = page.locator("#c-449").bounding_box()
+        assert box is not None and -1 < box["y"] < 400
+
+
+def _sided(root: Path) -> Path:
+    """After a promote, both sides left case `both` unscored, each its own way (the reference
+    timed out, the candidate answered an HTML page), and the candidate alone timed out on
+    `cand`."""
+    project = Project(root, BASE_CASES)
+    first, _, _ = project.run()
+    project.promote(first)
+    project.cases = [*BASE_CASES, *({**BASE_CASES[0], "id": i} for i in ("both", "cand"))]
+    project._write_jsonl("cases.jsonl", project.cases)
+    project.cassettes(
+        {"both": {"fault": "timeout"}},
+        {"both": {"status": 200, "body": "<html>oops</html>"}, "cand": {"fault": "timeout"}},
+    )
+    run_dir, _, _ = project.run()
+    return run_dir / "report.html"
+
+
+def test_the_misses_column_says_which_side_missed(browser: Browser, tmp_path: Path) -> None:
+    """Each side's codes and unscored stamp stand under that side's name in the misses
+    column, and in the row's data-miss-SIDE; a side with none is left out."""
+    report = in_thread(_sided, tmp_path)
+    found = {}
+    with browser.open(report) as tab:
+        for case_id in ("both", "cand", "easy-a"):
+            row = tab.page.locator(f"tr.case[data-id='{case_id}']")
+            found[case_id] = (
+                row.locator("td.misses div").all_inner_texts(),
+                row.get_attribute("data-miss-reference"),
+                row.get_attribute("data-miss-candidate"),
+            )
+    assert found == {
+        "both": (
+            ["reference: transport:timeout", "candidate: schema:not_json"],
+            "transport:timeout",
+            "schema:not_json",
+        ),
+        "cand": (["candidate: transport:timeout"], None, "transport:timeout"),
+        "easy-a": ([], None, None),
+    }
 
 
 def test_the_script_is_inline_hashed_and_cannot_fetch_or_run_text(report: Path) -> None:
@@ -497,7 +573,8 @@ def test_the_script_is_inline_hashed_and_cannot_fetch_or_run_text(report: Path) 
     script names no API that makes a request, evaluates text or parses markup."""
     page = report.read_text(encoding="utf-8")
     script = report_script()
-    assert page.count("<script") == 1
+    data = '<script type="application/octet-stream" class="case-data" data-cases="'
+    assert page.count("<script") == 1 + page.count(data) and page.count(data) == 1
     assert f"<script>{script}</script>" in page
     csp = page.split('http-equiv="Content-Security-Policy" content="', 1)[1].split('"', 1)[0]
     assert f"script-src {source_hash(script)};".replace("'", "&#39;") in csp

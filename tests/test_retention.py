@@ -20,7 +20,7 @@ import pytest
 from faultserver import FaultServer
 from hypothesis import given
 from hypothesis import strategies as st
-from reportkit import Project
+from reportkit import DATA_BLOCK, Project, page_blocks, page_cases
 from structlog.testing import capture_logs
 from test_scheduler import ManualClock, until
 from test_scheduler import events as events_named
@@ -127,6 +127,13 @@ def test_a_finished_run_past_compress_after_nights_keeps_gz_ledgers(tmp_path: Pa
     assert not [p for p in old.iterdir() if p.name.endswith(".tmp")]
 
 
+def _unpacked(report: Path) -> str:
+    """A report's text, report.html's compressed case data as the JSON it holds."""
+    text = report.read_text()
+    blocks = iter(page_blocks(text))
+    return DATA_BLOCK.sub(lambda _: json.dumps(next(blocks)), text)
+
+
 def _policy() -> Any:
     from runner.config import Retention
 
@@ -147,9 +154,17 @@ def test_every_reader_reads_a_compressed_run_as_the_plain_one(tmp_path: Path) ->
     write_reports(old)
     write_reports(plain)
     for name in ("report.md", "report.html"):
-        packed_text = (old / name).read_text().replace("raw.jsonl.gz", "raw.jsonl")
-        assert packed_text == (plain / name).read_text().replace(str(plain), str(old)), name
-    assert "raw.jsonl.gz, line" in (old / "report.html").read_text()
+        packed_text = _unpacked(old / name).replace("raw.jsonl.gz", "raw.jsonl")
+        assert packed_text == _unpacked(plain / name).replace(str(plain), str(old)), name
+    page = (old / "report.html").read_text()
+    assert "raw.jsonl.gz, line" in page  # the cases shown without JavaScript
+    files = {  # and every case the script shows
+        case.text(side["raw"][4])
+        for case in page_cases(page)
+        for side in map(case.side, (0, 1))
+        if side["raw"] is not None
+    }
+    assert files == {"raw.jsonl.gz"}
 
     replayed, code, _ = run_suite(loaded, "s", parent_dir=old, mode=RunMode.REPLAY)
     again, plain_code, _ = run_suite(loaded, "s", parent_dir=plain, mode=RunMode.REPLAY)

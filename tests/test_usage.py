@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from llmockkit import LlmockServer, Protocol
 from relkit import run_parallax
+from reportkit import page_cases
 
 from runner.config import Price, load_config
 from runner.cost.usage import Call, Tokens, UsageFold, call_of, cost_usd, percentiles, tokens_of
@@ -318,10 +319,19 @@ def test_a_recorded_call_without_a_recorded_time_has_no_latency_not_zero(tmp_pat
         {"p50": 250, "p90": 250, "p99": 250},
     )
     assert "reference: 2 call(s) · no usage · cost unpriced · no latency" in done.stderr
-    page = (run_dir / "report.html").read_text("utf-8")
-    assert "<dt>latency</dt><dd>none measured</dd>" in page and "<dd>250 ms</dd>" in page
-    assert "1 attempt: HTTP 200, no time measured" in page
-    assert " 0 ms" not in page
+    # each case's detail as report.html's data holds it: report.js says "none measured" and
+    # "no time measured" for a null, and a number in ms for the rest
+    timings = {
+        (case.id, side["side"]): (side["ms"], [a[5] for a in side["attempts"]])
+        for case in page_cases((run_dir / "report.html").read_text("utf-8"))
+        for side in map(case.side, (0, 1))
+    }
+    assert timings == {
+        ("c0", "reference"): (None, [None]),
+        ("c1", "reference"): (None, [None]),
+        ("c0", "candidate"): (250, [250]),
+        ("c1", "candidate"): (None, [None]),
+    }
     replayed = run_parallax("replay", run_dir, cwd=tmp_path)
     assert replayed.returncode in (0, 1), replayed.stderr
     (again,) = (p for p in tmp_path.glob("runs/s/*/") if p != run_dir)

@@ -26,13 +26,17 @@ _DECODER = json.JSONDecoder()
 class Snapshot:
     """One suite's snapshot file, its entries by case id."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, held: Mapping[str, Any] | None = None) -> None:
+        """`held`: the entries as a run of this process read them (`Suite.snapshot`, the ones
+        it was gated against), taken as they are instead of reading the file again."""
         self.path = path
         self.head: dict[str, Any] = {}  # promoted_from and promoted_at
         self.problem: str | None = None
         self._spans: dict[str, tuple[int, int]] = {}
-        self._whole: Mapping[str, Any] | None = None
+        self._whole: Mapping[str, Any] | None = held
         self._fd: int | None = None
+        if held is not None:
+            return
         try:
             self._fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:

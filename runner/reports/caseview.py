@@ -3,10 +3,10 @@
 A `CaseView` holds one case of disagreement.json as people review it: what each side was
 sent, what the case expected (each miss beside its expected value), both replies with a word
 diff, tool calls, the three stamps, attempts, latency, tokens and cost, the snapshot entry it
-was gated against and the raw exchange. `RunCases` opens a run once (raw.jsonl and
-outcomes.jsonl indexed by byte offset in one pass, the fixture file the manifest pins, the
-snapshot) and yields the views in disagreement.json's order, each built when asked for, so a
-20,000-case report never holds more than the case it is rendering.
+was gated against and the raw exchange. `RunCases` opens a run once (raw.jsonl indexed by
+byte offset in one pass, and outcomes.jsonl when the run took several samples; the fixture
+file the manifest pins, the snapshot) and yields the views in disagreement.json's order, each
+built when asked for, so a 20,000-case report never holds more than the case it is rendering.
 
 Nothing here trusts the run dir: a missing or edited fixture file, an unreadable raw line or a
 snapshot promoted since the run each become a note in the view, never an error.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -28,46 +27,52 @@ from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, SCHEMA_MISS, TRANSPORT
 from runner.grading.tools import offered_tools
 from runner.jsontext import loads
 from runner.ledger import read_json_map
-from runner.model import ROW_ERRORS, SIDES, Case, Exchange, Outcome, ToolCall
+from runner.model import ROW_ERRORS, SIDES, Case, Exchange, Outcome, ToolCall, record
 from runner.reports.accepted import Snapshot
 from runner.reports.expected import Miss, call_text, explain, value_text
 from runner.reports.ledgerindex import LedgerIndex, Spot
 from runner.reports.marks import mark, needles
 from runner.reports.requestview import RequestView, request_view
-from runner.reports.runinputs import Expectation, Found, RunInputs
+from runner.reports.runinputs import Expectation, Found, Given, RunInputs
 from runner.reports.wordiff import Piece, WordDiff, shown_words, word_diff
 
 RAW_FILE = "raw.jsonl"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Caps:
     """How much of a case its detail keeps: characters of reply, request value and raw line,
-    and whether it is `compact` (stamps, reply excerpt, misses, usage and the raw.jsonl link
-    only: no request, attempts, other samples, expectation table or snapshot entry, none of
-    them read)."""
+    and whether it is `brief`: its texts cut shorter, its raw exchange left to the raw.jsonl
+    line it names, and neither its snapshot entry nor its other samples read (request,
+    attempts, expectation and usage are there as in full)."""
 
     reply: int
     request: int
     raw: int
-    compact: bool = False
+    brief: bool = False
 
 
 FULL = Caps(reply=6000, request=4000, raw=4000)
-COMPACT = Caps(reply=300, request=200, raw=0, compact=True)
-# Past this many cases, a case that neither needs review nor went unscored is COMPACT: 20,000
-# full details are some 70 MB of HTML, which no browser opens in seconds.
+BRIEF = Caps(reply=300, request=300, raw=0, brief=True)
+# Past this many cases, a case that neither needs review nor went unscored is BRIEF: 20,000
+# replies and requests in full are tens of megabytes even compressed, and nobody reads a
+# quiet case's raw line without opening raw.jsonl.
 FULL_UP_TO = 2000
+BRIEF_NOTE = (
+    "In brief, as a quiet case of a run of over 2,000 cases: its reply and request are cut at "
+    "300 characters, its snapshot entry and other samples are left out, and its raw exchange "
+    "is the raw.jsonl line named."
+)
 NEEDS_LOOK = frozenset({DISAGREEMENT_CHANGED, ALIAS_SWAP, TRANSPORT_MISS, SCHEMA_MISS})
 
 
 def caps_for(gate: str, admitted: bool, cases: int) -> Caps:
     """FULL for a case that needs review or could not be scored, or in a run of at most
-    FULL_UP_TO cases; COMPACT for the rest."""
-    return FULL if gate in NEEDS_LOOK or not admitted or cases <= FULL_UP_TO else COMPACT
+    FULL_UP_TO cases; BRIEF for the rest."""
+    return FULL if gate in NEEDS_LOOK or not admitted or cases <= FULL_UP_TO else BRIEF
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AttemptView:
     n: int
     transport: str
@@ -78,7 +83,7 @@ class AttemptView:
     retry_after: float | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SideReply:
     """What a side got back. `kind`: "reply" (read by its protocol), "body" (the raw body: it
     did not read as a reply), "none" (nothing came back; `why` says what happened)."""
@@ -91,7 +96,7 @@ class SideReply:
     why: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RawView:
     """The exchange as raw.jsonl holds it: its line, cut at the cap (then see `file`:`line`)."""
 
@@ -102,7 +107,7 @@ class RawView:
     file: str = RAW_FILE
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SampleView:
     """One sample's stamps and score (samples > 1: sample 0 is the one shown in full)."""
 
@@ -115,7 +120,7 @@ class SampleView:
     elapsed_ms: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UsageView:
     """Sample 0's tokens and cost; `cost_usd` None with `note` saying why."""
 
@@ -124,7 +129,7 @@ class UsageView:
     note: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SideDetail:
     side: str
     endpoint: str | None
@@ -144,6 +149,8 @@ class SideDetail:
     attempts: tuple[AttemptView, ...]
     elapsed_ms: int | None
     ttft_ms: int | None
+    queued_ms: int | None  # what the call waited before its attempts went out
+    backoff_ms: int | None  # and slept between them (retry backoff)
     stream: bool
     usage: UsageView
     raw: RawView | None
@@ -152,7 +159,7 @@ class SideDetail:
     pieces: tuple[Piece, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AcceptedView:
     """The snapshot entry the case is gated against, each key's value as JSON text."""
 
@@ -165,7 +172,7 @@ class AcceptedView:
         return dict(self.keys or ()).get("disagreement")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CaseView:
     id: str
     index: int  # position in disagreement.json: the page's `c-N` / `t-N`
@@ -179,13 +186,18 @@ class CaseView:
     reference: SideDetail
     candidate: SideDetail
     diff: WordDiff | None
-    accepted: AcceptedView
+    accepted: AcceptedView | None  # None: not read for a brief view
     notes: tuple[str, ...]
-    compact: bool = False  # built with COMPACT caps: request, attempts and snapshot left out
+    brief: bool = False  # built with BRIEF caps: texts cut shorter, the raw line not embedded
 
     @property
     def sides(self) -> tuple[SideDetail, SideDetail]:
         return (self.reference, self.candidate)
+
+    @property
+    def brief_note(self) -> str:
+        """What a brief detail leaves out, said under it."""
+        return BRIEF_NOTE
 
 
 def _body_text(exchange: Exchange) -> str | None:
@@ -205,13 +217,14 @@ def _cap(text: str, limit: int) -> tuple[str, bool]:
     return (text, False) if len(text) <= limit else (text[:limit], True)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Read:
     reply: SideReply
     calls: tuple[ToolCall, ...]
     answer: Any
     has_answer: bool
     whole: str | None = None  # the reply text uncut, for the diff
+    usage: Mapping[str, Any] | None = None  # what the reply said it cost, as stamping reads it
 
 
 def _read(exchange: Exchange, expects_json: bool, cap: int) -> _Read:
@@ -231,17 +244,18 @@ def _read(exchange: Exchange, expects_json: bool, cap: int) -> _Read:
             expects_json=expects_json,
             answer_pointer=exchange.answer_pointer,
         )
-        finish = read.finish_reason
+        finish, usage = read.finish_reason, read.facts.usage
         if read.reply is not None:
             text, cut = _cap(read.reply.text, cap)
             view = SideReply("reply", text, cut, response.status, finish, None)
             calls, answer = read.reply.tool_calls, read.reply.answer
-            return _Read(view, calls, answer, expects_json, read.reply.text)
+            return _Read(view, calls, answer, expects_json, read.reply.text, usage)
         why = f"schema {read.detail}"
     else:
-        why = exchange.transport
+        why, usage = exchange.transport, None
     text, cut = _cap(_body_text(exchange) or "", cap)
-    return _Read(SideReply("body", text, cut, response.status, finish, why), (), None, False)
+    body = SideReply("body", text, cut, response.status, finish, why)
+    return _Read(body, (), None, False, usage=usage)
 
 
 def _pieces(
@@ -276,21 +290,35 @@ class RunCases:
     """A run directory opened for its case details; iterate for every case's view, in
     disagreement.json's order. Use as a context manager (it holds the ledgers open)."""
 
-    def __init__(self, run_dir: Path, summary: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, run_dir: Path, summary: Mapping[str, Any] | None = None, given: Given | None = None
+    ) -> None:
         self.run_dir = run_dir
-        self.inputs = RunInputs(run_dir, summary)
+        self.inputs = RunInputs(run_dir, summary, given)
         self.raw = LedgerIndex(run_dir / RAW_FILE)
-        self.outcomes = LedgerIndex(run_dir / "outcomes.jsonl")
+        self._outcomes: LedgerIndex | None = None
         self.snapshot: Snapshot | None = self.inputs.snapshot()
-        self.count = self._count()
-        self.notes: list[str] = [*self.inputs.notes, *self.raw.problems, *self.outcomes.problems]
+        self.count = self._number("cases", 0)
+        # one sample a side: the reply read from raw.jsonl says all (its usage too), and
+        # outcomes.jsonl is not read at all unless a latency or cost gate's pairs are shown
+        self.samples = self._number("samples", 1)
+        self.notes: list[str] = [*self.inputs.notes, *self.raw.problems]
+        if self.samples > 1:
+            self.notes.extend(self.outcomes.problems)
         if self.snapshot is not None and self.snapshot.problem:
             self.notes.append(self.snapshot.problem)
 
-    def _count(self) -> int:
+    def _number(self, key: str, default: int) -> int:
         summary = self.inputs.summary
-        cases = summary.get("cases") if isinstance(summary, Mapping) else None
-        return cases if isinstance(cases, int) else 0
+        found = summary.get(key) if isinstance(summary, Mapping) else None
+        return found if type(found) is int and found >= 0 else default
+
+    @property
+    def outcomes(self) -> LedgerIndex:
+        """outcomes.jsonl indexed, the first time a view or a gate's pairs need it."""
+        if self._outcomes is None:
+            self._outcomes = LedgerIndex(self.run_dir / "outcomes.jsonl")
+        return self._outcomes
 
     def __enter__(self) -> RunCases:
         return self
@@ -302,7 +330,8 @@ class RunCases:
 
     def close(self) -> None:
         self.raw.close()
-        self.outcomes.close()
+        if self._outcomes is not None:
+            self._outcomes.close()
         self.inputs.close()
         if self.snapshot is not None:
             self.snapshot.close()
@@ -356,15 +385,13 @@ class RunCases:
             fixture_sha=fixture_sha,
             admitted=admitted,
             disagreement=_strings(delta) if isinstance(delta, list) else None,
-            expectation=found.expectation(caps.request, keys=not caps.compact),
+            expectation=found.expectation(caps.request),
             reference=ref_side,
             candidate=cand_side,
             diff=diff,
-            accepted=AcceptedView(None, None)
-            if caps.compact
-            else self._accepted(case_id, caps.request),
+            accepted=None if caps.brief else self._accepted(case_id, caps.request),
             notes=tuple(notes),
-            compact=caps.compact,
+            brief=caps.brief,
         )
 
     def _accepted(self, case_id: str, cap: int) -> AcceptedView:
@@ -377,23 +404,29 @@ class RunCases:
         keys = tuple((str(k), value_text(v, cap)) for k, v in sorted(entry.items()))
         return AcceptedView(keys, note)
 
-    def _exchange(self, spot: Spot, line: bytes) -> tuple[Exchange | None, str | None]:
+    def _exchange(
+        self, key: tuple[str, str, int], spot: Spot, line: bytes
+    ) -> tuple[Exchange | None, str | None]:
+        """The exchange on `line`, which the index found `key`'s, or why it is none."""
         try:
             row = loads(line)
         except ValueError:  # the file changed since it was indexed
             return None, f"{RAW_FILE}:{spot.line}: no longer reads as an exchange"
         try:
-            return Exchange.from_json(row), None
+            exchange = Exchange.from_json(row)
         except ROW_ERRORS:
             return None, f"{RAW_FILE}:{spot.line}: not an exchange"
+        if exchange.key != key:  # the index read its key without parsing it: laid out anew
+            return None, f"{RAW_FILE}:{spot.line}: no longer holds this exchange"
+        return exchange, None
 
-    def _samples(self, case_id: str, side: str, *, first: bool) -> list[Outcome]:
-        """A side's outcomes by sample, or with `first` only sample 0's (a compact detail
-        shows no other sample: parsing them was a good part of a large report's time)."""
+    def _samples(self, case_id: str, side: str) -> list[Outcome]:
+        """A side's outcomes by sample, when the run took more than one (with one, the
+        reply read from raw.jsonl is all the detail shows)."""
+        if self.samples <= 1:
+            return []
         rows = []
         for spot in self.outcomes.spots(case_id, side):
-            if first and spot.sample != 0:
-                continue
             row = self.outcomes.row(spot)
             try:
                 rows.append(Outcome.from_json(row or {}))
@@ -420,15 +453,14 @@ class RunCases:
         if spots:
             first = spots[0]
             line = self.raw.read(first)
-            exchange, problem = self._exchange(first, line)
+            exchange, problem = self._exchange((case_id, side, first.sample), first, line)
             if problem:
                 notes.append(problem)
             text, cut = _cap(line[: caps.raw * 4].decode("utf-8", "replace"), caps.raw)
             raw = RawView(  # `file` is raw.jsonl.gz once retention compressed the run
                 text, cut or len(line) > caps.raw * 4, first.line, first.size, self.raw.path.name
             )
-        outcomes = self._samples(case_id, side, first=caps.compact)
-        first_outcome = next((o for o in outcomes if o.sample == 0), None)
+        outcomes = [] if caps.brief else self._samples(case_id, side)
         case = found.case
         if exchange is None:
             why = str(block.get("detail") or "no call was recorded")
@@ -438,11 +470,11 @@ class RunCases:
                 why = f"{RAW_FILE}:{spots[0].line} does not read as an exchange"
             read = _Read(SideReply("none", None, False, None, None, why), (), None, False)
             request = None
-            if case is not None and not caps.compact:
+            if case is not None:
                 request = self.inputs.stand_in(side, case, caps.request)
         else:
             read = _read(exchange, case.expects_json if case else False, caps.reply)
-            request = None if caps.compact else self._request(exchange, side, case, caps.request)
+            request = self._request(exchange, side, case, caps.request)
         offered = tuple(offered_tools(case.tools)) if case is not None else ()
         expect = case.expect if case is not None else None
         misses = tuple(
@@ -456,7 +488,6 @@ class RunCases:
             )
             for code in _strings(block.get("misses"))
         )
-        usage = first_outcome.usage if first_outcome is not None else None
         score = block.get("task_score")
         model = block.get("response_model")
         return (
@@ -476,11 +507,13 @@ class RunCases:
                 "request": request,
                 "reply": read.reply,
                 "tool_calls": tuple(call_text(c, caps.request) for c in read.calls),
-                "attempts": _attempts(exchange) if exchange and not caps.compact else (),
+                "attempts": _attempts(exchange) if exchange else (),
                 "elapsed_ms": exchange.elapsed_ms if exchange else None,
                 "ttft_ms": exchange.ttft_ms if exchange else None,
+                "queued_ms": exchange.queued_ms if exchange else None,
+                "backoff_ms": exchange.backoff_ms if exchange else None,
                 "stream": exchange.stream if exchange else False,
-                "usage": self._usage(side, usage, called=exchange is not None),
+                "usage": self._usage(side, read.usage, called=exchange is not None),
                 "raw": raw,
                 "samples": tuple(
                     SampleView(
@@ -493,9 +526,7 @@ class RunCases:
                         o.elapsed_ms,
                     )
                     for o in outcomes
-                )
-                if not caps.compact
-                else (),
+                ),
             },
             read,
             notes,

@@ -9,17 +9,20 @@ the reply's parsed answer and tool calls; a custom grader's code is shown as it 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from runner.grading.tools import ANY, CONTAINS, REGEX, matcher
-from runner.model import ToolCall
+from runner.model import ToolCall, record
 
 VALUE_CAP = 300  # characters of one expected or received value
+_QUOTED = re.compile(r'["\\]')  # what json.dumps escapes in printable ASCII
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Miss:
     """One miss of one side: its code, what was expected, what the reply had, and whether it
     is in the case's disagreement (one side misses it and the other does not)."""
@@ -32,11 +35,41 @@ class Miss:
 
 def value_text(value: Any, cap: int = VALUE_CAP) -> str:
     """A JSON value as people read it: `"Paris"`, `2`, `{"a": 1}`, cut at `cap` with "…"."""
+    text = _json_text(value)
+    return text if len(text) <= cap else text[: cap - 1] + "…"
+
+
+# The texts of values many cases share (a tool's parameters, an expectation, a snapshot's
+# keys), by their compact JSON: a report shows some 40 values a case.
+_TEXTS: dict[bytes, str] = {}
+_KEEP = 4096
+
+
+def _json_text(value: Any) -> str:
+    kind = type(value)
+    if kind is str and value.isascii() and value.isprintable() and not _QUOTED.search(value):
+        return f'"{value}"'  # what json.dumps writes for it, without the encoder
+    if value is None or kind is bool:
+        return {None: "null", True: "true", False: "false"}[value]
+    if kind is int:
+        return str(value)
+    try:
+        key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        key = None
+    if key is not None and b"null" not in key:  # orjson writes NaN as null: not the same value
+        found = _TEXTS.get(key)
+        if found is not None:
+            return found
     try:
         text = json.dumps(value, ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= cap else text[: cap - 1] + "…"
+        return repr(value)
+    if key is not None and b"null" not in key:
+        if len(_TEXTS) >= _KEEP:
+            _TEXTS.clear()
+        _TEXTS[key] = text
+    return text
 
 
 def described(value: Any) -> str:

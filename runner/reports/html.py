@@ -1,20 +1,23 @@
 """report.html: one self-contained page per run, rendered from templates a piece at a time.
 
-`html_parts` hands the template plain values (and an iterator over the case table, so a
-20,000-case page is never one string or one list in memory); every piece of markup comes from
-`templates/`, where autoescape and `text.visible` handle untrusted text. The page loads nothing:
-its style (and script) are inline and the Content Security Policy names their exact hashes.
+The page is light: its markup is the verdict, its reasons and the run's figures, and, for a
+reader without JavaScript, the cases that need review and the unscored ones in full; every
+case (its row and its detail) is data, compressed into a few blocks (`casedata`) that the
+page's script renders on demand. `html_parts` hands the template plain values; every piece of
+markup comes from `templates/`, where autoescape and `text.visible` handle untrusted text.
+The page loads nothing: its style and script are inline and the Content Security Policy names
+their exact hashes (the data blocks are no script a browser runs).
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
-from urllib.parse import urlencode
 
 from markupsafe import Markup
 
@@ -26,24 +29,22 @@ from runner.gate import GATE_CLASSES
 from runner.history import mapping_of, pass_rate_of, run_labels, strings_of
 from runner.model import SIDES, STRATA
 from runner.reports import trend
-from runner.reports.caseview import CaseView
+from runner.reports.casedata import Blocks, Built, Row, build_blocks
+from runner.reports.caseview import BRIEF_NOTE
 from runner.reports.model import REVIEW_ORDER, RunReport, incomplete_groups, signal_lines
 from runner.reports.paired import paired_cases
 from runner.reports.render import content_security_policy, environment
 from runner.reports.verdict import (
     MOVED,
     Kind,
-    Marks,
     grouped,
     headline,
-    marks_of,
     reasons,
     request_sides,
     said,
 )
 from runner.request.sha import request_lines
 from runner.runs.selection import partial_line
-from runner.text import visible
 
 VERDICT_COLOURS = {
     "clean": "#047857",
@@ -52,7 +53,6 @@ VERDICT_COLOURS = {
     "review+incomplete": "#be123c",
 }
 MISS_OPTIONS = 200  # the most common miss codes offered by the table's miss filter
-ROW_GROUP = 200  # case rows per <tbody>: the browser skips laying out the groups off screen
 
 
 @cache
@@ -84,25 +84,19 @@ def page_assets(script: str = "") -> dict[str, Any]:
 class NoScript:
     """The cases shown in full without JavaScript: those that need review in the order
     `cases_in` gives them, the unscored ones by stamp then id (only the first `top` of each
-    stamp are kept), how many are unscored in all, and their views by id (their
-    `<template>`s reuse them rather than building each again)."""
+    gate and stamp are kept), and how many are unscored in all."""
 
-    review: list[CaseView]
-    unscored: list[CaseView]
+    review: list[str]
+    unscored: list[str]
     unscored_total: int
-    views: dict[str, CaseView]
 
 
 def _no_script(rep: RunReport) -> NoScript:
-    review = [case_id for case_id, _ in rep.cases_in(REVIEW_ORDER)]
     groups = incomplete_groups(rep)
-    unscored = [case_id for rows in groups.values() for case_id, _ in rows]
-    views = rep.views({*review, *unscored})
     return NoScript(
-        [views[c] for c in review if c in views],
-        [views[c] for c in unscored if c in views],
+        [case_id for case_id, _ in rep.cases_in(REVIEW_ORDER)],
+        [case_id for rows in groups.values() for case_id, _ in rows],
         rep.total(list(groups)),
-        views,
     )
 
 
@@ -161,60 +155,19 @@ def _models(rep: RunReport) -> list[dict[str, Any]]:
     return rows
 
 
-@dataclass(frozen=True)
-class CaseRow:
-    """One row of the case table; the case in detail is its `<template>` (see `details`)."""
-
-    index: int  # the case's place in disagreement.json: the row is `c-N`, its detail `t-N`
-    case_id: str
-    gate: str
-    stratum: str
-    marks: Marks
-    detail: Any
-    requested: tuple[str, ...] = ()  # the sides whose request_sha moved since the snapshot
-    paired: tuple[str, ...] = ()  # the fired ratio gates (`latency`, `cost`) that compared it
-
-    @property
-    def href(self) -> str:
-        """`#case=ID`, the id as the page shows it (hidden characters as escapes)."""
-        return "#" + urlencode({"case": visible(self.case_id)})
-
-    @property
-    def misses(self) -> list[tuple[str, str]]:
-        """Per side with any, its miss codes and unscored stamp, one a line: the `miss`
-        filter's tokens (`data-miss-SIDE`; a code keeps its spaces and holds no newline)."""
-        return [(side, "\n".join(codes)) for side, codes in self.marks.sided if codes]
-
-    @property
-    def delta(self) -> str:
-        """The candidate's task score minus the reference's, or empty when either has none."""
-        return "" if self.marks.delta is None else f"{self.marks.delta:.3f}"
-
-
-def rows(rep: RunReport, paired: Mapping[str, tuple[str, ...]]) -> Iterator[CaseRow]:
-    """Every case of the run, whatever its class, one at a time as the page is written."""
-    requested = request_sides(rep.summary)
-    for index, (case_id, case) in enumerate(rep.every_case()):
-        yield CaseRow(
-            index=index,
-            case_id=case_id,
-            gate=str(case.get("gate")),
-            stratum=str(case.get("stratum") or ""),
-            marks=marks_of(case),
-            detail=case.get("detail"),
-            requested=requested.get(case_id, ()),
-            paired=paired.get(case_id, ()),
-        )
-
-
-def details(rep: RunReport, built: Mapping[str, CaseView]) -> Iterator[tuple[int, CaseView]]:
-    """Every case's detail with its index, for the `<template>`s at the end of the page: after
-    the script, so the table is shown and filtered while the browser still parses them (at
-    20,000 cases they are most of the page). The views in `built` are used as they are."""
-    cases = rep.details()
-    for index, (case_id, case) in enumerate(rep.every_case()):
-        view = built.get(case_id)
-        yield index, view if view is not None else cases.view(index, case_id, case)
+def blocks(rep: RunReport, shown: NoScript, paired: Mapping[str, tuple[str, ...]]) -> list[Built]:
+    """Every case of the run as data, in disagreement.json's order, and the HTML of the cases
+    in `shown`."""
+    job = Blocks(
+        rep.details(),
+        Row(request_sides(rep.summary), paired),
+        frozenset([*shown.review, *shown.unscored]),
+        functools.partial(
+            environment().get_template("case.html.j2").module.case_detail,  # type: ignore[attr-defined]
+            raw_text=False,  # its link: the raw line is in the data for the script
+        ),
+    )
+    return build_blocks(job, ((i, k, v) for i, (k, v) in enumerate(rep.every_case())))
 
 
 def _options(counts: Counter[str], order: Sequence[str] = ()) -> list[tuple[str, int]]:
@@ -225,7 +178,7 @@ def _options(counts: Counter[str], order: Sequence[str] = ()) -> list[tuple[str,
 
 
 def context(rep: RunReport) -> dict[str, Any]:
-    """Everything `report.html.j2` shows, the case table and the details as iterators."""
+    """Everything `report.html.j2` shows: the page, and every case as data blocks."""
     s = rep.summary
     verdict = str(s.get("verdict") or "unknown")
     rep.details()  # indexed now: what it could not read is noted before the notes are shown
@@ -236,6 +189,8 @@ def context(rep: RunReport) -> dict[str, Any]:
     found = reasons(s, rep.tally)
     tally = rep.tally
     paired = paired_cases(s, rep.details(), (case_id for case_id, _ in rep.every_case()))
+    built = blocks(rep, shown, paired)
+    html = {case_id: text for b in built for case_id, text in b.details.items()}
     return {
         **page_assets(report_script()),
         "suite": rep.suite,
@@ -247,10 +202,10 @@ def context(rep: RunReport) -> dict[str, Any]:
         "s": s,
         "run_id": s.get("run_id") or rep.run_dir.name,
         "gate_chips": [(g, counts.get(g, 0)) for g in GATE_CLASSES],
-        "review": shown.review,
+        "review": [html[c] for c in shown.review if c in html],
         "review_total": rep.total(REVIEW_ORDER),
         "review_hidden": rep.total(REVIEW_ORDER) - len(shown.review),
-        "unscored_cases": shown.unscored,
+        "unscored_cases": [html[c] for c in shown.unscored if c in html],
         "unscored_total": shown.unscored_total,
         "strata": _strata(rep),
         "strata_note": s.get("strata_note"),
@@ -285,9 +240,8 @@ def context(rep: RunReport) -> dict[str, Any]:
             Counter(side for sides in request_sides(s).values() for side in sides), SIDES
         ),
         "filter_paired": _options(Counter(m for ms in paired.values() for m in ms)),
-        "rows": rows(rep, paired),
-        "row_group": ROW_GROUP,
-        "details": details(rep, shown.views),
+        "blocks": [(Markup(b.data), b.count) for b in built],  # noqa: S704 - base64 only
+        "brief_note": BRIEF_NOTE,
         "retired": [str(r) for r in strings_of(s.get("retired"))],
         "notes": rep.notes,
         "version": __version__,

@@ -18,6 +18,7 @@ from runner.history import History, RunRow, ceiling_candidates, load_history, ma
 from runner.ledger import read_json_map, read_json_object
 from runner.model import SIDES, STRATA
 from runner.reports.caseview import CaseView, RunCases
+from runner.reports.runinputs import Given
 from runner.reports.verdict import Tally
 
 TREND_RUNS = 14
@@ -46,6 +47,7 @@ class RunReport:
     count: int = 0  # cases in disagreement.json
 
     tally: Tally = field(default_factory=Tally)  # counts over every case, for the verdict
+    given: Given | None = field(default=None, repr=False)  # the run's inputs, if still held
     _details: RunCases | None = field(default=None, repr=False)
 
     def every_case(self) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -59,7 +61,7 @@ class RunReport:
         """The run's case details, its ledgers indexed once for every page a report writes
         (`close` ends it); the files' problems join the notes."""
         if self._details is None:
-            self._details = RunCases(self.run_dir, self.summary)
+            self._details = RunCases(self.run_dir, self.summary, self.given)
             self.note(self._details.notes)
         return self._details
 
@@ -153,12 +155,14 @@ def build_report(
     trend_runs: int = TREND_RUNS,
     top: int | None = HTML_TOP_CASES,
     page_runs: int = 0,
+    given: Given | None = None,
 ) -> RunReport:
     """Read a finished run directory (and its suite's earlier runs) into a RunReport.
 
     `top` caps the cases kept in `cases` per review gate and unscored stamp (report.md and the
     page without JavaScript show those); None keeps every case.
-    `page_runs` reads at least that many runs back, for the history page.
+    `page_runs` reads at least that many runs back, for the history page. `given`: the
+    run's config and suite, when this process just made the run.
     """
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: no such run directory")  # as replay and promote say
@@ -204,6 +208,7 @@ def build_report(
         totals=totals,
         count=tally.cases,
         tally=tally,
+        given=given,
     )
 
 

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import orjson
+
+from runner.model import record
 from runner.protocols.wire import Kind
 from runner.reports.expected import value_text
 
@@ -26,7 +29,7 @@ class Source(StrEnum):
     CASE = "case"  # neither is known: the case's own system, prompt or turns, and tools
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Turn:
     """One turn of the conversation sent: its text, the tool calls it carries (an assistant's),
     or the call it answers (a tool result's)."""
@@ -37,14 +40,14 @@ class Turn:
     answers: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ToolOffer:
     name: str
     description: str
     parameters: str  # JSON text, capped
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RequestView:
     source: Source
     method: str | None
@@ -156,6 +159,54 @@ def _tools(tools: Any, cut: _Cutter) -> tuple[ToolOffer, ...]:
     return tuple(offers)
 
 
+@record
+class _Rest:
+    """What a body holds beside its turns: the same for most of a suite's requests."""
+
+    system: str | None
+    tools: tuple[ToolOffer, ...]
+    params: tuple[tuple[str, str], ...]
+    cut: bool
+
+
+# Each endpoint sends every case the same tools, params and (Anthropic) system prompt: read
+# once per distinct one, by its JSON, a report of 20,000 requests reads a few.
+_RESTS: dict[tuple[str, int, bytes], _Rest] = {}
+_KEEP = 256
+
+
+def _rest(adapter: str, body: Mapping[str, Any], cap: int) -> _Rest:
+    """The system prompt (Anthropic's), tools and other keys of a body, each value cut."""
+    rest = {k: v for k, v in body.items() if k != "messages"}
+    try:
+        key = (adapter, cap, orjson.dumps(rest, option=orjson.OPT_SORT_KEYS))
+    except TypeError:  # a key or a number orjson refuses: read it as it is
+        return _read_rest(adapter, rest, cap)
+    found = _RESTS.get(key)
+    if found is None:
+        if len(_RESTS) >= _KEEP:
+            _RESTS.clear()
+        found = _RESTS[key] = _read_rest(adapter, rest, cap)
+    return found
+
+
+def _read_rest(adapter: str, rest: Mapping[str, Any], cap: int) -> _Rest:
+    cut = _Cutter(cap)
+    system: str | None = None
+    tools: tuple[ToolOffer, ...] = ()
+    read = {"system", "tools"}
+    if adapter == Kind.OPENAI_CHAT:  # its system prompt is the first turn
+        tools = _tools(rest.get("tools"), cut)
+    elif adapter == Kind.ANTHROPIC_MESSAGES:
+        raw_system = rest.get("system")
+        system = cut(_text(raw_system)) if raw_system is not None else None
+        tools = _tools(rest.get("tools"), cut)
+    else:  # http-json (or a protocol this version does not know): the body key by key
+        read = set()
+    params = tuple((str(k), cut.json(v)) for k, v in sorted(rest.items()) if k not in read)
+    return _Rest(system, tools, params, cut.cut)
+
+
 def request_view(
     adapter: str, request: Mapping[str, Any], *, cap: int, source: Source = Source.SENT
 ) -> RequestView:
@@ -164,21 +215,15 @@ def request_view(
     cut = _Cutter(cap)
     body = request.get("body")
     body = body if isinstance(body, Mapping) else {}
-    system: str | None = None
+    rest = _rest(adapter, body, cap)
+    system = rest.system
     turns: list[Turn] = []
-    tools: tuple[ToolOffer, ...] = ()
-    read = {"messages", "system", "tools"}
     if adapter == Kind.OPENAI_CHAT:
         system, turns = _openai_turns(body.get("messages"), cut)
-        tools = _tools(body.get("tools"), cut)
     elif adapter == Kind.ANTHROPIC_MESSAGES:
-        raw_system = body.get("system")
-        system = cut(_text(raw_system)) if raw_system is not None else None
         turns = _anthropic_turns(body.get("messages"), cut)
-        tools = _tools(body.get("tools"), cut)
-    else:  # http-json (or a protocol this version does not know): the body key by key
-        read = set()
-    params = tuple((str(k), cut.json(v)) for k, v in sorted(body.items()) if k not in read)
+    elif "messages" in body:  # http-json: the body key by key, its own `messages` too
+        rest = _read_rest(adapter, body, cap)
     method, url = request.get("method"), request.get("url")
     return RequestView(
         source=source,
@@ -186,7 +231,7 @@ def request_view(
         url=str(url) if url is not None else None,
         system=system,
         turns=tuple(turns),
-        tools=tools,
-        params=params,
-        cut=cut.cut,
+        tools=rest.tools,
+        params=rest.params,
+        cut=cut.cut or rest.cut,
     )

@@ -20,8 +20,9 @@ from runner.config import LoadedConfig, Price, load_config
 from runner.errors import DataError, ParallaxError
 from runner.fixtures.load import FixtureFile
 from runner.fixtures.refs import CaseRefs
+from runner.jsontext import dumps
 from runner.ledger import read_json_object
-from runner.model import SIDES, Case
+from runner.model import SIDES, Case, record
 from runner.protocols import Kind, wire_for
 from runner.protocols.wire import plain, turns
 from runner.reports.accepted import Snapshot
@@ -30,12 +31,13 @@ from runner.reports.requestview import RequestView, Source, request_view
 from runner.request.shape import PLAIN
 from runner.runs.rundir import file_digest
 from runner.snapshot import aware_time
+from runner.suite import Suite
 
 STAND_IN = "a recorded endpoint sends nothing: this is the request it stands in for"
 AS_WRITTEN = "nothing was sent and the config is not found: the case as written"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Expectation:
     """What the case expects, from its fixture row; `known` False when the row is gone."""
 
@@ -46,18 +48,18 @@ class Expectation:
     note: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Found:
     """A case's row as the fixture file has it now, and what the view should say about it."""
 
     case: Case | None
     note: str | None
 
-    def expectation(self, cap: int, *, keys: bool = True) -> Expectation:
-        """The case's expectation keys as JSON text (none when not `keys`: a compact view)."""
+    def expectation(self, cap: int) -> Expectation:
+        """The case's expectation keys, each value as JSON text cut at `cap`."""
         if self.case is None:
             return Expectation(False, None, None, (), self.note)
-        items = sorted(self.case.expect.items()) if keys else ()
+        items = sorted(self.case.expect.items())
         shown = tuple((str(k), value_text(v, cap)) for k, v in items)
         return Expectation(True, self.case.path, self.case.line, shown, self.note)
 
@@ -69,13 +71,27 @@ def _object(path: Path) -> tuple[dict[str, Any], str | None]:
         return {}, str(exc)
 
 
+@dataclass(frozen=True)
+class Given:
+    """What the process that just finished a run still holds of its inputs: the config and
+    the suite (its fixture file validated, its snapshot as the run was gated against it), so
+    the run's reports read neither again; on a 20,000-case suite that was a second's work."""
+
+    loaded: LoadedConfig
+    suite: Suite
+
+
 class RunInputs:
     """The run's manifest and summary, and the inputs they name, opened once."""
 
-    def __init__(self, run_dir: Path, summary: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, run_dir: Path, summary: Mapping[str, Any] | None = None, given: Given | None = None
+    ) -> None:
         """`summary`: summary.json as the caller already read it (a report holds it: a
-        20,000-case run's is over a megabyte parsed), else it is read here."""
+        20,000-case run's is over a megabyte parsed), else it is read here; `given`: the
+        run's own inputs, when this process made the run."""
         self.run_dir = run_dir
+        self._given = given
         self.notes: list[str] = []
         self.manifest, problem = _object(run_dir / "manifest.json")
         if problem:
@@ -90,8 +106,12 @@ class RunInputs:
         self._fixtures: FixtureFile | None = None
         self._refs: CaseRefs | None = None
         self._fixture_note: str | None = None
-        self.config = self._load_config()  # first: its input root is where tools files may be
-        self._open_fixtures()
+        if given is not None:
+            self.config: LoadedConfig | None = given.loaded
+            self._fixtures, self._refs = given.suite.fixtures, given.suite.refs
+        else:
+            self.config = self._load_config()  # first: its input root is where tools may be
+            self._open_fixtures()
         self._prices = {side: self._price(side) for side in SIDES}
 
     # ------------------------------------------------------------------ fixtures
@@ -185,7 +205,8 @@ class RunInputs:
                     pass
                 else:
                     # rendered from the config again: a `body_env` secret masked as stored
-                    request = {"method": None, "url": None, "body": logs.scrub_value(sent)}
+                    body = logs.scrub_body(sent, dumps(sent))
+                    request = {"method": None, "url": None, "body": body}
                     return request_view(kind, request, cap=cap, source=Source.STANDS_IN)
         said: dict[str, Any] = {"messages": turns(PLAIN, case)}
         if case.tools:
@@ -220,7 +241,8 @@ class RunInputs:
         suite = self.manifest.get("suite") or self.summary.get("suite")
         if self.config is None or not isinstance(suite, str):
             return None
-        return Snapshot(self.config.snapshots_dir / f"{suite}.json")
+        held = self._given.suite.snapshot if self._given is not None else None
+        return Snapshot(self.config.snapshots_dir / f"{suite}.json", held)
 
     def snapshot_note(self, snapshot: Snapshot) -> str | None:
         """Whether the snapshot's entry may not be the one this run was gated against."""
@@ -237,5 +259,5 @@ class RunInputs:
         return None
 
     def close(self) -> None:
-        if self._fixtures is not None:
+        if self._fixtures is not None and self._given is None:  # the suite's is the run's
             self._fixtures.close()

@@ -13,13 +13,14 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
-from dataclasses import dataclass
+
+from runner.model import record
 
 MAX_WORDS = 1500  # words of each side compared; a 6,000-character reply has about 1,000
 _WORD = re.compile(r"\s+|\S+\s*")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Piece:
     """A run of text on one side, whether the other side lacks it, and the miss it shows
     (`runner.reports.marks`), if any."""
@@ -29,7 +30,7 @@ class Piece:
     miss: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WordDiff:
     """Both sides as pieces: the reference's words the candidate lacks, and the candidate's
     words the reference lacks, are `changed`. `cut` says words past MAX_WORDS were not

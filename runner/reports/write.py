@@ -15,19 +15,27 @@ from runner.reports.history_page import PAGE_RUNS, page_path, write_page
 from runner.reports.html import html_parts
 from runner.reports.markdown import render_markdown
 from runner.reports.model import RunReport, build_report
+from runner.reports.runinputs import Given
 from runner.text import visible
 
 REPORT_FILES = ("report.html", "report.md")  # written into the run directory
 
 
 def write_reports(
-    run_dir: Path, *, retire_after: int | None = None, page_runs: int = 0
+    run_dir: Path,
+    *,
+    retire_after: int | None = None,
+    page_runs: int = 0,
+    given: Given | None = None,
 ) -> RunReport:
     """Render report.html and report.md into the run directory; return what was rendered,
-    its history window at least `page_runs` long."""
+    its history window at least `page_runs` long. `given`: the run's config and suite, when
+    this process made it."""
     check_writable(run_dir, REPORT_FILES, action="write its reports here")
     try:
-        with build_report(run_dir, retire_after=retire_after, page_runs=page_runs) as rep:
+        with build_report(
+            run_dir, retire_after=retire_after, page_runs=page_runs, given=given
+        ) as rep:
             _write_text(run_dir / "report.html", html_parts(rep))
             _write_text(run_dir / "report.md", [render_markdown(rep)])
     except StorageError as exc:  # each report is written whole or not at all
@@ -46,13 +54,14 @@ def _write_text(path: Path, parts: Iterable[str]) -> None:
         raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
-def after_run(run_dir: Path, *, retire_after: int, log: Any) -> None:
+def after_run(run_dir: Path, *, retire_after: int, log: Any, given: Given | None = None) -> None:
     """`run`'s last step: write the reports, rewrite the suite's history page from the window
-    the report read, and raise alert.ceiling_candidates when the list grew."""
+    the report read, and raise alert.ceiling_candidates when the list grew. `given`: the
+    run's config and suite, as the run that just finished holds them."""
     from runner import logs
 
     try:
-        rep = write_reports(run_dir, retire_after=retire_after, page_runs=PAGE_RUNS)
+        rep = write_reports(run_dir, retire_after=retire_after, page_runs=PAGE_RUNS, given=given)
     except Exception as exc:  # a report must never cost the run its verdict or exit code
         log.error(  # noqa: TRY400 - a structlog event: the error goes in fields
             logs.REPORT_FAILED, error=f"{type(exc).__name__}: {exc}", run_dir=str(run_dir)

@@ -21,6 +21,7 @@ from runner.ledger import packed_path
 from runner.lock import holds_suite_lock
 from runner.model import Endpoint
 from runner.regrade import Key, heal
+from runner.reports.runinputs import Given
 from runner.reports.write import REPORT_FILES, after_run
 from runner.runs.calls import build_endpoints, call_all, close_endpoints, meters
 from runner.runs.finalize import finalize, side_prices
@@ -196,7 +197,8 @@ async def _run_prepared(
             )
         exit_code, summary = finalize(loaded, suite, run_dir, folds, log, budget=budget)
         del folds, done  # a run's largest structures: the reports read disagreement.json back
-        after_run(run_dir, retire_after=suite.thresholds.retire_after, log=log)
+        given = Given(loaded, suite)  # the reports read neither the config nor the suite again
+        after_run(run_dir, retire_after=suite.thresholds.retire_after, log=log, given=given)
         log.info(
             logs.RUN_FINISHED,
             exit_code=exit_code,

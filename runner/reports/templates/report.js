@@ -1,61 +1,540 @@
-// report.html's filters, sort, search and open case, all kept in the URL fragment.
+// report.html's case table: every case's row and detail, its filters, search and sort, all
+// kept in the URL fragment.
 //
 // Inline, allowed by the page's Content Security Policy by this file's exact hash. It makes no
-// request of any kind, evaluates no text and parses no markup: a case's detail is a clone of
-// its server-rendered template `t-N`, and the only text it writes goes in as textContent.
-// Without it the page is complete; with it, 20,000 rows stay quick because it only reads the
-// rows' data-* attributes up front and builds the search index on the first search.
+// request of any kind, evaluates no text and parses no markup. The cases are data: each
+// script element of class case-data, typed application/octet-stream (which no browser runs),
+// holds a block of them as deflated, base64'd JSON (runner/reports/casedata.py) whose texts
+// are indexes into the block's string table. The blocks are inflated with DecompressionStream;
+// the table then holds the rows of the cases shown, PAGE at a time (more as the reader
+// scrolls down to them), and a case's detail is built when it is opened. Every element is
+// made with createElement and every text is a text node or an attribute value, so a reply
+// holding markup shows it as the text it is (its hidden characters as their escapes,
+// text.visible's, made in Python).
 "use strict";
 (() => {
   const form = document.getElementById("filters");
   const table = document.getElementById("cases");
-  if (!form || !table) return;
+  const holder = document.getElementById("table");
+  const more = document.getElementById("more");
+  if (!form || !table || !holder || !more) return;
   const controls = form.elements;
   const shown = document.getElementById("shown");
+  const body = table.tBodies[0];
+  const moreButton = more.querySelector("button");
   const SIDES = ["reference", "candidate"];
-  // each names a side (or a ratio gate: paired) among the tokens of the row's data-*
+  // each names a side (or a ratio gate: paired) among the case's tokens
   const SIDED = ["failed", "passed", "request", "paired"];
   // `missed` names the side whose codes the `miss` filter reads (either, when empty)
   const SELECTS = ["gate", "stratum", "moved", "miss", "missed", ...SIDED];
   const KEYS = [...SELECTS, "changed", "q", "sort", "case"];
   const DEFAULT_SORT = controls.sort.options[0].value;
+  const PAGE = 200; // rows added to the table at a time
   // the gate select lists the classes in the gate's own order: sorting by class follows it
   const classRank = new Map(Array.from(controls.gate.options, (option, i) => [option.value, i]));
 
-  const cases = Array.from(table.querySelectorAll("tr.case"), (row) => {
-    const delta = row.dataset.delta ? Number(row.dataset.delta) : NaN;
-    return {
-      row,
-      n: Number(row.id.slice(2)),
-      id: row.dataset.id,
-      gate: row.dataset.gate,
-      stratum: row.dataset.stratum,
-      moved: row.dataset.moved,
-      // per side, its miss codes and unscored stamp: one a line, spaces kept
-      misses: Object.fromEntries(SIDES.map((side) => {
-        const codes = row.getAttribute(`data-miss-${side}`);
-        return [side, codes ? codes.split("\n") : []];
-      })),
-      sides: Object.fromEntries(SIDED.map((key) => [key, (row.dataset[key] || "").split(" ")])),
-      delta: Number.isFinite(delta) ? delta : null,
-      rank: classRank.get(row.dataset.gate) ?? classRank.size,
-      detail: null, // the detail row (tr.detail) while the case is open
-      text: null, // lower-cased id, row and detail text, once something was searched
-    };
-  });
-  const byRow = new Map(cases.map((c) => [c.row, c]));
-  // the table's row groups (a long table comes in several, so the browser can skip laying out
-  // those off screen) and how many cases each holds
-  const groups = Array.from(table.tBodies, (body) => [body, body.querySelectorAll("tr.case").length]);
-  let order = cases; // the rows' order in the table now
+  let cases = [];
+  let byId = new Map();
+  const byRow = new Map();
+  const sorted = {}; // the cases in each order, sorted the first time it is asked for
+  let kept = []; // the cases the filters keep, in the order asked for
+  let limit = PAGE; // how many of them the table holds
   let opened = null;
   let state = {};
+  let indexed = false; // the search index is built on the first search
+
+  // ------------------------------------------------------------------ the data
+
+  function bytesOf(text) {
+    if (Uint8Array.fromBase64) return Uint8Array.fromBase64(text);
+    const binary = atob(text);
+    const bytes = new Uint8Array(binary.length);
+    for (let i = 0; i < binary.length; i += 1) bytes[i] = binary.charCodeAt(i);
+    return bytes;
+  }
+
+  async function inflate(element) {
+    const stream = new Blob([bytesOf(element.textContent.trim())])
+      .stream()
+      .pipeThrough(new DecompressionStream("deflate"));
+    return JSON.parse(await new Response(stream).text());
+  }
+
+  // a record's fields, in casedata.py's order
+  function caseOf(block, record) {
+    const S = block.strings;
+    const [n, id, gate, stratum, moved, miss, delta, detail, failed, passed, request, paired] = record;
+    const score = typeof delta === "number" ? delta : null;
+    return {
+      block,
+      record,
+      n,
+      id: S[id],
+      gate: S[gate],
+      stratum: S[stratum],
+      moved,
+      // per side, its miss codes and unscored stamp (spaces kept)
+      misses: Object.fromEntries(SIDES.map((side, i) => [side, miss[i].map((k) => S[k])])),
+      sides: { failed, passed, request, paired },
+      delta: score,
+      deltaText: score === null ? "" : score.toFixed(3),
+      detailText: S[detail] ?? "",
+      rank: classRank.get(S[gate]) ?? classRank.size,
+      row: null, // the case's row, once it was shown
+      detail: null, // the detail row (tr.detail) while the case is open
+      words: null, // the string indexes the case holds, once something was searched
+      found: false, // whether it holds the text last searched for
+    };
+  }
+
+  // ------------------------------------------------------------------ markup, as text only
+
+  // an element: attributes (set as values, never parsed) and children (strings become text)
+  function h(tag, attrs, ...kids) {
+    const element = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name === "class") element.className = value;
+      else element.setAttribute(name, value === true ? "" : String(value));
+    }
+    for (const kid of kids.flat(Infinity)) {
+      if (kid !== null && kid !== undefined && kid !== false) element.append(kid);
+    }
+    return element;
+  }
+
+  function rowOf(c) {
+    if (c.row) return c.row;
+    const row = h("tr", {
+      class: "case",
+      id: `c-${c.n}`,
+      "data-id": c.id,
+      "data-gate": c.gate,
+      "data-stratum": c.stratum,
+      "data-moved": c.moved,
+    });
+    // a side's miss codes and unscored stamp, one a line (a code keeps its spaces and holds
+    // no newline), left out when it has none
+    for (const side of SIDES) {
+      if (c.misses[side].length) row.setAttribute(`data-miss-${side}`, c.misses[side].join("\n"));
+    }
+    row.dataset.delta = c.deltaText;
+    for (const key of SIDED) if (c.sides[key].length) row.dataset[key] = c.sides[key].join(" ");
+    const link = h("a", { class: "open", href: `#${new URLSearchParams({ case: c.id })}` }, c.id);
+    const misses = SIDES.filter((side) => c.misses[side].length).map((side) =>
+      h(
+        "div",
+        { "data-side": side },
+        h("span", { class: "side" }, `${side}:`),
+        " ",
+        c.misses[side].map((code, i) => [i ? " " : null, h("code", { class: "miss" }, code)]),
+      ),
+    );
+    row.append(
+      h("td", { class: "mono" }, link),
+      h("td", null, h("span", { class: "tag", "data-gate": c.gate }, c.gate)),
+      h("td", null, c.stratum),
+      h("td", null, c.moved),
+      h("td", { class: "misses small" }, misses),
+      h("td", { class: "num" }, c.deltaText),
+      h("td", { class: "small" }, c.detailText),
+    );
+    c.row = row;
+    byRow.set(row, c);
+    return row;
+  }
+
+  // ---- a case's detail: case.html.j2 built from the case's record, element for element
+
+  // a side's fields, named
+  const sideOf = ([side, endpoint, alias, served, sha, transport, schema, score, admitted,
+    detail, misses, noise, request, reply, calls, attempts, ms, ttft, queued, backoff, stream,
+    usage, raw, samples]) => ({ side, endpoint, alias, served, sha, transport, schema, score,
+    admitted, detail, misses, noise, request, reply, calls, attempts, ms, ttft, queued,
+    backoff, stream, usage, raw, samples });
+
+  const score = (value, digits) => (typeof value === "number" ? value.toFixed(digits) : "—");
+  const orDash = (value) => (value === null || value === undefined ? "—" : String(value));
+
+  function detailOf(c) {
+    const S = c.block.strings;
+    const t = (i) => (i === null || i === undefined ? null : S[i]);
+    const [stratum, disagreement, notes, expect, sides, accepted, brief] = c.record[12];
+
+    function pieces(side) {
+      const [, textAt, , , , , marks] = side.reply;
+      const text = t(textAt) ?? "";
+      if (!marks) return [text];
+      const tag = side.side === "reference" ? "del" : "ins";
+      let at = 0;
+      return marks.map(([length, changed, miss]) => {
+        let part = text.slice(at, at + length);
+        at += length;
+        if (changed) part = h(tag, { class: "w" }, part);
+        return miss === null ? part : h("mark", { class: "hit", "data-miss": t(miss) }, part);
+      });
+    }
+
+    function reply(side) {
+      const [kind, text, cut, status, finish, why] = side.reply;
+      const box = h("div", { class: "cd-reply", "data-kind": kind });
+      if (kind === "none") {
+        box.append(h("p", { class: "cd-none" }, `No reply: ${t(why) ?? ""}`));
+        return box;
+      }
+      if (kind === "body") {
+        const http = status === null ? "" : `, HTTP ${status}`;
+        box.append(
+          h("p", { class: "cd-why" }, `Not read as a reply (${t(why)}): the body as received${http}`),
+        );
+      }
+      if (!t(text)) {
+        const empty = side.calls.length ? "(no text: it answered with tool calls)" : "(empty reply)";
+        box.append(h("p", { class: "cd-empty" }, empty));
+      } else {
+        box.append(h("pre", { class: "cd-text" }, pieces(side)));
+      }
+      if (cut) {
+        box.append(h("p", { class: "cd-cut" }, "… cut for the report; the whole body is in raw.jsonl"));
+      }
+      if (t(finish)) {
+        box.append(h("p", { class: "cd-meta" }, "finish reason ", h("code", null, t(finish))));
+      }
+      return box;
+    }
+
+    function misses(side) {
+      const out = [];
+      if (side.misses.length) {
+        out.push(
+          h(
+            "ul",
+            { class: "cd-misses" },
+            side.misses.map(([code, expected, got, moved]) =>
+              h(
+                "li",
+                { class: moved ? "cd-miss moved" : "cd-miss", "data-miss": t(code) },
+                h("code", { class: "miss-code" }, t(code)),
+                expected === null ? null : [" ", h("span", { class: "expected" }, `expected ${t(expected)}`)],
+                got === null ? null : [" ", h("span", { class: "got" }, `got ${t(got)}`)],
+              ),
+            ),
+          ),
+        );
+      } else if (side.admitted) {
+        out.push(h("p", { class: "cd-pass" }, "no misses"));
+      }
+      if (side.noise.length) {
+        out.push(
+          h(
+            "p",
+            { class: "cd-noise" },
+            "noise (some samples only): ",
+            side.noise.map((n) => [h("code", null, t(n)), " "]),
+          ),
+        );
+      }
+      return out;
+    }
+
+    function request(side) {
+      const q = side.request;
+      if (!q) return h("details", { class: "cd-request" }, h("summary", null, "Request: not known"));
+      const [source, , url, system, turns, tools, params, cut] = q;
+      let said = " (the case as written)";
+      if (source === "sent") said = [" as sent", t(url) ? [" to ", h("code", null, t(url))] : null];
+      else if (source === "stands_in") said = " (recorded endpoint: what it stands in for)";
+      const box = h("details", { class: "cd-request" }, h("summary", null, "Request", said));
+      if (system !== null) {
+        box.append(
+          h("div", { class: "cd-turn", "data-role": "system" }, h("span", { class: "role" }, "system"), h("pre", null, t(system))),
+        );
+      }
+      for (const [role, text, calls, answers] of turns) {
+        box.append(
+          h(
+            "div",
+            { class: "cd-turn", "data-role": t(role) },
+            h("span", { class: "role" }, t(role), t(answers) ? ` (result of ${t(answers)})` : null),
+            t(text) ? h("pre", null, t(text)) : null,
+            calls.map((call) => h("code", { class: "call" }, t(call))),
+          ),
+        );
+      }
+      if (tools.length) {
+        box.append(
+          h("p", { class: "cd-label" }, "tools offered"),
+          h(
+            "ul",
+            { class: "cd-tools" },
+            tools.map(([name, description, parameters]) =>
+              h("li", null, h("code", null, t(name)), t(description) ? ` ${t(description)}` : null, h("pre", null, t(parameters))),
+            ),
+          ),
+        );
+      }
+      if (params.length) box.append(keys("cd-params", params));
+      if (cut) box.append(h("p", { class: "cd-cut" }, "… cut for the report"));
+      return box;
+    }
+
+    function keys(name, pairs) {
+      return h(
+        "table",
+        { class: name },
+        h("tbody", null, pairs.map(([key, value]) => h("tr", null, h("th", null, t(key)), h("td", null, h("code", null, t(value)))))),
+      );
+    }
+
+    function usage(side) {
+      const [tokens, cost, note] = side.usage;
+      const waited = side.queued !== null || side.backoff !== null;
+      return h(
+        "dl",
+        { class: "cd-usage" },
+        h("dt", null, "latency"),
+        h("dd", null, side.ms === null ? "none measured" : `${side.ms} ms`),
+        side.stream ? [h("dt", null, "ttft"), h("dd", null, side.ttft === null ? "—" : `${side.ttft} ms`)] : null,
+        h("dt", null, "tokens"),
+        h(
+          "dd",
+          null,
+          tokens === null
+            ? "unknown"
+            : `${tokens[0]} prompt${tokens[2] ? ` (${tokens[2]} cached)` : ""} · ${tokens[1]} completion`,
+        ),
+        h("dt", null, "cost"),
+        h("dd", null, cost === null ? t(note) : `$${cost.toFixed(6)}`),
+        waited
+          ? [
+              h("dt", null, "waited"),
+              h("dd", null, `${orDash(side.queued)} ms queued · ${orDash(side.backoff)} ms retry backoff`),
+            ]
+          : null,
+      );
+    }
+
+    function table(name, heads, rows) {
+      return h(
+        "table",
+        { class: `${name} stack` },
+        h("tbody", null, h("tr", null, heads.map((head) => h("th", null, head))), rows),
+      );
+    }
+
+    function attempts(side) {
+      const all = side.attempts;
+      if (all.length === 1 && t(all[0][1]) === "ok") {
+        const [, , status, , , ms] = all[0];
+        const time = ms === null ? "no time measured" : `${ms} ms`;
+        return h("p", { class: "cd-meta cd-attempt" }, `1 attempt: HTTP ${status}, ${time}`);
+      }
+      if (!all.length) return null;
+      return table(
+        "cd-attempts",
+        ["attempt", "transport", "status", "error", "ms"],
+        all.map(([n, transport, status, error, message, ms, retryAfter]) =>
+          h(
+            "tr",
+            null,
+            h("td", { "data-label": "attempt" }, String(n)),
+            h("td", { "data-label": "transport" }, t(transport)),
+            h("td", { "data-label": "status" }, orDash(status)),
+            h(
+              "td",
+              { "data-label": "error" },
+              t(error) ?? "",
+              t(message) ? ` ${t(message)}` : null,
+              retryAfter === null ? null : ` (retry after ${retryAfter} s)`,
+            ),
+            h("td", { "data-label": "ms" }, orDash(ms)),
+          ),
+        ),
+      );
+    }
+
+    function samples(side) {
+      if (side.samples.length <= 1) return null;
+      return [
+        table(
+          "cd-samples",
+          ["sample", "transport", "schema", "task", "misses", "ms"],
+          side.samples.map(([sample, transport, schema, task, codes, ms]) =>
+            h(
+              "tr",
+              { "data-sample": sample },
+              h("td", { "data-label": "sample" }, String(sample)),
+              h("td", { "data-label": "transport" }, t(transport)),
+              h("td", { "data-label": "schema" }, t(schema)),
+              h("td", { "data-label": "task" }, score(task, 2)),
+              h("td", { "data-label": "misses" }, codes.map((code) => [h("code", null, t(code)), " "])),
+              h("td", { "data-label": "ms" }, orDash(ms)),
+            ),
+          ),
+        ),
+        h("p", { class: "cd-meta" }, "Sample 0 is shown in full."),
+      ];
+    }
+
+    function raw(side) {
+      if (side.raw === null) return h("p", { class: "cd-meta" }, "No exchange in raw.jsonl.");
+      const [text, cut, line, size, at] = side.raw;
+      const file = t(at); // the only file a case links to, beside the page
+      const link = () => h("a", { class: "raw-link", href: file, "data-line": line }, `${file}, line ${line}`);
+      if (!t(text)) {
+        return h("p", { class: "cd-raw" }, "Raw exchange: ", link(), ` (${size} bytes) beside this report`);
+      }
+      return h(
+        "details",
+        { class: "cd-raw" },
+        h("summary", null, `Raw exchange (${file}, line ${line}, ${size} bytes)`),
+        h("pre", null, t(text)),
+        cut ? h("p", { class: "cd-cut" }, "… cut here: the whole exchange is ", link(), " beside this report") : null,
+      );
+    }
+
+    function column(record) {
+      const side = sideOf(record);
+      return h(
+        "article",
+        { class: "cd-side", "data-side": side.side },
+        h("h4", null, side.side, t(side.endpoint) ? [" · ", h("span", { class: "mono" }, t(side.endpoint))] : null),
+        h(
+          "p",
+          { class: "cd-meta" },
+          t(side.alias) ? ["asked ", h("code", null, t(side.alias))] : null,
+          t(side.served) ? [" · served ", h("code", null, t(side.served))] : null,
+          t(side.sha) ? [" · request_sha ", h("code", null, t(side.sha))] : null,
+        ),
+        h(
+          "ul",
+          { class: "cd-stamps" },
+          h("li", { class: "stamp", "data-stamp": "transport", "data-value": t(side.transport) }, "transport ", h("b", null, t(side.transport))),
+          h("li", { class: "stamp", "data-stamp": "schema", "data-value": t(side.schema) }, "schema ", h("b", null, t(side.schema))),
+          h("li", { class: "stamp", "data-stamp": "task", "data-value": side.score ?? "" }, "task ", h("b", null, score(side.score, 2))),
+        ),
+        side.admitted ? null : h("p", { class: "cd-unscored" }, t(side.detail)),
+        reply(side),
+        side.calls.length
+          ? [h("p", { class: "cd-label" }, "tool calls"), h("ul", { class: "cd-calls" }, side.calls.map((call) => h("li", null, h("code", null, t(call)))))]
+          : null,
+        misses(side),
+        usage(side),
+        attempts(side),
+        samples(side),
+        request(side),
+        raw(side),
+      );
+    }
+
+    const [known, path, line, expectKeys, expectNote] = expect;
+    const [acceptedKeys, acceptedNote] = accepted || [null, null]; // left out of a brief case
+    const said = acceptedKeys && acceptedKeys.find(([key]) => t(key) === "disagreement");
+    let expected;
+    if (expectKeys.length) expected = keys("cd-keys", expectKeys);
+    else if (known) expected = h("p", { class: "cd-meta" }, "nothing beyond the defaults (a reply, at most 1200 characters)");
+    else expected = h("p", { class: "cd-meta" }, "not known");
+    return h(
+      "section",
+      { class: brief ? "case-detail brief" : "case-detail", "data-id": c.id, "data-gate": c.gate },
+      h(
+        "header",
+        { class: "cd-head" },
+        h("span", { class: "cd-gate", "data-gate": c.gate }, c.gate),
+        " ",
+        h("strong", { class: "mono" }, c.id),
+        t(stratum) ? [" ", h("span", { class: "cd-meta" }, t(stratum))] : null,
+        h("p", { class: "cd-detail" }, c.detailText),
+        disagreement === null
+          ? null
+          : h(
+              "p",
+              { class: "cd-delta" },
+              "disagreement: ",
+              disagreement.length ? disagreement.map((m) => [h("code", null, t(m)), " "]) : "none",
+            ),
+      ),
+      notes.map((note) => h("p", { class: "cd-note" }, t(note))),
+      h(
+        "section",
+        { class: "cd-expect" },
+        h("h4", null, "Expected", t(path) ? [" ", h("span", { class: "cd-meta" }, `(${t(path)}:${line})`)] : null),
+        expected,
+      ),
+      h("div", { class: "cd-sides" }, sides.map(column)),
+      accepted
+        ? h(
+            "details",
+            { class: "cd-accepted" },
+            h("summary", null, "Accepted in the snapshot", said ? [": disagreement ", h("code", null, t(said[1]))] : null),
+            t(acceptedNote) ? h("p", { class: "cd-note" }, t(acceptedNote)) : null,
+            acceptedKeys !== null
+              ? keys("cd-keys", acceptedKeys)
+              : t(acceptedNote)
+                ? null
+                : h("p", { class: "cd-meta" }, "no entry"),
+          )
+        : null,
+      brief ? h("p", { class: "cd-meta cd-brief" }, table.dataset.brief || "") : null,
+    );
+  }
+
+  // ------------------------------------------------------------------ search
+
+  // the string indexes a case holds: its row's and every text its detail shows
+  function wordsOf(c) {
+    const [, id, gate, stratum, , miss, , detail, , , , , view] = c.record;
+    const [vStratum, disagreement, notes, expect, sides, accepted] = view;
+    const out = [];
+    const add = (...all) => {
+      for (const i of all.flat(3)) if (typeof i === "number") out.push(i);
+    };
+    add(id, gate, stratum, detail, miss, vStratum, disagreement || [], notes);
+    const [, path, , expectKeys, expectNote] = expect;
+    add(path, expectKeys, expectNote);
+    if (accepted) add(accepted[0] || [], accepted[1]);
+    for (const record of sides) {
+      const s = sideOf(record);
+      add(s.endpoint, s.alias, s.served, s.sha, s.transport, s.schema, s.detail, s.noise, s.calls);
+      add(s.misses.map(([code, expected, got]) => [code, expected, got]));
+      if (s.request) {
+        const [, method, url, system, turns, tools, params] = s.request;
+        add(method, url, system, tools, params, turns.map(([role, text, calls, answers]) => [role, text, calls, answers]));
+      }
+      const [, text, , , finish, why] = s.reply;
+      add(text, finish, why, s.usage[2], s.raw ? s.raw[0] : null);
+      add(s.attempts.map(([, transport, , error, message]) => [transport, error, message]));
+      add(s.samples.map(([, transport, schema, , codes]) => [transport, schema, codes]));
+    }
+    return Int32Array.from(out);
+  }
+
+  // each block's texts lower-cased are searched once, then each case for the texts it holds
+  function search(q) {
+    if (!indexed) {
+      for (const c of cases) c.words = wordsOf(c);
+      indexed = true;
+    }
+    const blocks = new Set(cases.map((c) => c.block));
+    for (const block of blocks) {
+      if (!block.lower) block.lower = block.strings.map((text) => text.toLowerCase());
+      block.hit = Uint8Array.from(block.lower, (text) => (text.includes(q) ? 1 : 0));
+    }
+    for (const c of cases) {
+      const hit = c.block.hit;
+      c.found =
+        c.words.some((i) => hit[i] === 1) ||
+        c.moved.includes(q) ||
+        c.deltaText.includes(q);
+    }
+  }
+
+  // ------------------------------------------------------------------ the view
 
   const ORDERS = {
     class: (a, b) => a.rank - b.rank || a.n - b.n,
     // most negative first (the candidate's worst losses), cases without a score last
-    delta: (a, b) =>
-      (a.delta === null) - (b.delta === null) || a.delta - b.delta || a.n - b.n,
+    delta: (a, b) => (a.delta === null) - (b.delta === null) || a.delta - b.delta || a.n - b.n,
     id: (a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : a.n - b.n),
   };
 
@@ -108,15 +587,6 @@
     return now;
   }
 
-  function index() {
-    for (const c of cases) {
-      if (c.text !== null) continue;
-      const template = document.getElementById(`t-${c.n}`);
-      const detail = template ? template.content.textContent : "";
-      c.text = `${c.id}\n${c.row.textContent}\n${detail}`.toLowerCase();
-    }
-  }
-
   function matches(c, q) {
     const s = state;
     return (
@@ -132,70 +602,65 @@
         )) &&
       SIDED.every((key) => !s[key] || c.sides[key].includes(s[key])) &&
       (!s.changed || c.gate !== "unchanged") &&
-      (!q || c.text.includes(q))
+      (!q || c.found)
     );
   }
 
-  // Sorts and filters in one pass: the cases shown come first, in order, and fill the table's
-  // row groups from the top, so a group holds either shown cases or none and a group with none
-  // is hidden whole. Off-screen groups are never laid out (content-visibility in report.css),
-  // and none of them is a tall blank left by rows filtered away.
+  // The table holds the first `limit` cases kept, in order, and an opened case's detail
+  // under its row; "Show more" (or scrolling down to it) adds the next PAGE.
+  function draw() {
+    const rows = document.createDocumentFragment();
+    for (const c of kept.slice(0, limit)) {
+      rows.append(rowOf(c));
+      if (c.detail) rows.append(c.detail);
+    }
+    body.replaceChildren(rows);
+    const left = kept.length - Math.min(limit, kept.length);
+    more.hidden = left === 0;
+    moreButton.textContent = `Show ${Math.min(PAGE, left)} more (${left} not shown yet)`;
+    shown.textContent = `${kept.length} of ${cases.length} cases`;
+  }
+
   function arrange() {
     const q = state.q.toLowerCase();
-    if (q) index();
-    const sorted = cases.slice().sort(ORDERS[state.sort]);
-    const kept = [];
-    const dropped = [];
-    for (const c of sorted) (matches(c, q) ? kept : dropped).push(c);
-    const arranged = kept.concat(dropped);
-    for (const [i, c] of arranged.entries()) {
-      const hide = i >= kept.length;
-      if (c.row.hidden !== hide) {
-        c.row.hidden = hide;
-        if (c.detail) c.detail.hidden = hide;
-      }
+    if (q) search(q);
+    const order = (sorted[state.sort] ||= cases.slice().sort(ORDERS[state.sort]));
+    kept = order.filter((c) => matches(c, q));
+    limit = PAGE;
+    draw();
+  }
+
+  // the table holds `c`'s row (its place among the cases kept, if it is kept)
+  function reach(c) {
+    const at = kept.indexOf(c);
+    if (at >= limit) {
+      limit = (Math.floor(at / PAGE) + 1) * PAGE;
+      draw();
     }
-    const moved = arranged.some((c, i) => c !== order[i]);
-    let next = 0;
-    for (const [body, size] of groups) {
-      if (moved) {
-        const rows = document.createDocumentFragment();
-        for (const c of arranged.slice(next, next + size)) {
-          rows.append(...(c.detail ? [c.row, c.detail] : [c.row]));
-        }
-        body.append(rows);
-      }
-      body.hidden = next >= kept.length;
-      next += size;
-    }
-    order = arranged;
-    shown.textContent = `${kept.length} of ${cases.length} cases`;
   }
 
   function close() {
     if (!opened) return;
     opened.detail.remove();
     opened.detail = null;
-    opened.row.querySelector("a.open")?.setAttribute("aria-expanded", "false");
+    opened.row?.querySelector("a.open")?.setAttribute("aria-expanded", "false");
     opened = null;
   }
 
   function open(c, scroll) {
     if (opened === c) return;
     close();
-    const template = document.getElementById(`t-${c.n}`);
-    if (!template) return;
-    const detail = document.createElement("tr");
-    detail.className = "detail";
-    detail.hidden = c.row.hidden;
+    reach(c);
+    const detail = h("tr", { class: "detail" });
     const cell = detail.insertCell();
-    cell.colSpan = c.row.cells.length;
-    cell.append(template.content.cloneNode(true));
-    c.row.after(detail);
+    cell.colSpan = Number(table.dataset.columns) || 7;
+    cell.append(detailOf(c));
+    const row = rowOf(c);
     c.detail = detail;
-    c.row.querySelector("a.open")?.setAttribute("aria-expanded", "true");
+    if (row.isConnected) row.after(detail);
+    row.querySelector("a.open")?.setAttribute("aria-expanded", "true");
     opened = c;
-    if (scroll) c.row.scrollIntoView({ block: "start" });
+    if (scroll && row.isConnected) row.scrollIntoView({ block: "start" });
   }
 
   function update() {
@@ -209,7 +674,7 @@
     show(asked);
     state = { ...fromControls(), case: asked.case };
     arrange();
-    const c = state.case ? cases.find((one) => one.id === state.case) : undefined;
+    const c = state.case ? byId.get(state.case) : undefined;
     if (c) {
       open(c, scroll);
     } else {
@@ -220,49 +685,60 @@
     write();
   }
 
-  let typing = 0;
-  form.addEventListener("submit", (event) => event.preventDefault());
-  form.addEventListener("change", update);
-  controls.q.addEventListener("input", () => {
-    clearTimeout(typing);
-    typing = setTimeout(update, 150);
-  });
-  table.addEventListener("click", (event) => {
-    const link = event.target.closest("a.open");
-    const c = link && byRow.get(link.closest("tr.case"));
-    if (!c) return;
-    event.preventDefault();
-    if (opened === c) {
-      close();
-      state.case = "";
-    } else {
-      open(c, false);
-      state.case = c.id;
-    }
-    write();
-  });
-  // a reason's link is a fragment: following it is a hashchange, unless the view is already it
-  document.getElementById("reasons")?.addEventListener("click", (event) => {
-    const link = event.target.closest("a[href^='#']");
-    if (link && link.hash === location.hash) {
+  function showMore() {
+    if (more.hidden) return;
+    limit += PAGE;
+    draw();
+  }
+
+  function start(blocks) {
+    cases = blocks.flatMap((block) => block.cases.map((record) => caseOf(block, record)));
+    cases.sort((a, b) => a.n - b.n);
+    byId = new Map(cases.map((c) => [c.id, c]));
+    let typing = 0;
+    form.addEventListener("submit", (event) => event.preventDefault());
+    form.addEventListener("change", update);
+    controls.q.addEventListener("input", () => {
+      clearTimeout(typing);
+      typing = setTimeout(update, 150);
+    });
+    table.addEventListener("click", (event) => {
+      const link = event.target.closest("a.open");
+      const c = link && byRow.get(link.closest("tr.case"));
+      if (!c) return;
       event.preventDefault();
-      restore(true);
-    }
-  });
-  window.addEventListener("hashchange", () => restore(true));
+      if (opened === c) {
+        close();
+        state.case = "";
+      } else {
+        open(c, false);
+        state.case = c.id;
+      }
+      write();
+    });
+    // a reason's link is a fragment: following it is a hashchange, unless the view is already it
+    document.getElementById("reasons")?.addEventListener("click", (event) => {
+      const link = event.target.closest("a[href^='#']");
+      if (link && link.hash === location.hash) {
+        event.preventDefault();
+        restore(true);
+      }
+    });
+    window.addEventListener("hashchange", () => restore(true));
+    moreButton.addEventListener("click", showMore);
+    new IntersectionObserver((seen) => seen.some((e) => e.isIntersecting) && showMore(), {
+      rootMargin: "600px",
+    }).observe(more);
+    form.hidden = false;
+    holder.hidden = false;
+    restore(Boolean(read(location.hash).case));
+    performance.mark("parallax:filters-ready"); // bench/report_scale.py reads when that was
+  }
 
-  // The cases' templates may follow this script, so the table is usable while they are still
-  // being parsed: once they are all there, a search and an open case are done again.
-  document.addEventListener("DOMContentLoaded", () => {
-    if (state.q) {
-      for (const c of cases) c.text = null;
-      arrange();
-    }
-    const c = state.case && !opened && cases.find((one) => one.id === state.case);
-    if (c) open(c, true);
+  const elements = Array.from(document.querySelectorAll("script.case-data"));
+  Promise.all(elements.map(inflate)).then(start, (error) => {
+    holder.hidden = false;
+    table.hidden = true;
+    holder.prepend(h("p", { class: "alert" }, `The cases could not be read in this browser: ${error}`));
   });
-
-  form.hidden = false;
-  restore(Boolean(read(location.hash).case));
-  performance.mark("parallax:filters-ready"); // bench/report_scale.py reads when that was
 })();
