@@ -14,8 +14,9 @@ from runner.batch.summary import batch_block
 from runner.ceiling import detect, strata_rates
 from runner.config import LoadedConfig
 from runner.cost.budget import Budget, alert_fields
-from runner.cost.regressions import fired, regressions
+from runner.cost.regressions import finished_fields, fired, regressions
 from runner.cost.regressions import log_alerts as log_regressions
+from runner.cost.usage import usage_fields
 from runner.gate import (
     FLAKY,
     GATE_CLASSES,
@@ -184,6 +185,20 @@ def finalize(
     manifest["finished_at"] = summary["finished_at"]
     _record(run_dir / "manifest.json", manifest)  # the last write: now the run is finished
     return exit_code, summary
+
+
+def finished_event(exit_code: int, summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of `run.finished`, one list for a run and a merge alike: an alert rule
+    written for one reads the other."""
+    return {
+        "exit_code": exit_code,
+        "verdict": summary["verdict"],
+        "gate_counts": summary["gate_counts"],
+        "admitted": summary["admitted"],
+        "unadmitted": summary["unadmitted"],
+        **usage_fields(summary),
+        **finished_fields(summary),
+    }
 
 
 def _write_disagreement(

@@ -24,8 +24,6 @@ from typing import Any
 from runner import logs
 from runner.config import LoadedConfig
 from runner.cost.budget import Budget
-from runner.cost.regressions import finished_fields
-from runner.cost.usage import usage_fields
 from runner.errors import DataError, StorageError, UsageError
 from runner.gate import Folds
 from runner.invocation import command
@@ -35,7 +33,7 @@ from runner.regrade import heal
 from runner.reports.write import after_run
 from runner.request import sha as requestsha
 from runner.runs.calls import meters
-from runner.runs.finalize import finalize, side_prices
+from runner.runs.finalize import finalize, finished_event, side_prices
 from runner.runs.mode import RunMode
 from runner.runs.rundir import (
     config_for_run,
@@ -141,16 +139,7 @@ def _merged(
     exit_code, summary = finalize(loaded, suite, run_dir, folds, log, budget=budget)
     del folds
     after_run(run_dir, retire_after=suite.thresholds.retire_after, log=log)
-    log.info(
-        logs.RUN_FINISHED,
-        exit_code=exit_code,
-        verdict=summary["verdict"],
-        gate_counts=summary["gate_counts"],
-        admitted=summary["admitted"],
-        unadmitted=summary["unadmitted"],
-        **usage_fields(summary),
-        **finished_fields(summary),
-    )
+    log.info(logs.RUN_FINISHED, **finished_event(exit_code, summary))
     return run_dir, exit_code, summary
 
 

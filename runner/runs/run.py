@@ -11,8 +11,6 @@ from typing import Any
 from runner import logs
 from runner.config import LoadedConfig
 from runner.cost.budget import Budget
-from runner.cost.regressions import finished_fields
-from runner.cost.usage import usage_fields
 from runner.errors import DataError, InternalError, ParallaxError, StorageError, UsageError
 from runner.files import check_writable
 from runner.gate import Folds
@@ -24,7 +22,7 @@ from runner.regrade import Key, heal
 from runner.reports.runinputs import Given
 from runner.reports.write import REPORT_FILES, after_run
 from runner.runs.calls import build_endpoints, call_all, close_endpoints, meters
-from runner.runs.finalize import finalize, side_prices
+from runner.runs.finalize import finalize, finished_event, side_prices
 from runner.runs.mode import RunMode
 from runner.runs.plan import resume_problem, start
 from runner.runs.rundir import new_run_dir, read_manifest
@@ -199,16 +197,7 @@ async def _run_prepared(
         del folds, done  # a run's largest structures: the reports read disagreement.json back
         given = Given(loaded, suite)  # the reports read neither the config nor the suite again
         after_run(run_dir, retire_after=suite.thresholds.retire_after, log=log, given=given)
-        log.info(
-            logs.RUN_FINISHED,
-            exit_code=exit_code,
-            verdict=summary["verdict"],
-            gate_counts=summary["gate_counts"],
-            admitted=summary["admitted"],
-            unadmitted=summary["unadmitted"],
-            **usage_fields(summary),
-            **finished_fields(summary),
-        )
+        log.info(logs.RUN_FINISHED, **finished_event(exit_code, summary))
     except StorageError as exc:  # the writer stopped, and with it every call
         if mode is RunMode.REPLAY:  # it called nothing: made again from its parent in full
             shutil.rmtree(run_dir, ignore_errors=True)
