@@ -23,7 +23,7 @@ from relkit import record
 from runner.cli import main
 from runner.config import load_config
 from runner.diff import compare
-from runner.errors import ConfigError, DataError, ParallaxError, UsageError
+from runner.errors import ConfigError, DataError, Errors, ParallaxError, UsageError
 from runner.fixtures.load import load_cases
 from runner.ledger import read_jsonl
 from runner.recorded.endpoint import load_cassette
@@ -65,15 +65,18 @@ def _jsonl(rows: list[Any]) -> bytes:
 def one_clear_error(
     fn: Callable[[Path], Any], data: bytes, allowed: tuple[type[ParallaxError], ...]
 ) -> str:
-    """Run a reader on `data`: a result, or one of `allowed` with its exit code and a message."""
+    """Run a reader on `data`: a result, or errors of `allowed` (one, or several found in one
+    pass) with their exit code and a one-line message each."""
     with scratch() as root:
         path = root / "input"
         path.write_bytes(data)
         try:
             fn(path)
-        except allowed as exc:
+        except (*allowed, Errors) as exc:
             assert exc.exit_code in (64, 65, 78)
-            assert str(exc) and "\n" not in str(exc).strip("\n")
+            for error in exc.each:
+                assert isinstance(error, allowed), error
+                assert str(error) and "\n" not in str(error).strip("\n")
             return "error"
     return "ok"
 
