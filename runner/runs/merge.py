@@ -34,6 +34,7 @@ from runner.model import NOISE, SIDES
 from runner.regrade import heal
 from runner.reports.write import after_run
 from runner.request import sha as requestsha
+from runner.results.record import record_run
 from runner.runs.calls import meters
 from runner.runs.finalize import finalize, side_prices
 from runner.runs.mode import RunMode
@@ -151,6 +152,7 @@ def _merged(
         **usage_fields(summary),
         **finished_fields(summary),
     )
+    record_run(loaded, run_dir, log)  # the merged dir is complete: indexed, with its shards'
     return run_dir, exit_code, summary
 
 
