@@ -86,6 +86,26 @@ def _runs(query: Any) -> dict[str, dict[str, Any]]:
     }
 
 
+DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana-results.json"
+
+
+def _dashboard_queries() -> list[str]:
+    """deploy/grafana-results.json's queries as Grafana sends them, for suite `s`."""
+    dashboard = json.loads(DASHBOARD.read_text("utf-8"))
+    variables = [v["query"] for v in dashboard["templating"]["list"] if v["name"] == "suite"]
+    panels = [t["rawSql"] for p in dashboard["panels"] for t in p["targets"]]
+    return [q.replace("${suite:sqlstring}", "'s'") for q in (*variables, *panels)]
+
+
+def _check_dashboard(query: Any) -> None:
+    """Every dashboard query runs and finds the suite's nights: pass rates, gates, no cost."""
+    suites, rates, gates, cost = (query(sql) for sql in _dashboard_queries())
+    assert suites == [("s",)]
+    assert rates and {row[1] for row in rates} == {"s reference", "s candidate"}
+    assert gates and all(isinstance(row[0], int) for row in gates)
+    assert cost == []  # no endpoint has a price: no cost to chart
+
+
 def _check_run_row(row: dict[str, Any], run_dir: Path) -> None:
     """A runs row says what the run dir's summary says."""
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -131,6 +151,7 @@ def test_sqlite_records_each_run_once_index_rebuilds_it_and_retention_prunes_its
     listed = json.loads(done.stdout)
     assert [r["run_id"] for r in listed["runs"]] == [first.name, second.name]
     assert listed["notes"] == []
+    _check_dashboard(query)
     text = run_parallax("history", "--all", cwd=root).stdout
     assert first.name in text and runs[first.name]["verdict"] in text
 
@@ -321,5 +342,6 @@ def test_postgres_four_shards_and_two_daemons_at_once_then_index_after_deletion(
         assert done.returncode == 0, done.stderr
     assert {t: query(f"SELECT * FROM {t} ORDER BY 1, 2") for t in tables} == every
 
+    _check_dashboard(query)
     done = run_parallax("history", "--all", "--json", "--config", "parallax.toml", cwd=root)
     assert len(json.loads(done.stdout)["runs"]) == N + 3  # the fleet's, not only this dir's
