@@ -196,6 +196,44 @@ def test_an_outage_keeps_the_exit_code_and_files_and_the_next_run_catches_up(
     }
 
 
+def _four_shards_at_once(root: Path, night: Path) -> list[str]:
+    """N shard processes at once, `run --shard env` as the Indexed Job's pods: their logs."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
+    base |= {"NO_PROXY": "127.0.0.1", "PARALLAX_SHARDS": str(N)}
+    pods = [
+        subprocess.Popen(
+            [*PARALLAX, "run", "--config", "parallax.toml", "--shard", "env"],
+            cwd=root,
+            env=base | {"JOB_COMPLETION_INDEX": str(i), "PARALLAX_RUNS_DIR": str(night)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(N)
+    ]
+    logs = []
+    for pod in pods:
+        out, err = pod.communicate(timeout=RUN_TIMEOUT)
+        assert pod.returncode in (0, 1), err
+        logs.append(out)
+    return logs
+
+
+def test_four_shards_write_one_sqlite_file_at_once(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """Four shard processes on one machine share the night's `parallax.db`: each run one row,
+    every case once, no writer refused."""
+    root = _project(tmp_path / "p", fault_server)
+    night = root / "runs" / "shards" / "night-1"
+    for out in _four_shards_at_once(root, night):
+        assert "alert.results_db" not in out
+    query = lambda sql: _sqlite(night / "parallax.db", sql)  # noqa: E731
+    runs = _runs(query)
+    assert sorted(r["shard_index"] for r in runs.values()) == list(range(N))
+    assert query("SELECT count(DISTINCT case_id), count(*) FROM cases") == [(len(CASES),) * 2]
+
+
 def test_a_bad_results_url_is_a_config_error(tmp_path: Path, fault_server: FaultServer) -> None:
     root = _project(tmp_path / "p", fault_server, results_url="mysql://h/db")
     done = run_parallax("run", "--config", "parallax.toml", cwd=root)
@@ -278,22 +316,7 @@ def test_postgres_four_shards_and_two_daemons_at_once_then_index_after_deletion(
     brings back the same rows."""
     root = _project(tmp_path / "p", fault_server, results_url=database)
     night = root / "runs" / "shards" / "night-1"
-    base = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
-    base |= {"NO_PROXY": "127.0.0.1", "PARALLAX_SHARDS": str(N)}
-    pods = [
-        subprocess.Popen(
-            [*PARALLAX, "run", "--config", "parallax.toml", "--shard", "env"],
-            cwd=root,
-            env=base | {"JOB_COMPLETION_INDEX": str(i), "PARALLAX_RUNS_DIR": str(night)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(N)
-    ]
-    for pod in pods:
-        out, err = pod.communicate(timeout=RUN_TIMEOUT)
-        assert pod.returncode in (0, 1), err
+    for out in _four_shards_at_once(root, night):
         assert "alert.results_db" not in out
     query = _pg(database)
     shard_rows = _runs(query)
@@ -310,7 +333,8 @@ def test_postgres_four_shards_and_two_daemons_at_once_then_index_after_deletion(
 
     # two daemons' projects at the same moment, each with its own runs dir
     others = [_project(tmp_path / f"d{i}", fault_server, results_url=database) for i in (1, 2)]
-    env = {k: v for k, v in base.items() if k != "PARALLAX_SHARDS"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
+    env["NO_PROXY"] = "127.0.0.1"
     both = [
         subprocess.Popen(
             [*PARALLAX, "run", "--config", "parallax.toml"],

@@ -77,12 +77,12 @@ def catch_up(store: Store, runs_dir: Path, first: Sequence[Path] = ()) -> int:
 
 
 def record_run(loaded: LoadedConfig, run_dir: Path, log: Any) -> None:
-    """Record a finished run (and what is missing); an outage is logged, never raised."""
+    """Record a finished run (and what is missing); a failure is logged, never raised."""
     url = loaded.config.results_url
     try:
         with open_store(loaded.runs_dir, url) as store:
             catch_up(store, loaded.runs_dir, [run_dir])
-    except outage_errors() as exc:
+    except Exception as exc:  # whatever stops the index (a bug too), the run's verdict stands
         log.warning(
             logs.ALERT_RESULTS_DB,
             error=_error(exc),
