@@ -369,3 +369,27 @@ def test_postgres_four_shards_and_two_daemons_at_once_then_index_after_deletion(
     _check_dashboard(query)
     done = run_parallax("history", "--all", "--json", "--config", "parallax.toml", cwd=root)
     assert len(json.loads(done.stdout)["runs"]) == N + 3  # the fleet's, not only this dir's
+
+
+def test_a_hand_edited_run_dir_is_indexed_with_nulls_where_its_values_are_no_values(
+    tmp_path: Path, fault_server: FaultServer, database: str
+) -> None:
+    """PostgreSQL checks types where SQLite does not: a summary edited by hand (a text exit
+    code, a count past 64 bits, a cost of 1e400) is recorded with nulls there, and the runs
+    beside it are recorded too, never refused as a whole."""
+    root = _project(tmp_path / "p", fault_server, results_url=database)
+    _, _, run_dir = _run(root)
+    edited = run_dir.with_name(run_dir.name[:-6] + "edited")
+    shutil.copytree(run_dir, edited)
+    summary = json.loads((edited / "summary.json").read_text())
+    summary["exit_code"] = "x"
+    summary["gate_counts"]["new_case"] = 10**30
+    summary["usage"]["sides"]["reference"]["cost_usd"] = "1e400"
+    summary["served_models"]["candidate"] = [1, 2]
+    (edited / "summary.json").write_text(json.dumps(summary))
+    done = run_parallax("index", "runs", "--config", "parallax.toml", cwd=root)
+    assert done.returncode == 0 and "1 run(s) recorded" in done.stderr, done.stderr
+    row = _runs(_pg(database))[edited.name]
+    assert row["exit_code"] is None and row["gate_new_case"] is None
+    assert row["ref_cost_usd"] is None and row["cand_models"] == ""
+    assert row["verdict"] == summary["verdict"] and row["cases"] == len(CASES)

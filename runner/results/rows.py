@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,7 +13,7 @@ from typing import Any
 from runner.errors import DataError
 from runner.gate import GATE_CLASSES
 from runner.ledger import read_json_object
-from runner.results.schema import CASES, RUNS, SIDE_COLUMNS
+from runner.results.schema import CASES, MERGES, RUNS, SIDE_COLUMNS, Table
 
 Row = tuple[Any, ...]
 
@@ -49,8 +50,11 @@ def read_rows(run_dir: Path) -> RunRows | None:
     except DataError:
         return None
     run_id = run_dir.name
+    run = _run(run_id, run_dir, manifest, summary, cases)
+    if run[RUNS.names.index("suite")] is None:
+        return None  # no suite named: nothing a row could be filed under
     return RunRows(
-        _run(run_id, run_dir, manifest, summary, cases),
+        run,
         [_case(run_id, case_id, _map(v)) for case_id, v in cases.items()],
         list(_merges(run_id, _map(manifest.get("merged")))),
     )
@@ -58,6 +62,11 @@ def read_rows(run_dir: Path) -> RunRows | None:
 
 def _map(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _joined(value: Any) -> str | None:
+    """A list of names as one comma-separated text (what is no name left out)."""
+    return ",".join(v for v in value if isinstance(v, str)) if isinstance(value, list) else None
 
 
 def _epoch(text: Any) -> int | None:
@@ -117,8 +126,8 @@ def _run(
         values[f"{prefix}_pass_rate"] = _pass_rate(cases, side)
         values[f"{prefix}_cost_usd"] = usage.get("cost_usd")
         values[f"{prefix}_tokens"] = usage.get("total_tokens")
-        values[f"{prefix}_models"] = ",".join(served) if isinstance(served, list) else None
-    return tuple(values[name] for name in RUNS.names)
+        values[f"{prefix}_models"] = _joined(served)
+    return _typed(RUNS, values)
 
 
 def _case(run_id: str, case_id: str, verdict: Mapping[str, Any]) -> Row:
@@ -134,20 +143,46 @@ def _case(run_id: str, case_id: str, verdict: Mapping[str, Any]) -> Row:
         misses = view.get("misses")
         values[f"{prefix}_transport"] = view.get("transport")
         values[f"{prefix}_schema"] = view.get("schema")
-        values[f"{prefix}_admitted"] = int(bool(view.get("admitted")))
+        values[f"{prefix}_admitted"] = int(view.get("admitted") is True)
         values[f"{prefix}_passed"] = int(passed) if isinstance(passed, bool) else None
         values[f"{prefix}_task_score"] = view.get("task_score")
-        values[f"{prefix}_misses"] = ",".join(misses) if isinstance(misses, list) else None
-    return tuple(values[name] for name in CASES.names)
+        values[f"{prefix}_misses"] = _joined(misses)
+    return _typed(CASES, values)
+
+
+_INT64 = 2**63
+
+
+def _typed(table: Table, values: Mapping[str, Any]) -> Row:
+    """The row in column order, each value of its column's type or null: a hand-edited
+    summary (`"exit_code": "x"`, a 400-digit count, `1e400`) must not refuse a whole run on
+    PostgreSQL, which checks types where SQLite does not."""
+    row = []
+    for column in table.columns:
+        value = values[column.name]
+        if column.type.startswith(("INTEGER", "BIGINT")):
+            ok = type(value) is int and -_INT64 <= value < _INT64
+        elif column.type.startswith("DOUBLE"):
+            ok = type(value) in (int, float) and math.isfinite(value)
+            value = float(value) if ok else None
+        else:
+            ok = isinstance(value, str) and "\x00" not in value
+        row.append(value if ok else None)
+    return tuple(row)
 
 
 def _merges(run_id: str, merged: Mapping[str, Any]) -> Iterator[Row]:
-    for listed in merged.get("shards") or []:
-        shard = _map(listed)
-        yield (
-            run_id,
-            shard.get("index"),
-            merged.get("count"),
-            shard.get("run_id"),
-            int(bool(shard.get("finished"))),
+    listed = merged.get("shards")
+    for shard in map(_map, listed if isinstance(listed, list) else []):
+        row = _typed(
+            MERGES,
+            {
+                "run_id": run_id,
+                "shard_index": shard.get("index"),
+                "shard_count": merged.get("count"),
+                "shard_run_id": shard.get("run_id"),
+                "finished": int(shard.get("finished") is True),
+            },
         )
+        if row[1] is not None:  # the key: a shard with no index is no row
+            yield row
