@@ -94,7 +94,13 @@ def _dashboard_queries() -> list[str]:
     dashboard = json.loads(DASHBOARD.read_text("utf-8"))
     variables = [v["query"] for v in dashboard["templating"]["list"] if v["name"] == "suite"]
     panels = [t["rawSql"] for p in dashboard["panels"] for t in p["targets"]]
-    return [q.replace("${suite:sqlstring}", "'s'") for q in (*variables, *panels)]
+    macros = {"${suite:sqlstring}": "'s'", "$__unixEpochFrom()": "0", "$__unixEpochTo()": "4e9"}
+    queries = []
+    for sent in (*variables, *panels):
+        for macro, value in macros.items():
+            sent = sent.replace(macro, value)  # noqa: PLW2901
+        queries.append(sent)
+    return queries
 
 
 def _check_dashboard(query: Any) -> None:

@@ -9,5 +9,6 @@ required for a run to succeed. One module per concern:
 - `store`: the writes and reads both engines share (idempotent, keyed by run id);
 - `sqlite`, `postgres`: opening each engine;
 - `record`: a run's rows written after it finished, and whatever an outage left unwritten;
-- `index`: `parallax index RUNS_DIR`, every finished run dir recorded again.
+- `index`: `parallax index RUNS_DIR`, every finished run dir recorded again;
+- `listing`: `parallax history --all`, every suite's runs from the database.
 """
