@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -399,3 +400,39 @@ def test_a_hand_edited_run_dir_is_indexed_with_nulls_where_its_values_are_no_val
     assert row["exit_code"] is None and row["gate_new_case"] is None
     assert row["ref_cost_usd"] is None and row["cand_models"] == ""
     assert row["verdict"] == summary["verdict"] and row["cases"] == len(CASES)
+
+
+def test_two_daemons_record_into_one_postgres_at_once(
+    tmp_path: Path, fault_server: FaultServer, database: str
+) -> None:
+    """Two `parallax serve` daemons (two hosts' configs), each running its suite at once
+    (`--run-now`): each run is recorded from the daemon, one row each, none lost."""
+    from relkit import Lines, start_serve
+
+    daemons = []
+    for name in ("d1", "d2"):
+        root = _project(tmp_path / name, fault_server, results_url=database)
+        config = root / "parallax.toml"
+        config.write_text(config.read_text() + 'schedule = "0 3 * * *"\n')  # the suite's
+        daemons.append(start_serve(config, "--run-now"))
+    lines = [Lines(proc) for proc in daemons]
+    try:
+        for seen in lines:
+            seen.until_event("scheduler.job_finished", timeout=RUN_TIMEOUT)
+    finally:
+        for proc in daemons:
+            proc.send_signal(signal.SIGTERM)
+        for proc in daemons:
+            try:
+                proc.wait(timeout=60)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=10)
+                for stream in (proc.stdout, proc.stderr):
+                    if stream is not None:
+                        stream.close()
+    runs = _runs(_pg(database))
+    assert len(runs) == 2
+    assert {Path(r["run_dir"]).parts[-4] for r in runs.values()} == {"d1", "d2"}
+    assert _pg(database)("SELECT count(*) FROM cases") == [(2 * len(CASES),)]
