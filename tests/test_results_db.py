@@ -314,11 +314,11 @@ def _pg(url: str) -> Any:
     return query
 
 
-def test_postgres_four_shards_and_two_daemons_at_once_then_index_after_deletion(
+def test_postgres_four_shards_and_two_projects_at_once_then_index_after_deletion(
     tmp_path: Path, fault_server: FaultServer, database: str
 ) -> None:
     """Four shard processes write at once (the Indexed Job's way), and the merge after them;
-    then two projects (two daemons' configs) run at the same time into the same database.
+    then two projects (two hosts' configs) run at the same time into the same database.
     Each run is one row; `index` changes nothing, and after the tables are emptied it
     brings back the same rows."""
     root = _project(tmp_path / "p", fault_server, results_url=database)
