@@ -107,6 +107,9 @@ _COMMAND_EXIT_CODES = {
     "  64  usage error, no such file, or --out exists and is not empty (nothing written)\n"
     "  65  the file is broken (a line that is no JSON, YAML that does not parse), or no\n"
     "      case in it could be mapped\n" + _BUG + _CLOSED_PIPE,
+    "index": "  0   every finished run dir is recorded (the count written on stderr)\n"
+    + _ERRORS
+    + "  74  the results database cannot be opened or written (the run dirs are untouched)\n",
     "history": "  0   printed (--html: every page written)\n"
     + _DATA
     + "  64  also (--html): no finished run of the suite, PATH for more than one suite, or\n"
@@ -183,6 +186,13 @@ def _add_report_commands(add: Adder, config_help: str) -> None:
         metavar="N",
         help="show only the last N runs (a --html page: the last 30 unless told)",
     )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        dest="every_suite",
+        help="one row per run of every suite the results database holds (a fleet's, other "
+        "configs' too), oldest first; without a database, every suite under the runs dir",
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON instead of a table")
     out.add_argument(
@@ -193,6 +203,18 @@ def _add_report_commands(add: Adder, config_help: str) -> None:
         help="write the history page instead, runs/<suite>/index.html per suite (or PATH, for "
         "one suite), and print its path: trends over nights and a row per run linking to its "
         "report.html; every finished run rewrites it",
+    )
+
+
+def _add_index_command(add: Adder) -> None:
+    p = add(
+        "index",
+        "Record every finished run dir under RUNS_DIR in the results database (idempotent).",
+    )
+    p.add_argument("runs_dir", metavar="RUNS_DIR")
+    p.add_argument(
+        "--config",
+        help="take `results_url` from this config (default: SQLite at RUNS_DIR/parallax.db)",
     )
 
 
@@ -312,6 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_onboarding_commands(add)
     _add_daemon_commands(add, config_help)
     _add_report_commands(add, config_help)
+    _add_index_command(add)
     return parser
 
 

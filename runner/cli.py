@@ -558,6 +558,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.last is not None and args.last < 0:
         raise UsageError("--last must be 0 or more")
     loaded = load_config(_config_path(args))
+    if args.every_suite:
+        return _every_suite(args, loaded)
     if args.html is not None:
         return _history_pages(args, loaded)
     reports = [
@@ -575,6 +577,38 @@ def cmd_history(args: argparse.Namespace) -> int:
     for report in reports:
         for note in report["notes"]:
             print(visible(f"parallax: {report['suite']}: {note}", one_line=True), file=sys.stderr)
+    return 0
+
+
+def _every_suite(args: argparse.Namespace, loaded: LoadedConfig) -> int:
+    """`history --all`: a row per run of every suite, from the results database."""
+    from runner.results.listing import every_run, format_runs
+    from runner.text import visible
+
+    if args.suite or args.html is not None:
+        raise UsageError("--all lists every suite: give it without --suite and --html")
+    runs, notes = every_run(loaded.runs_dir, loaded.config.results_url)
+    if args.last is not None:
+        runs = runs[len(runs) - args.last :] if args.last else []
+    if args.json:
+        print(json.dumps({"runs": runs, "notes": notes}, indent=2, sort_keys=True))
+    else:
+        print(format_runs(runs))
+    for note in notes:
+        print(visible(f"parallax: {note}", one_line=True), file=sys.stderr)
+    return 0
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from runner.config import load_config
+    from runner.results.index import index
+
+    runs_dir = Path(args.runs_dir)
+    if not runs_dir.is_dir():
+        raise UsageError(f"{runs_dir}: no such directory")
+    url = load_config(Path(args.config)).config.results_url if args.config else None
+    written = index(runs_dir, url)
+    print(f"parallax: {written} run(s) recorded", file=sys.stderr)
     return 0
 
 
@@ -632,6 +666,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "health": cmd_health,
     "report": cmd_report,
     "history": cmd_history,
+    "index": cmd_index,
 }
 
 

@@ -502,10 +502,21 @@ class Config(_Strict):
     suite calls then needs a `price` and a `max_tokens`. Unset: no cap."""
     retention: Retention = Field(default_factory=Retention)
     """What `parallax prune`, and `serve` after each run, keeps of the runs dir as it ages."""
+    results_url: Text | None = None
+    """Where each finished run and merge is recorded: `"postgresql://USER:PASSWORD@HOST/DB"`
+    for a fleet's one PostgreSQL database (`${VAR}` keeps the password out of the file);
+    unset: SQLite at `parallax.db` in the runs dir. The run's files stay the record."""
     endpoints: dict[str, EndpointConfig]
     """The endpoints, by name: `[endpoints.NAME]`."""
     suites: dict[str, SuiteConfig]
     """The suites, by name: `[suites.NAME]`."""
+
+    @field_validator("results_url")
+    @classmethod
+    def _postgres(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql:// URL (unset: SQLite in the runs dir)")
+        return url
 
     @model_validator(mode="after")
     def _check_refs(self) -> Config:

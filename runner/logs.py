@@ -200,6 +200,14 @@ ALERT_BUDGET = _event(
     "detail `budget`); `reserved_usd` what admitted cases still held, `estimate_usd` the case "
     "or retry that did not fit (null in a replay); once a run",
 )
+ALERT_RESULTS_DB = _event(
+    "alert.results_db",
+    "warning",
+    "error, results, run_dir",
+    "the results database could not be written (`results` where, without a password): the "
+    "run's files stay the record and its exit code stands; the next run, or `parallax index "
+    "RUNS_DIR`, records what is missing",
+)
 ALERT_USAGE_OVER_ESTIMATE = _event(
     "alert.usage_over_estimate",
     "warning",

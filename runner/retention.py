@@ -29,11 +29,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from runner import logs
 from runner.config import LoadedConfig, Retention
 from runner.errors import DataError, StorageError
 from runner.history import read_run, run_dirs
 from runner.ledger import PACKED, pack, packed_path, read_json_object
 from runner.lock import SuiteLocked, prune_lock, suite_lock
+from runner.results.record import forget
 from runner.runs.names import started_of
 from runner.snapshot import aware_time, promote_lock, promoted_from
 from runner.tombstones import Tombstone, record
@@ -211,6 +213,7 @@ def _prune_suite(
         shutil.rmtree(trash, ignore_errors=True)
         result.done.append(done)
         on_done(done)
+    forget(loaded, [done.run.path.name for done, _ in leaving], logs.get_logger())
     for run in compress:
         if stopping():
             break

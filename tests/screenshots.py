@@ -43,7 +43,11 @@ def demo(root: Path) -> list[Path]:
     for _ in range(NIGHTS):
         parallax("run", "--config", "config/demo.toml", cwd=root)
     parallax("history", "--config", "config/demo.toml", "--html", cwd=root)
-    return [max(p for p in suite.iterdir() if p.is_dir()) for suite in (root / "runs").iterdir()]
+    return [
+        max(p for p in suite.iterdir() if p.is_dir())
+        for suite in (root / "runs").iterdir()
+        if suite.is_dir()  # not the results database beside them
+    ]
 
 
 def report_views(browser: Browser, run_dir: Path) -> None:

@@ -29,7 +29,7 @@ SCRIPT = Path(sys.executable).parent / "parallax"
 SUITES = ("ceiling", "support", "cities", "tools")
 SUBCOMMANDS = (
     *("run", "replay", "promote", "pin", "diff", "grade", "validate", "init", "import"),
-    *("serve", "health", "report", "history", "prune", "merge"),
+    *("serve", "health", "report", "history", "prune", "merge", "index"),
 )
 READS_NO_CONFIG = ("init", "import")  # commands whose --help has no 78 to list
 RUN_FILES = ("manifest.json", "raw.jsonl", "outcomes.jsonl", "disagreement.json", "summary.json")
@@ -299,7 +299,7 @@ def test_demo_run_writes_every_file_of_each_run_dir(
 ) -> None:
     """Each suite gets one run dir holding manifest, both ledgers, disagreement and summary."""
     root, _, _ = demo_run
-    assert sorted(p.name for p in (root / "runs").iterdir()) == sorted(SUITES)
+    assert sorted(p.name for p in (root / "runs").iterdir() if p.is_dir()) == sorted(SUITES)
     for suite in SUITES:
         run_dir = only_run_dir(root, suite)
         for name in RUN_FILES:
@@ -563,7 +563,7 @@ def test_run_one_suite(tmp_path: Path) -> None:
     root = make_demo(tmp_path)
     proc = parallax("run", "--config", "config/demo.toml", "--suite", "cities", cwd=root)
     assert proc.returncode == 1, proc.stderr
-    assert [p.name for p in (root / "runs").iterdir()] == ["cities"]
+    assert [p.name for p in (root / "runs").iterdir() if p.is_dir()] == ["cities"]
     assert {e["suite"] for e in log_lines(proc.stdout)} == {"cities"}
 
 

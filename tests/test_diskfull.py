@@ -224,7 +224,9 @@ def _assert_report_refused(
     assert len(said) == 1 and "verdict and ledgers are intact" in said[0], finished.stderr
     events = _events(finished.stdout)
     assert "report.failed" in [e["event"] for e in events]
-    assert events[-1]["event"] == "run.finished" and events[-1]["exit_code"] == 0
+    # the results database, on the same full disk, is one alert after the verdict
+    assert [e["event"] for e in events[-2:]] == ["run.finished", "alert.results_db"]
+    assert events[-2]["exit_code"] == 0
     run_dir = _only_run(runs)
     assert json.loads((run_dir / "summary.json").read_text())["verdict"] == "clean"
     check_complete(run_dir, 2 * REPORT_N)

@@ -331,6 +331,20 @@ def _split(fields: str) -> list[str]:
     return [*parts, current.strip()] if current.strip() else parts
 
 
+# --- the results database ------------------------------------------------------------------------
+
+
+def _results_tables() -> str:
+    """One table per results-database table: its columns, their SQL types and meaning."""
+    parts = []
+    for table in _find("TABLES"):
+        key = ", ".join(f"`{k}`" for k in table.key)
+        parts.append(f"### `{table.name}`\n\n{table.doc.capitalize()}; key {key}.\n\n")
+        rows = [(f"`{c.name}`", c.type.removesuffix(" NOT NULL"), c.doc) for c in table.columns]
+        parts.append(_rows(("column", "type", "what it holds"), rows) + "\n")
+    return "".join(parts)
+
+
 # --- modules --------------------------------------------------------------------------------------
 
 
@@ -375,6 +389,7 @@ _STAGES = (
     "grading",
     "cost",
     "reports",
+    "results",
     "scheduler",
     "importers",
 )
@@ -389,5 +404,6 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "cli": _cli,
     "exit-codes": _exit_codes,
     "events": _events,
+    "results-tables": _results_tables,
     "modules": _modules,
 }

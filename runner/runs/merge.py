@@ -32,6 +32,7 @@ from runner.model import NOISE, SIDES
 from runner.regrade import heal
 from runner.reports.write import after_run
 from runner.request import sha as requestsha
+from runner.results.record import record_run
 from runner.runs.calls import meters
 from runner.runs.finalize import finalize, finished_event, side_prices
 from runner.runs.mode import RunMode
@@ -140,6 +141,7 @@ def _merged(
     del folds
     after_run(run_dir, retire_after=suite.thresholds.retire_after, log=log)
     log.info(logs.RUN_FINISHED, **finished_event(exit_code, summary))
+    record_run(loaded, run_dir, log)  # the merged dir is complete: indexed, with its shards'
     return run_dir, exit_code, summary
 
 

@@ -21,6 +21,7 @@ from runner.model import Endpoint
 from runner.regrade import Key, heal
 from runner.reports.runinputs import Given
 from runner.reports.write import REPORT_FILES, after_run
+from runner.results.record import record_run
 from runner.runs.calls import build_endpoints, call_all, close_endpoints, meters
 from runner.runs.finalize import finalize, finished_event, side_prices
 from runner.runs.mode import RunMode
@@ -149,6 +150,7 @@ async def _run_prepared(
     budget: Budget | None,
     started: list[Path],
 ) -> tuple[Path, int, dict[str, Any]]:
+    import anyio.to_thread
     import structlog
 
     name = suite.name
@@ -198,6 +200,8 @@ async def _run_prepared(
         given = Given(loaded, suite)  # the reports read neither the config nor the suite again
         after_run(run_dir, retire_after=suite.thresholds.retire_after, log=log, given=given)
         log.info(logs.RUN_FINISHED, **finished_event(exit_code, summary))
+        # the run dir is complete: indexed now, off the event loop (a daemon's other runs go on)
+        await anyio.to_thread.run_sync(record_run, loaded, run_dir, log)
     except StorageError as exc:  # the writer stopped, and with it every call
         if mode is RunMode.REPLAY:  # it called nothing: made again from its parent in full
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -1,0 +1,72 @@
+"""What both engines do alike: create the tables, write a run's rows once, read and delete
+them. A run is written in one transaction whose first statement claims its `runs` row: a run
+recorded already (by this process, another daemon or a shard on another machine) changes
+nothing, and a writer that dies half-way leaves nothing half-written."""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from runner.results.rows import RunRows
+from runner.results.schema import CASES, MERGES, RUNS, TABLES, Dialect
+
+
+class Store(abc.ABC):
+    """A connection to one results database (DB-API), closed when the `with` ends."""
+
+    dialect: Dialect
+
+    def __init__(self, connection: Any, where: str) -> None:
+        self.connection = connection
+        self.where = where  # for messages: never a password
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.connection.close()
+
+    @abc.abstractmethod
+    def transaction(self) -> contextlib.AbstractContextManager[Any]:
+        """One transaction, yielding a cursor; committed when the block ends, else rolled back."""
+
+    def create(self) -> None:
+        with self.transaction() as cursor:
+            for table in TABLES:
+                cursor.execute(table.create())
+
+    def recorded(self) -> set[str]:
+        with self.transaction() as cursor:
+            cursor.execute("SELECT run_id FROM runs")
+            return {row[0] for row in cursor.fetchall()}
+
+    def write(self, rows: RunRows) -> bool:
+        """Record one run; False when it was recorded already (nothing changes then)."""
+        with self.transaction() as cursor:
+            cursor.execute(RUNS.insert(self.dialect), rows.run)
+            if cursor.rowcount != 1:
+                return False
+            if rows.cases:
+                cursor.executemany(CASES.insert(self.dialect), rows.cases)
+            if rows.merges:
+                cursor.executemany(MERGES.insert(self.dialect), rows.merges)
+            return True
+
+    def delete(self, run_ids: Sequence[str]) -> None:
+        """Forget runs (retention deleted their dirs), in every table."""
+        mark = self.dialect.value
+        with self.transaction() as cursor:
+            for table in (CASES, MERGES, RUNS):
+                cursor.executemany(
+                    f"DELETE FROM {table.name} WHERE run_id = {mark}", [(r,) for r in run_ids]
+                )
+
+    def runs(self) -> Iterator[dict[str, Any]]:
+        """Every recorded run, oldest first."""
+        with self.transaction() as cursor:
+            cursor.execute(f"SELECT {', '.join(RUNS.names)} FROM runs ORDER BY started_at, run_id")
+            rows = cursor.fetchall()
+        return (dict(zip(RUNS.names, row, strict=True)) for row in rows)
