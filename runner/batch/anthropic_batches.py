@@ -12,11 +12,18 @@ live API), and `canceled` and `expired` a request that never ran.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runner.batch.http import BatchHttp, Failed
-from runner.batch.provider import BATCH_CANCELLED, BATCH_EXPIRED, Polled, Result, State
+from runner.batch.provider import (
+    BATCH_CANCELLED,
+    BATCH_EXPIRED,
+    Polled,
+    Result,
+    State,
+    read_results,
+)
 from runner.batch.rawjson import member
 from runner.jsontext import dumps, loads
 from runner.model import Transport
@@ -85,7 +92,7 @@ class AnthropicBatches:
         self, http: BatchHttp, batch_id: str, polled: Polled, cap: int
     ) -> list[Result]:
         data = await http.send("GET", f"{self._batches}/{batch_id}/results", cap=cap)
-        return list(_read(data))
+        return list(read_results(data, _result))
 
     async def cancel(self, http: BatchHttp, batch_id: str) -> None:
         await http.send("POST", f"{self._batches}/{batch_id}/cancel", json={})
@@ -99,18 +106,6 @@ def _object(data: bytes) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise Failed(Transport.HTTP_ERROR, None, "not_json", "the reply is not a JSON object")
     return doc
-
-
-def _read(data: bytes) -> Iterator[Result]:
-    """Each result line; one that does not read (a file cut short) is passed over."""
-    for raw in data.splitlines():
-        try:
-            line = raw.decode("utf-8")
-            doc = loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and (result := _result(doc, line)) is not None:
-            yield result
 
 
 def _result(doc: Mapping[str, Any], line: str) -> Result | None:

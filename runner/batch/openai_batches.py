@@ -14,7 +14,7 @@ request was never run. A `failed` batch was refused whole (its input did not val
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runner.batch.http import BatchHttp, Failed
@@ -25,6 +25,7 @@ from runner.batch.provider import (
     Polled,
     Result,
     State,
+    read_results,
 )
 from runner.batch.rawjson import member
 from runner.jsontext import dumps, loads
@@ -106,7 +107,7 @@ class OpenAIBatches:
         found: list[Result] = []
         for file_id in polled.files:
             data = await http.send("GET", f"{self._base}/files/{file_id}/content", cap=cap)
-            found.extend(_read(data))
+            found.extend(read_results(data, _result))
         return found
 
     async def cancel(self, http: BatchHttp, batch_id: str) -> None:
@@ -135,18 +136,6 @@ def _reason(doc: Mapping[str, Any]) -> str:
     first = items[0] if isinstance(items, list) and items else None
     code = first.get("code") if isinstance(first, dict) else None
     return code[:80] if isinstance(code, str) and code else "failed"
-
-
-def _read(data: bytes) -> Iterator[Result]:
-    """The results of one output or error file; a line that does not read is passed over."""
-    for raw in data.splitlines():
-        try:
-            line = raw.decode("utf-8")
-            doc = loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and (result := _result(doc, line)) is not None:
-            yield result
 
 
 def _result(doc: Mapping[str, Any], line: str) -> Result | None:

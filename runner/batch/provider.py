@@ -10,12 +10,13 @@ got (`Result`: the status and body it was answered with) or as why it has none.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
 from runner.batch.http import BatchHttp
+from runner.jsontext import loads
 from runner.model import Transport
 
 BATCH_EXPIRED = "batch_expired"  # the batch ended (or was given up on) before this request ran
@@ -88,3 +89,19 @@ class Batcher(Protocol):
     async def cancel(self, http: BatchHttp, batch_id: str) -> None:
         """Ask the provider to stop the batch. Raises `Failed`."""
         ...
+
+
+def read_results(
+    data: bytes, result: Callable[[Mapping[str, Any], str], Result | None]
+) -> Iterator[Result]:
+    """Each line of a results file read by the provider's `result` (given the parsed line and
+    its text, kept as the raw reply); a line that does not read (a file cut short) is passed
+    over, as every provider's results file may end mid-line."""
+    for raw in data.splitlines():
+        try:
+            line = raw.decode("utf-8")
+            doc = loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and (found := result(doc, line)) is not None:
+            yield found
