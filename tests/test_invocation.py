@@ -154,8 +154,11 @@ def test_a_replay_of_a_killed_run_suggests_commands_that_work(tmp_path: Path) ->
     replay = shell(f"{SCRIPT} replay {killed}", cwd=root, path=path_without_parallax())
     assert replay.returncode in {2, 3}, replay.stderr
     [retry] = [line for line in suggestions(replay.stderr) if "--retry-unscored" in line]
+    before = {p for p in (root / "runs" / "cities").iterdir() if p.is_dir()}
     ran_as_printed(retry, root)
-    newest = max(p for p in (root / "runs" / "cities").iterdir() if p.is_dir())
+    # run dirs are named to the second: the retry may share the replay's second, so it is
+    # found as the one new dir, not as the greatest name
+    (newest,) = {p for p in (root / "runs" / "cities").iterdir() if p.is_dir()} - before
     summary = json.loads((newest / "summary.json").read_text(encoding="utf-8"))
     assert (summary["mode"], summary["unadmitted"]) == ("retry", 0)
     replayed = retry.split()[-1]
