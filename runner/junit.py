@@ -33,7 +33,7 @@ from runner.gate import (
 )
 from runner.ledger import write_atomic
 from runner.model import SIDES
-from runner.reports.caseview import CaseView
+from runner.reports.caseview import SideReply
 from runner.reports.model import RunReport, build_report
 from runner.text import visible
 
@@ -69,7 +69,7 @@ def _unscored(case: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _body(found: CaseView, case: Mapping[str, Any]) -> str:
+def _body(replies: Sequence[SideReply], case: Mapping[str, Any]) -> str:
     lines = [f"gate: {case.get('gate')}", f"detail: {case.get('detail')}"]
     if isinstance(case.get("disagreement"), list):
         delta = ", ".join(map(str, case["disagreement"]))
@@ -82,8 +82,7 @@ def _body(found: CaseView, case: Mapping[str, Any]) -> str:
             f"{view.get('transport')} · schema {view.get('schema')} · misses "
             f"{', '.join(map(str, misses)) or '(none)'}"
         )
-    for side, detail in zip(SIDES, found.sides, strict=True):
-        reply = detail.reply
+    for side, reply in zip(SIDES, replies, strict=True):
         if reply.text is not None:
             text = reply.text[:REPLY_CAP] + ("…" if len(reply.text) > REPLY_CAP else "")
             label = "reply" if reply.kind == "reply" else f"raw body (HTTP {reply.status})"
@@ -108,8 +107,8 @@ def testsuite(rep: RunReport) -> ET.Element:
         prop.set("name", name)
         prop.set("value", xml_safe(value))
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    cases = rep.details()  # every case's detail, read as it is written
-    for index, (case_id, case) in enumerate(rep.every_case()):
+    cases = rep.details()  # every failing case's replies, read as it is written
+    for case_id, case in rep.every_case():
         gate, detail, stratum = (
             str(case.get("gate")),
             str(case.get("detail")),
@@ -127,11 +126,11 @@ def testsuite(rep: RunReport) -> ET.Element:
         message = xml_safe(f"{gate}: {detail}{why}")
         if gate in FAILURE:
             child = ET.SubElement(tc, "failure", message=message, type=gate)
-            child.text = _body(cases.view(index, case_id, case), case)
+            child.text = _body(cases.replies(case_id, case, REPLY_CAP + 1), case)
             counts["failures"] += 1
         elif kind in ERROR:
             child = ET.SubElement(tc, "error", message=message, type=kind)
-            child.text = _body(cases.view(index, case_id, case), case)
+            child.text = _body(cases.replies(case_id, case, REPLY_CAP + 1), case)
             counts["errors"] += 1
         elif gate in SKIPPED:
             ET.SubElement(tc, "skipped", message=message)

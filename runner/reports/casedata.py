@@ -296,6 +296,7 @@ def build_blocks(job: Blocks, entries: Iterable[Entry]) -> list[Built]:
     workers = available()
     if workers < 2 or job.cases.count <= BLOCK:
         return [job(chunk) for chunk in chunks]
+    job.cases.inputs.validate()  # once, here: a worker would validate the file again
     return list(ordered(job, chunks, workers))
 
 

@@ -28,6 +28,7 @@ from runner.grading.tools import offered_tools
 from runner.jsontext import loads
 from runner.ledger import read_json_map
 from runner.model import ROW_ERRORS, SIDES, Case, Exchange, Outcome, ToolCall, record
+from runner.protocols.message import ANSWER_NOT_JSON
 from runner.reports.accepted import Snapshot
 from runner.reports.expected import Miss, call_text, explain, value_text
 from runner.reports.ledgerindex import LedgerIndex, Spot
@@ -393,6 +394,25 @@ class RunCases:
             notes=tuple(notes),
             brief=caps.brief,
         )
+
+    def replies(self, case_id: str, verdict: Mapping[str, Any], cap: int) -> list[SideReply]:
+        """Each side's reply alone, as the run stamped it, for what shows nothing else (JUnit's
+        failures): no fixture row is read, so a JSON case is known by its `answer_not_json`
+        stamp (another case reads the same whether it expects JSON or not)."""
+        found = []
+        for side in SIDES:
+            block = verdict.get(side)
+            stamp = str(block.get("detail", "")) if isinstance(block, Mapping) else ""
+            spots = self.raw.spots(case_id, side)
+            exchange = None
+            if spots:
+                key, line = (case_id, side, spots[0].sample), self.raw.read(spots[0])
+                exchange = self._exchange(key, spots[0], line)[0]
+            if exchange is None:
+                found.append(SideReply("none", None, False, None, None, stamp or None))
+            else:
+                found.append(_read(exchange, stamp.startswith(ANSWER_NOT_JSON), cap).reply)
+        return found
 
     def _accepted(self, case_id: str, cap: int) -> AcceptedView:
         if self.snapshot is None:

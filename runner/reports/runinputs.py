@@ -136,17 +136,25 @@ class RunInputs:
             self.notes.append(f"{path} changed since this run: a case whose row was edited says so")
         fixtures = FixtureFile(path, root=self.config.input_root if self.config else None)
         fixtures.KEEP = 8  # a report reads each case once: a run's cache of 2,048 is no use
-        try:
-            self._refs = fixtures.validate()
-        except ParallaxError as exc:
-            fixtures.close()
-            self._fixture_note = f"the fixture file no longer reads ({exc}): expectation unknown"
-            return
-        self._fixtures = fixtures
+        self._fixtures = fixtures  # validated when a case is first read (`validate`)
+
+    def validate(self) -> bool:
+        """Whether the fixture file reads, validated the first time a case is wanted: JUnit
+        reads only replies, and a 20,000-case file takes a second to validate."""
+        if self._refs is None and self._fixtures is not None:
+            try:
+                self._refs = self._fixtures.validate()
+            except ParallaxError as exc:
+                self._fixtures.close()
+                self._fixtures = None
+                self._fixture_note = (
+                    f"the fixture file no longer reads ({exc}): expectation unknown"
+                )
+        return self._refs is not None
 
     def case(self, case_id: str, fixture_sha: str | None) -> Found:
         """The case's row as the fixture file has it, with a note when it is not the run's."""
-        if self._fixtures is None or self._refs is None:
+        if not self.validate() or self._fixtures is None or self._refs is None:
             return Found(None, self._fixture_note)
         ref = self._refs.get(case_id)
         where = self._fixtures.path
