@@ -357,6 +357,14 @@ def read_json_map(path: Path, key: str) -> Iterator[tuple[str, Any]]:
     by line, only what the caller keeps stays in memory. A file in any other layout (edited
     and reformatted by hand) is read whole instead, so it still works.
     """
+    for line_no, entry in json_map_lines(path, key):
+        yield map_entry(path, key, line_no, entry)
+
+
+def json_map_lines(path: Path, key: str) -> Iterator[tuple[int, bytes]]:
+    """`read_json_map`'s entries unparsed: each one's line number and its `"name":value`
+    bytes, for a caller that parses them elsewhere (`map_entry`, in a worker process). A file
+    in another layout is read whole and each entry given as its compact JSON (line 0)."""
     opening = dumps(key) + b":{"
     with _open(path) as handle:
         line_no = 0
@@ -365,21 +373,27 @@ def read_json_map(path: Path, key: str) -> Iterator[tuple[str, Any]]:
             if line.rstrip(b"\r\n").removeprefix(b"{") == opening:
                 break
         else:
-            yield from _whole_map(path, key)
+            for name, value in _whole_map(path, key):
+                yield 0, dumps(name) + b":" + dumps(value)
             return
         for line in handle:
             line_no += 1
             entry = line.rstrip(b"\r\n").removesuffix(b",")
             if entry == b"}}":
                 return
-            try:
-                value = loads(b"{" + entry + b"}")
-            except ValueError:
-                value = None
-            if not isinstance(value, dict) or len(value) != 1:
-                raise DataError(path, f"not one {key!r} entry per line", line_no)
-            yield next(iter(value.items()))
+            yield line_no, entry
         raise DataError(path, f"truncated: the {key!r} map does not end", line_no)
+
+
+def map_entry(path: Path, key: str, line_no: int, entry: bytes) -> tuple[str, Any]:
+    """One entry `json_map_lines` gave, parsed: (name, value)."""
+    try:
+        value = loads(b"{" + entry + b"}")
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or len(value) != 1:
+        raise DataError(path, f"not one {key!r} entry per line", line_no)
+    return next(iter(value.items()))
 
 
 def _whole_map(path: Path, key: str) -> Iterator[tuple[str, Any]]:

@@ -27,9 +27,10 @@ from runner.cost import regressions, usage
 from runner.cost.budget import budget_line
 from runner.gate import GATE_CLASSES
 from runner.history import mapping_of, pass_rate_of, run_labels, strings_of
+from runner.ledger import json_map_lines
 from runner.model import SIDES, STRATA
 from runner.reports import trend
-from runner.reports.casedata import Blocks, Built, Row, build_blocks
+from runner.reports.casedata import DISAGREEMENT, Blocks, Built, Row, build_blocks
 from runner.reports.caseview import BRIEF_NOTE
 from runner.reports.model import REVIEW_ORDER, RunReport, incomplete_groups, signal_lines
 from runner.reports.paired import paired_cases
@@ -167,7 +168,8 @@ def blocks(rep: RunReport, shown: NoScript, paired: Mapping[str, tuple[str, ...]
             raw_text=False,  # its link: the raw line is in the data for the script
         ),
     )
-    return build_blocks(job, ((i, k, v) for i, (k, v) in enumerate(rep.every_case())))
+    lines = json_map_lines(rep.run_dir / DISAGREEMENT, "cases")
+    return build_blocks(job, ((i, n, entry) for i, (n, entry) in enumerate(lines)))
 
 
 def _options(counts: Counter[str], order: Sequence[str] = ()) -> list[tuple[str, int]]:
