@@ -156,13 +156,15 @@ def build_report(
     top: int | None = HTML_TOP_CASES,
     page_runs: int = 0,
     given: Given | None = None,
+    tallied: bool = True,
 ) -> RunReport:
     """Read a finished run directory (and its suite's earlier runs) into a RunReport.
 
     `top` caps the cases kept in `cases` per review gate and unscored stamp (report.md and the
     page without JavaScript show those); None keeps every case.
     `page_runs` reads at least that many runs back, for the history page. `given`: the
-    run's config and suite, when this process just made the run.
+    run's config and suite, when this process just made the run. `tallied` False: neither
+    the tally nor the cases shown are read (JUnit reads each case as it writes it).
     """
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: no such run directory")  # as replay and promote say
@@ -176,7 +178,7 @@ def build_report(
     path = run_dir / "disagreement.json"
     if not path.exists():
         raise DataError(path, "no such file: not a finished parallax run")
-    cases, totals, tally = read_cases(path, top)
+    cases, totals, tally = read_cases(path, top) if tallied else ({}, {}, Tally())
     notes: list[str] = []
     # a bounded window: the trend and a ceiling streak never need more, and a year of nightly
     # runs must not make every report read the whole history
