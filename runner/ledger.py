@@ -364,7 +364,7 @@ def read_json_map(path: Path, key: str) -> Iterator[tuple[str, Any]]:
 def json_map_lines(path: Path, key: str) -> Iterator[tuple[int, bytes]]:
     """`read_json_map`'s entries unparsed: each one's line number and its `"name":value`
     bytes, for a caller that parses them elsewhere (`map_entry`, in a worker process). A file
-    in another layout is read whole and each entry given as its compact JSON (line 0)."""
+    in another layout is read whole and each entry given as JSON text again (line 0)."""
     opening = dumps(key) + b":{"
     with _open(path) as handle:
         line_no = 0
@@ -373,8 +373,8 @@ def json_map_lines(path: Path, key: str) -> Iterator[tuple[int, bytes]]:
             if line.rstrip(b"\r\n").removeprefix(b"{") == opening:
                 break
         else:
-            for name, value in _whole_map(path, key):
-                yield 0, dumps(name) + b":" + dumps(value)
+            for name, value in _whole_map(path, key):  # the stdlib's text reads back exactly
+                yield 0, json.dumps({name: value}).encode("ascii")[1:-1]
             return
         for line in handle:
             line_no += 1
