@@ -156,7 +156,9 @@ _INT64 = 2**63
 def _typed(table: Table, values: Mapping[str, Any]) -> Row:
     """The row in column order, each value of its column's type or null: a hand-edited
     summary (`"exit_code": "x"`, a 400-digit count, `1e400`) must not refuse a whole run on
-    PostgreSQL, which checks types where SQLite does not."""
+    PostgreSQL, which checks types where SQLite does not. A NUL, which PostgreSQL's text
+    refuses, is written as the escape `\\x00` the reports show it as: a case id may hold
+    one, and a case row without its id would refuse the whole run."""
     row = []
     for column in table.columns:
         value = values[column.name]
@@ -166,7 +168,8 @@ def _typed(table: Table, values: Mapping[str, Any]) -> Row:
             ok = type(value) in (int, float) and math.isfinite(value)
             value = float(value) if ok else None
         else:
-            ok = isinstance(value, str) and "\x00" not in value
+            ok = isinstance(value, str)
+            value = value.replace("\x00", "\\x00") if ok else None
         row.append(value if ok else None)
     return tuple(row)
 
