@@ -33,6 +33,10 @@ from runner.results.schema import CASES as CASES_TABLE
 from runner.results.schema import MERGES, RUNS
 from runner.retention import prune
 
+# a test here runs several parallax processes and database servers: bounded as a hung run is,
+# not by the 60 s a test gets by default, which a loaded machine's start-ups can pass
+pytestmark = pytest.mark.timeout(RUN_TIMEOUT)
+
 N = 4
 CASES = [
     {
