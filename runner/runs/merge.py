@@ -43,7 +43,7 @@ from runner.reports.write import after_run
 from runner.request import sha as requestsha
 from runner.results.record import record_run
 from runner.runs.calls import meters
-from runner.runs.finalize import finalize, finished_event, side_prices
+from runner.runs.finalize import finalize, finished_event, side_kinds, side_prices
 from runner.runs.mode import RunMode
 from runner.runs.rundir import (
     config_for_run,
@@ -128,7 +128,7 @@ def _merged(
     for ledger, unique in (("raw.jsonl", False), ("outcomes.jsonl", True)):
         _sorted_copy([p.run_dir / ledger for p in parts], run_dir / ledger, order, unique=unique)
     _journals([p.run_dir / JOURNAL for p in parts], run_dir / JOURNAL)
-    folds = Folds(suite.samples, side_prices(loaded, suite))
+    folds = Folds(suite.samples, side_prices(loaded, suite), side_kinds(loaded, suite))
     heal(run_dir, suite, folds)  # folds every row; grades only what a killed shard left
     if any(not p.finished for p in parts):  # what heal graded went to the end: put in order
         graded = run_dir / "outcomes.jsonl"
