@@ -52,7 +52,7 @@ class Call:
 
 def tokens_of(kind: str, usage: Mapping[str, Any] | None) -> Tokens | None:
     """A reply's usage in one shape, as the protocol of that kind reads it (`Wire.tokens`), or
-    None when it says no prompt and completion counts, claims a count past `MAX_TOKENS`
+    None when it says no prompt and completion counts, claims a count past `wire.MAX_TOKENS`
     anywhere (a cache count too: it is no usage to believe), or the kind is no protocol."""
     wire = wire_for(kind)
     if wire is None or not isinstance(usage, Mapping):
