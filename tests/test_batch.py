@@ -19,8 +19,9 @@ import anyio
 import pytest
 from faultserver import FaultServer
 
-from runner.batch.endpoint import BatchEndpoint, Clock, custom_id
+from runner.batch.endpoint import BatchEndpoint, custom_id
 from runner.batch.journal import JOURNAL, Journal
+from runner.batch.lookup import Clock
 from runner.config import EndpointConfig, Price, RetryPolicy, Timeouts, load_config
 from runner.cost.budget import Budget, meter_for
 from runner.errors import ConfigError
@@ -334,7 +335,9 @@ async def killed(cfg: EndpointConfig, run_dir: Path, calls: Sequence[Case]) -> N
             async with anyio.create_task_group() as group:
                 for case in calls:
                     group.start_soon(endpoint.call, case, "candidate", 0)
-                while not (run_dir / JOURNAL).exists():
+                while not (run_dir / JOURNAL).exists() or not Journal.read(
+                    run_dir / JOURNAL
+                ).submitted:
                     await anyio.sleep(0.01)
                 group.cancel_scope.cancel()
     finally:
