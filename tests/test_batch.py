@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from faultserver import FaultServer
+from structlog.testing import capture_logs
 
 from runner.batch.endpoint import BatchEndpoint, custom_id
 from runner.batch.journal import JOURNAL, Journal
@@ -335,9 +338,10 @@ async def killed(cfg: EndpointConfig, run_dir: Path, calls: Sequence[Case]) -> N
             async with anyio.create_task_group() as group:
                 for case in calls:
                     group.start_soon(endpoint.call, case, "candidate", 0)
-                while not (run_dir / JOURNAL).exists() or not Journal.read(
-                    run_dir / JOURNAL
-                ).submitted:
+                while (
+                    not (run_dir / JOURNAL).exists()
+                    or not Journal.read(run_dir / JOURNAL).submitted
+                ):
                     await anyio.sleep(0.01)
                 group.cancel_scope.cancel()
     finally:
@@ -446,3 +450,131 @@ def test_batch_mode_where_it_cannot_run_is_refused_at_load_naming_the_key(
     with pytest.raises(ConfigError) as caught:
         load_config(tmp_path / "parallax.toml")
     assert caught.value.key == key and says in caught.value.reason, caught.value
+
+
+async def killed_at_create(
+    server: FaultServer, cfg: EndpointConfig, run_dir: Path, calls: Sequence[Case]
+) -> str:
+    """A process gone in the one instant its journal cannot cover: the provider has made the
+    batch and its id is on the way back. The server holds the reply while the process's tasks
+    are cancelled, so the id never arrives; the intent line is all the journal holds. The
+    made batch's id."""
+    made: list[str] = []
+    release = threading.Event()
+
+    def hold(batch: dict[str, Any]) -> None:
+        made.append(batch["id"])
+        release.wait(30)
+
+    server.on_create = hold
+    stuck = Clock(START.__float__, lambda _seconds: anyio.sleep_forever())
+    endpoint = BatchEndpoint("cand", cfg, KEY, clock=stuck)
+    endpoint.plan(run_dir, "candidate", len(calls))
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                for case in calls:
+                    group.start_soon(endpoint.call, case, "candidate", 0)
+                while not made:
+                    await anyio.sleep(0.01)
+                group.cancel_scope.cancel()
+    finally:
+        release.set()
+        server.on_create = None
+        await endpoint.aclose()
+    journal = Journal.read(run_dir / JOURNAL)
+    assert (len(journal.intents), journal.submitted) == (1, {})
+    return made[0]
+
+
+def foreign_batch(server: FaultServer, cfg: EndpointConfig, requests: int) -> None:
+    """A batch someone else made at the same provider, at the same moment."""
+    assert cfg.base_url is not None
+    lines = [{"custom_id": f"other-{i}", "params": {"model": "m"}} for i in range(requests)]
+    reply = httpx.post(f"{cfg.base_url}/v1/messages/batches", json={"requests": lines})
+    assert reply.status_code == 200
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_kill_between_the_create_and_its_journal_line_adopts_the_batch_on_resume(
+    fault_server: FaultServer, tmp_path: Path, kind: str
+) -> None:
+    """The batch was made but its id never reached the journal: the resume finds it at the
+    provider (OpenAI's by the nonce in its metadata, Anthropic's, beside another party's
+    batch of another size, by its time and request count), journals and polls it, creates
+    none, and every call is answered once from it."""
+    fault_server.now = lambda: START + 1
+    calls = cases(3)
+    cfg = config(fault_server, "batch:ok:1000000", kind)
+    batch_id = await killed_at_create(fault_server, cfg, tmp_path, calls)
+    (intent,) = Journal.read(tmp_path / JOURNAL).intents.values()
+    if kind == "anthropic-messages":
+        foreign_batch(fault_server, cfg, 2)
+    else:
+        assert fault_server.batches[batch_id]["metadata"]["parallax_nonce"] == intent.nonce
+    creates = len(fault_server.batch_creates())
+    fault_server.batches[batch_id]["polls_left"] = 0
+    with capture_logs() as events:
+        found = await run(cfg, tmp_path, calls)
+    assert len(fault_server.batch_creates()) == creates
+    for case in calls:
+        row = outcome(found[case.id], case)
+        assert (row.transport, row.attempts) == ("ok", 1), row.detail
+        assert found[case.id].request["batch"]["id"] == batch_id
+    journal = Journal.read(tmp_path / JOURNAL)
+    (submitted,) = journal.submitted.values()
+    assert (submitted.batch_id, submitted.nonce) == (batch_id, intent.nonce)
+    assert submitted.requests == intent.requests
+    assert journal.ended[batch_id].state == "completed"
+    adopted = [e for e in events if e["event"] == "batch.adopted"]
+    assert [(e["batch_id"], e["nonce"]) for e in adopted] == [(batch_id, intent.nonce)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_intent_the_provider_shows_no_batch_for_is_sent_once_more(
+    fault_server: FaultServer, tmp_path: Path, kind: str
+) -> None:
+    """The kill came before the provider made anything (here: it shows no such batch): the
+    resume sends the requests again, once, as a new intent, and says so."""
+    fault_server.now = lambda: START + 1
+    calls = cases(2)
+    cfg = config(fault_server, "batch:ok:1", kind)
+    batch_id = await killed_at_create(fault_server, cfg, tmp_path, calls)
+    del fault_server.batches[batch_id]
+    with capture_logs() as events:
+        found = await run(cfg, tmp_path, calls)
+    assert len(fault_server.batch_creates()) == 2
+    assert all(outcome(found[c.id], c).transport == "ok" for c in calls)
+    journal = Journal.read(tmp_path / JOURNAL)
+    first, second = journal.intents.values()
+    (submitted,) = journal.submitted.values()
+    assert submitted.nonce == second.nonce != first.nonce
+    (unfound,) = [e for e in events if e["event"] == "batch.not_found"]
+    assert (unfound["nonce"], unfound["reason"], unfound["requests"]) == (first.nonce, "none", 2)
+
+
+@pytest.mark.anyio
+async def test_an_anthropic_intent_two_batches_fit_adopts_neither_and_names_them(
+    fault_server: FaultServer, tmp_path: Path
+) -> None:
+    """A message batch carries no nonce: when another batch of the same size was made in the
+    same moment nothing tells the two apart, so neither is adopted (nor polled, nor
+    cancelled); the requests are sent again and the warning names both candidates."""
+    fault_server.now = lambda: START + 1
+    calls = cases(2)
+    cfg = config(fault_server, "batch:ok:1", "anthropic-messages")
+    batch_id = await killed_at_create(fault_server, cfg, tmp_path, calls)
+    foreign_batch(fault_server, cfg, 2)
+    (other,) = set(fault_server.batches) - {batch_id}
+    with capture_logs() as events:
+        found = await run(cfg, tmp_path, calls)
+    assert len(fault_server.batch_creates()) == 3
+    assert all(outcome(found[c.id], c).transport == "ok" for c in calls)
+    assert {found[c.id].request["batch"]["id"] for c in calls}.isdisjoint({batch_id, other})
+    (unfound,) = [e for e in events if e["event"] == "batch.not_found"]
+    assert unfound["reason"] == "ambiguous"
+    assert sorted(unfound["candidates"]) == sorted([batch_id, other])
+    polled = {r.path.rsplit("/", 1)[-1] for r in fault_server.received() if r.method == "GET"}
+    assert batch_id not in polled and other not in polled
