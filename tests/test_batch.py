@@ -10,7 +10,10 @@ move the clock by what it asked for, and the batch's end comes after a number of
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import subprocess
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +23,17 @@ import anyio
 import httpx
 import pytest
 from faultserver import FaultServer
+from relkit import (
+    PARALLAX,
+    RUN_TIMEOUT,
+    check_complete,
+    endpoint_toml,
+    jsonl,
+    run_parallax,
+    suite_toml,
+    write_cases,
+    write_config,
+)
 from structlog.testing import capture_logs
 
 from runner.batch.endpoint import BatchEndpoint, custom_id
@@ -29,6 +43,7 @@ from runner.config import EndpointConfig, Price, RetryPolicy, Timeouts, load_con
 from runner.cost.budget import Budget, meter_for
 from runner.errors import ConfigError
 from runner.grading.graders import GraderSet
+from runner.history import run_dirs
 from runner.model import Case, Exchange, Outcome
 from runner.request.shape import PLAIN
 from runner.stamps import stamp
@@ -578,3 +593,64 @@ async def test_an_anthropic_intent_two_batches_fit_adopts_neither_and_names_them
     assert sorted(unfound["candidates"]) == sorted([batch_id, other])
     polled = {r.path.rsplit("/", 1)[-1] for r in fault_server.received() if r.method == "GET"}
     assert batch_id not in polled and other not in polled
+
+
+def batch_project(root: Path, server: FaultServer, kind: str, n: int) -> None:
+    """A suite of n cases: a live reference and a batch candidate, both on the fault server."""
+    write_cases(root, n)
+    suffix = "" if kind == "anthropic-messages" else "/v1"
+    cand = (
+        f'[endpoints.cand]\nkind = "{kind}"\n'
+        f'base_url = "{server.url("batch:ok:1", suffix=suffix)}"\n'
+        'model = "cand-model"\nbatch = true\nbatch_poll_max_seconds = 2\nmax_tokens = 64\n'
+        "deadline = 30\ntimeout = { connect = 5.0, read = 20.0, write = 5.0, pool = 5.0 }\n"
+    )
+    write_config(root, endpoint_toml("ref", server.url("ok", "ref")) + cand, suite_toml("live"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(RUN_TIMEOUT * 2)
+@pytest.mark.parametrize("kind", ["openai-chat", "anthropic-messages"])
+def test_a_run_sigkilled_as_its_batch_is_created_resumes_it_and_creates_none(
+    fault_server: FaultServer, tmp_path: Path, kind: str
+) -> None:
+    """`parallax run` is SIGKILLed by the server the moment it has made the batch, before the
+    id is sent back, so no `submitted` line can exist: `--resume` finds that batch, creates
+    none, and scores every case exactly once on each side."""
+    n = 4
+    batch_project(tmp_path, fault_server, kind, n)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
+    env["NO_PROXY"] = "127.0.0.1"
+    proc = subprocess.Popen(
+        [*PARALLAX, "run", "--config", "parallax.toml"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    fault_server.on_create = lambda _batch: os.kill(proc.pid, signal.SIGKILL)
+    try:
+        assert proc.wait(timeout=RUN_TIMEOUT) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    fault_server.on_create = None
+    (run_dir,) = run_dirs(tmp_path / "runs" / "live")
+    (batch_id,) = fault_server.batches
+    journal = Journal.read(run_dir / JOURNAL)
+    assert (len(journal.intents), journal.submitted) == (1, {})
+    resumed = run_parallax("run", "--config", "parallax.toml", "--resume", run_dir, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(fault_server.batch_creates()) == 1
+    check_complete(run_dir, 2 * n)
+    rows = [o for o in jsonl(run_dir / "outcomes.jsonl") if o["side"] == "candidate"]
+    assert sorted(o["case_id"] for o in rows) == [f"case-{i:03d}" for i in range(n)]
+    assert all(o["transport"] == "ok" and o["attempts"] == 1 for o in rows)
+    (submitted,) = Journal.read(run_dir / JOURNAL).submitted.values()
+    assert submitted.batch_id == batch_id
+    events = [json.loads(line)["event"] for line in resumed.stdout.splitlines()]
+    assert [e for e in events if e.startswith("batch.")] == [
+        "batch.adopted",
+        "batch.ended",
+    ]
