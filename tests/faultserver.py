@@ -88,9 +88,10 @@ and `/v1/files/<id>/content`; Anthropic's `/v1/messages/batches`, `.../<id>`,
 `GET /v1/messages/batches?limit&after_id`, newest first, with `has_more` and `last_id`),
 OpenAI's showing each batch's `metadata` and `created_at` (epoch seconds), Anthropic's its
 `created_at` (RFC 3339) and `request_counts`, both by `server.now` (a test's fake clock may
-stand in for time.time). `server.on_create`, when set, is called once a batch is made and
-before its id is sent back (a test kills the client there). A batch answers `in_progress` to
-its first <polls> (1) polls, then ends as <end> says:
+stand in for time.time), or `server.list_status`'s error when it is set. `server.on_create`,
+when set, is called once a batch is made and before its id is sent back (a test kills the
+client there). A batch answers `in_progress` to its first <polls> (1) polls, then ends as
+<end> says:
 
     ok                     every request answered by its prompt's mode (below)
     expire                 the provider's window passed: the first request answered, the
@@ -271,6 +272,7 @@ class FaultServer:
     batches: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> the batch
     now: Callable[[], float] = field(default=time.time)  # a batch's created_at
     on_create: Callable[[dict[str, Any]], None] | None = None  # after a batch is made
+    list_status: int | None = None  # when set, a batch list is answered this error status
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -629,6 +631,8 @@ class FaultServer:
 
     def _list(self, conn: socket.socket, query: dict[str, str], *, anthropic: bool) -> bool:
         """A page of the provider's batches, newest first, after the cursor the query names."""
+        if self.list_status is not None:
+            return self._error(conn, self.list_status, "the batch list is not available")
         with self._lock:
             made = [b for b in self.batches.values() if b["anthropic"] == anthropic]
         made.sort(key=lambda b: b["created_at"], reverse=True)

@@ -595,6 +595,31 @@ async def test_an_anthropic_intent_two_batches_fit_adopts_neither_and_names_them
     assert batch_id not in polled and other not in polled
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize(("status", "tries"), [(503, 3), (404, 1)])
+async def test_a_batch_list_that_cannot_be_read_sends_the_requests_again_and_says_so(
+    fault_server: FaultServer, tmp_path: Path, status: int, tries: int
+) -> None:
+    """A list the provider fails for the moment (503) is asked three times, a second and then
+    two apart; one it refuses (404: a gateway without the list) once. Then the requests go
+    again, and the warning says the lookup failed, since the batch may now be paid twice."""
+    fault_server.now = lambda: START + 1
+    calls = cases(2)
+    cfg = config(fault_server, "batch:ok:1")
+    await killed_at_create(fault_server, cfg, tmp_path, calls)
+    fault_server.list_status = status
+    fake = FakeClock()
+    with capture_logs() as events:
+        found = await run(cfg, tmp_path, calls, fake=fake)
+    lists = [r for r in fault_server.received() if r.method == "GET" and "/batches?" in r.path]
+    assert len(lists) == tries
+    assert fake.slept[: tries - 1] == [1, 2][: tries - 1]
+    assert len(fault_server.batch_creates()) == 2
+    assert all(outcome(found[c.id], c).transport == "ok" for c in calls)
+    (unfound,) = [e for e in events if e["event"] == "batch.not_found"]
+    assert (unfound["reason"], unfound["error"]) == ("lookup_failed", "fault")
+
+
 def batch_project(root: Path, server: FaultServer, kind: str, n: int) -> None:
     """A suite of n cases: a live reference and a batch candidate, both on the fault server."""
     write_cases(root, n)

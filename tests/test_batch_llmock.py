@@ -47,8 +47,10 @@ CASES = 3
 PRICE = (2.0, 8.0)  # $/Mtok in and out, on both sides: the candidate pays half
 
 
-def write_project(root: Path, llmock: LlmockServer, protocol: Protocol, *, top: str = "") -> Path:
-    """A suite of CASES echo cases: a live reference, a batch candidate."""
+def write_project(
+    root: Path, llmock: LlmockServer, protocol: Protocol, *, top: str = "", cases: int = CASES
+) -> Path:
+    """A suite of `cases` echo cases: a live reference, a batch candidate."""
     (root / "cases.jsonl").write_text(
         "".join(
             json.dumps(
@@ -59,7 +61,7 @@ def write_project(root: Path, llmock: LlmockServer, protocol: Protocol, *, top: 
                 }
             )
             + "\n"
-            for i in range(CASES)
+            for i in range(cases)
         ),
         encoding="utf-8",
     )
@@ -386,9 +388,11 @@ def test_a_run_killed_before_its_batch_id_was_journaled_adopts_it_from_llmocks_l
     alone; llmock cannot be stopped inside that instant, so the line is taken off a run
     SIGKILLed just after it): `--resume` finds the batch in llmock's batch list (OpenAI's by
     the nonce in its metadata, Anthropic's by its time and request count), adopts it,
-    creates none, and scores every case exactly once."""
+    creates none, and scores every case exactly once. The session's llmock keeps the other
+    tests' batches of CASES requests: this suite's size is its own, so none of them fits."""
+    n = CASES + 2
     llmock = llmock_pool.get(ECHO)
-    write_project(tmp_path, llmock, protocol)
+    write_project(tmp_path, llmock, protocol, cases=n)
     run_dir = start_and_kill_while_the_batch_is_open(tmp_path)
     (batch,), _ = journal(run_dir)
     path = run_dir / "batches.jsonl"
@@ -400,12 +404,12 @@ def test_a_run_killed_before_its_batch_id_was_journaled_adopts_it_from_llmocks_l
     resumed = run_parallax("run", "--config", "parallax.toml", "--resume", run_dir, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert len(creates(llmock)) == 1
-    check_complete(run_dir, 2 * CASES)
+    check_complete(run_dir, 2 * n)
     submitted, ended = journal(run_dir)
     assert [(s["batch_id"], s["nonce"]) for s in submitted] == [(batch["batch_id"], batch["nonce"])]
     assert [e["state"] for e in ended] == ["completed"]
     rows = candidate_rows(run_dir)
-    assert sorted(o["case_id"] for o in rows) == [f"case-{i}" for i in range(CASES)]
+    assert sorted(o["case_id"] for o in rows) == [f"case-{i}" for i in range(n)]
     assert all(o["transport"] == "ok" and o["attempts"] == 1 for o in rows)
     events = [json.loads(line) for line in resumed.stdout.splitlines()]
     (adopted,) = [e for e in events if e["event"] == "batch.adopted"]

@@ -28,7 +28,7 @@ COMPLETION_WINDOW = "24h"  # the only window OpenAI's batches take (Anthropic's 
 # a lookup lists the provider's batches newest first, this many a page, back to the intent
 LIST_PAGE = 100
 LIST_PAGES = 20  # the most pages one lookup reads: a bound on a provider that pages forever
-SKEW_SECONDS = 120.0  # how far the provider's clock may be from ours when a lookup reads times
+SKEW_SECONDS = 30.0  # how far the provider's clock may be from ours when a lookup reads times
 
 
 class State(StrEnum):
