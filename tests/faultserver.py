@@ -103,6 +103,7 @@ client there). A batch answers `in_progress` to its first <polls> (1) polls, the
     short                  as ok, but the first download of the results is cut short of its
                            Content-Length (a transport error), the next one whole
     never                  never ends: `in_progress` forever (batch_deadline's case)
+    refuse                 the create answers 400, OpenAI's after the file was uploaded
 
 A request in a batch is answered by its prompt's mode (`server.prompt_modes`, with `seq:`
 counted per prompt across batches): `ok` (the scripted reply), `status:<code>` (that status
@@ -563,7 +564,7 @@ class FaultServer:
         if req.method == "POST" and route == "v1/files":
             return self._upload(conn, req)
         if req.method == "POST" and route in ("v1/batches", "v1/messages/batches"):
-            if anthropic and end == "fail":
+            if (anthropic and end == "fail") or end == "refuse":
                 return self._error(conn, 400, "invalid request", {})
             return self._create(conn, req, end, int(polls or "1"), anthropic=anthropic)
         if req.method == "GET" and route.startswith("v1/files/") and route.endswith("/content"):

@@ -620,6 +620,24 @@ async def test_a_batch_list_that_cannot_be_read_sends_the_requests_again_and_say
     assert (unfound["reason"], unfound["error"]) == ("lookup_failed", "fault")
 
 
+@pytest.mark.anyio
+async def test_an_openai_create_refused_after_the_upload_names_the_file_it_leaves(
+    fault_server: FaultServer, tmp_path: Path
+) -> None:
+    """The input file is uploaded, then the create is refused: no batch will read the file,
+    which costs nothing but is worth a line naming it; it was uploaded under the intent's
+    nonce."""
+    calls = cases(1)
+    with capture_logs() as events:
+        found = await run(config(fault_server, "batch:refuse"), tmp_path, calls)
+    assert "batch_failed" in outcome(found["case-0"], calls[0]).detail
+    (upload,) = [r for r in fault_server.received() if r.path.endswith("/files")]
+    (intent,) = Journal.read(tmp_path / JOURNAL).intents.values()
+    assert f'filename="parallax-batch-{intent.nonce}.jsonl"'.encode() in upload.body
+    (orphaned,) = [e for e in events if e["event"] == "batch.file_orphaned"]
+    assert orphaned["file_id"].startswith("file-fault-")
+
+
 def batch_project(root: Path, server: FaultServer, kind: str, n: int) -> None:
     """A suite of n cases: a live reference and a batch candidate, both on the fault server."""
     write_cases(root, n)
