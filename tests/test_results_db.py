@@ -33,6 +33,10 @@ from runner.results.schema import CASES as CASES_TABLE
 from runner.results.schema import MERGES, RUNS
 from runner.retention import prune
 
+# a test here runs several parallax processes and database servers: bounded as a hung run is,
+# not by the 60 s a test gets by default, which a loaded machine's start-ups can pass
+pytestmark = pytest.mark.timeout(RUN_TIMEOUT)
+
 N = 4
 CASES = [
     {
@@ -394,12 +398,22 @@ def test_a_hand_edited_run_dir_is_indexed_with_nulls_where_its_values_are_no_val
     summary["usage"]["sides"]["reference"]["cost_usd"] = "1e400"
     summary["served_models"]["candidate"] = [1, 2]
     (edited / "summary.json").write_text(json.dumps(summary))
+    # a case id may hold a NUL, which PostgreSQL's text refuses: it is kept as its escape
+    verdicts = json.loads((edited / "disagreement.json").read_text())
+    first = sorted(verdicts["cases"])[0]
+    verdicts["cases"]["nul\x00id"] = verdicts["cases"].pop(first)
+    (edited / "disagreement.json").write_text(json.dumps(verdicts))
     done = run_parallax("index", "runs", "--config", "parallax.toml", cwd=root)
     assert done.returncode == 0 and "1 run(s) recorded" in done.stderr, done.stderr
-    row = _runs(_pg(database))[edited.name]
+    query = _pg(database)
+    row = _runs(query)[edited.name]
     assert row["exit_code"] is None and row["gate_new_case"] is None
     assert row["ref_cost_usd"] is None and row["cand_models"] == ""
     assert row["verdict"] == summary["verdict"] and row["cases"] == len(CASES)
+    ids = query(f"SELECT case_id FROM cases WHERE run_id = '{edited.name}' ORDER BY case_id")
+    assert sorted(case_id for (case_id,) in ids) == sorted(
+        {*verdicts["cases"]} - {"nul\x00id"} | {"nul\\x00id"}
+    )
 
 
 def test_two_daemons_record_into_one_postgres_at_once(

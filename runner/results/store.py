@@ -49,8 +49,7 @@ class Store(abc.ABC):
             cursor.execute(RUNS.insert(self.dialect), rows.run)
             if cursor.rowcount != 1:
                 return False
-            if rows.cases:
-                cursor.executemany(CASES.insert(self.dialect), rows.cases)
+            cursor.executemany(CASES.insert(self.dialect), rows.cases())
             if rows.merges:
                 cursor.executemany(MERGES.insert(self.dialect), rows.merges)
             return True
