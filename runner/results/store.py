@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from runner.results.rows import RunRows
-from runner.results.schema import CASES, MERGES, RUNS, TABLES, Dialect
+from runner.results.schema import CASES, MERGES, RUNS, SIDE_COLUMNS, TABLES, Dialect
 
 
 class Store(abc.ABC):
@@ -70,3 +70,32 @@ class Store(abc.ABC):
             cursor.execute(f"SELECT {', '.join(RUNS.names)} FROM runs ORDER BY started_at, run_id")
             rows = cursor.fetchall()
         return (dict(zip(RUNS.names, row, strict=True)) for row in rows)
+
+    def suite_runs(self, suite: str) -> list[dict[str, Any]]:
+        """A suite's recorded runs, oldest first, each with `strata`: per side prefix and
+        stratum, (passed, scored) counted from its `cases` rows in the database itself."""
+        mark = self.dialect.value
+        with self.transaction() as cursor:
+            cursor.execute(
+                f"SELECT {', '.join(RUNS.names)} FROM runs WHERE suite = {mark} "
+                "ORDER BY started_at, run_id",
+                (suite,),
+            )
+            runs = [dict(zip(RUNS.names, row, strict=True)) for row in cursor.fetchall()]
+            sides = ", ".join(
+                f"SUM(c.{p}_passed), COUNT(c.{p}_passed)" for p in SIDE_COLUMNS.values()
+            )
+            cursor.execute(
+                f"SELECT c.run_id, c.stratum, {sides} FROM cases c JOIN runs r "
+                f"ON r.run_id = c.run_id WHERE r.suite = {mark} GROUP BY c.run_id, c.stratum",
+                (suite,),
+            )
+            counts = cursor.fetchall()
+        by_id = {r["run_id"]: r for r in runs}
+        for run in runs:
+            run["strata"] = {p: {} for p in SIDE_COLUMNS.values()}
+        for run_id, stratum, *figures in counts:
+            for i, prefix in enumerate(SIDE_COLUMNS.values()):
+                passed, scored = figures[2 * i], figures[2 * i + 1]
+                by_id[run_id]["strata"][prefix][stratum] = (int(passed or 0), int(scored))
+        return runs
