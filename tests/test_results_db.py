@@ -492,7 +492,7 @@ def test_a_suites_history_lists_another_machines_runs_from_postgres_and_survives
     is not here); with only its own runs it is the history of its run dirs; an unreachable
     server is a note, then the run dirs."""
     here = _project(tmp_path / "here", fault_server, results_url=database)
-    _run(here)
+    _, _, mine = _run(here)
     from_db, err = _history(here)
     assert err == "" and len(_run_lines(from_db)) == 1
     config = here / "parallax.toml"
@@ -505,8 +505,11 @@ def test_a_suites_history_lists_another_machines_runs_from_postgres_and_survives
     config.write_text(with_url)
     fleet, err = _history(here)
     theirs, _ = _history(other)
-    assert err == "" and _run_lines(fleet) == [*_run_lines(from_db), *_run_lines(theirs)]
+    assert err == "" and len(_run_lines(fleet)) == 2
+    assert _run_lines(fleet) == _run_lines(theirs)  # each machine: its own row, the other's
+    assert _run_lines(fleet)[0] == _run_lines(from_db)[0]
     assert f"from the results database: {there.absolute()}" in fleet
+    assert f"from the results database: {mine.absolute()}" in theirs
 
     down = f"postgresql://parallax@127.0.0.1:{closed_port}/results"
     config.write_text(with_url.replace(database, down))
