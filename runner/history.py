@@ -455,15 +455,12 @@ def suite_report(
     last: int | None = None,
     recorded: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The JSON `parallax history --json` prints for one suite. `recorded`: the runs the
-    results database holds (text history's); those whose dirs are not here are listed too."""
+    """The JSON `parallax history --json` prints for one suite. `recorded`: the runs only the
+    results database holds (their dirs are not here), listed by their start too (text)."""
     from runner.tombstones import read_tombstones
 
     full = load_history(suite_dir)
-    here = {r.run_id for r in full.rows}
-    runs = in_order(
-        [r.to_json() for r in full.rows], [r for r in recorded if r["run_id"] not in here]
-    )
+    runs = in_order([r.to_json() for r in full.rows], recorded)
     shown = runs[-last:] if last is not None and last > 0 else runs
     if last == 0:
         shown = []

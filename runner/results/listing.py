@@ -30,12 +30,15 @@ def every_run(runs_dir: Path, results_url: str | None) -> tuple[list[dict[str, A
 def suite_runs(
     runs_dir: Path, results_url: str | None, suites: Sequence[str]
 ) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
-    """Per suite, the runs the database holds, oldest first, as history's text lists a run
-    (start, mode, exit code, gate classes, each side's strata, served models); none without
-    a database or in an outage (a note says so): the run dirs are the listing then."""
-    found, notes = _read(
-        runs_dir, results_url, lambda store: {s: store.suite_runs(s) for s in suites}
-    )
+    """Per suite, the runs the database holds whose dirs are not in the suite's folder here,
+    oldest first, as history's text lists a run (start, mode, exit code, gate classes, each
+    side's strata, served models); none without a database or in an outage (a note says so):
+    the run dirs are the listing then."""
+
+    def elsewhere(store: Store) -> dict[str, list[dict[str, Any]]]:
+        return {s: store.suite_runs(s, runs_dir / s) for s in suites}
+
+    found, notes = _read(runs_dir, results_url, elsewhere)
     return {s: [_as_history(r) for r in runs] for s, runs in (found or {}).items()}, notes
 
 
