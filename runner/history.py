@@ -460,15 +460,17 @@ def suite_report(
     from runner.tombstones import read_tombstones
 
     full = load_history(suite_dir)
-    runs = in_order([r.to_json() for r in full.rows], recorded)
+    stones, stone_notes = read_tombstones(suite_dir)
+    # a record whose run dir is still there (a prune killed before the deletion) is that run's
+    pruned = [s for s in stones if not (suite_dir / s.run_id).exists()]
+    gone = {s.run_id for s in pruned}  # rows an outage kept from being deleted with the dir
+    runs = in_order(
+        [r.to_json() for r in full.rows], [r for r in recorded if r["run_id"] not in gone]
+    )
     shown = runs[-last:] if last is not None and last > 0 else runs
     if last == 0:
         shown = []
     runs_streak = streaks(full.rows)
-    stones, stone_notes = read_tombstones(suite_dir)
-    # a record whose run dir is still there (a prune killed before the deletion) is that run's
-    listed = {r["run_id"] for r in runs}
-    pruned = [s for s in stones if not (suite_dir / s.run_id).exists() and s.run_id not in listed]
     if last is not None:  # those among the shown runs' nights
         since = (shown[0]["started_at"] or "") if shown else None
         pruned = [s for s in pruned if since is not None and (s.started_at or "") >= since]

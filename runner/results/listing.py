@@ -83,7 +83,7 @@ def _strata(counts: Mapping[str | None, tuple[int, int]]) -> dict[str, dict[str,
     buckets = {name: [0, 0] for name in STRATA}
     for stratum, (passed, scored) in counts.items():
         slot = buckets.get(stratum or "medium")
-        if slot is not None:  # none is another name, but for a hand-edited run dir
+        if slot is not None:  # another name: no fixture gives one, a hand-edited run dir may
             slot[0] += passed
             slot[1] += scored
     return {name: {"pass_rate": p / n if n else None, "n": n} for name, (p, n) in buckets.items()}
