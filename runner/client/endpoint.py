@@ -220,11 +220,15 @@ class HttpEndpoint:
             url = self._parsed_url = httpx.URL(self._url)
             base = httpx.Request("POST", url, headers=self._base_headers, content=b"x")
             headers = self._headers = httpx.Headers(base.headers)  # Host added, as httpx does
-        sent = httpx.Headers(headers)
-        sent["Content-Length"] = str(len(content))
-        return httpx.Request(
-            "POST", url, headers=sent, stream=httpx.ByteStream(content), extensions=self._extensions
+        request = httpx.Request(  # which copies the headers: the shared ones stay as they are
+            "POST",
+            url,
+            headers=headers,
+            stream=httpx.ByteStream(content),
+            extensions=self._extensions,
         )
+        request.headers["Content-Length"] = str(len(content))
+        return request
 
     async def call(self, case: Case, side: str, sample: int) -> Exchange:
         """Send one case with bounded retries; transport trouble comes back as a stamp.
