@@ -26,6 +26,7 @@ the loop. Ideal = cases x latency / concurrency (each side has its own `concurre
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -64,30 +65,55 @@ class Child:
 
 def run_child(argv: list[str], *, cwd: Path | None = None, timeout: float = 900) -> Child:
     """Run a command to completion; rusage comes from wait4 on exactly that process."""
-    with tempfile.TemporaryFile() as out:
+    (child,) = run_children([argv], cwd=cwd, timeout=timeout)
+    return child
+
+
+def run_children(
+    argvs: list[list[str]],
+    *,
+    cwd: Path | None = None,
+    timeout: float = 900,
+    env: dict[str, str] | None = None,
+) -> list[Child]:
+    """Run commands at once, each to completion (the shards of `bench/shards.py`); each one's
+    wall time ends when it exits, and its rusage comes from wait4 on exactly that process."""
+    with contextlib.ExitStack() as stack:
+        outs = [stack.enter_context(tempfile.TemporaryFile()) for _ in argvs]
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        procs = [
+            subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env)
+            for argv, out in zip(argvs, outs, strict=True)
+        ]
+        done: dict[int, tuple[int, float, Any]] = {}
         deadline = t0 + timeout
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                proc.kill()
-                pid, status, usage = os.wait4(proc.pid, 0)
-                break
+        while len(done) < len(procs):
+            for i, proc in enumerate(procs):
+                if i in done:
+                    continue
+                if time.perf_counter() > deadline:
+                    proc.kill()
+                    pid, status, usage = os.wait4(proc.pid, 0)
+                else:
+                    pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    done[i] = (status, time.perf_counter() - t0, usage)
             time.sleep(0.002)
-        wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        text = out.read().decode("utf-8", "replace")
-    return Child(
-        code=proc.returncode,
-        wall=wall,
-        cpu=usage.ru_utime + usage.ru_stime,
-        rss_mb=usage.ru_maxrss / 1024,
-        stdout=text,
-    )
+        children = []
+        for i, (proc, out) in enumerate(zip(procs, outs, strict=True)):
+            status, wall, usage = done[i]
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            out.seek(0)
+            children.append(
+                Child(
+                    code=proc.returncode,
+                    wall=wall,
+                    cpu=usage.ru_utime + usage.ru_stime,
+                    rss_mb=usage.ru_maxrss / 1024,
+                    stdout=out.read().decode("utf-8", "replace"),
+                )
+            )
+    return children
 
 
 def proc_cpu(pid: int) -> float:

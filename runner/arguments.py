@@ -194,7 +194,12 @@ def _add_report_commands(add: Adder, config_help: str) -> None:
         "configs' too), oldest first; without a database, every suite under the runs dir",
     )
     out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    out.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON instead of a table, read from the run dirs only (the table also lists "
+        "the suite's runs the results database holds whose run dirs are not here)",
+    )
     out.add_argument(
         "--html",
         nargs="?",

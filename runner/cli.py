@@ -562,18 +562,28 @@ def cmd_history(args: argparse.Namespace) -> int:
         return _every_suite(args, loaded)
     if args.html is not None:
         return _history_pages(args, loaded)
+    names = loaded.suite_names(args.suite)
+    recorded: dict[str, list[dict[str, Any]]] = {}
+    notes: list[str] = []
+    if not args.json:  # the text lists the fleet's runs too; --json is the run dirs' detail
+        from runner.results.listing import suite_runs
+
+        recorded, notes = suite_runs(loaded.runs_dir, loaded.config.results_url, names)
     reports = [
         suite_report(
             loaded.runs_dir / name,
             retire_after=loaded.thresholds(name).retire_after,
             last=args.last,
+            recorded=recorded.get(name, ()),
         )
-        for name in loaded.suite_names(args.suite)
+        for name in names
     ]
     if args.json:
         print(json.dumps({"suites": reports}, indent=2, sort_keys=True, allow_nan=False))
         return 0
     print("\n\n".join(format_text(r) for r in reports))
+    for note in notes:
+        print(visible(f"parallax: {note}", one_line=True), file=sys.stderr)
     for report in reports:
         for note in report["notes"]:
             print(visible(f"parallax: {report['suite']}: {note}", one_line=True), file=sys.stderr)

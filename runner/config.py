@@ -72,7 +72,7 @@ MAX_CONFIG_BYTES = 1 << 20  # a config is a page of TOML; a bigger one is the wr
 MAX_HEARTBEAT_SECONDS = 3600.0  # a daemon silent for longer than an hour is not watched at all
 # The largest price per million tokens and budget a config may name, in US dollars: a dollar a
 # token is past any model's price, and a billion dollars past any night's spend. Every cost
-# parallax computes (from counts bounded by `runner.cost.usage.MAX_TOKENS`) stays a finite number.
+# parallax computes (from counts bounded by `runner.protocols.wire.MAX_TOKENS`) stays finite.
 MAX_PRICE_PER_MTOK = 1_000_000.0
 MAX_BUDGET_USD = 1_000_000_000.0
 MAX_TOKENS_CAP = 2**31 - 1  # the largest max_tokens a provider parses (a 32-bit int)
@@ -321,6 +321,12 @@ class EndpointConfig(_Strict):
     batch_deadline: float = Field(86_400.0, gt=0)
     """Seconds from a batch's submission after which parallax stops waiting: the batch is
     cancelled and its unanswered calls are stamped `timeout` (detail `batch_expired`)."""
+
+    @property
+    def wire_kind(self) -> str:
+        """The protocol its calls speak (`runner.protocols.Kind`): its `kind`, or for a
+        recorded endpoint the `protocol` it stands in for."""
+        return (self.protocol or "openai-chat") if self.kind == "recorded" else self.kind
 
     @property
     def charged_price(self) -> Price | None:
@@ -1018,9 +1024,8 @@ def _shape(path: Path, name: str, ep: EndpointConfig, root: Path) -> Shape:
     found.raise_found()
     # a recorded endpoint stands in for a live one of its protocol: swapping one for the other
     # (the same model, templates and params) is the same request
-    protocol = ep.kind if ep.kind != "recorded" else ep.protocol or "openai-chat"
     sha = request_sha(
-        protocol=protocol,
+        protocol=ep.wire_kind,
         model_alias=ep.model,
         system=system.source if system is not None else None,
         user_template=user.source if user is not None else None,

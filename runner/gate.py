@@ -244,8 +244,14 @@ class Folds:
     row for one key, which the ledgers never hold (resume skips what raw.jsonl has).
     """
 
-    def __init__(self, samples: int, prices: Mapping[str, Price | None] | None = None) -> None:
+    def __init__(
+        self,
+        samples: int,
+        prices: Mapping[str, Price | None] | None = None,
+        kinds: Mapping[str, str] | None = None,
+    ) -> None:
         self._samples = samples
+        self._kinds = kinds or {}  # per side the protocol its endpoint speaks: its usage's
         self._pending: dict[tuple[str, str], list[Outcome]] = {}
         self._views: dict[str, dict[str, SideView]] = {}  # side -> case id -> fold
         # Most sides of a run fold to equal views (ok, no misses, same model): one object each.
@@ -256,7 +262,12 @@ class Folds:
         self.pairs = PairFold(samples, prices or {})
 
     def add(self, outcome: Outcome, case: CaseRef) -> None:
-        self.put(outcome.key, self.entry(outcome, case), call_of(outcome))
+        self.put(outcome.key, self.entry(outcome, case), self.call(outcome))
+
+    def call(self, outcome: Outcome) -> Call:
+        """What the usage and pair folds read of a row, its usage read by its side's protocol
+        (`kinds`; a side with none has no usage to read)."""
+        return call_of(outcome, self._kinds.get(outcome.side, ""))
 
     def entry(self, outcome: Outcome, case: CaseRef) -> SideView | Outcome | None:
         """What `put` keeps of a row, made apart from it so a worker process can make it:

@@ -448,25 +448,36 @@ def model_changes(rows: Iterable[RunRow]) -> list[dict[str, Any]]:
     return changes
 
 
-def suite_report(suite_dir: Path, *, retire_after: int, last: int | None = None) -> dict[str, Any]:
-    """The JSON `parallax history --json` prints for one suite."""
+def suite_report(
+    suite_dir: Path,
+    *,
+    retire_after: int,
+    last: int | None = None,
+    recorded: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The JSON `parallax history --json` prints for one suite. `recorded`: the runs only the
+    results database holds (their dirs are not here), listed by their start too (text)."""
     from runner.tombstones import read_tombstones
 
     full = load_history(suite_dir)
-    shown = full.rows[-last:] if last is not None and last > 0 else full.rows
-    if last == 0:
-        shown = []
-    runs_streak = streaks(full.rows)
     stones, stone_notes = read_tombstones(suite_dir)
     # a record whose run dir is still there (a prune killed before the deletion) is that run's
     pruned = [s for s in stones if not (suite_dir / s.run_id).exists()]
+    gone = {s.run_id for s in pruned}  # rows an outage kept from being deleted with the dir
+    runs = in_order(
+        [r.to_json() for r in full.rows], [r for r in recorded if r["run_id"] not in gone]
+    )
+    shown = runs[-last:] if last is not None and last > 0 else runs
+    if last == 0:
+        shown = []
+    runs_streak = streaks(full.rows)
     if last is not None:  # those among the shown runs' nights
-        since = (shown[0].started_at or "") if shown else None
+        since = (shown[0]["started_at"] or "") if shown else None
         pruned = [s for s in pruned if since is not None and (s.started_at or "") >= since]
     return {
         "suite": full.suite,
         "suite_dir": str(suite_dir),
-        "runs": [r.to_json() for r in shown],
+        "runs": shown,
         "pruned": [s.to_json() for s in pruned],
         "retire_after": retire_after,
         "ceiling_candidates": [
@@ -511,11 +522,12 @@ def _text_labels(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     return unique_labels(forms)
 
 
-def _with_pruned(
-    runs: Sequence[Mapping[str, Any]], pruned: Sequence[Mapping[str, Any]]
+def in_order(
+    runs: Sequence[Mapping[str, Any]], others: Sequence[Mapping[str, Any]]
 ) -> list[Mapping[str, Any]]:
-    """The runs in their order with each pruned night's record where its start puts it."""
-    stones = sorted(pruned, key=_start_key)
+    """The runs in their order with each of `others` (a pruned night's record, a run only the
+    results database holds) where its start puts it."""
+    stones = sorted(others, key=_start_key)
     merged: list[Mapping[str, Any]] = []
     for run in runs:
         while stones and _start_key(stones[0]) < _start_key(run):
@@ -528,10 +540,31 @@ def _start_key(run: Mapping[str, Any]) -> str:
     return str(run.get("started_at") or run["run_id"])[:19]
 
 
+def _under(run: Mapping[str, Any]) -> list[str]:
+    """The lines under a run's row in `history`'s text."""
+    lines = []
+    if "recorded" in run:  # only the results database holds it: no more to say
+        lines.append(f"from the results database: {run['recorded']}")
+    if (partial := partial_line(run)) is not None:
+        lines.append(f"{partial}: not a night")
+    if run.get("retried_by"):
+        lines.append(f"retried by {run['retried_by']}: not a night, the retry stands for it")
+    if run.get("paired", {}).get("text"):
+        lines.append(run["paired"]["text"])
+    if line := trend_line(run.get("usage") or {}):
+        lines.append(line)
+    floor = run.get("noise_floor") or {}
+    if floor.get("n"):
+        lines.append(
+            f"noise floor: reference self-disagreement {floor.get('disagreeing', '?')}/{floor['n']}"
+        )
+    return lines
+
+
 def format_text(report: Mapping[str, Any]) -> str:
     """Human-readable history of one suite: a row per run, then candidates and model changes."""
     lines = [f"suite {report['suite']}  ({report['suite_dir']})"]
-    runs = _with_pruned(report["runs"], report.get("pruned") or [])
+    runs = in_order(report["runs"], report.get("pruned") or [])
     if not runs:
         lines.append("  no finished runs")
     else:
@@ -558,23 +591,7 @@ def format_text(report: Mapping[str, Any]) -> str:
                 f"{side[:3]}: {', '.join(served.get(side) or ['-'])}" for side in SIDES
             )
             lines.append(line)
-            if (partial := partial_line(run)) is not None:
-                lines.append(f"  {'':<{w}} {partial}: not a night")
-            if run.get("retried_by"):
-                lines.append(
-                    f"  {'':<{w}} retried by {run['retried_by']}: not a night, "
-                    "the retry stands for it"
-                )
-            if run.get("paired", {}).get("text"):
-                lines.append(f"  {'':<{w}} {run['paired']['text']}")
-            if line := trend_line(run.get("usage") or {}):
-                lines.append(f"  {'':<{w}} {line}")
-            floor = run.get("noise_floor") or {}
-            if floor.get("n"):
-                lines.append(
-                    f"  {'':<{w}} noise floor: reference self-disagreement "
-                    f"{floor.get('disagreeing', '?')}/{floor['n']}"
-                )
+            lines.extend(f"  {'':<{w}} {under}" for under in _under(run))
     candidates = report["ceiling_candidates"]
     retire_after = report["retire_after"]
     if candidates:

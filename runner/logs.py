@@ -250,6 +250,31 @@ BATCH_SUBMITTED = _event(
     "a batch endpoint's calls were sent as one batch (`batch = true`); its id is already in "
     "the run's `batches.jsonl`, so a `--resume` polls it instead of sending it again",
 )
+BATCH_ADOPTED = _event(
+    "batch.adopted",
+    "info",
+    "endpoint, batch_id, nonce, requests",
+    "a resume found at the provider the batch a killed run had created but not yet written to "
+    "`batches.jsonl` (its intent's `nonce`): it is journaled and polled, its requests not sent "
+    "again",
+)
+BATCH_NOT_FOUND = _event(
+    "batch.not_found",
+    "warning",
+    "endpoint, nonce, requests, reason, error, candidates",
+    "a resume looked up a batch a killed run was about to create and did not adopt one "
+    "(`reason` `none`: the provider shows none; `ambiguous`: several fit, named in "
+    "`candidates`; `lookup_failed`: its batch list could not be read, `error` says why): "
+    "`requests` of its requests are sent again, so with `ambiguous` or `lookup_failed` a "
+    "batch may be paid twice",
+)
+BATCH_FILE_ORPHANED = _event(
+    "batch.file_orphaned",
+    "info",
+    "file_id, reason",
+    "OpenAI refused a batch's create after its input file was uploaded: the file is left "
+    "unused at the provider (it costs nothing; delete it at will)",
+)
 BATCH_ENDED = _event(
     "batch.ended",
     "info",

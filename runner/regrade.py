@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.cost.usage import Call, call_of
+from runner.cost.usage import Call
 from runner.errors import DataError
 from runner.gate import Folds, SideView
 from runner.jsontext import dumps
@@ -131,7 +131,12 @@ class _Job:
                 yield key, None, None, None
                 continue
             outcome = stamp(exchange, suite.fixtures.load(ref), suite.graders)
-            yield key, self.folds.entry(outcome, ref), call_of(outcome), dumps(outcome.to_json())
+            yield (
+                key,
+                self.folds.entry(outcome, ref),
+                self.folds.call(outcome),
+                dumps(outcome.to_json()),
+            )
 
 
 def _grade_chunk(job: _Job) -> Callable[[tuple[int, int, int]], list[Graded]]:

@@ -84,8 +84,14 @@ Anthropic events or Gemini responses):
 Batch APIs (`batch:<end>[:<polls>]`, the base_url of a `batch = true` endpoint): OpenAI's
 `/v1/files` (multipart upload), `/v1/batches`, `/v1/batches/<id>`, `/v1/batches/<id>/cancel`
 and `/v1/files/<id>/content`; Anthropic's `/v1/messages/batches`, `.../<id>`,
-`.../<id>/results` and `.../<id>/cancel`. A batch answers `in_progress` to its first <polls>
-(1) polls, then ends as <end> says:
+`.../<id>/results` and `.../<id>/cancel`; and both lists (`GET /v1/batches?limit&after`,
+`GET /v1/messages/batches?limit&after_id`, newest first, with `has_more` and `last_id`),
+OpenAI's showing each batch's `metadata` and `created_at` (epoch seconds), Anthropic's its
+`created_at` (RFC 3339) and `request_counts`, both by `server.now` (a test's fake clock may
+stand in for time.time), or `server.list_status`'s error when it is set. `server.on_create`,
+when set, is called once a batch is made and before its id is sent back (a test kills the
+client there). A batch answers `in_progress` to its first <polls> (1) polls, then ends as
+<end> says:
 
     ok                     every request answered by its prompt's mode (below)
     expire                 the provider's window passed: the first request answered, the
@@ -97,6 +103,7 @@ and `/v1/files/<id>/content`; Anthropic's `/v1/messages/batches`, `.../<id>`,
     short                  as ok, but the first download of the results is cut short of its
                            Content-Length (a transport error), the next one whole
     never                  never ends: `in_progress` forever (batch_deadline's case)
+    refuse                 the create answers 400, OpenAI's after the file was uploaded
 
 A request in a batch is answered by its prompt's mode (`server.prompt_modes`, with `seq:`
 counted per prompt across batches): `ok` (the scripted reply), `status:<code>` (that status
@@ -131,6 +138,7 @@ import socket
 import struct
 import threading
 import time
+import urllib.parse
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -263,6 +271,9 @@ class FaultServer:
     requests: list[Received] = field(default_factory=list)
     max_inflight: int = 0
     batches: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> the batch
+    now: Callable[[], float] = field(default=time.time)  # a batch's created_at
+    on_create: Callable[[dict[str, Any]], None] | None = None  # after a batch is made
+    list_status: int | None = None  # when set, a batch list is answered this error status
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -545,13 +556,15 @@ class FaultServer:
 
     def _batch(self, conn: socket.socket, req: Received, arg: str) -> bool:
         end, _, polls = arg.partition(":")
-        route = req.path.split("/", 3)[3]  # past /fault/<mode>/
+        route, _, query = req.path.split("/", 3)[3].partition("?")  # past /fault/<mode>/
         parts = route.split("/")
         anthropic = route.startswith("v1/messages/batches")
+        if req.method == "GET" and route in ("v1/batches", "v1/messages/batches"):
+            return self._list(conn, dict(urllib.parse.parse_qsl(query)), anthropic=anthropic)
         if req.method == "POST" and route == "v1/files":
             return self._upload(conn, req)
         if req.method == "POST" and route in ("v1/batches", "v1/messages/batches"):
-            if anthropic and end == "fail":
+            if (anthropic and end == "fail") or end == "refuse":
                 return self._error(conn, 400, "invalid request", {})
             return self._create(conn, req, end, int(polls or "1"), anthropic=anthropic)
         if req.method == "GET" and route.startswith("v1/files/") and route.endswith("/content"):
@@ -609,9 +622,37 @@ class FaultServer:
                 "lines": lines,
                 "cancelled": False,
                 "results": None,
+                "created_at": self.now(),
+                "metadata": None if anthropic else doc.get("metadata"),
             }
             self.batches[batch_id] = batch
+        if self.on_create is not None:
+            self.on_create(batch)
         return self._send_json(conn, 200, self._batch_doc(batch, poll=False))
+
+    def _list(self, conn: socket.socket, query: dict[str, str], *, anthropic: bool) -> bool:
+        """A page of the provider's batches, newest first, after the cursor the query names."""
+        if self.list_status is not None:
+            return self._error(conn, self.list_status, "the batch list is not available")
+        with self._lock:
+            made = [b for b in self.batches.values() if b["anthropic"] == anthropic]
+        made.sort(key=lambda b: b["created_at"], reverse=True)
+        ids = [b["id"] for b in made]
+        after = query.get("after_id" if anthropic else "after")
+        if after in ids:
+            made = made[ids.index(after) + 1 :]
+        limit = int(query.get("limit", "20"))
+        page = [self._batch_doc(b, poll=False) for b in made[:limit]]
+        return self._send_json(
+            conn,
+            200,
+            {
+                "data": page,
+                "has_more": len(made) > limit,
+                "first_id": page[0]["id"] if page else None,
+                "last_id": page[-1]["id"] if page else None,
+            },
+        )
 
     def _batch_doc(self, batch: dict[str, Any], *, poll: bool) -> dict[str, Any]:
         """The batch as its API shows it; a poll counts down to its end."""
@@ -626,14 +667,18 @@ class FaultServer:
         if done and batch["results"] is None:
             batch["results"] = self._answer(batch)
         if batch["anthropic"]:
-            counts = {"processing": 0 if done else len(batch["lines"]), "expired": 0}
-            if done and batch["end"] == "expire":
-                counts["expired"] = len(batch["lines"]) - 1
+            n = len(batch["lines"])
+            counts = {"processing": n, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
+            if done:
+                expired = n - 1 if batch["end"] == "expire" else 0
+                counts.update(processing=0, succeeded=n - expired, expired=expired)
+            created = datetime.fromtimestamp(batch["created_at"], UTC)
             return {
                 "id": batch["id"],
                 "type": "message_batch",
                 "processing_status": "ended" if done else "in_progress",
                 "request_counts": counts,
+                "created_at": created.isoformat().replace("+00:00", "Z"),
                 "cancel_initiated_at": "2026-12-01T00:00:00Z" if batch["cancelled"] else None,
             }
         status = "in_progress"
@@ -641,7 +686,13 @@ class FaultServer:
             status = "cancelled"
         elif done:
             status = {"expire": "expired", "fail": "failed"}.get(batch["end"], "completed")
-        doc: dict[str, Any] = {"id": batch["id"], "object": "batch", "status": status}
+        doc: dict[str, Any] = {
+            "id": batch["id"],
+            "object": "batch",
+            "status": status,
+            "created_at": int(batch["created_at"]),
+            "metadata": batch["metadata"],
+        }
         if done and status == "failed":
             doc["errors"] = {"data": [{"code": "invalid_request", "message": "bad lines"}]}
         elif done:

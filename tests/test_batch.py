@@ -10,21 +10,40 @@ move the clock by what it asked for, and the batch's end comes after a number of
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import subprocess
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from faultserver import FaultServer
+from relkit import (
+    PARALLAX,
+    RUN_TIMEOUT,
+    check_complete,
+    endpoint_toml,
+    jsonl,
+    run_parallax,
+    suite_toml,
+    write_cases,
+    write_config,
+)
+from structlog.testing import capture_logs
 
-from runner.batch.endpoint import BatchEndpoint, Clock, custom_id
+from runner.batch.endpoint import BatchEndpoint, custom_id
 from runner.batch.journal import JOURNAL, Journal
+from runner.batch.lookup import Clock
 from runner.config import EndpointConfig, Price, RetryPolicy, Timeouts, load_config
 from runner.cost.budget import Budget, meter_for
 from runner.errors import ConfigError
 from runner.grading.graders import GraderSet
+from runner.history import run_dirs
 from runner.model import Case, Exchange, Outcome
 from runner.request.shape import PLAIN
 from runner.stamps import stamp
@@ -334,7 +353,10 @@ async def killed(cfg: EndpointConfig, run_dir: Path, calls: Sequence[Case]) -> N
             async with anyio.create_task_group() as group:
                 for case in calls:
                     group.start_soon(endpoint.call, case, "candidate", 0)
-                while not (run_dir / JOURNAL).exists():
+                while (
+                    not (run_dir / JOURNAL).exists()
+                    or not Journal.read(run_dir / JOURNAL).submitted
+                ):
                     await anyio.sleep(0.01)
                 group.cancel_scope.cancel()
     finally:
@@ -443,3 +465,235 @@ def test_batch_mode_where_it_cannot_run_is_refused_at_load_naming_the_key(
     with pytest.raises(ConfigError) as caught:
         load_config(tmp_path / "parallax.toml")
     assert caught.value.key == key and says in caught.value.reason, caught.value
+
+
+async def killed_at_create(
+    server: FaultServer, cfg: EndpointConfig, run_dir: Path, calls: Sequence[Case]
+) -> str:
+    """A process gone in the one instant its journal cannot cover: the provider has made the
+    batch and its id is on the way back. The server holds the reply while the process's tasks
+    are cancelled, so the id never arrives; the intent line is all the journal holds. The
+    made batch's id."""
+    made: list[str] = []
+    release = threading.Event()
+
+    def hold(batch: dict[str, Any]) -> None:
+        made.append(batch["id"])
+        release.wait(30)
+
+    server.on_create = hold
+    stuck = Clock(START.__float__, lambda _seconds: anyio.sleep_forever())
+    endpoint = BatchEndpoint("cand", cfg, KEY, clock=stuck)
+    endpoint.plan(run_dir, "candidate", len(calls))
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                for case in calls:
+                    group.start_soon(endpoint.call, case, "candidate", 0)
+                while not made:
+                    await anyio.sleep(0.01)
+                group.cancel_scope.cancel()
+    finally:
+        release.set()
+        server.on_create = None
+        await endpoint.aclose()
+    journal = Journal.read(run_dir / JOURNAL)
+    assert (len(journal.intents), journal.submitted) == (1, {})
+    return made[0]
+
+
+def foreign_batch(server: FaultServer, cfg: EndpointConfig, requests: int) -> None:
+    """A batch someone else made at the same provider, at the same moment."""
+    assert cfg.base_url is not None
+    lines = [{"custom_id": f"other-{i}", "params": {"model": "m"}} for i in range(requests)]
+    reply = httpx.post(f"{cfg.base_url}/v1/messages/batches", json={"requests": lines})
+    assert reply.status_code == 200
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_kill_between_the_create_and_its_journal_line_adopts_the_batch_on_resume(
+    fault_server: FaultServer, tmp_path: Path, kind: str
+) -> None:
+    """The batch was made but its id never reached the journal: the resume finds it at the
+    provider (OpenAI's by the nonce in its metadata, Anthropic's, beside another party's
+    batch of another size, by its time and request count), journals and polls it, creates
+    none, and every call is answered once from it."""
+    fault_server.now = lambda: START + 1
+    calls = cases(3)
+    cfg = config(fault_server, "batch:ok:1000000", kind)
+    batch_id = await killed_at_create(fault_server, cfg, tmp_path, calls)
+    (intent,) = Journal.read(tmp_path / JOURNAL).intents.values()
+    if kind == "anthropic-messages":
+        foreign_batch(fault_server, cfg, 2)
+    else:
+        assert fault_server.batches[batch_id]["metadata"]["parallax_nonce"] == intent.nonce
+    creates = len(fault_server.batch_creates())
+    fault_server.batches[batch_id]["polls_left"] = 0
+    with capture_logs() as events:
+        found = await run(cfg, tmp_path, calls)
+    assert len(fault_server.batch_creates()) == creates
+    for case in calls:
+        row = outcome(found[case.id], case)
+        assert (row.transport, row.attempts) == ("ok", 1), row.detail
+        assert found[case.id].request["batch"]["id"] == batch_id
+    journal = Journal.read(tmp_path / JOURNAL)
+    (submitted,) = journal.submitted.values()
+    assert (submitted.batch_id, submitted.nonce) == (batch_id, intent.nonce)
+    assert submitted.requests == intent.requests
+    assert journal.ended[batch_id].state == "completed"
+    adopted = [e for e in events if e["event"] == "batch.adopted"]
+    assert [(e["batch_id"], e["nonce"]) for e in adopted] == [(batch_id, intent.nonce)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_intent_the_provider_shows_no_batch_for_is_sent_once_more(
+    fault_server: FaultServer, tmp_path: Path, kind: str
+) -> None:
+    """The kill came before the provider made anything (here: it shows no such batch): the
+    resume sends the requests again, once, as a new intent, and says so."""
+    fault_server.now = lambda: START + 1
+    calls = cases(2)
+    cfg = config(fault_server, "batch:ok:1", kind)
+    batch_id = await killed_at_create(fault_server, cfg, tmp_path, calls)
+    del fault_server.batches[batch_id]
+    with capture_logs() as events:
+        found = await run(cfg, tmp_path, calls)
+    assert len(fault_server.batch_creates()) == 2
+    assert all(outcome(found[c.id], c).transport == "ok" for c in calls)
+    journal = Journal.read(tmp_path / JOURNAL)
+    first, second = journal.intents.values()
+    (submitted,) = journal.submitted.values()
+    assert submitted.nonce == second.nonce != first.nonce
+    (unfound,) = [e for e in events if e["event"] == "batch.not_found"]
+    assert (unfound["nonce"], unfound["reason"], unfound["requests"]) == (first.nonce, "none", 2)
+
+
+@pytest.mark.anyio
+async def test_an_anthropic_intent_two_batches_fit_adopts_neither_and_names_them(
+    fault_server: FaultServer, tmp_path: Path
+) -> None:
+    """A message batch carries no nonce: when another batch of the same size was made in the
+    same moment nothing tells the two apart, so neither is adopted (nor polled, nor
+    cancelled); the requests are sent again and the warning names both candidates."""
+    fault_server.now = lambda: START + 1
+    calls = cases(2)
+    cfg = config(fault_server, "batch:ok:1", "anthropic-messages")
+    batch_id = await killed_at_create(fault_server, cfg, tmp_path, calls)
+    foreign_batch(fault_server, cfg, 2)
+    (other,) = set(fault_server.batches) - {batch_id}
+    with capture_logs() as events:
+        found = await run(cfg, tmp_path, calls)
+    assert len(fault_server.batch_creates()) == 3
+    assert all(outcome(found[c.id], c).transport == "ok" for c in calls)
+    assert {found[c.id].request["batch"]["id"] for c in calls}.isdisjoint({batch_id, other})
+    (unfound,) = [e for e in events if e["event"] == "batch.not_found"]
+    assert unfound["reason"] == "ambiguous"
+    assert sorted(unfound["candidates"]) == sorted([batch_id, other])
+    polled = {r.path.rsplit("/", 1)[-1] for r in fault_server.received() if r.method == "GET"}
+    assert batch_id not in polled and other not in polled
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("status", "tries"), [(503, 3), (404, 1)])
+async def test_a_batch_list_that_cannot_be_read_sends_the_requests_again_and_says_so(
+    fault_server: FaultServer, tmp_path: Path, status: int, tries: int
+) -> None:
+    """A list the provider fails for the moment (503) is asked three times, a second and then
+    two apart; one it refuses (404: a gateway without the list) once. Then the requests go
+    again, and the warning says the lookup failed, since the batch may now be paid twice."""
+    fault_server.now = lambda: START + 1
+    calls = cases(2)
+    cfg = config(fault_server, "batch:ok:1")
+    await killed_at_create(fault_server, cfg, tmp_path, calls)
+    fault_server.list_status = status
+    fake = FakeClock()
+    with capture_logs() as events:
+        found = await run(cfg, tmp_path, calls, fake=fake)
+    lists = [r for r in fault_server.received() if r.method == "GET" and "/batches?" in r.path]
+    assert len(lists) == tries
+    assert fake.slept[: tries - 1] == [1, 2][: tries - 1]
+    assert len(fault_server.batch_creates()) == 2
+    assert all(outcome(found[c.id], c).transport == "ok" for c in calls)
+    (unfound,) = [e for e in events if e["event"] == "batch.not_found"]
+    assert (unfound["reason"], unfound["error"]) == ("lookup_failed", "fault")
+
+
+@pytest.mark.anyio
+async def test_an_openai_create_refused_after_the_upload_names_the_file_it_leaves(
+    fault_server: FaultServer, tmp_path: Path
+) -> None:
+    """The input file is uploaded, then the create is refused: no batch will read the file,
+    which costs nothing but is worth a line naming it; it was uploaded under the intent's
+    nonce."""
+    calls = cases(1)
+    with capture_logs() as events:
+        found = await run(config(fault_server, "batch:refuse"), tmp_path, calls)
+    assert "batch_failed" in outcome(found["case-0"], calls[0]).detail
+    (upload,) = [r for r in fault_server.received() if r.path.endswith("/files")]
+    (intent,) = Journal.read(tmp_path / JOURNAL).intents.values()
+    assert f'filename="parallax-batch-{intent.nonce}.jsonl"'.encode() in upload.body
+    (orphaned,) = [e for e in events if e["event"] == "batch.file_orphaned"]
+    assert orphaned["file_id"].startswith("file-fault-")
+
+
+def batch_project(root: Path, server: FaultServer, kind: str, n: int) -> None:
+    """A suite of n cases: a live reference and a batch candidate, both on the fault server."""
+    write_cases(root, n)
+    suffix = "" if kind == "anthropic-messages" else "/v1"
+    cand = (
+        f'[endpoints.cand]\nkind = "{kind}"\n'
+        f'base_url = "{server.url("batch:ok:1", suffix=suffix)}"\n'
+        'model = "cand-model"\nbatch = true\nbatch_poll_max_seconds = 2\nmax_tokens = 64\n'
+        "deadline = 30\ntimeout = { connect = 5.0, read = 20.0, write = 5.0, pool = 5.0 }\n"
+    )
+    write_config(root, endpoint_toml("ref", server.url("ok", "ref")) + cand, suite_toml("live"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(RUN_TIMEOUT * 2)
+@pytest.mark.parametrize("kind", ["openai-chat", "anthropic-messages"])
+def test_a_run_sigkilled_as_its_batch_is_created_resumes_it_and_creates_none(
+    fault_server: FaultServer, tmp_path: Path, kind: str
+) -> None:
+    """`parallax run` is SIGKILLed by the server the moment it has made the batch, before the
+    id is sent back, so no `submitted` line can exist: `--resume` finds that batch, creates
+    none, and scores every case exactly once on each side."""
+    n = 4
+    batch_project(tmp_path, fault_server, kind, n)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
+    env["NO_PROXY"] = "127.0.0.1"
+    proc = subprocess.Popen(
+        [*PARALLAX, "run", "--config", "parallax.toml"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    fault_server.on_create = lambda _batch: os.kill(proc.pid, signal.SIGKILL)
+    try:
+        assert proc.wait(timeout=RUN_TIMEOUT) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    fault_server.on_create = None
+    (run_dir,) = run_dirs(tmp_path / "runs" / "live")
+    (batch_id,) = fault_server.batches
+    journal = Journal.read(run_dir / JOURNAL)
+    assert (len(journal.intents), journal.submitted) == (1, {})
+    resumed = run_parallax("run", "--config", "parallax.toml", "--resume", run_dir, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(fault_server.batch_creates()) == 1
+    check_complete(run_dir, 2 * n)
+    rows = [o for o in jsonl(run_dir / "outcomes.jsonl") if o["side"] == "candidate"]
+    assert sorted(o["case_id"] for o in rows) == [f"case-{i:03d}" for i in range(n)]
+    assert all(o["transport"] == "ok" and o["attempts"] == 1 for o in rows)
+    (submitted,) = Journal.read(run_dir / JOURNAL).submitted.values()
+    assert submitted.batch_id == batch_id
+    events = [json.loads(line)["event"] for line in resumed.stdout.splitlines()]
+    assert [e for e in events if e.startswith("batch.")] == [
+        "batch.adopted",
+        "batch.ended",
+    ]

@@ -47,8 +47,10 @@ CASES = 3
 PRICE = (2.0, 8.0)  # $/Mtok in and out, on both sides: the candidate pays half
 
 
-def write_project(root: Path, llmock: LlmockServer, protocol: Protocol, *, top: str = "") -> Path:
-    """A suite of CASES echo cases: a live reference, a batch candidate."""
+def write_project(
+    root: Path, llmock: LlmockServer, protocol: Protocol, *, top: str = "", cases: int = CASES
+) -> Path:
+    """A suite of `cases` echo cases: a live reference, a batch candidate."""
     (root / "cases.jsonl").write_text(
         "".join(
             json.dumps(
@@ -59,7 +61,7 @@ def write_project(root: Path, llmock: LlmockServer, protocol: Protocol, *, top: 
                 }
             )
             + "\n"
-            for i in range(CASES)
+            for i in range(cases)
         ),
         encoding="utf-8",
     )
@@ -174,11 +176,17 @@ def test_a_batch_side_on_llmock_is_graded_as_live_at_half_price_and_replays_byte
     assert len(creates(llmock)) == 1  # a replay asks no server
 
 
+def submitted_in(path: Path) -> bool:
+    """Whether a journal holds a `submitted` line yet (its intent line comes first)."""
+    return b'"submitted"' in path.read_bytes()
+
+
 def start_and_kill_while_the_batch_is_open(
     root: Path, signum: signal.Signals = signal.SIGKILL
 ) -> Path:
     """`parallax run` stopped by `signum` (SIGKILL by default) as soon as its batch id is in
     batches.jsonl (the wait before its first poll is a second at least); its run dir."""
+    runs = root / "runs" / "nightly"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
     env["NO_PROXY"] = "127.0.0.1"
     proc = subprocess.Popen(
@@ -189,7 +197,7 @@ def start_and_kill_while_the_batch_is_open(
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for(lambda: any((root / "runs" / "nightly").glob("*/batches.jsonl")), RUN_TIMEOUT)
+        wait_for(lambda: any(submitted_in(p) for p in runs.glob("*/batches.jsonl")), RUN_TIMEOUT)
         os.kill(proc.pid, signum)
         proc.wait(timeout=RUN_TIMEOUT)
     finally:
@@ -368,3 +376,119 @@ def test_a_batch_reference_with_samples_and_the_noise_check_sends_one_batch(
         "reference": 2 * CASES,
         "noise": 2 * CASES,
     }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(RUN_TIMEOUT * 2)
+@pytest.mark.parametrize("protocol", BATCHED, ids=lambda p: p.kind)
+def test_a_run_killed_before_its_batch_id_was_journaled_adopts_it_from_llmocks_list(
+    tmp_path: Path, llmock_pool: LlmockPool, protocol: Protocol
+) -> None:
+    """The journal a kill between the create and its `submitted` line leaves (the intent
+    alone; llmock cannot be stopped inside that instant, so the line is taken off a run
+    SIGKILLed just after it): `--resume` finds the batch in llmock's batch list (OpenAI's by
+    the nonce in its metadata, Anthropic's by its time and request count), adopts it,
+    creates none, and scores every case exactly once. The session's llmock keeps the other
+    tests' batches of CASES requests: this suite's size is its own, so none of them fits."""
+    n = CASES + 2
+    llmock = llmock_pool.get(ECHO)
+    write_project(tmp_path, llmock, protocol, cases=n)
+    run_dir = start_and_kill_while_the_batch_is_open(tmp_path)
+    (batch,), _ = journal(run_dir)
+    path = run_dir / "batches.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(x for x in lines if json.loads(x)["event"] == "intent"))
+    (intent,) = jsonl(path)
+    assert intent["nonce"] == batch["nonce"]
+    assert len(creates(llmock)) == 1
+    resumed = run_parallax("run", "--config", "parallax.toml", "--resume", run_dir, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(creates(llmock)) == 1
+    check_complete(run_dir, 2 * n)
+    submitted, ended = journal(run_dir)
+    assert [(s["batch_id"], s["nonce"]) for s in submitted] == [(batch["batch_id"], batch["nonce"])]
+    assert [e["state"] for e in ended] == ["completed"]
+    rows = candidate_rows(run_dir)
+    assert sorted(o["case_id"] for o in rows) == [f"case-{i}" for i in range(n)]
+    assert all(o["transport"] == "ok" and o["attempts"] == 1 for o in rows)
+    events = [json.loads(line) for line in resumed.stdout.splitlines()]
+    (adopted,) = [e for e in events if e["event"] == "batch.adopted"]
+    assert adopted["batch_id"] == batch["batch_id"]
+
+
+SHARDS = 2
+SHARD_CASES = 8
+
+
+def shard_dirs(root: Path) -> dict[int, Path]:
+    """Each shard's run dir by its index, read from its manifest."""
+    found = {}
+    for run_dir in run_dirs(root / "runs" / "nightly"):
+        shard = json.loads((run_dir / "manifest.json").read_text())["shard"]
+        found[shard["index"]] = run_dir
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(RUN_TIMEOUT * 4)
+def test_each_shard_sends_its_own_cases_as_one_batch_resumes_it_and_merges(
+    tmp_path: Path, llmock_pool: LlmockPool
+) -> None:
+    """Batch mode per shard: shard I of 2 sends one batch holding the cases its hash gives it
+    and no other; a shard killed while its batch is open resumes by polling that batch and
+    creates none; the two shard dirs merge into one run of every case, scored once."""
+    from runner.runs.shard import shard_of
+
+    llmock = llmock_pool.get(ECHO)
+    write_project(tmp_path, llmock, Protocol.OPENAI)
+    ids = [f"case-{i}" for i in range(SHARD_CASES)]
+    (tmp_path / "cases.jsonl").write_text(
+        "".join(
+            json.dumps({"id": i, "prompt": f"Say {i}.", "expect": {"must_include": [i]}}) + "\n"
+            for i in ids
+        ),
+        encoding="utf-8",
+    )
+    wanted = {n: sorted(i for i in ids if shard_of(i, SHARDS) == n) for n in range(SHARDS)}
+    assert all(wanted.values())  # each shard has cases of its own
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
+    env["NO_PROXY"] = "127.0.0.1"
+    killed = subprocess.Popen(
+        [*PARALLAX, "run", "--config", "parallax.toml", "--shard", f"1/{SHARDS}"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        runs = tmp_path / "runs" / "nightly"
+        wait_for(lambda: any(submitted_in(p) for p in runs.glob("*/batches.jsonl")), RUN_TIMEOUT)
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait(timeout=RUN_TIMEOUT)
+    finally:
+        if killed.poll() is None:
+            killed.kill()
+            killed.wait(timeout=30)
+    first = run_parallax("run", "--config", "parallax.toml", "--shard", f"0/{SHARDS}", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert len(creates(llmock)) == SHARDS
+    dirs = shard_dirs(tmp_path)
+    resumed = run_parallax("run", "--config", "parallax.toml", "--resume", dirs[1], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(creates(llmock)) == SHARDS  # the resume polled shard 1's batch, made none
+
+    for index, run_dir in dirs.items():
+        check_complete(run_dir, 2 * len(wanted[index]))
+        (submitted,), (ended,) = journal(run_dir)
+        assert sorted(r["case_id"] for r in submitted["requests"]) == wanted[index]
+        assert ended["batch_id"] == submitted["batch_id"] and ended["state"] == "completed"
+        assert sorted(o["case_id"] for o in candidate_rows(run_dir)) == wanted[index]
+
+    merged = run_parallax("merge", dirs[0], dirs[1], cwd=tmp_path)
+    assert merged.returncode == 0, merged.stderr
+    (whole,) = [d for d in run_dirs(tmp_path / "runs" / "nightly") if d not in dirs.values()]
+    check_complete(whole, 2 * SHARD_CASES)
+    summary = json.loads((whole / "summary.json").read_text())
+    assert (summary["cases"], summary["admitted"]) == (SHARD_CASES, SHARD_CASES)
+    assert summary["batch"]["candidate"]["batches"] == SHARDS

@@ -162,6 +162,27 @@ def test_bench_smoke(tmp_path: Path) -> None:
     assert "parallax / bare" in proc.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_shards_bench_smoke(tmp_path: Path) -> None:
+    """bench/shards.py runs a tiny suite unsharded, as 4 shard processes at once and their
+    merge, and reports every figure with every call `ok` in both runs; no timing asserted."""
+    out = tmp_path / "shards.json"
+    argv = [sys.executable, str(ROOT / "bench" / "shards.py"), "--n", "40", "--base-n", "8"]
+    argv += ["--concurrency", "8", "--json", str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=290, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert (result["whole"]["rows"], result["sharded"]["rows"]) == (80, 80)
+    assert result["whole"]["not_ok"] == result["sharded"]["not_ok"] == 0
+    assert len(result["sharded"]["shard_wall"]) == 4 and result["base"]["rows"] == 16
+    for key in ("slowest_shard_wall", "merge_wall", "merge_cpu", "wall", "cpu"):
+        assert result["sharded"][key] > 0, key
+    for key in ("merge_us_per_case", "merge_cpu_us_per_case_startup_removed"):
+        assert isinstance(result[key], float), key
+    assert "slowest shard + merge" in proc.stdout and "load average" in proc.stdout
+
+
 def test_history_page_bench_smoke() -> None:
     """bench/history_page.py runs at a tiny size and prints each figure; none is asserted."""
     proc = subprocess.run(

@@ -44,7 +44,7 @@ CASE = Case(id="c", prompt="Name the SKU.", expect={}, fixture_sha="f" * 16, pat
 
 
 def _meter(budget: Budget, *, price: Price = PRICE, max_tokens: int = 100) -> Meter:
-    return Meter(budget, price, max_tokens, lambda case: {"prompt": case.prompt})
+    return Meter(budget, price, max_tokens, lambda case: {"prompt": case.prompt}, "openai-chat")
 
 
 def _exchange(*attempts: Attempt, side: str = "candidate", case_id: str = "c") -> Exchange:

@@ -21,7 +21,7 @@ from types import ModuleType
 import pytest
 from llmockkit import LlmockServer, Protocol
 from pydantic import BaseModel
-from relkit import run_parallax
+from relkit import RUN_TIMEOUT, run_parallax
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -209,6 +209,7 @@ def test_the_readme_stays_short() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(RUN_TIMEOUT)  # a dozen commands one after another: a hung run's bound
 def test_the_tutorial_runs_as_written(
     tmp_path: Path, llmock: LlmockServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -134,3 +134,106 @@ def test_every_module_says_why_it_exists() -> None:
         if ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) is None
     ]
     assert missing == []
+
+
+# Keys and event names only a protocol's wire format has: a module that names one reads or
+# writes that protocol's shape itself, which its module under runner/protocols/ is for.
+WIRE_SHAPES = (
+    *("usageMetadata", "promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount"),
+    *("cachedContentTokenCount", "functionCall", "finishReason", "modelVersion"),
+    *("prompt_tokens_details", "input_tokens_details", "cache_read_input_tokens"),
+    *("cache_creation_input_tokens", "chat.completion", "message_start", "message_delta"),
+    *("content_block_start", "content_block_delta", "input_json_delta", "output_index"),
+    *("response.completed", "response.output_item.added", "output_text"),
+)
+PROTOCOLS = PACKAGE / "protocols"
+# The config schema names the protocols an endpoint's `kind` may be, and checks their keys.
+SCHEMA = PACKAGE / "config.py"
+# Modules that still choose what to do by comparing a protocol's kind, each with what it does:
+# a protocol added reads through them as http-json until they ask its Wire instead.
+DECIDES_BY_KIND = {
+    "runner.reports.requestview": "reads a sent body's system prompt and turns per protocol",
+    "runner.client.endpoint": "sends an http-json endpoint's answer_pointer with its exchange",
+}
+
+
+def _outside_protocols() -> dict[str, ast.Module]:
+    return {
+        name: ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for name, path in sorted(_modules().items())
+        if PROTOCOLS not in path.parents and path != SCHEMA
+    }
+
+
+def _shapes_named(tree: ast.Module) -> set[str]:
+    """The wire-shape names a module's strings hold (its docstrings and f-strings too)."""
+    return {
+        shape
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        for shape in WIRE_SHAPES
+        if shape in node.value
+    }
+
+
+def _decides_by_kind(tree: ast.Module) -> bool:
+    """Whether a module compares something with a protocol's kind: a `Kind` member (or its
+    `value`, or a name bound to either), or a string that is one's value (`kind == "gemini"`,
+    `adapter in (Kind.GEMINI, ...)`)."""
+    from runner.protocols import Kind
+
+    aliases: set[str] = set()
+
+    def names_kind(node: ast.expr) -> bool:
+        if isinstance(node, ast.Attribute) and node.attr == "value":
+            return names_kind(node.value)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            return node.value.id == "Kind" and node.attr in Kind.__members__
+        if isinstance(node, ast.Name):
+            return node.id in aliases
+        if isinstance(node, ast.Constant):
+            return node.value in {kind.value for kind in Kind}
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return any(names_kind(element) for element in node.elts)
+        return False
+
+    for node in tree.body:  # ANTHROPIC = Kind.ANTHROPIC_MESSAGES.value
+        if isinstance(node, ast.Assign) and names_kind(node.value):
+            aliases.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return any(
+        isinstance(node, ast.Compare) and any(map(names_kind, [node.left, *node.comparators]))
+        for node in ast.walk(tree)
+    )
+
+
+def test_no_module_outside_the_protocols_names_a_wire_shape() -> None:
+    """A protocol's wire shape (its usage keys, its events, its reply's keys) is known to its
+    own module under runner/protocols/ only: usage, cassettes and reports ask its `Wire`, so
+    adding a protocol touches nothing else but the config schema and the docs."""
+    named = {
+        name: sorted(found)
+        for name, tree in _outside_protocols().items()
+        if (found := _shapes_named(tree))
+    }
+    assert named == {}
+
+
+def test_only_the_protocols_decide_by_a_protocol_s_kind() -> None:
+    """Outside runner/protocols/ (and the config schema), no module compares a kind to choose
+    what to do, but the few listed, each still doing so (so the list only shrinks)."""
+    deciding = {name for name, tree in _outside_protocols().items() if _decides_by_kind(tree)}
+    assert deciding == set(DECIDES_BY_KIND)
+
+
+def test_the_shape_checks_see_a_module_that_knows_a_protocol() -> None:
+    """The two checks above would see a reader of Gemini's usage and a branch on its kind."""
+    tree = ast.parse(
+        "def tokens(kind, usage):\n"
+        "    if kind == Kind.GEMINI or kind in ('x', 'openai-chat'):\n"
+        "        return usage['usageMetadata']\n"
+        "    return f'{usage}: finishReason'\n"
+    )
+    assert _shapes_named(tree) == {"usageMetadata", "finishReason"}
+    assert _decides_by_kind(tree)
+    assert _decides_by_kind(ast.parse("CHAT = Kind.OPENAI_CHAT.value\nchat = kind == CHAT"))
+    assert not _decides_by_kind(ast.parse("ok = kind == 'recorded'"))

@@ -31,6 +31,7 @@ from runner.cost.usage import call_of
 from runner.errors import ConfigError
 from runner.gate import Folds
 from runner.model import Outcome
+from runner.protocols import Kind
 from runner.runs.mode import RunMode
 from runner.runs.run import run_suite
 
@@ -150,6 +151,8 @@ def _outcome(case_id: str, side: str, **fields: Any) -> Outcome:
     return Outcome.from_json(row | fields)
 
 
+CHAT = Kind.OPENAI_CHAT  # the rows' usage is in its shape
+
 PRICES = {
     "reference": Price(input_per_mtok=1, output_per_mtok=2),
     "candidate": Price(input_per_mtok=3, output_per_mtok=6),
@@ -174,7 +177,7 @@ def test_only_cases_admitted_on_both_sides_with_known_values_pair() -> None:
         _outcome("e", "candidate"),
     ]
     for row in rows:
-        fold.add(row.case_id, row.side, call_of(row))
+        fold.add(row.case_id, row.side, call_of(row, CHAT))
     assert fold.pairs(Metric.LATENCY) == [(100.0, 150.0), (200.0, 300.0), (100.0, 120.0)]
     # 1000 prompt and 100 completion tokens: $0.0012 at the reference's price, 3x that
     cost = fold.pairs(Metric.COST)
@@ -186,7 +189,7 @@ def test_an_unpriced_side_has_no_cost_pairs() -> None:
     fold = PairFold(1, {"reference": PRICES["reference"], "candidate": None})
     for side in ("reference", "candidate"):
         row = _outcome("a", side)
-        fold.add("a", side, call_of(row))
+        fold.add("a", side, call_of(row, CHAT))
     assert (fold.pairs(Metric.COST), fold.pairs(Metric.LATENCY)) == ([], [(100.0, 100.0)])
 
 
@@ -196,13 +199,13 @@ def test_with_samples_a_case_is_its_median_over_samples() -> None:
     fold = PairFold(3, PRICES)
     for side, latencies in (("reference", (100, 110, 90)), ("candidate", (130, 9_000, 120))):
         for sample, ms in enumerate(latencies):
-            fold.add("a", side, call_of(_outcome("a", side, sample=sample, elapsed_ms=ms)))
+            fold.add("a", side, call_of(_outcome("a", side, sample=sample, elapsed_ms=ms), CHAT))
     for sample in range(3):
-        fold.add("b", "reference", call_of(_outcome("b", "reference", sample=sample)))
+        fold.add("b", "reference", call_of(_outcome("b", "reference", sample=sample), CHAT))
         bad = {"transport": "timeout", "task_score": None} if sample == 1 else {}
-        fold.add("b", "candidate", call_of(_outcome("b", "candidate", sample=sample, **bad)))
-    fold.add("c", "reference", call_of(_outcome("c", "reference")))
-    fold.add("c", "candidate", call_of(_outcome("c", "candidate")))
+        fold.add("b", "candidate", call_of(_outcome("b", "candidate", sample=sample, **bad), CHAT))
+    fold.add("c", "reference", call_of(_outcome("c", "reference"), CHAT))
+    fold.add("c", "candidate", call_of(_outcome("c", "candidate"), CHAT))
     assert fold.pairs(Metric.LATENCY) == [(100.0, 130.0)]
 
 

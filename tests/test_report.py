@@ -361,6 +361,14 @@ def _synthetic_run(root: Path, gates: dict[str, str]) -> Path:
     return run_dir
 
 
+def _brief_ids(section: str) -> list[str]:
+    """The case ids of a no-script section's table of cases in brief, in order."""
+    if '<table class="brief">' not in section:
+        return []
+    table = section[section.index('<table class="brief">') : section.index("</table>")]
+    return re.findall(r"<tr><td><code>([^<]*)</code>", table)
+
+
 def test_a_big_run_lists_every_case_and_caps_only_the_details_shown_without_script(
     tmp_path: Path,
 ) -> None:
@@ -387,7 +395,9 @@ def test_a_big_run_lists_every_case_and_caps_only_the_details_shown_without_scri
     assert "Needs review (5)" in review and "Unscored (3)" in unscored
     assert review.count('<section class="case-detail"') == 2
     assert unscored.count('<section class="case-detail"') == 2
-    assert "… and 3 more, not shown here" in review and "… and 1 more" in unscored
+    # the rest of each section, one line a case, so every such case reads without the script
+    assert _brief_ids(review) == ["r2", "r3", "r4"] and _brief_ids(unscored) == ["t2"]
+    assert "The other 3, in brief" in review and "transport: timeout" in unscored
     assert "… and" not in page.replace(noscript, "")  # no section of the page is cut
     assert "**Needs review (5)**" in render_markdown(rep)
     xml = junit_xml([rep])
@@ -457,6 +467,25 @@ def test_html_shows_bidi_controls_and_nuls_as_escapes(disguised: Path) -> None:
         "ref-1\\u202e",
     ):
         assert shown in data, shown
+
+
+def test_cases_in_brief_are_inert_text_too(disguised: Path, hostile: Path) -> None:
+    """Listed in brief (no case shown in full), a hostile id, stamp or miss code is escaped
+    text with bidi controls and NULs as escapes, as in a case shown in full."""
+    for run_dir in (disguised, hostile):
+        page = _html(build_report(run_dir, top=0))
+        noscript = page[page.index("<noscript>") : page.index("</noscript>")]
+        assert '<section class="case-detail"' not in noscript
+        assert _brief_ids(noscript) and _hidden(noscript) == []
+        tags = _tags(noscript)
+        injected = [t for t, a in tags if t in ("script", "img", "iframe") or "onerror" in a]
+        assert injected == [] and {a.get("id") for t, a in tags if a.get("id")} == {
+            "review",
+            "unscored",
+        }
+    page = _html(build_report(disguised, top=0))
+    brief = page[page.index('<table class="brief">') : page.index("</noscript>")]
+    assert "invoice\\u202egpj.exe" in brief and "t`ick&lt;b&gt;&amp;amp;" in brief
 
 
 def test_markdown_shows_bidi_controls_and_nuls_as_escapes(disguised: Path) -> None:

@@ -33,6 +33,10 @@ from runner.results.schema import CASES as CASES_TABLE
 from runner.results.schema import MERGES, RUNS
 from runner.retention import prune
 
+# a test here runs several parallax processes and database servers: bounded as a hung run is,
+# not by the 60 s a test gets by default, which a loaded machine's start-ups can pass
+pytestmark = pytest.mark.timeout(RUN_TIMEOUT)
+
 N = 4
 CASES = [
     {
@@ -241,6 +245,52 @@ def test_four_shards_write_one_sqlite_file_at_once(
     assert query("SELECT count(DISTINCT case_id), count(*) FROM cases") == [(len(CASES),) * 2]
 
 
+def _history(root: Path) -> tuple[str, str]:
+    """`parallax history --suite s` (text): its stdout and stderr."""
+    done = run_parallax("history", "--config", "parallax.toml", "--suite", "s", cwd=root)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return done.stdout, done.stderr
+
+
+def _run_lines(text: str) -> list[str]:
+    """history's row of each run (its start first), the columns' padding aside."""
+    return [" ".join(line.split()) for line in text.splitlines() if line.startswith("  20")]
+
+
+def test_a_suites_history_reads_sqlite_as_the_files_say_its_rows_alone_and_an_outage(
+    tmp_path: Path, fault_server: FaultServer
+) -> None:
+    """One suite's text history with `runs/parallax.db` is the one of the run dirs alone;
+    with the run dirs gone, the database's rows alone list the same runs (each row as the
+    files had it, and where its dir was); a broken database is a note, and the files."""
+    root = _project(tmp_path / "p", fault_server)
+    db = root / "runs" / "parallax.db"
+    _, _, first = _run(root)
+    _, _, second = _run(root)
+    assert db.is_file()
+    from_db, err = _history(root)
+    assert err == "" and len(_run_lines(from_db)) == 2
+    assert "usage: reference" in from_db  # the lines under a row: from its run dir
+    db.rename(db.with_name("kept.db"))
+    from_files, err = _history(root)
+    assert (from_files, err) == (from_db, "")
+
+    db.with_name("kept.db").rename(db)
+    moved = tmp_path / "elsewhere"
+    shutil.move(root / "runs" / "s", moved)
+    rows_only, err = _history(root)
+    assert err == "" and _run_lines(rows_only) == _run_lines(from_files)
+    for run_dir in (first, second):
+        assert f"from the results database: {run_dir.absolute()}" in rows_only
+    assert "usage:" not in rows_only  # what only a run dir holds is not made up
+    shutil.move(moved, root / "runs" / "s")
+
+    db.write_bytes(b"not a database, " * 64)
+    broken, err = _history(root)
+    assert broken == from_files
+    assert err == "parallax: runs/parallax.db: DatabaseError; read the run dirs\n", err
+
+
 def test_a_bad_results_url_is_a_config_error(tmp_path: Path, fault_server: FaultServer) -> None:
     root = _project(tmp_path / "p", fault_server, results_url="mysql://h/db")
     done = run_parallax("run", "--config", "parallax.toml", cwd=root)
@@ -394,12 +444,22 @@ def test_a_hand_edited_run_dir_is_indexed_with_nulls_where_its_values_are_no_val
     summary["usage"]["sides"]["reference"]["cost_usd"] = "1e400"
     summary["served_models"]["candidate"] = [1, 2]
     (edited / "summary.json").write_text(json.dumps(summary))
+    # a case id may hold a NUL, which PostgreSQL's text refuses: it is kept as its escape
+    verdicts = json.loads((edited / "disagreement.json").read_text())
+    first = sorted(verdicts["cases"])[0]
+    verdicts["cases"]["nul\x00id"] = verdicts["cases"].pop(first)
+    (edited / "disagreement.json").write_text(json.dumps(verdicts))
     done = run_parallax("index", "runs", "--config", "parallax.toml", cwd=root)
     assert done.returncode == 0 and "1 run(s) recorded" in done.stderr, done.stderr
-    row = _runs(_pg(database))[edited.name]
+    query = _pg(database)
+    row = _runs(query)[edited.name]
     assert row["exit_code"] is None and row["gate_new_case"] is None
     assert row["ref_cost_usd"] is None and row["cand_models"] == ""
     assert row["verdict"] == summary["verdict"] and row["cases"] == len(CASES)
+    ids = query(f"SELECT case_id FROM cases WHERE run_id = '{edited.name}' ORDER BY case_id")
+    assert sorted(case_id for (case_id,) in ids) == sorted(
+        {*verdicts["cases"]} - {"nul\x00id"} | {"nul\\x00id"}
+    )
 
 
 def test_two_daemons_record_into_one_postgres_at_once(
@@ -436,3 +496,38 @@ def test_two_daemons_record_into_one_postgres_at_once(
     assert len(runs) == 2
     assert {Path(r["run_dir"]).parts[-4] for r in runs.values()} == {"d1", "d2"}
     assert _pg(database)("SELECT count(*) FROM cases") == [(2 * len(CASES),)]
+
+
+def test_a_suites_history_lists_another_machines_runs_from_postgres_and_survives_an_outage(
+    tmp_path: Path, fault_server: FaultServer, database: str, closed_port: int
+) -> None:
+    """Two machines' projects record into one PostgreSQL database: each one's text history of
+    the suite lists the other's run too, as that machine's own history has it (its run dir
+    is not here); with only its own runs it is the history of its run dirs; an unreachable
+    server is a note, then the run dirs."""
+    here = _project(tmp_path / "here", fault_server, results_url=database)
+    _, _, mine = _run(here)
+    from_db, err = _history(here)
+    assert err == "" and len(_run_lines(from_db)) == 1
+    config = here / "parallax.toml"
+    with_url = config.read_text()
+    config.write_text(with_url.replace(f'results_url = "{database}"\n', ""))
+    assert _history(here) == (from_db, "")  # no runs/parallax.db: the run dirs
+
+    other = _project(tmp_path / "other", fault_server, results_url=database)
+    _, _, there = _run(other)
+    config.write_text(with_url)
+    fleet, err = _history(here)
+    theirs, _ = _history(other)
+    assert err == "" and len(_run_lines(fleet)) == 2
+    assert _run_lines(fleet) == _run_lines(theirs)  # each machine: its own row, the other's
+    assert _run_lines(fleet)[0] == _run_lines(from_db)[0]
+    assert f"from the results database: {there.absolute()}" in fleet
+    assert f"from the results database: {mine.absolute()}" in theirs
+
+    down = f"postgresql://parallax@127.0.0.1:{closed_port}/results"
+    config.write_text(with_url.replace(database, down))
+    text, err = _history(here)
+    assert text == from_db
+    shown = f"postgresql://127.0.0.1:{closed_port}/results"  # the user left out, as in logs
+    assert err == f"parallax: {shown}: OperationalError; read the run dirs\n", err

@@ -27,6 +27,10 @@ from runner.errors import UsageError
 from runner.history import read_run
 from runner.runs.shard import Limits, Shard, parse_shard, shard_config, shard_of
 
+# a test here runs a dozen parallax processes one after another: bounded as a hung run is, not
+# by the 60 s a test gets by default, which a loaded machine's start-ups can pass
+pytestmark = pytest.mark.timeout(RUN_TIMEOUT)
+
 N = 4
 CASES = [
     {

@@ -6,6 +6,7 @@ import inspect
 import random
 import socket
 import ssl
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -14,12 +15,16 @@ import httpx
 import pytest
 from aiohttp import client_exceptions, http_exceptions
 from faultserver import FaultServer
+from hypothesis import given
+from hypothesis import strategies as st
 
 from runner.client.endpoint import HttpEndpoint
 from runner.client.stamp import CONFIG_ERRORS, classify
 from runner.client.transport import (
     AIOHTTP_EXCEPTION_MAP,
     AiohttpTransport,
+    _header_pairs,
+    _request_body,
     httpx_class_for,
     map_aiohttp_exception,
 )
@@ -397,3 +402,47 @@ def test_https_verifies_against_certifi() -> None:
     assert context.verify_mode == ssl.CERT_REQUIRED
     assert context.check_hostname
     assert context.cert_store_stats()["x509_ca"] > 50
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["Host", "Content-Length", "Authorization", "X-Key"])
+            | st.text("abcXYZ-\u00e9", min_size=1, max_size=6),
+            st.text(st.characters(min_codepoint=32, max_codepoint=0x2FF), max_size=8),
+        ),
+        max_size=6,
+    ),
+    st.sampled_from(["utf-8", "latin-1"]),
+)
+def test_request_headers_go_out_as_httpx_decodes_them(
+    pairs: list[tuple[str, str]], encoding: str
+) -> None:
+    """The header pairs handed to aiohttp are `multi_items()`'s, ASCII or not: the same
+    names, lower-cased as bytes, in the same order, and the same values."""
+    try:
+        headers = httpx.Headers([(k.encode(encoding), v.encode(encoding)) for k, v in pairs])
+    except UnicodeEncodeError:
+        return
+    assert _header_pairs(headers) == headers.multi_items()
+
+
+async def _pieces(*parts: bytes) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: httpx.Request("POST", "http://x/", content=b'{"a": 1}'),
+        lambda: httpx.Request("POST", "http://x/", stream=httpx.ByteStream(b'{"a": 1}')),
+        lambda: httpx.Request("POST", "http://x/", content=_pieces(b'{"a"', b": 1}")),
+    ],
+    ids=["content", "byte-stream", "iterator"],
+)
+async def test_a_request_body_is_sent_whole_however_it_was_given(make: Any) -> None:
+    """A body given as bytes, as one `ByteStream` (how the endpoint builds its requests) or
+    as pieces is sent as the same bytes."""
+    assert await _request_body(make()) == b'{"a": 1}'

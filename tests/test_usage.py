@@ -12,10 +12,12 @@ from relkit import run_parallax
 from reportkit import page_cases
 
 from runner.config import Price, load_config
-from runner.cost.usage import Call, Tokens, UsageFold, call_of, cost_usd, percentiles, tokens_of
+from runner.cost.usage import Call, UsageFold, call_of, cost_usd, percentiles, tokens_of
 from runner.errors import ConfigError
 from runner.gate import Folds
 from runner.model import Outcome
+from runner.protocols import Kind
+from runner.protocols.wire import Tokens
 
 
 def _outcome(side: str = "candidate", **fields: Any) -> Outcome:
@@ -39,9 +41,10 @@ def test_openai_and_anthropic_usage_normalise_to_prompt_completion_and_cached() 
         "prompt_tokens_details": {"cached_tokens": 100},
     }
     anthropic = {"input_tokens": 20, "output_tokens": 30, "cache_read_input_tokens": 100}
-    assert tokens_of(openai) == Tokens(120, 30, 100)
-    assert tokens_of(anthropic) == Tokens(120, 30, 100)
-    assert tokens_of({"input_tokens": 7, "output_tokens": 3}) == Tokens(7, 3, 0)
+    assert tokens_of(Kind.OPENAI_CHAT, openai) == Tokens(120, 30, 100)
+    assert tokens_of(Kind.ANTHROPIC_MESSAGES, anthropic) == Tokens(120, 30, 100)
+    plain = {"input_tokens": 7, "output_tokens": 3}
+    assert tokens_of(Kind.ANTHROPIC_MESSAGES, plain) == Tokens(7, 3, 0)
 
 
 def test_responses_and_gemini_usage_normalise_to_prompt_completion_and_cached() -> None:
@@ -55,7 +58,9 @@ def test_responses_and_gemini_usage_normalise_to_prompt_completion_and_cached() 
         "output_tokens_details": {"reasoning_tokens": 10},
         "total_tokens": 150,
     }
-    assert tokens_of(responses) == Tokens(120, 30, 100)
+    assert tokens_of(Kind.OPENAI_RESPONSES, responses) == Tokens(120, 30, 100)
+    plain = {"input_tokens": 7, "output_tokens": 3}
+    assert tokens_of(Kind.OPENAI_RESPONSES, plain) == Tokens(7, 3, 0)
     gemini = {
         "promptTokenCount": 110,
         "toolUsePromptTokenCount": 10,
@@ -64,38 +69,76 @@ def test_responses_and_gemini_usage_normalise_to_prompt_completion_and_cached() 
         "cachedContentTokenCount": 100,
         "totalTokenCount": 150,
     }
-    assert tokens_of(gemini) == Tokens(120, 30, 100)
-    assert tokens_of({"promptTokenCount": 7}) == Tokens(7, 0, 0)
+    assert tokens_of(Kind.GEMINI, gemini) == Tokens(120, 30, 100)
+    assert tokens_of(Kind.GEMINI, {"promptTokenCount": 7}) == Tokens(7, 0, 0)
 
 
 @pytest.mark.parametrize(
-    "usage",
+    ("kind", "usage"),
     [
-        {"promptTokenCount": "7"},
-        {"promptTokenCount": 7, "candidatesTokenCount": -1},
-        {"promptTokenCount": 7, "cachedContentTokenCount": 10**12},
-        {"input_tokens": 7, "output_tokens": 3, "input_tokens_details": {"cached_tokens": 10**12}},
-        {"input_tokens_details": {"cached_tokens": 1}},
+        (Kind.GEMINI, {"promptTokenCount": "7"}),
+        (Kind.GEMINI, {"promptTokenCount": 7, "candidatesTokenCount": -1}),
+        (Kind.GEMINI, {"promptTokenCount": 7, "cachedContentTokenCount": 10**12}),
+        (Kind.GEMINI, {"candidatesTokenCount": 3}),  # no prompt count: no usage
+        (
+            Kind.OPENAI_RESPONSES,
+            {
+                "input_tokens": 7,
+                "output_tokens": 3,
+                "input_tokens_details": {"cached_tokens": 10**12},
+            },
+        ),
+        (Kind.OPENAI_RESPONSES, {"input_tokens_details": {"cached_tokens": 1}}),
     ],
 )
-def test_responses_and_gemini_counts_that_are_no_counts_are_no_usage(usage: Any) -> None:
-    assert tokens_of(usage) is None
+def test_responses_and_gemini_counts_that_are_no_counts_are_no_usage(
+    kind: Kind, usage: Any
+) -> None:
+    assert tokens_of(kind, usage) is None
 
 
+@pytest.mark.parametrize("kind", list(Kind))
 @pytest.mark.parametrize(
     "usage",
     [None, {}, {"prompt_tokens": 5}, {"input_tokens": "5", "output_tokens": 1}, {"x": 1}],
 )
-def test_usage_without_both_counts_is_no_usage(usage: Any) -> None:
-    """A reply that does not say both counts as numbers has unknown usage."""
-    assert tokens_of(usage) is None
+def test_usage_without_both_counts_is_no_usage(kind: Kind, usage: Any) -> None:
+    """A reply that does not say both counts as numbers has unknown usage, in any protocol."""
+    assert tokens_of(kind, usage) is None
+
+
+SHAPES = [
+    (Kind.OPENAI_CHAT, {"prompt_tokens": 9, "completion_tokens": 2}),
+    (
+        Kind.OPENAI_RESPONSES,
+        {"input_tokens": 9, "output_tokens": 2, "input_tokens_details": {"cached_tokens": 4}},
+    ),
+    (
+        Kind.ANTHROPIC_MESSAGES,
+        {"input_tokens": 5, "output_tokens": 2, "cache_read_input_tokens": 4},
+    ),
+    (Kind.GEMINI, {"promptTokenCount": 9, "candidatesTokenCount": 2}),
+]
+
+
+@pytest.mark.parametrize(("kind", "usage"), SHAPES)
+def test_an_http_json_api_s_usage_is_read_in_whichever_known_shape_it_has(
+    kind: Kind, usage: dict[str, Any]
+) -> None:
+    """An API of its own may report usage as any provider does: read as that provider's."""
+    assert tokens_of(Kind.HTTP_JSON, usage) == tokens_of(kind, usage) is not None
+
+
+def test_a_kind_that_is_no_protocol_reads_no_usage() -> None:
+    assert tokens_of("recorded", {"prompt_tokens": 1, "completion_tokens": 1}) is None
 
 
 def test_a_call_without_usage_counts_as_unknown_cost_never_zero() -> None:
     """Cost is summed over the calls that said their usage; the rest are counted unknown."""
     fold = UsageFold()
-    fold.add("candidate", call_of(_outcome(usage={"prompt_tokens": 10, "completion_tokens": 5})))
-    fold.add("candidate", call_of(_outcome(transport="timeout", task_score=None)))
+    usage = {"prompt_tokens": 10, "completion_tokens": 5}
+    fold.add("candidate", call_of(_outcome(usage=usage), Kind.OPENAI_CHAT))
+    fold.add("candidate", call_of(_outcome(transport="timeout", task_score=None), Kind.OPENAI_CHAT))
     price = Price(input_per_mtok=1.0, output_per_mtok=2.0)
     block = fold.summary({"candidate": price}, ("reference", "candidate"), stratified=False)
     cand = block["sides"]["candidate"]
@@ -108,9 +151,8 @@ def test_a_call_without_usage_counts_as_unknown_cost_never_zero() -> None:
 def test_an_unpriced_side_has_no_cost_and_every_call_unknown() -> None:
     """Without a price the cost is null, not zero, and no call's cost is known."""
     fold = UsageFold()
-    fold.add(
-        "reference", call_of(_outcome("reference", usage={"input_tokens": 3, "output_tokens": 4}))
-    )
+    row = _outcome("reference", usage={"input_tokens": 3, "output_tokens": 4})
+    fold.add("reference", call_of(row, Kind.ANTHROPIC_MESSAGES))
     ref = fold.summary({}, ("reference", "candidate"), stratified=False)["sides"]["reference"]
     assert (ref["cost_usd"], ref["cost_unknown_calls"], ref["total_tokens"]) == (None, 1, 7)
 
@@ -136,9 +178,12 @@ def test_percentiles_are_nearest_rank_on_known_data() -> None:
 def test_latency_counts_admitted_calls_only_and_ttft_streams_only() -> None:
     """A schema miss has no latency in the percentiles; a stream's ttft_ms does count."""
     fold = UsageFold()
-    fold.add("candidate", call_of(_outcome(elapsed_ms=100, ttft_ms=40)))
-    fold.add("candidate", call_of(_outcome(elapsed_ms=300)))
-    fold.add("candidate", call_of(_outcome(elapsed_ms=9_000, schema="not_json", task_score=None)))
+    for row in (
+        _outcome(elapsed_ms=100, ttft_ms=40),
+        _outcome(elapsed_ms=300),
+        _outcome(elapsed_ms=9_000, schema="not_json", task_score=None),
+    ):
+        fold.add("candidate", call_of(row, Kind.OPENAI_CHAT))
     cand = fold.summary({}, ("reference", "candidate"), stratified=False)["sides"]["candidate"]
     assert cand["latency_ms"] == {"p50": 100, "p90": 300, "p99": 300}
     assert cand["ttft_ms"] == {"p50": 40, "p90": 40, "p99": 40}
@@ -154,7 +199,7 @@ def test_strata_and_ratios_are_per_stratum_and_overall() -> None:
         ("reference", "hard", 200),
         ("candidate", "hard", 200),
     ):
-        fold.add(side, Call(stratum, tokens_of(usage), ms, None))
+        fold.add(side, Call(stratum, tokens_of(Kind.OPENAI_CHAT, usage), ms, None))
     price = Price(input_per_mtok=1, output_per_mtok=1)
     prices = {"reference": price, "candidate": Price(input_per_mtok=3, output_per_mtok=3)}
     out = fold.summary(prices, ("reference", "candidate"), stratified=True)
@@ -169,13 +214,29 @@ def test_folds_count_a_second_row_for_one_key_once() -> None:
     """The usage fold keeps what the gate keeps: the first row of a (case, side, sample)."""
     from runner.fixtures.refs import CaseRef
 
-    folds = Folds(1)
+    folds = Folds(1, kinds={"candidate": Kind.OPENAI_CHAT})
     ref = CaseRef("c1", None, "f", 1, 0, 0, b"")
     row = _outcome(usage={"prompt_tokens": 1, "completion_tokens": 1})
     folds.add(row, ref)
     folds.add(row, ref)
     out = folds.usage.summary({}, ("reference", "candidate"), stratified=False)
-    assert out["sides"]["candidate"]["calls"] == 1
+    assert (out["sides"]["candidate"]["calls"], out["sides"]["candidate"]["total_tokens"]) == (1, 2)
+
+
+def test_folds_read_each_side_s_usage_by_its_endpoint_s_protocol() -> None:
+    """A row keeps its usage as the reply said it: the gate reads it by its side's protocol,
+    and a side whose protocol it was not told reads none."""
+    from runner.fixtures.refs import CaseRef
+
+    folds = Folds(1, kinds={"reference": Kind.GEMINI, "candidate": Kind.OPENAI_CHAT})
+    for n, (_, usage) in enumerate(SHAPES):
+        ref = CaseRef(f"c{n}", None, "f", n + 1, 0, 0, b"")
+        for side in ("reference", "candidate", "noise"):
+            folds.add(_outcome(side, case_id=f"c{n}", usage=usage), ref)
+    out = folds.usage.summary({}, ("reference", "candidate"), stratified=False)["sides"]
+    said = {side: (block["calls"], block["calls_with_usage"]) for side, block in out.items()}
+    assert said == {"reference": (4, 1), "candidate": (4, 1), "noise": (4, 0)}
+    assert (out["reference"]["prompt_tokens"], out["candidate"]["prompt_tokens"]) == (9, 9)
 
 
 def test_a_price_table_without_output_is_refused_naming_the_key(tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ an Exchange back for each, so nothing above it knows a batch happened. One modul
   (`provider` is the interface and what it hands back), the request bodies the protocol
   modules' own;
 - `http`: the requests a batch is made of, each failure a stamp;
-- `journal`: batches.jsonl, every batch id on disk before it is polled, so a resume polls it
-  again instead of paying twice;
+- `journal`: batches.jsonl, every batch's intent on disk before it is created and its id
+  before it is polled, so a resume polls it again instead of paying twice;
+- `lookup`: a resume's search at the provider for a batch a kill cut off from the journal;
 - `summary`: what summary.json, report.md and the stderr summary say of a run's batches.
 
 Nothing is imported here: the run's plan reads `journal` at start-up, and `endpoint` brings

@@ -8,6 +8,12 @@ config names) are one line per request, `{"custom_id", "result": {"type": ...}}`
 `succeeded` carries the `message` the live call would have got, `errored` the error body
 (`{"type": "error", "error": {"type", "message"}}`, stamped by the status its type has on the
 live API), and `canceled` and `expired` a request that never ran.
+
+A message batch takes no metadata, and neither its list (`GET /v1/messages/batches`, newest
+first) nor its retrieve shows its requests or their custom_ids (only the results do, once it
+has ended), so no nonce can travel with it. A lookup matches what the list does show: a batch
+created between the intent and the create's `deadline` after it (give or take the clocks'
+skew) with as many requests as the intent; one such batch is the one, several are ambiguous.
 """
 
 from __future__ import annotations
@@ -16,12 +22,17 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runner.batch.http import BatchHttp, Failed
+from runner.batch.journal import Intent, epoch
 from runner.batch.provider import (
     BATCH_CANCELLED,
     BATCH_EXPIRED,
+    LIST_PAGE,
+    LIST_PAGES,
+    SKEW_SECONDS,
     Polled,
     Result,
     State,
+    listed,
     read_results,
 )
 from runner.batch.rawjson import member
@@ -60,7 +71,7 @@ class AnthropicBatches:
     def line(self, custom_id: str, body: Mapping[str, Any]) -> bytes:
         return dumps({"custom_id": custom_id, "params": body})
 
-    async def submit(self, http: BatchHttp, lines: Sequence[bytes], label: str) -> str:
+    async def submit(self, http: BatchHttp, lines: Sequence[bytes], label: str, nonce: str) -> str:
         # the lines are already JSON: the body is built around them, not decoded and re-encoded
         content = b'{"requests":[' + b",".join(lines) + b"]}"
         created = await http.send("POST", self._batches, content=content)
@@ -68,6 +79,30 @@ class AnthropicBatches:
         if not isinstance(batch_id, str) or not batch_id:
             raise Failed(Transport.HTTP_ERROR, None, "no_batch_id", "the batch named no id")
         return batch_id
+
+    async def find(self, http: BatchHttp, intent: Intent, within: float) -> list[str]:
+        at = epoch(intent.intent_at)
+        since, until = at - SKEW_SECONDS, at + within + SKEW_SECONDS
+        found: list[str] = []
+        after = ""
+        for _ in range(LIST_PAGES):
+            url = f"{self._batches}?limit={LIST_PAGE}" + (f"&after_id={after}" if after else "")
+            doc = _object(await http.send("GET", url))
+            items = listed(doc)
+            older = False
+            for item in items:
+                created = _time(item.get("created_at"))
+                if created is None or created > until:
+                    continue
+                if created < since:
+                    older = True
+                    continue
+                if _total(item.get("request_counts")) == len(intent.requests):
+                    found.append(item["id"])
+            if older or not doc.get("has_more") or not items or items[-1]["id"] == after:
+                break
+            after = items[-1]["id"]
+        return found
 
     async def poll(self, http: BatchHttp, batch_id: str) -> Polled:
         doc = _object(await http.send("GET", f"{self._batches}/{batch_id}"))
@@ -106,6 +141,22 @@ def _object(data: bytes) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise Failed(Transport.HTTP_ERROR, None, "not_json", "the reply is not a JSON object")
     return doc
+
+
+def _time(value: Any) -> float | None:
+    """A batch's `created_at` (RFC 3339) as epoch seconds; None when it is not one."""
+    try:
+        return epoch(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _total(counts: Any) -> int | None:
+    """How many requests a batch holds: the sum of its `request_counts`, whatever their state."""
+    if not isinstance(counts, dict):
+        return None
+    values = [v for v in counts.values() if type(v) is int]
+    return sum(values) if values else None
 
 
 def _result(doc: Mapping[str, Any], line: str) -> Result | None:

@@ -23,8 +23,13 @@ attempt's `elapsed_ms` is null.
 
 A resume (or `serve` after a restart) polls the batches the journal holds for its calls and
 never submits a request that is in one: a result comes back to the call and attempt its
-`custom_id` was written for. All times, the deadline's and the backoff's, come from `clock`,
-the seam a test drives.
+`custom_id` was written for. Each create is preceded by an `intent` line (its requests under
+a fresh nonce the batch carries as far as the provider lets it), so a kill between the
+provider's answer and the `submitted` line is not a batch paid twice: the resume looks the
+intent's batch up at the provider (`Batcher.find`) and adopts the one it finds, journaling
+it as submitted at the intent's time; only when the provider shows none (or several that
+cannot be told apart, or cannot be asked) are the requests sent again. All times, the
+deadline's and the backoff's, come from `clock`, the seam a test drives.
 """
 
 from __future__ import annotations
@@ -33,8 +38,8 @@ import contextlib
 import hashlib
 import random
 import re
-import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import secrets
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +50,17 @@ import httpx
 from runner import logs
 from runner.batch.anthropic_batches import AnthropicBatches
 from runner.batch.http import BatchHttp, Failed
-from runner.batch.journal import JOURNAL, Ended, Journal, Request, Submitted, epoch, iso
+from runner.batch.journal import (
+    JOURNAL,
+    Ended,
+    Intent,
+    Journal,
+    Request,
+    Submitted,
+    epoch,
+    iso,
+)
+from runner.batch.lookup import SYSTEM_CLOCK, Clock, Unfound, look_up
 from runner.batch.openai_batches import OpenAIBatches
 from runner.batch.provider import (
     BATCH_CANCELLED,
@@ -75,23 +90,14 @@ CUSTOM_ID_CHARS = 64  # Anthropic's bound on a custom_id (letters, digits, `_` a
 _PLAIN_ID = re.compile(r"[A-Za-z0-9-]+")
 # what a result stamped so is never sent again: the batch or its window ended
 _FINAL = frozenset({BATCH_EXPIRED, BATCH_CANCELLED})
+NONCE_BYTES = 8  # an intent's nonce: 16 hex digits, fresh for every create
+
 
 BATCHERS: dict[str, Callable[[EndpointConfig], Batcher]] = {
     "openai-chat": OpenAIBatches,
     "openai-responses": OpenAIBatches,
     "anthropic-messages": AnthropicBatches,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Clock:
-    """Wall-clock seconds (a batch outlives the process: its deadline is a date) and a sleep."""
-
-    now: Callable[[], float] = time.time
-    sleep: Callable[[float], Awaitable[None]] = anyio.sleep
-
-
-SYSTEM_CLOCK = Clock()
 
 
 def custom_id(key: Key, attempt: int) -> str:
@@ -206,6 +212,7 @@ class BatchEndpoint:
 
     async def _drive(self) -> None:
         """Submit, poll and read back until every call has its Exchange (or a stop came)."""
+        await self._adopt()
         self._reopen()
         while any(c.exchange is None for c in self._calls.values()):
             if not may_start():
@@ -222,6 +229,56 @@ class BatchEndpoint:
                     continue
             assert self._open, "a call waits on no batch"
             await self._wait()
+
+    async def _adopt(self) -> None:
+        """Find at the provider each batch a kill may have cut off from the journal (an
+        intent no `submitted` line names) whose requests these calls still await, newest
+        first: the one found is journaled as submitted at the intent's time (so `_reopen`
+        polls it), else its requests are left to be sent again."""
+        journal = self._journal
+        assert journal is not None, "plan() first"
+        for intent in journal.unsettled(self.name):
+            placed = {(r.key, r.attempt) for s in journal.of(self.name) for r in s.requests}
+            waiting = [
+                r
+                for r in intent.requests
+                if r.key in self._calls and (r.key, r.attempt) not in placed
+            ]
+            if not waiting:
+                continue
+            ids, error = await look_up(
+                self._batcher, self._http, intent, self._cfg.deadline, self._clock
+            )
+            ids = [batch_id for batch_id in ids if batch_id not in journal.submitted]
+            if len(ids) == 1:
+                journal.record(
+                    Submitted(
+                        ids[0],
+                        self.name,
+                        intent.kind,
+                        intent.intent_at,
+                        intent.requests,
+                        intent.nonce,
+                    )
+                )
+                self._log.info(
+                    logs.BATCH_ADOPTED,
+                    endpoint=self.name,
+                    batch_id=ids[0],
+                    nonce=intent.nonce,
+                    requests=len(intent.requests),
+                )
+                continue
+            why = Unfound.LOOKUP_FAILED if error else Unfound.AMBIGUOUS if ids else Unfound.NONE
+            self._log.warning(
+                logs.BATCH_NOT_FOUND,
+                endpoint=self.name,
+                nonce=intent.nonce,
+                requests=len(waiting),
+                reason=why,
+                error=error,
+                candidates=ids,
+            )
 
     def _reopen(self) -> None:
         """Take up the batches the journal holds for these calls (a resume's): their
@@ -285,17 +342,19 @@ class BatchEndpoint:
             if not sent:
                 continue
             now = self._clock.now()
+            requests = tuple(r for _, _, r in sent)
+            nonce = secrets.token_hex(NONCE_BYTES)
+            assert self._journal is not None
+            # on disk before the create: a kill before its id is journaled leaves the nonce
+            self._journal.record(Intent(nonce, self.name, self._cfg.kind, iso(now), requests))
             try:
                 batch_id = await self._batcher.submit(
-                    self._http, [line for _, line, _ in sent], self._label
+                    self._http, [line for _, line, _ in sent], self._label, nonce
                 )
             except Failed as exc:
                 self._refused(sent, exc)
                 continue
-            submitted = Submitted(
-                batch_id, self.name, self._cfg.kind, iso(now), tuple(r for _, _, r in sent)
-            )
-            assert self._journal is not None
+            submitted = Submitted(batch_id, self.name, self._cfg.kind, iso(now), requests, nonce)
             self._journal.record(submitted)  # on disk before the first poll
             self._log.info(
                 logs.BATCH_SUBMITTED,
@@ -372,7 +431,7 @@ class BatchEndpoint:
                 self._settle_batch(submitted, polled, found)
                 return
         except Failed as exc:
-            if not _passing(exc):  # the batch cannot be read: a 4xx, say, or no such batch
+            if not exc.passing:  # the batch cannot be read: a 4xx, say, or no such batch
                 self._open.remove(batch)
                 self._settle_batch(submitted, Polled(State.FAILED, exc.reason), [])
                 return
@@ -493,13 +552,6 @@ class BatchEndpoint:
             request_sha=self._shape.request_sha,
         )
         call.done.set()
-
-
-def _passing(exc: Failed) -> bool:
-    """Whether a failed poll or download is worth another try at the next poll: anything
-    but a 4xx other than 408 and 429 (no such batch, no access to it)."""
-    status = exc.status
-    return status is None or not 400 <= status < 500 or status in (408, 429)
 
 
 def _unanswered(polled: Polled) -> tuple[Transport, str, str]:

@@ -63,6 +63,13 @@ class Failed(Exception):
             return self._sure
         return self.status is not None or self.stamp is Transport.CONNECT_ERROR
 
+    @property
+    def passing(self) -> bool:
+        """Whether a failed read (a poll, a download, a lookup) is worth another try later:
+        anything but a 4xx other than 408 and 429 (no such batch, no access to it)."""
+        status = self.status
+        return status is None or not 400 <= status < 500 or status in (408, 429)
+
     def unbilled(self) -> Failed:
         """The same failure of a step that creates nothing billable (an upload): sure."""
         return Failed(self.stamp, self.status, self.code, self.message, sure=True)

@@ -8,10 +8,13 @@ again. Each `submitted` line names the endpoint, when it was sent and, per reque
 hand each result back to its call whatever the provider allows in a custom_id. An `ended`
 line says how the batch ended and when, which is what the summary reports of it.
 
-A torn last line (a kill mid-write) is dropped as the ledgers drop one. The line can only be
-written once the provider has answered the create with the batch's id, so a kill in the instant
-between that answer and the synced line loses the id: the one window in which a resume sends
-the batch's requests again.
+The `submitted` line can only be written once the provider has answered the create with the
+batch's id, so an `intent` line goes first: the same requests under a fresh nonce, synced
+before anything is sent, the nonce travelling with the batch as far as the provider lets it.
+An intent no `submitted` line names is a create a kill may have cut off: a resume looks its
+batch up at the provider before it sends those requests again (`BatchEndpoint`).
+
+A torn last line (a kill mid-write) is dropped as the ledgers drop one.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ JOURNAL = "batches.jsonl"
 JOURNAL_VERSION = 1
 SUBMITTED = "submitted"
 ENDED = "ended"
+INTENT = "intent"
 
 Key = tuple[str, str, int]
 
@@ -89,14 +93,38 @@ class Request:
 
 
 @dataclass(frozen=True, slots=True)
+class Intent:
+    """A batch about to be created: its requests under the nonce sent along with it."""
+
+    nonce: str
+    endpoint: str
+    kind: str
+    intent_at: str  # UTC ISO-8601
+    requests: tuple[Request, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": JOURNAL_VERSION,
+            "event": INTENT,
+            "nonce": self.nonce,
+            "endpoint": self.endpoint,
+            "kind": self.kind,
+            "intent_at": self.intent_at,
+            "requests": [r.to_json() for r in self.requests],
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Submitted:
-    """A batch the provider accepted: what a resume polls again."""
+    """A batch the provider accepted: what a resume polls again (`nonce` names its intent;
+    None in a journal written before intents were)."""
 
     batch_id: str
     endpoint: str
     kind: str
     submitted_at: str  # UTC ISO-8601
     requests: tuple[Request, ...]
+    nonce: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -107,6 +135,7 @@ class Submitted:
             "kind": self.kind,
             "submitted_at": self.submitted_at,
             "requests": [r.to_json() for r in self.requests],
+            "nonce": self.nonce,
         }
 
 
@@ -135,6 +164,7 @@ class Journal:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.intents: dict[str, Intent] = {}
         self.submitted: dict[str, Submitted] = {}
         self.ended: dict[str, Ended] = {}
 
@@ -155,10 +185,26 @@ class Journal:
     def _add(self, row: Mapping[str, Any]) -> None:
         if row.get("version") != JOURNAL_VERSION:
             raise ValueError(f"unknown version {row.get('version')!r}")
-        event, batch_id = row["event"], row["batch_id"]
+        event = row["event"]
+        if event == INTENT:
+            epoch(row["intent_at"])
+            if not isinstance(nonce := row["nonce"], str):
+                raise TypeError("nonce must be a string")
+            self.intents[nonce] = Intent(
+                nonce=nonce,
+                endpoint=str(row["endpoint"]),
+                kind=str(row["kind"]),
+                intent_at=row["intent_at"],
+                requests=tuple(Request.from_json(r) for r in row["requests"]),
+            )
+            return
+        batch_id = row["batch_id"]
         if not isinstance(batch_id, str):
             raise TypeError("batch_id must be a string")
         if event == SUBMITTED:
+            nonce = row.get("nonce")
+            if nonce is not None and not isinstance(nonce, str):
+                raise TypeError("nonce must be a string")
             epoch(row["submitted_at"])
             found = Submitted(
                 batch_id=batch_id,
@@ -166,6 +212,7 @@ class Journal:
                 kind=str(row["kind"]),
                 submitted_at=row["submitted_at"],
                 requests=tuple(Request.from_json(r) for r in row["requests"]),
+                nonce=nonce,
             )
             self.submitted[batch_id] = found
         elif event == ENDED:
@@ -179,7 +226,14 @@ class Journal:
         """The batches an endpoint submitted, in the order it submitted them."""
         return (s for s in self.submitted.values() if s.endpoint == endpoint)
 
-    def record(self, entry: Submitted | Ended) -> None:
+    def unsettled(self, endpoint: str) -> list[Intent]:
+        """The endpoint's intents no `submitted` line names, newest first: creates a kill may
+        have cut off between the provider's answer and the journal."""
+        named = {s.nonce for s in self.submitted.values()}
+        found = [i for i in self.intents.values() if i.endpoint == endpoint]
+        return [i for i in reversed(found) if i.nonce not in named]
+
+    def record(self, entry: Intent | Submitted | Ended) -> None:
         """Append one line, flushed and synced before this returns: a batch's id must outlive
         a kill, and a power cut, the moment it exists."""
         with disk_refusal(self.path):
@@ -188,7 +242,9 @@ class Journal:
                 handle.write(dumps(entry.to_json()) + b"\n")
                 handle.flush()
                 os.fsync(handle.fileno())
-        if isinstance(entry, Submitted):
+        if isinstance(entry, Intent):
+            self.intents[entry.nonce] = entry
+        elif isinstance(entry, Submitted):
             self.submitted[entry.batch_id] = entry
         else:
             self.ended[entry.batch_id] = entry

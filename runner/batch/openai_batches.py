@@ -10,6 +10,11 @@ the error file the requests that got no answer, `{"custom_id", "response": null,
 {"code", "message"}}`, where `batch_expired` and `batch_cancelled` name the two reasons a
 request was never run. A `failed` batch was refused whole (its input did not validate): its
 `errors.data[0].code` is the reason.
+
+A batch carries its intent's nonce in its `metadata` (`parallax_nonce`), which the batch list
+(`GET /batches`, newest first) shows: a lookup matches it exactly. The input file is named
+after the nonce too (`parallax-batch-<nonce>.jsonl`), so a file whose batch was never created
+can be found and deleted by hand; it costs nothing where it is.
 """
 
 from __future__ import annotations
@@ -17,14 +22,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from runner import logs
 from runner.batch.http import BatchHttp, Failed
+from runner.batch.journal import Intent, epoch
 from runner.batch.provider import (
     BATCH_CANCELLED,
     BATCH_EXPIRED,
     COMPLETION_WINDOW,
+    LIST_PAGE,
+    LIST_PAGES,
+    SKEW_SECONDS,
     Polled,
     Result,
     State,
+    listed,
     read_results,
 )
 from runner.batch.rawjson import member
@@ -43,6 +54,12 @@ ENDED = {
 }
 # what each kind's requests are answered by: the path a batch line names
 PATHS = {"openai-chat": "/v1/chat/completions", "openai-responses": "/v1/responses"}
+NONCE_KEY = "parallax_nonce"  # the metadata key a batch's intent nonce travels under
+
+
+def input_file(nonce: str) -> str:
+    """The name a batch's input file is uploaded under."""
+    return f"parallax-batch-{nonce}.jsonl"
 
 
 class OpenAIBatches:
@@ -59,13 +76,13 @@ class OpenAIBatches:
     def line(self, custom_id: str, body: Mapping[str, Any]) -> bytes:
         return dumps({"custom_id": custom_id, "method": "POST", "url": self._path, "body": body})
 
-    async def submit(self, http: BatchHttp, lines: Sequence[bytes], label: str) -> str:
+    async def submit(self, http: BatchHttp, lines: Sequence[bytes], label: str, nonce: str) -> str:
         content = b"".join(line + b"\n" for line in lines)
         try:
             uploaded = await http.send(
                 "POST",
                 f"{self._base}/files",
-                files={"file": ("parallax-batch.jsonl", content, "application/jsonl")},
+                files={"file": (input_file(nonce), content, "application/jsonl")},
                 data={"purpose": "batch"},
             )
         except Failed as exc:  # an uploaded file costs nothing: a failure here is sure
@@ -73,20 +90,44 @@ class OpenAIBatches:
         file_id = _field(uploaded, "id")
         if file_id is None:
             raise Failed(Transport.HTTP_ERROR, None, "no_file_id", "the upload named no file id")
-        created = await http.send(
-            "POST",
-            f"{self._base}/batches",
-            json={
-                "input_file_id": file_id,
-                "endpoint": self._path,
-                "completion_window": COMPLETION_WINDOW,
-                "metadata": {"parallax": label},
-            },
-        )
+        try:
+            created = await http.send(
+                "POST",
+                f"{self._base}/batches",
+                json={
+                    "input_file_id": file_id,
+                    "endpoint": self._path,
+                    "completion_window": COMPLETION_WINDOW,
+                    "metadata": {"parallax": label, NONCE_KEY: nonce},
+                },
+            )
+        except Failed as exc:
+            if exc.certain:  # no batch will ever read the file: worth a line, not a cost
+                logs.get_logger().info(logs.BATCH_FILE_ORPHANED, file_id=file_id, reason=exc.reason)
+            raise
         batch_id = _field(created, "id")
         if batch_id is None:  # created, perhaps, but unknowable: never sent again
             raise Failed(Transport.HTTP_ERROR, None, "no_batch_id", "the batch named no id")
         return batch_id
+
+    async def find(self, http: BatchHttp, intent: Intent, within: float) -> list[str]:
+        since = epoch(intent.intent_at) - SKEW_SECONDS
+        after = ""
+        for _ in range(LIST_PAGES):
+            url = f"{self._base}/batches?limit={LIST_PAGE}" + (f"&after={after}" if after else "")
+            doc = _object(await http.send("GET", url))
+            items = listed(doc)
+            for item in items:
+                metadata = item.get("metadata")
+                if isinstance(metadata, dict) and metadata.get(NONCE_KEY) == intent.nonce:
+                    return [item["id"]]
+            oldest = items[-1].get("created_at") if items else None
+            if not doc.get("has_more") or not items:
+                break
+            if isinstance(oldest, int | float) and oldest < since:
+                break
+            after = items[-1]["id"]
+        return []
 
     async def poll(self, http: BatchHttp, batch_id: str) -> Polled:
         doc = _object(await http.send("GET", f"{self._base}/batches/{batch_id}"))

@@ -1,7 +1,8 @@
 """The one interface every provider's batch API is spoken through, and what it hands back.
 
 A `Batcher` knows one provider's batch API: how a request is written into a batch (`line`),
-how a batch is created from those lines (`submit`), what a poll says (`poll`: still open, or
+how a batch is created from those lines (`submit`), how a batch a kill cut off from the
+journal is found again (`find`), what a poll says (`poll`: still open, or
 ended and how), where the ended batch's results are and how each reads back (`results`),
 and how a batch is cancelled. It never decides a stamp's consequences: `BatchEndpoint` does,
 the same way for every provider, so a result reads as the reply the live call would have
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from runner.batch.http import BatchHttp
+from runner.batch.http import BatchHttp, Failed
+from runner.batch.journal import Intent
 from runner.jsontext import loads
 from runner.model import Transport
 
@@ -23,6 +25,10 @@ BATCH_EXPIRED = "batch_expired"  # the batch ended (or was given up on) before t
 BATCH_CANCELLED = "batch_cancelled"  # someone cancelled the batch before this request ran
 RESULT_MISSING = "batch_result_missing"  # the batch ended, its results name no such request
 COMPLETION_WINDOW = "24h"  # the only window OpenAI's batches take (Anthropic's is fixed at 24 h)
+# a lookup lists the provider's batches newest first, this many a page, back to the intent
+LIST_PAGE = 100
+LIST_PAGES = 20  # the most pages one lookup reads: a bound on a provider that pages forever
+SKEW_SECONDS = 30.0  # how far the provider's clock may be from ours when a lookup reads times
 
 
 class State(StrEnum):
@@ -71,8 +77,15 @@ class Batcher(Protocol):
         """One request as the batch carries it, encoded."""
         ...
 
-    async def submit(self, http: BatchHttp, lines: Sequence[bytes], label: str) -> str:
-        """Create a batch of `lines`; its id. Raises `Failed`."""
+    async def submit(self, http: BatchHttp, lines: Sequence[bytes], label: str, nonce: str) -> str:
+        """Create a batch of `lines`, sending `nonce` along as far as the API lets; its id.
+        Raises `Failed`."""
+        ...
+
+    async def find(self, http: BatchHttp, intent: Intent, within: float) -> list[str]:
+        """The ids of the provider's batches that may be the one `intent` was about to create
+        (created no more than `within` seconds after it): none, one, or several when the API
+        cannot tell them apart. Raises `Failed`."""
         ...
 
     async def poll(self, http: BatchHttp, batch_id: str) -> Polled:
@@ -89,6 +102,15 @@ class Batcher(Protocol):
     async def cancel(self, http: BatchHttp, batch_id: str) -> None:
         """Ask the provider to stop the batch. Raises `Failed`."""
         ...
+
+
+def listed(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The batches a list reply holds (`data`, newest first, each with its string `id`); a
+    reply with no such list is a Failed, not an empty page."""
+    data = doc.get("data")
+    if not isinstance(data, list):
+        raise Failed(Transport.HTTP_ERROR, None, "not_a_list", "the reply holds no `data` list")
+    return [item for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)]
 
 
 def read_results(

@@ -31,6 +31,7 @@ from runner import logs
 from runner.client.body import close_body, read_body
 from runner.client.record import KEPT_HEADERS, body_text, kept_headers, plain_headers
 from runner.client.retry import decide_retry, retry_after_of
+from runner.client.slots import Slots
 from runner.client.stamp import CAUGHT, CONFIG_ERRORS, BodyTooLarge, classify
 from runner.config import EndpointConfig
 from runner.cost.budget import Meter, refusal
@@ -122,8 +123,8 @@ def _first_token_ms(
 class HttpEndpoint:
     """A live endpoint (openai-chat, anthropic-messages, http-json) behind `model.Endpoint`.
 
-    One AsyncClient per endpoint (connection reuse across thousands of calls), a capacity
-    limiter shrunk on 429 and grown back on success (AIMD), and optional even pacing for
+    One AsyncClient per endpoint (connection reuse across thousands of calls), concurrency
+    slots (`Slots`) cut on 429 and grown back on success (AIMD), and optional even pacing for
     `rpm`. The secret lives only in the client's default headers, never in an Exchange.
 
     `now` and `sleep` are the loop clock the pacing, the retry waits, AIMD and every recorded
@@ -191,7 +192,7 @@ class HttpEndpoint:
         self._parsed_url: httpx.URL | None = None
         self._max_limit = cfg.concurrency
         self._limit = cfg.concurrency
-        self._limiter = anyio.CapacityLimiter(cfg.concurrency)
+        self._slots = Slots(cfg.concurrency)
         self._streak = 0  # successes since the last change of the limit
         self._last_cut = -math.inf  # loop time of the last multiplicative decrease
         self._interval = 60.0 / cfg.rpm if cfg.rpm else 0.0
@@ -219,11 +220,15 @@ class HttpEndpoint:
             url = self._parsed_url = httpx.URL(self._url)
             base = httpx.Request("POST", url, headers=self._base_headers, content=b"x")
             headers = self._headers = httpx.Headers(base.headers)  # Host added, as httpx does
-        sent = httpx.Headers(headers)
-        sent["Content-Length"] = str(len(content))
-        return httpx.Request(
-            "POST", url, headers=sent, stream=httpx.ByteStream(content), extensions=self._extensions
+        request = httpx.Request(  # which copies the headers: the shared ones stay as they are
+            "POST",
+            url,
+            headers=headers,
+            stream=httpx.ByteStream(content),
+            extensions=self._extensions,
         )
+        request.headers["Content-Length"] = str(len(content))
+        return request
 
     async def call(self, case: Case, side: str, sample: int) -> Exchange:
         """Send one case with bounded retries; transport trouble comes back as a stamp.
@@ -316,9 +321,7 @@ class HttpEndpoint:
         if slot > now:
             await self._sleep(slot - now)
 
-    async def _turn(
-        self, n: int, case: Case, key: tuple[str, str, int], estimate: int, holder: object
-    ) -> bool:
+    async def _turn(self, n: int, case: Case, key: tuple[str, str, int], estimate: int) -> bool:
         """Wait an attempt's turn: its `rpm` pacing, the run's budget, then a concurrency
         slot, held on True (False: the budget refused it, nothing is held). A first attempt
         is not sent once a stop came (NotStarted). The budget is reserved before the slot,
@@ -330,16 +333,9 @@ class HttpEndpoint:
             raise NotStarted
         if self._meter is not None and not await self._meter.reserve(key, estimate, case, n):
             return False
-        # The limiter's fast path: `async with` would add two event-loop round trips per call
-        # even when a token is free; acquire_nowait refuses to jump a queue of waiters. The
-        # slot is held on behalf of the attempt's own token (`holder`), not of the running
-        # task, which anyio would look up through asyncio on every acquire and release.
-        try:
-            self._limiter.acquire_on_behalf_of_nowait(holder)
-        except anyio.WouldBlock:
-            await self._limiter.acquire_on_behalf_of(holder)
+        await self._slots.acquire()  # no event-loop round trip when a slot is free
         if n == 1 and not may_start():  # a stop came while it waited for its slot
-            self._limiter.release_on_behalf_of(holder)
+            self._slots.release()
             if self._meter is not None:
                 self._meter.unsent(key)
             raise NotStarted
@@ -349,8 +345,7 @@ class HttpEndpoint:
         self, n: int, content: bytes, case: Case, key: tuple[str, str, int], estimate: int
     ) -> _Try | None:
         """One attempt, or None when the run's budget refused it (nothing was sent)."""
-        holder = object()  # what holds the attempt's concurrency slot
-        if not await self._turn(n, case, key, estimate, holder):
+        if not await self._turn(n, case, key, estimate):
             return None
         cap = self._cfg.max_response_bytes
         status: int | None = None
@@ -383,7 +378,7 @@ class HttpEndpoint:
                     truncated = True  # the body stopped short of what the server meant
             elapsed_ms = _ms(self._now() - begun)
         finally:
-            self._limiter.release_on_behalf_of(holder)
+            self._slots.release()
         # An error status is the server's answer: a body that then breaks off or will not
         # decode is kept as far as it came, and the stamp (so the retry and AIMD) follows the
         # status. Only a 2xx needs its whole body to be graded.
@@ -448,7 +443,7 @@ class HttpEndpoint:
         return logs.scrub_text(text)
 
     def _adjust(self, stamp: Transport, begun: float) -> None:
-        """AIMD on the capacity limiter: halve on 429, +1 after a window of successes.
+        """AIMD on the concurrency slots: halve on 429, +1 after a window of successes.
 
         A 429 from an attempt that began before the last cut reflects the old limit, so a
         burst of concurrent 429s halves the limit once, not once per reply.
@@ -458,7 +453,7 @@ class HttpEndpoint:
             if begun < self._last_cut or self._limit == 1:
                 return
             old, self._limit = self._limit, max(1, self._limit // 2)
-            self._limiter.total_tokens = self._limit
+            self._slots.total = self._limit
             self._last_cut = self._now()
             self._log.warning(logs.ENDPOINT_BACKOFF, endpoint=self.name, old=old, new=self._limit)
             return
@@ -468,5 +463,5 @@ class HttpEndpoint:
         if self._streak >= self._limit:
             old, self._limit = self._limit, self._limit + 1
             self._streak = 0
-            self._limiter.total_tokens = self._limit
+            self._slots.total = self._limit
             self._log.info(logs.ENDPOINT_RECOVER, endpoint=self.name, old=old, new=self._limit)

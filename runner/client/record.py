@@ -40,9 +40,15 @@ def plain_headers(headers: httpx.Headers) -> dict[str, str]:
     The raw pairs are decoded here as `multi_items` decodes them (the header block's encoding,
     names lower-cased as bytes), which looks the encoding up once, not twice a header.
     """
-    encoding = headers.encoding
+    try:  # nearly every header block is ASCII, which httpx would find by decoding it all
+        return _joined(headers.raw, "ascii")
+    except UnicodeDecodeError:
+        return _joined(headers.raw, headers.encoding)
+
+
+def _joined(raw: list[tuple[bytes, bytes]], encoding: str) -> dict[str, str]:
     plain: dict[str, str] = {}
-    for raw_name, raw_value in headers.raw:
+    for raw_name, raw_value in raw:
         name, value = raw_name.lower().decode(encoding), raw_value.decode(encoding)
         plain[name] = f"{plain[name]}, {value}" if name in plain else value
     return plain

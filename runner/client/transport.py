@@ -169,6 +169,30 @@ def _unread(content: aiohttp.StreamReader) -> bytes:
     return data
 
 
+async def _request_body(request: httpx.Request) -> bytes:
+    """The request's body bytes. A body handed over whole (`httpx.ByteStream`, as
+    `runner.client` builds every request) is joined as it is, without `aread`'s pass
+    through an async iterator and the copy it stores on the request."""
+    if hasattr(request, "_content"):
+        return request.content
+    if isinstance(request.stream, httpx.ByteStream):
+        return b"".join(request.stream)
+    return await request.aread()
+
+
+def _header_pairs(headers: httpx.Headers) -> list[tuple[str, str]]:
+    """`headers.multi_items()`, the same pairs: names lower-cased as bytes, decoded with the
+    block's encoding. Nearly every block is ASCII, which is decoded straight away; httpx
+    works its encoding out first (one decode of every header) and looks it up twice a
+    header."""
+    try:
+        return [
+            (name.lower().decode("ascii"), value.decode("ascii")) for name, value in headers.raw
+        ]
+    except UnicodeDecodeError:  # utf-8 or latin-1: httpx's own choice, as it sends them
+        return headers.multi_items()
+
+
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """One aiohttp session per transport, opened in the running loop on first use.
 
@@ -232,12 +256,12 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         session = self._session if self._session is not None else self._open()
-        body = request.content if hasattr(request, "_content") else await request.aread()
+        body = await _request_body(request)
         try:
             response = await session.request(
                 request.method,
                 str(request.url),
-                headers=request.headers.multi_items(),
+                headers=_header_pairs(request.headers),
                 data=body or None,
                 allow_redirects=False,
                 timeout=self._timeout(request),

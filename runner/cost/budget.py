@@ -80,6 +80,7 @@ class Meter:
     price: Price
     max_tokens: int
     body: Callable[[Case], Mapping[str, Any]]  # the JSON body a call of this endpoint sends
+    kind: str  # the protocol it speaks, which reads a reply's usage
 
     def estimate(self, content: bytes, *, tools: bool) -> int:
         """The most an attempt sending `content` may cost, in picodollars (rounded up)."""
@@ -98,7 +99,7 @@ class Meter:
 
     def cost(self, usage: Mapping[str, Any] | None) -> int | None:
         """What a reply's usage says it cost, in picodollars; None when it says no usage."""
-        tokens = tokens_of(usage)
+        tokens = tokens_of(self.kind, usage)
         if tokens is None:
             return None
         return round(micro_usd(tokens.prompt, tokens.completion, tokens.cached, self.price) * 1e6)
@@ -121,11 +122,11 @@ def meter_for(budget: Budget, cfg: EndpointConfig, shape: Shape) -> Meter:
     """An endpoint's meter; config loading made sure it has a price (`_check_budget`)."""
     from runner.protocols import wire_for
 
-    kind = cfg.kind if cfg.kind != "recorded" else cfg.protocol or "openai-chat"
+    kind = cfg.wire_kind
     wire = wire_for(kind)
     price = cfg.charged_price  # a batch endpoint's at its batch_discount
     assert wire is not None and price is not None
-    return Meter(budget, price, cfg.max_tokens, functools.partial(wire.body, cfg, shape))
+    return Meter(budget, price, cfg.max_tokens, functools.partial(wire.body, cfg, shape), kind)
 
 
 def refusal(n: int) -> Attempt:
@@ -435,7 +436,7 @@ class Budget:
     ) -> None:
         """`alert.usage_over_estimate` for a reply whose completion tokens passed the
         request's `max_tokens`, or whose cost passed the attempt's estimate."""
-        tokens = tokens_of(usage)
+        tokens = tokens_of(hold.meter.kind, usage)
         if tokens is None:
             return
         cap = hold.meter.max_tokens

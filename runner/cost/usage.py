@@ -6,17 +6,13 @@ ledger is read back. Per side and stratum a fold keeps counters and two compact 
 ints (the latencies of admitted calls and the time to first token of admitted streams):
 percentiles need the values, and four bytes a call keep a 20,000-case run small.
 
-Tokens are normalised to one shape whatever the protocol: OpenAI's `prompt_tokens`,
-`completion_tokens` and `prompt_tokens_details.cached_tokens`; the Responses API's
-`input_tokens`, `output_tokens` and `input_tokens_details.cached_tokens` alike; Anthropic's
-`input_tokens` and `output_tokens`, with its cache reads (`cache_read_input_tokens`) and
-writes counted in the prompt as OpenAI counts them, the reads as cached; Gemini's
-`usageMetadata` (`promptTokenCount` with `toolUsePromptTokenCount`, `candidatesTokenCount`
-with the thinking it bills as output, `thoughtsTokenCount`, and `cachedContentTokenCount`;
-a count Gemini leaves out is 0, as its JSON omits zeros). A call whose usage is missing or not
-numbers (a timeout, a reply without it) is counted apart: its cost is unknown, never zero. So
-is one whose counts are past any call's (`MAX_TOKENS`): a reply that claims a 401-digit prompt
-would otherwise price past what a float holds, and stop the run on every resume and replay.
+Tokens are read in one shape (`Tokens`: the prompt, the completion and the prompt's cached
+part) by the protocol that sent them (`Wire.tokens`, in that protocol's own module): an outcome
+row keeps the usage as the reply said it, and the caller names the protocol (the gate its
+side's endpoint's, as it names the price). A call whose usage is missing or not numbers (a
+timeout, a reply without it) is counted apart: its cost is unknown, never zero. So is one whose
+counts are past any call's (`wire.MAX_TOKENS`): a reply that claims a 401-digit prompt would
+otherwise price past what a float holds, and stop the run on every resume and replay.
 
 Money is float-only and exact to the cent: tokens are summed as integers and priced once per
 side and stratum, `(uncached * input + cached * cached_input + completion * output) / 1e6`,
@@ -32,25 +28,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from runner.model import NOT_SENT_DETAIL, Outcome, Transport
+from runner.protocols import wire_for
+from runner.protocols.wire import Tokens
 
 if TYPE_CHECKING:  # annotations only
     from runner.config import Price
 
 PERCENTILES = (50, 90, 99)
-# No call reads or writes a billion tokens (the largest context windows hold ten million): a
-# count past it is no count. Summed over any run and priced at `config.MAX_PRICE_PER_MTOK`,
-# every cost stays a finite float.
-MAX_TOKENS = 1_000_000_000
 _INT_MAX = 2**32 - 1  # what an array('I') holds: a call longer than 49 days is clamped
-
-
-@dataclass(frozen=True, slots=True)
-class Tokens:
-    """One call's tokens; `prompt` includes `cached`."""
-
-    prompt: int
-    completion: int
-    cached: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,70 +50,22 @@ class Call:
     admitted: bool = True  # the admission rule: only these enter a paired comparison
 
 
-def _count(value: Any) -> int | None:
-    """A token count: an int from 0 to MAX_TOKENS (a bool or a float is no count)."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS:
-        return value
-    return None
-
-
-def tokens_of(usage: Mapping[str, Any] | None) -> Tokens | None:
-    """A reply's usage in one shape, or None when it says no prompt and completion counts, or
-    claims a count past MAX_TOKENS anywhere (a cache count too: it is no usage to believe)."""
-    if not isinstance(usage, Mapping):
+def tokens_of(kind: str, usage: Mapping[str, Any] | None) -> Tokens | None:
+    """A reply's usage in one shape, as the protocol of that kind reads it (`Wire.tokens`), or
+    None when it says no prompt and completion counts, claims a count past `wire.MAX_TOKENS`
+    anywhere (a cache count too: it is no usage to believe), or the kind is no protocol."""
+    wire = wire_for(kind)
+    if wire is None or not isinstance(usage, Mapping):
         return None
-    if "prompt_tokens" in usage or "completion_tokens" in usage:  # OpenAI's shape
-        prompt, completion = (
-            _count(usage.get("prompt_tokens")),
-            _count(usage.get("completion_tokens")),
-        )
-        details = usage.get("prompt_tokens_details")
-        cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-        if prompt is None or completion is None or _past(cached):
-            return None
-        return Tokens(prompt, completion, min(_count(cached) or 0, prompt))
-    if "promptTokenCount" in usage:  # Gemini's usageMetadata
-        return _gemini(usage)
-    prompt, completion = _count(usage.get("input_tokens")), _count(usage.get("output_tokens"))
-    details = usage.get("input_tokens_details")
-    if isinstance(details, Mapping):  # the Responses API's: cached tokens are in the input
-        cached = details.get("cached_tokens")
-        if prompt is None or completion is None or _past(cached):
-            return None
-        return Tokens(prompt, completion, min(_count(cached) or 0, prompt))
-    read, written = usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens")
-    if prompt is None or completion is None or _past(read) or _past(written):
-        return None
-    read, written = _count(read) or 0, _count(written) or 0
-    return Tokens(prompt + read + written, completion, read)
+    return wire.tokens(usage)
 
 
-_GEMINI_COUNTS = (
-    *("promptTokenCount", "toolUsePromptTokenCount", "candidatesTokenCount"),
-    *("thoughtsTokenCount", "cachedContentTokenCount"),
-)
-
-
-def _gemini(usage: Mapping[str, Any]) -> Tokens | None:
-    """Gemini's counts: the prompt (tool-use prompts in it), the candidates and thoughts as
-    the completion, the cached content as cached; None when one it gives is no count."""
-    counts = [_count(usage.get(name, 0)) for name in _GEMINI_COUNTS]
-    if None in counts:
-        return None
-    prompt, tool, candidates, thoughts, cached = (count or 0 for count in counts)
-    return Tokens(prompt + tool, candidates + thoughts, min(cached, prompt + tool))
-
-
-def _past(value: Any) -> bool:
-    """Whether an optional count is a number past MAX_TOKENS."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > MAX_TOKENS
-
-
-def call_of(outcome: Outcome) -> Call:
+def call_of(outcome: Outcome, kind: str) -> Call:
+    """What the fold reads of a row whose reply came in the protocol of that `kind`."""
     admitted = outcome.admitted
     return Call(
         stratum=outcome.stratum,
-        tokens=tokens_of(outcome.usage),
+        tokens=tokens_of(kind, outcome.usage),
         elapsed_ms=outcome.elapsed_ms if admitted else None,
         ttft_ms=outcome.ttft_ms if admitted else None,
         sent=outcome.detail != NOT_SENT_DETAIL or outcome.transport != Transport.CANCELLED,

@@ -1,11 +1,13 @@
 """Wire protocols: the one request/reply layer between a case and the graders.
 
 One module per protocol (`openai_chat`, `openai_responses`, `anthropic_messages`, `gemini`,
-`http_json`), each a `Wire` (`wire.py`): the request's URL, headers and body for a case, and
-how a stored reply reads back, sent whole (`fold_body`) or as Server-Sent Events
-(`fold_stream`; `sse` frames it).
-`wire_for` picks one by its `Kind`. `message.graded` turns what any of them read into what
-graders see, or a schema-fail detail, the same way for every protocol.
+`http_json`), each a `Wire` (`wire.py`): the request's URL, headers and body for a case, how a
+stored reply reads back, sent whole (`fold_body`) or as Server-Sent Events (`fold_stream`;
+`sse` frames it), what its usage counts (`tokens`), and how a cassette's reply is written in
+its format (`recorded`; `recording`). `wire_for` picks one by its `Kind`: usage and cost
+(`runner.cost`) and the recorded endpoint ask it rather than know any protocol's shape.
+`message.graded` turns what any of them read into what graders see, or a schema-fail detail,
+the same way for every protocol.
 
 `read` is the schema stamp's only reader. It runs on a stored response, so the same code
 judges a live call, a recorded cassette and a replay: a 2xx `text/event-stream` body is folded

@@ -23,6 +23,12 @@ output usage) and `message_stop`. The stream has finished at `message_stop`, or 
 delta types this module does not know are skipped: Anthropic's versioning policy says new
 ones may be added and clients must let them pass. A streamed tool call's arguments are its
 partial JSON concatenated, or the block's `input` when no piece came.
+
+Usage is `input_tokens` and `output_tokens`; the prompt's cache reads
+(`cache_read_input_tokens`) and writes (`cache_creation_input_tokens`) are counted in the
+prompt as OpenAI counts them, the reads as cached. A recorded reply is written as a `message`,
+or streamed as those events, the stop reason and output usage in `message_delta`; its error
+event is an `overloaded_error`.
 """
 
 from __future__ import annotations
@@ -46,14 +52,27 @@ from runner.protocols.message import (
     load_json,
     str_or_none,
 )
+from runner.protocols.recording import (
+    ERROR_MESSAGE,
+    PIECE,
+    Event,
+    RecordedReply,
+    Recorder,
+    dumps,
+    halves,
+    named,
+)
 from runner.protocols.wire import (
     ASSISTANT,
     SYSTEM,
     TOOL,
     USER,
     Kind,
+    Tokens,
     Wire,
+    count,
     json_headers,
+    past,
     plain,
     text_of,
     turns,
@@ -416,12 +435,102 @@ def fold_stream(text: str) -> StreamFold:
     return StreamFold(state.message(), StreamStatus.FINISHED)
 
 
+def tokens(usage: Mapping[str, Any]) -> Tokens | None:
+    """`input_tokens` with the cache's reads and writes as the prompt, `output_tokens`."""
+    prompt, completion = count(usage.get("input_tokens")), count(usage.get("output_tokens"))
+    read, written = usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens")
+    if prompt is None or completion is None or past(read) or past(written):
+        return None
+    read, written = count(read) or 0, count(written) or 0
+    return Tokens(prompt + read + written, completion, read)
+
+
+def _ended(reply: RecordedReply) -> str:
+    return reply.finish("tool_use" if reply.tool_calls else "end_turn")
+
+
+def recorded_body(reply: RecordedReply) -> dict[str, Any]:
+    blocks: list[dict[str, Any]] = []
+    if reply.content is not None:
+        blocks.append({"type": "text", "text": reply.content})
+    for call in reply.tool_calls:
+        blocks.append(
+            {"type": "tool_use", "id": call.id, "name": call.name, "input": call.argument_value}
+        )
+    doc: dict[str, Any] = {
+        "id": reply.id,
+        "type": "message",
+        "role": "assistant",
+        "model": reply.model,
+        # no text and no call: no content list at all, which is missing_content as in OpenAI
+        "content": blocks if blocks else None,
+        "stop_reason": _ended(reply),
+        "stop_sequence": None,
+    }
+    if reply.usage:
+        doc["usage"] = dict(reply.usage)
+    return doc
+
+
+def recorded_events(reply: RecordedReply) -> tuple[list[Event], int]:
+    """The named events of the reply, and the index of `message_delta` (where the stop reason
+    comes, so where truncation cuts)."""
+    usage = dict(reply.usage or {})
+    output = {k: usage.pop(k) for k in ("output_tokens",) if k in usage}
+    message: dict[str, Any] = {
+        "id": reply.id,
+        "type": "message",
+        "role": "assistant",
+        "model": reply.model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+    }
+    if usage:
+        message["usage"] = usage
+    events = [named("message_start", message=message)]
+    index = 0
+    if reply.content is not None:
+        events.append(
+            named("content_block_start", index=index, content_block={"type": "text", "text": ""})
+        )
+        for piece in PIECE.findall(reply.content):
+            delta = {"type": "text_delta", "text": piece}
+            events.append(named("content_block_delta", index=index, delta=delta))
+        events.append(named("content_block_stop", index=index))
+        index += 1
+    for call in reply.tool_calls:
+        block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+        events.append(named("content_block_start", index=index, content_block=block))
+        for piece in halves(call.argument_text):
+            delta = {"type": "input_json_delta", "partial_json": piece}
+            events.append(named("content_block_delta", index=index, delta=delta))
+        events.append(named("content_block_stop", index=index))
+        index += 1
+    finish_at = len(events)
+    delta = {"stop_reason": _ended(reply), "stop_sequence": None}
+    events.append(named("message_delta", delta=delta, **({"usage": output} if output else {})))
+    events.append(named("message_stop"))
+    return events, finish_at
+
+
 WIRE = Wire(
     kind=Kind.ANTHROPIC_MESSAGES,
     url=url,
     headers=headers,
     body=body,
     fold_body=fold_body,
+    tokens=tokens,
     fold_stream=fold_stream,
     carries_token=carries_token,
+    recorded=Recorder(
+        recorded_body,
+        recorded_events,
+        Event(
+            dumps(
+                {"type": "error", "error": {"type": "overloaded_error", "message": ERROR_MESSAGE}}
+            ),
+            "error",
+        ),
+    ),
 )

@@ -30,6 +30,13 @@ Streamed, each event is one such response: text parts are concatenated in order,
 calls come whole, the last `usageMetadata` counts, and the stream has finished once the
 candidate names its finish reason (or a blocked prompt its block reason). An event carrying
 `error` is the server's error (`stream_error:<status>`).
+
+Usage is `usageMetadata`: `promptTokenCount` with `toolUsePromptTokenCount` as the prompt,
+`candidatesTokenCount` with the thinking it bills as output (`thoughtsTokenCount`) as the
+completion, `cachedContentTokenCount` as cached; a count it leaves out is 0, as its JSON omits
+zeros, but one without `promptTokenCount` says no usage. A recorded reply is written as one
+response, or streamed as one response per content piece, then one with the calls, the finish
+reason and the usage; its error event is a 503 `UNAVAILABLE` status.
 """
 
 from __future__ import annotations
@@ -53,12 +60,15 @@ from runner.protocols.message import (
     load_json,
     str_or_none,
 )
+from runner.protocols.recording import ERROR_MESSAGE, PIECE, Event, RecordedReply, Recorder, dumps
 from runner.protocols.wire import (
     ASSISTANT,
     SYSTEM,
     TOOL,
     Kind,
+    Tokens,
     Wire,
+    count,
     json_headers,
     plain,
     text_of,
@@ -374,13 +384,79 @@ def _nonempty(value: Any) -> bool:
     return isinstance(value, str) and value != ""
 
 
+_COUNTS = (
+    *("promptTokenCount", "toolUsePromptTokenCount", "candidatesTokenCount"),
+    *("thoughtsTokenCount", "cachedContentTokenCount"),
+)
+
+
+def tokens(usage: Mapping[str, Any]) -> Tokens | None:
+    """The prompt (tool-use prompts in it), the candidates and thoughts as the completion, the
+    cached content as cached; None without a prompt count or when one it gives is no count."""
+    if "promptTokenCount" not in usage:
+        return None
+    counts = [count(usage.get(name, 0)) for name in _COUNTS]
+    if None in counts:
+        return None
+    prompt, tool, candidates, thoughts, cached = (n or 0 for n in counts)
+    return Tokens(prompt + tool, candidates + thoughts, min(cached, prompt + tool))
+
+
+def _recorded_calls(reply: RecordedReply) -> list[dict[str, Any]]:
+    """The calls as functionCall parts (their args an object, or a string as recorded)."""
+    return [
+        {"functionCall": {"id": call.id, "name": call.name, "args": call.argument_value}}
+        for call in reply.tool_calls
+    ]
+
+
+def _recorded_response(
+    reply: RecordedReply, parts: list[dict[str, Any]], *, finished: bool
+) -> dict[str, Any]:
+    """One response of the reply: the last one has the finish reason and the usage."""
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    doc: dict[str, Any] = {"candidates": [candidate], "modelVersion": reply.model}
+    doc["responseId"] = reply.id
+    if finished:
+        candidate["finishReason"] = reply.finish("STOP")
+        if reply.usage:
+            doc["usageMetadata"] = dict(reply.usage)
+    return doc
+
+
+def recorded_body(reply: RecordedReply) -> dict[str, Any]:
+    text = [] if reply.content is None else [{"text": reply.content}]
+    return _recorded_response(reply, text + _recorded_calls(reply), finished=True)
+
+
+def recorded_events(reply: RecordedReply) -> tuple[list[Event], int]:
+    """One response per content piece, then one with the calls, the finish and the usage
+    (where truncation cuts)."""
+    pieces = PIECE.findall(reply.content) if reply.content else []
+    events = [
+        Event(dumps(_recorded_response(reply, [{"text": p}], finished=False))) for p in pieces
+    ]
+    if reply.content == "":  # said nothing, as a text: one empty part
+        events.append(Event(dumps(_recorded_response(reply, [{"text": ""}], finished=False))))
+    finish_at = len(events)
+    last = _recorded_response(reply, _recorded_calls(reply), finished=True)
+    events.append(Event(dumps(last)))
+    return events, finish_at
+
+
 WIRE = Wire(
     kind=Kind.GEMINI,
     url=url,
     headers=headers,
     body=body,
     fold_body=fold_body,
+    tokens=tokens,
     fold_stream=fold_stream,
     carries_token=carries_token,
     facts=facts,
+    recorded=Recorder(
+        recorded_body,
+        recorded_events,
+        Event(dumps({"error": {"code": 503, "message": ERROR_MESSAGE, "status": "UNAVAILABLE"}})),
+    ),
 )

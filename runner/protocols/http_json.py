@@ -8,6 +8,11 @@ response format, which a template has no place for. A conversation cannot be sen
 The reply's answer is the value at `answer_pointer` (RFC 6901): text as it is, an object or
 array as sorted-key JSON text, which a JSON case then reads back as its answer. There is no
 stream format: an event-stream reply is read as a body, and is no JSON.
+
+Its `usage`, an API of its own's, is read in whichever known provider's shape it is in:
+OpenAI's counts when it names `prompt_tokens` or `completion_tokens`, Gemini's when it names
+`promptTokenCount`, the Responses API's when it has `input_tokens_details`, else Anthropic's.
+No recorded endpoint speaks it, so it writes no cassette replies.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from runner.errors import FixtureError
 from runner.model import Case
+from runner.protocols import anthropic_messages, gemini, openai_chat, openai_responses
 from runner.protocols.message import Message, facts_of, load_json
-from runner.protocols.wire import Kind, Wire, bearer, json_headers
+from runner.protocols.wire import Kind, Tokens, Wire, bearer, json_headers
 from runner.request.shape import Shape
 
 if TYPE_CHECKING:
@@ -109,10 +115,22 @@ def fold_body(text: str, answer_pointer: str | None = None) -> Message | str:
     )
 
 
+def tokens(usage: Mapping[str, Any]) -> Tokens | None:
+    """The usage read by the protocol whose shape it has (the module's docstring says how)."""
+    if "prompt_tokens" in usage or "completion_tokens" in usage:
+        return openai_chat.tokens(usage)
+    if "promptTokenCount" in usage:
+        return gemini.tokens(usage)
+    if isinstance(usage.get("input_tokens_details"), Mapping):
+        return openai_responses.tokens(usage)
+    return anthropic_messages.tokens(usage)
+
+
 WIRE = Wire(
     kind=Kind.HTTP_JSON,
     url=url,
     headers=headers,
     body=body,
     fold_body=fold_body,
+    tokens=tokens,
 )

@@ -11,6 +11,12 @@ last in a chunk with no choices (`stream_options.include_usage`). The stream has
 the first choice has a `finish_reason` or `data: [DONE]` came; nothing after `[DONE]` is read,
 as the OpenAI SDK stops there too. Chunks after a finish reason still count (the usage chunk
 follows it), so an error or a broken chunk there still spoils the stream.
+
+Usage is `prompt_tokens` and `completion_tokens`, the cached part of the prompt
+`prompt_tokens_details.cached_tokens`. A recorded reply is written as a `chat.completion`, or
+streamed as chunks: a role chunk, a content piece per word, each tool call's id and name then
+its arguments in two halves, the finish chunk, the usage chunk and `data: [DONE]`; its error
+event is a data-only `{"error": ...}`.
 """
 
 from __future__ import annotations
@@ -33,7 +39,27 @@ from runner.protocols.message import (
     load_json,
     str_or_none,
 )
-from runner.protocols.wire import Kind, Wire, bearer, json_headers, plain, turns, with_params
+from runner.protocols.recording import (
+    ERROR_MESSAGE,
+    PIECE,
+    Event,
+    RecordedReply,
+    Recorder,
+    dumps,
+    halves,
+)
+from runner.protocols.wire import (
+    Kind,
+    Tokens,
+    Wire,
+    bearer,
+    cached_in_prompt,
+    count,
+    json_headers,
+    plain,
+    turns,
+    with_params,
+)
 from runner.request.shape import Shape
 
 if TYPE_CHECKING:
@@ -311,12 +337,83 @@ def _error_detail(doc: Any) -> str:
     return error_detail(kind if isinstance(kind, str) else source.get("code"))
 
 
+def tokens(usage: Mapping[str, Any]) -> Tokens | None:
+    """`prompt_tokens` (its cached part in `prompt_tokens_details`) and `completion_tokens`."""
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    prompt, completion = count(usage.get("prompt_tokens")), count(usage.get("completion_tokens"))
+    return cached_in_prompt(prompt, completion, cached)
+
+
+def _ended(reply: RecordedReply) -> str:
+    return reply.finish("tool_calls" if reply.tool_calls else "stop")
+
+
+def recorded_body(reply: RecordedReply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.argument_text},
+            }
+            for call in reply.tool_calls
+        ]
+    doc: dict[str, Any] = {
+        "id": reply.id,
+        "object": "chat.completion",
+        "model": reply.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": _ended(reply)}],
+    }
+    if reply.system_fingerprint:
+        doc["system_fingerprint"] = reply.system_fingerprint
+    if reply.usage:
+        doc["usage"] = dict(reply.usage)
+    return doc
+
+
+def recorded_events(reply: RecordedReply) -> tuple[list[Event], int]:
+    """The chunks of the reply, and the index of the finish chunk (where truncation cuts)."""
+    head: dict[str, Any] = {"id": reply.id, "object": "chat.completion.chunk", "model": reply.model}
+    if reply.system_fingerprint:
+        head["system_fingerprint"] = reply.system_fingerprint
+
+    def chunk(delta: Mapping[str, Any], finish: str | None = None) -> Event:
+        choice = {"index": 0, "delta": dict(delta), "finish_reason": finish}
+        return Event(dumps({**head, "choices": [choice]}))
+
+    events = [chunk({"role": "assistant"})]
+    if reply.content is not None:
+        events += [chunk({"content": p}) for p in PIECE.findall(reply.content) or [""]]
+    for index, call in enumerate(reply.tool_calls):
+        function = {"name": call.name, "arguments": ""}
+        first = {"index": index, "id": call.id, "type": "function", "function": function}
+        events.append(chunk({"tool_calls": [first]}))
+        for piece in halves(call.argument_text):
+            events.append(
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            )
+    finish_at = len(events)
+    events.append(chunk({}, _ended(reply)))
+    if reply.usage:
+        events.append(Event(dumps({**head, "choices": [], "usage": dict(reply.usage)})))
+    events.append(Event(DONE))
+    return events, finish_at
+
+
 WIRE = Wire(
     kind=Kind.OPENAI_CHAT,
     url=url,
     headers=headers,
     body=body,
     fold_body=fold_body,
+    tokens=tokens,
     fold_stream=fold_stream,
     carries_token=carries_token,
+    recorded=Recorder(
+        recorded_body,
+        recorded_events,
+        Event(dumps({"error": {"type": "server_error", "message": ERROR_MESSAGE}})),
+    ),
 )

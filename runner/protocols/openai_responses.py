@@ -23,6 +23,12 @@ stream with the response's id, model, status and usage; nothing after it is read
 `response.failed` or `response.incomplete` event, or an `error` event, is the server's error
 (`stream_error:<code>`). Event types this module does not know are read past, as OpenAI's
 SDK lets new ones pass.
+
+Usage is `input_tokens` and `output_tokens`, the cached part of the input
+`input_tokens_details.cached_tokens` (a usage without those details counts none cached). A
+recorded reply is written as a whole response (`incomplete` for the reason a row's finish names),
+or streamed as `response.created`, then per item its added event, deltas and done item, then
+`response.completed`; its error event is an `error` with code `server_error`.
 """
 
 from __future__ import annotations
@@ -45,13 +51,26 @@ from runner.protocols.message import (
     load_json,
     str_or_none,
 )
+from runner.protocols.recording import (
+    ERROR_MESSAGE,
+    PIECE,
+    Event,
+    RecordedReply,
+    Recorder,
+    dumps,
+    halves,
+    named,
+)
 from runner.protocols.wire import (
     ASSISTANT,
     SYSTEM,
     TOOL,
     Kind,
+    Tokens,
     Wire,
     bearer,
+    cached_in_prompt,
+    count,
     json_headers,
     plain,
     text_of,
@@ -416,12 +435,105 @@ def carries_token(data: str) -> bool:
     return isinstance(delta, str) and delta != ""
 
 
+def tokens(usage: Mapping[str, Any]) -> Tokens | None:
+    """`input_tokens` (its cached part in `input_tokens_details`) and `output_tokens`."""
+    details = usage.get("input_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    prompt, completion = count(usage.get("input_tokens")), count(usage.get("output_tokens"))
+    return cached_in_prompt(prompt, completion, cached)
+
+
+COMPLETED = "completed"  # the status of a reply that ended by itself
+
+
+def _recorded_items(reply: RecordedReply) -> list[dict[str, Any]]:
+    """The output items: a message when there is content, then the calls."""
+    items: list[dict[str, Any]] = []
+    if reply.content is not None:
+        part = {"type": "output_text", "text": reply.content, "annotations": []}
+        items.append(
+            {
+                "type": "message",
+                "id": f"msg_{reply.id}",
+                "role": "assistant",
+                "status": COMPLETED,
+                "content": [part],
+            }
+        )
+    for call in reply.tool_calls:
+        items.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{call.id}",
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": call.argument_text,
+                "status": COMPLETED,
+            }
+        )
+    return items
+
+
+def recorded_body(reply: RecordedReply) -> dict[str, Any]:
+    """The whole response: completed, or incomplete for the reason a row's finish names."""
+    finish = reply.finish(COMPLETED)
+    doc: dict[str, Any] = {
+        "id": reply.id,
+        "object": "response",
+        "model": reply.model,
+        "status": COMPLETED if finish == COMPLETED else "incomplete",
+        "output": _recorded_items(reply),
+    }
+    if finish != COMPLETED:
+        doc["incomplete_details"] = {"reason": finish}
+    if reply.usage:
+        doc["usage"] = dict(reply.usage)
+    return doc
+
+
+def recorded_events(reply: RecordedReply) -> tuple[list[Event], int]:
+    """The named events of the reply, and the index of `response.completed`."""
+    whole = recorded_body(reply)
+    pending = {"id": reply.id, "object": "response", "model": reply.model, "output": []}
+    events = [named("response.created", response={**pending, "status": "in_progress"})]
+    for index, item in enumerate(whole["output"]):
+        if item["type"] == "message":
+            added = {**item, "status": "in_progress", "content": []}
+            events.append(named("response.output_item.added", output_index=index, item=added))
+            for piece in PIECE.findall(item["content"][0]["text"]):
+                events.append(
+                    named(
+                        "response.output_text.delta",
+                        output_index=index,
+                        content_index=0,
+                        delta=piece,
+                    )
+                )
+        else:
+            added = {**item, "status": "in_progress", "arguments": ""}
+            events.append(named("response.output_item.added", output_index=index, item=added))
+            for piece in halves(item["arguments"]):
+                events.append(
+                    named("response.function_call_arguments.delta", output_index=index, delta=piece)
+                )
+        events.append(named("response.output_item.done", output_index=index, item=item))
+    finish_at = len(events)
+    events.append(named("response.completed", response=whole))
+    return events, finish_at
+
+
 WIRE = Wire(
     kind=Kind.OPENAI_RESPONSES,
     url=url,
     headers=headers,
     body=body,
     fold_body=fold_body,
+    tokens=tokens,
     fold_stream=fold_stream,
     carries_token=carries_token,
+    recorded=Recorder(
+        recorded_body,
+        recorded_events,
+        Event(dumps({"type": "error", "code": "server_error", "message": ERROR_MESSAGE}), "error"),
+    ),
 )

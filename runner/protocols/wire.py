@@ -3,10 +3,13 @@
 A protocol is a `Wire`: where a request goes (`url`), the headers it carries (`headers`, the
 secret's too: the caller keeps them out of every record), the JSON body for a case (`body`),
 and how a stored reply reads back (`fold_body` for a body sent whole, `fold_stream` for an SSE
-stream, None where the protocol has no stream, with `carries_token` to date its first token).
-`Kind` names them, as an endpoint's `kind` does; `runner.protocols.wire_for` picks one. Adding
-a protocol is a module with those functions, one `Kind` member and one line in the package's
-registry.
+stream, None where the protocol has no stream, with `carries_token` to date its first token),
+what a reply's usage counts (`tokens`, in the one shape `Tokens` every cost is figured from),
+and how a cassette's reply is written as a server of the protocol would send it (`recorded`,
+a `runner.protocols.recording.Recorder`). `Kind` names
+them, as an endpoint's `kind` does; `runner.protocols.wire_for` picks one. So no module outside
+this package knows a protocol's wire shape: adding a protocol is a module with those functions,
+one `Kind` member and one line in the package's registry (and the config's `kind` choices).
 
 Every body is built from the case and the endpoint's `Shape` (`runner.request.shape`: its
 prompt templates, extra `params` and `stream` flag; the config builds it when it loads).
@@ -29,11 +32,16 @@ if TYPE_CHECKING:  # the config (pydantic) is only a type here
     from runner.config import EndpointConfig
     from runner.model import Facts
     from runner.protocols.message import Message, StreamFold
+    from runner.protocols.recording import Recorder
 
 SYSTEM = "system"
 USER = "user"
 ASSISTANT = "assistant"
 TOOL = "tool"
+# No call reads or writes a billion tokens (the largest context windows hold ten million): a
+# count past it is no count. Summed over any run and priced at `config.MAX_PRICE_PER_MTOK`,
+# every cost stays a finite float.
+MAX_TOKENS = 1_000_000_000
 
 
 class Kind(StrEnum):
@@ -47,6 +55,15 @@ class Kind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Tokens:
+    """One call's tokens in one shape whatever its protocol; `prompt` includes `cached`."""
+
+    prompt: int
+    completion: int
+    cached: int
+
+
+@dataclass(frozen=True, slots=True)
 class Wire:
     """One protocol, as the client, the stamps and the report use it.
 
@@ -57,6 +74,12 @@ class Wire:
     (content or tool-call arguments): the event a stream's `ttft_ms` is dated by. `facts(text)`
     is what a body that failed the schema still says about itself (its model, id and usage),
     where the protocol keeps them (OpenAI's and Anthropic's top-level keys unless it says).
+
+    `tokens(usage)` reads the usage a reply of the protocol said (a Facts' `usage`, as an
+    outcome row keeps it) as `Tokens`, or None when it says no prompt and completion counts
+    or claims one past `MAX_TOKENS`. `recorded` writes a cassette's replies as the protocol
+    sends them, whole or streamed, for a recorded endpoint speaking it; None for a protocol
+    no recorded endpoint speaks (http-json).
     """
 
     kind: Kind
@@ -64,9 +87,32 @@ class Wire:
     headers: Callable[[EndpointConfig, str | None], dict[str, str]]
     body: Callable[[EndpointConfig, Shape, Case], dict[str, Any]]
     fold_body: Callable[[str, str | None], Message | str]
+    tokens: Callable[[Mapping[str, Any]], Tokens | None]
     fold_stream: Callable[[str], StreamFold] | None = None
     carries_token: Callable[[str], bool] | None = None
     facts: Callable[[str], Facts] = body_facts
+    recorded: Recorder | None = None
+
+
+def count(value: Any) -> int | None:
+    """A token count: an int from 0 to MAX_TOKENS (a bool or a float is no count)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS:
+        return value
+    return None
+
+
+def past(value: Any) -> bool:
+    """Whether an optional count is a number past MAX_TOKENS: no usage to believe."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > MAX_TOKENS
+
+
+def cached_in_prompt(prompt: int | None, completion: int | None, cached: Any) -> Tokens | None:
+    """The tokens of a usage that counts its cached tokens inside the prompt (OpenAI's, the
+    Responses API's): None without both counts or with a cache count past MAX_TOKENS; a cache
+    count that is no count is none, and never more than the prompt."""
+    if prompt is None or completion is None or past(cached):
+        return None
+    return Tokens(prompt, completion, min(count(cached) or 0, prompt))
 
 
 def json_headers(cfg: EndpointConfig, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -3,11 +3,12 @@
 It returns the same `Exchange` a live call of its protocol would (`openai-chat` unless the
 endpoint says `protocol = "openai-responses"`, `"anthropic-messages"` or `"gemini"`; streamed
 when the endpoint says `stream = true` or the row does), with the body a server would have sent
-(`recorded_wire` writes it), so everything above the exchange (stamps, grading, gate) cannot
-tell the difference. A streamed body goes through the same classification a live stream gets
-when it arrives, so a recorded truncated stream is `connection_lost` for the same reason a
-live one is. A cassette line can also record a transport failure, a broken stream or a
-malformed body, which lets an offline run exercise every stamp.
+(its protocol writes it, `recorded.wire` breaks it), so everything above the exchange (stamps,
+grading, gate) cannot tell the difference. A streamed body goes through the same
+classification a live stream gets when it arrives, so a recorded truncated stream is
+`connection_lost` for the same reason a live one is. A cassette line can also record a
+transport failure, a broken stream or a malformed body, which lets an offline run exercise
+every stamp.
 
 Cassette rows (JSONL), keyed by `case_id`, optionally narrowed by `suite`, `side` and
 `sample` (the most specific match wins):
@@ -41,8 +42,9 @@ from runner.errors import DataError
 from runner.ledger import read_jsonl
 from runner.model import NOISE, SIDES, Attempt, Case, Exchange, Response, Transport
 from runner.protocols import Kind, first_token, stream_end
+from runner.protocols.recording import RecordedCall, RecordedReply
 from runner.recorded import wire
-from runner.recorded.wire import DISCONNECT, RecordedCall, RecordedReply, StreamFault
+from runner.recorded.wire import DISCONNECT, StreamFault
 from runner.text import holds_surrogate
 
 _TRANSPORT_FAULTS = {t.value for t in Transport} - {Transport.OK.value, Transport.HTTP_ERROR.value}

@@ -1,40 +1,26 @@
-"""What a server of each protocol would have sent for a recorded reply, whole or streamed.
+"""What a server of a recorded endpoint's protocol would have sent for a cassette's reply.
 
-A cassette row says what the model answered (text, tool calls, finish reason, usage); this
-module writes it in the wire format of the protocol the recorded endpoint stands in for, so
-the body is judged by the very code that judges a live one. A stream is written as the
-provider streams it: OpenAI `chat.completion.chunk`s (a role chunk, content pieces, tool-call
-pieces merged by index, a finish chunk, a usage chunk, `data: [DONE]`); Anthropic's named
-events (`message_start`, one `content_block_*` run per block, `message_delta` with the stop
-reason, `message_stop`); the Responses API's (`response.created`, an added item, its deltas
-and its done item per message or call, `response.completed` with the whole response); and
-Gemini's responses (one per content piece, then the calls with the finish reason and usage).
+A cassette row says what the model answered (text, tool calls, finish reason, usage); the
+protocol the recorded endpoint stands in for writes it in its own wire format (its `Wire`'s
+`Recorder`, `runner.protocols.recording`), so the body is judged by
+the very code that judges a live one, and this module knows no protocol's shape: it sends a
+body whole, or a stream's events, broken as a row's fault says.
 
 A stream fault shapes those events as a live server's failure would: `stream_truncated` ends
-the body cleanly where the finish would start, `stream_malformed` cuts one event's JSON in
-half and goes on to a normal finish, `stream_error` sends the provider's in-band error event,
-and `disconnect` stops in the middle of an event (a reply sent whole is cut in half).
+the body cleanly where the protocol's finish event would start, `stream_malformed` cuts one
+event's JSON in half and goes on to a normal finish, `stream_error` sends the protocol's in-band
+error event after its first, and `disconnect` stops in the middle of an event (a reply sent
+whole is cut in half).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
 
-from runner.model import record
-from runner.protocols import Kind
-
-OPENAI_CHAT = Kind.OPENAI_CHAT.value
-ANTHROPIC = Kind.ANTHROPIC_MESSAGES.value
-RESPONSES = Kind.OPENAI_RESPONSES.value
-GEMINI = Kind.GEMINI.value
-PROTOCOLS = (OPENAI_CHAT, RESPONSES, ANTHROPIC, GEMINI)
-COMPLETED = "completed"  # the Responses API's status of a reply that ended by itself
-_PIECE = re.compile(r"\S+\s*|\s+")  # a word and the space after it: one content delta each
-_ERROR_MESSAGE = "recorded stream error"
+from runner.protocols import wire_for
+from runner.protocols.recording import Event, RecordedReply, Recorder
 
 
 class StreamFault(StrEnum):
@@ -48,349 +34,33 @@ class StreamFault(StrEnum):
 DISCONNECT = "disconnect"  # a stream or a whole body, cut off mid-way: connection_lost
 
 
-@record
-class RecordedCall:
-    """A tool call as the cassette recorded it; a string `arguments` is sent as written."""
-
-    id: str
-    name: str
-    arguments: str | Mapping[str, Any]
-
-    @property
-    def argument_text(self) -> str:
-        """The arguments as JSON text, as OpenAI sends them (a string is kept as it is)."""
-        if isinstance(self.arguments, str):
-            return self.arguments
-        return json.dumps(self.arguments, ensure_ascii=False)
-
-
-@record
-class RecordedReply:
-    """What the model answered, in no protocol yet; `finish_reason` None is the default."""
-
-    content: str | None
-    tool_calls: tuple[RecordedCall, ...] = ()
-    finish_reason: str | None = None
-    model: str = "recorded"
-    id: str = "recorded"
-    system_fingerprint: str | None = None
-    usage: Mapping[str, Any] | None = None
-
-    def finish(self, protocol: str) -> str:
-        """The finish (stop) reason: the recorded one, else what the protocol says for a
-        reply that ended by itself, with or without a tool call."""
-        if self.finish_reason is not None:
-            return self.finish_reason
-        if protocol == ANTHROPIC:
-            return "tool_use" if self.tool_calls else "end_turn"
-        if protocol == RESPONSES:
-            return COMPLETED
-        if protocol == GEMINI:
-            return "STOP"
-        return "tool_calls" if self.tool_calls else "stop"
-
-
-@record
-class _Event:
-    """One SSE event: Anthropic names its events, OpenAI's are all `data` only."""
-
-    data: str
-    name: str | None = None
-
-    def text(self) -> str:
-        head = f"event: {self.name}\n" if self.name else ""
-        return f"{head}data: {self.data}\n\n"
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _halves(text: str) -> list[str]:
-    """Argument text in two pieces, as providers send it in fragments; no empty piece."""
-    middle = len(text) // 2
-    return [piece for piece in (text[:middle], text[middle:]) if piece]
+def _recorder(protocol: str) -> Recorder:
+    """How the protocol writes a reply (the config lets a recorded endpoint speak only those
+    protocols that have a `Recorder`)."""
+    wire = wire_for(protocol)
+    if wire is None or wire.recorded is None:
+        raise ValueError(f"no recorded endpoint speaks {protocol!r}")
+    return wire.recorded
 
 
 def body(protocol: str, reply: RecordedReply) -> str:
     """The reply sent whole, as the protocol's JSON body (spaced as cassettes always were)."""
-    write = {ANTHROPIC: _anthropic_body, RESPONSES: _responses_body, GEMINI: _gemini_body}
-    return json.dumps(write.get(protocol, _openai_body)(reply), ensure_ascii=False)
-
-
-def _openai_body(reply: RecordedReply) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
-    if reply.tool_calls:
-        message["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.argument_text},
-            }
-            for call in reply.tool_calls
-        ]
-    doc: dict[str, Any] = {
-        "id": reply.id,
-        "object": "chat.completion",
-        "model": reply.model,
-        "choices": [{"index": 0, "message": message, "finish_reason": reply.finish(OPENAI_CHAT)}],
-    }
-    if reply.system_fingerprint:
-        doc["system_fingerprint"] = reply.system_fingerprint
-    if reply.usage:
-        doc["usage"] = dict(reply.usage)
-    return doc
-
-
-def _anthropic_body(reply: RecordedReply) -> dict[str, Any]:
-    blocks: list[dict[str, Any]] = []
-    if reply.content is not None:
-        blocks.append({"type": "text", "text": reply.content})
-    for call in reply.tool_calls:
-        arguments = call.arguments if isinstance(call.arguments, str) else dict(call.arguments)
-        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": arguments})
-    doc: dict[str, Any] = {
-        "id": reply.id,
-        "type": "message",
-        "role": "assistant",
-        "model": reply.model,
-        # no text and no call: no content list at all, which is missing_content as in OpenAI
-        "content": blocks if blocks else None,
-        "stop_reason": reply.finish(ANTHROPIC),
-        "stop_sequence": None,
-    }
-    if reply.usage:
-        doc["usage"] = dict(reply.usage)
-    return doc
-
-
-def _items(reply: RecordedReply) -> list[dict[str, Any]]:
-    """The Responses API's output items: a message when there is content, then the calls."""
-    items: list[dict[str, Any]] = []
-    if reply.content is not None:
-        part = {"type": "output_text", "text": reply.content, "annotations": []}
-        items.append(
-            {
-                "type": "message",
-                "id": f"msg_{reply.id}",
-                "role": "assistant",
-                "status": COMPLETED,
-                "content": [part],
-            }
-        )
-    for call in reply.tool_calls:
-        items.append(
-            {
-                "type": "function_call",
-                "id": f"fc_{call.id}",
-                "call_id": call.id,
-                "name": call.name,
-                "arguments": call.argument_text,
-                "status": COMPLETED,
-            }
-        )
-    return items
-
-
-def _responses_body(reply: RecordedReply) -> dict[str, Any]:
-    """The whole response: completed, or incomplete for the reason a row's finish names."""
-    finish = reply.finish(RESPONSES)
-    doc: dict[str, Any] = {
-        "id": reply.id,
-        "object": "response",
-        "model": reply.model,
-        "status": COMPLETED if finish == COMPLETED else "incomplete",
-        "output": _items(reply),
-    }
-    if finish != COMPLETED:
-        doc["incomplete_details"] = {"reason": finish}
-    if reply.usage:
-        doc["usage"] = dict(reply.usage)
-    return doc
-
-
-def _gemini_parts(reply: RecordedReply) -> list[dict[str, Any]]:
-    """The calls as functionCall parts (their args an object, or a string as recorded)."""
-    parts = []
-    for call in reply.tool_calls:
-        args = call.arguments if isinstance(call.arguments, str) else dict(call.arguments)
-        parts.append({"functionCall": {"id": call.id, "name": call.name, "args": args}})
-    return parts
-
-
-def _gemini_response(
-    reply: RecordedReply, parts: list[dict[str, Any]], *, finished: bool
-) -> dict[str, Any]:
-    """One response of the reply: the last one has the finish reason and the usage."""
-    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
-    doc: dict[str, Any] = {"candidates": [candidate], "modelVersion": reply.model}
-    doc["responseId"] = reply.id
-    if finished:
-        candidate["finishReason"] = reply.finish(GEMINI)
-        if reply.usage:
-            doc["usageMetadata"] = dict(reply.usage)
-    return doc
-
-
-def _gemini_body(reply: RecordedReply) -> dict[str, Any]:
-    text = [] if reply.content is None else [{"text": reply.content}]
-    return _gemini_response(reply, text + _gemini_parts(reply), finished=True)
-
-
-def _openai_events(reply: RecordedReply) -> tuple[list[_Event], int]:
-    """The chunks of the reply, and the index of the finish chunk (where truncation cuts)."""
-    head: dict[str, Any] = {"id": reply.id, "object": "chat.completion.chunk", "model": reply.model}
-    if reply.system_fingerprint:
-        head["system_fingerprint"] = reply.system_fingerprint
-
-    def chunk(delta: Mapping[str, Any], finish: str | None = None) -> _Event:
-        choice = {"index": 0, "delta": dict(delta), "finish_reason": finish}
-        return _Event(_dumps({**head, "choices": [choice]}))
-
-    events = [chunk({"role": "assistant"})]
-    if reply.content is not None:
-        events += [chunk({"content": p}) for p in _PIECE.findall(reply.content) or [""]]
-    for index, call in enumerate(reply.tool_calls):
-        function = {"name": call.name, "arguments": ""}
-        first = {"index": index, "id": call.id, "type": "function", "function": function}
-        events.append(chunk({"tool_calls": [first]}))
-        for piece in _halves(call.argument_text):
-            events.append(
-                chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-            )
-    finish_at = len(events)
-    events.append(chunk({}, reply.finish(OPENAI_CHAT)))
-    if reply.usage:
-        events.append(_Event(_dumps({**head, "choices": [], "usage": dict(reply.usage)})))
-    events.append(_Event("[DONE]"))
-    return events, finish_at
-
-
-def _anthropic_events(reply: RecordedReply) -> tuple[list[_Event], int]:
-    """The named events of the reply, and the index of `message_delta` (where the stop reason
-    comes, so where truncation cuts)."""
-
-    def event(kind: str, **fields: Any) -> _Event:
-        return _Event(_dumps({"type": kind, **fields}), kind)
-
-    usage = dict(reply.usage or {})
-    output = {k: usage.pop(k) for k in ("output_tokens",) if k in usage}
-    message: dict[str, Any] = {
-        "id": reply.id,
-        "type": "message",
-        "role": "assistant",
-        "model": reply.model,
-        "content": [],
-        "stop_reason": None,
-        "stop_sequence": None,
-    }
-    if usage:
-        message["usage"] = usage
-    events = [event("message_start", message=message)]
-    index = 0
-    if reply.content is not None:
-        events.append(
-            event("content_block_start", index=index, content_block={"type": "text", "text": ""})
-        )
-        for piece in _PIECE.findall(reply.content):
-            delta = {"type": "text_delta", "text": piece}
-            events.append(event("content_block_delta", index=index, delta=delta))
-        events.append(event("content_block_stop", index=index))
-        index += 1
-    for call in reply.tool_calls:
-        block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
-        events.append(event("content_block_start", index=index, content_block=block))
-        for piece in _halves(call.argument_text):
-            delta = {"type": "input_json_delta", "partial_json": piece}
-            events.append(event("content_block_delta", index=index, delta=delta))
-        events.append(event("content_block_stop", index=index))
-        index += 1
-    finish_at = len(events)
-    delta = {"stop_reason": reply.finish(ANTHROPIC), "stop_sequence": None}
-    events.append(event("message_delta", delta=delta, **({"usage": output} if output else {})))
-    events.append(event("message_stop"))
-    return events, finish_at
-
-
-def _responses_events(reply: RecordedReply) -> tuple[list[_Event], int]:
-    """The named events of the reply, and the index of `response.completed`."""
-
-    def event(kind: str, **fields: Any) -> _Event:
-        return _Event(_dumps({"type": kind, **fields}), kind)
-
-    whole = _responses_body(reply)
-    pending = {"id": reply.id, "object": "response", "model": reply.model, "output": []}
-    events = [event("response.created", response={**pending, "status": "in_progress"})]
-    for index, item in enumerate(whole["output"]):
-        if item["type"] == "message":
-            added = {**item, "status": "in_progress", "content": []}
-            events.append(event("response.output_item.added", output_index=index, item=added))
-            for piece in _PIECE.findall(item["content"][0]["text"]):
-                events.append(
-                    event(
-                        "response.output_text.delta",
-                        output_index=index,
-                        content_index=0,
-                        delta=piece,
-                    )
-                )
-        else:
-            added = {**item, "status": "in_progress", "arguments": ""}
-            events.append(event("response.output_item.added", output_index=index, item=added))
-            for piece in _halves(item["arguments"]):
-                events.append(
-                    event("response.function_call_arguments.delta", output_index=index, delta=piece)
-                )
-        events.append(event("response.output_item.done", output_index=index, item=item))
-    finish_at = len(events)
-    events.append(event("response.completed", response=whole))
-    return events, finish_at
-
-
-def _gemini_events(reply: RecordedReply) -> tuple[list[_Event], int]:
-    """One response per content piece, then one with the calls, the finish and the usage
-    (where truncation cuts)."""
-    pieces = _PIECE.findall(reply.content) if reply.content else []
-    events = [
-        _Event(_dumps(_gemini_response(reply, [{"text": p}], finished=False))) for p in pieces
-    ]
-    if reply.content == "":  # said nothing, as a text: one empty part
-        events.append(_Event(_dumps(_gemini_response(reply, [{"text": ""}], finished=False))))
-    finish_at = len(events)
-    last = _gemini_response(reply, _gemini_parts(reply), finished=True)
-    events.append(_Event(_dumps(last)))
-    return events, finish_at
-
-
-def _error_event(protocol: str) -> _Event:
-    """The provider's in-band error event (an overloaded Anthropic, a failing OpenAI)."""
-    if protocol == ANTHROPIC:
-        error = {"type": "overloaded_error", "message": _ERROR_MESSAGE}
-        return _Event(_dumps({"type": "error", "error": error}), "error")
-    if protocol == RESPONSES:
-        error = {"type": "error", "code": "server_error", "message": _ERROR_MESSAGE}
-        return _Event(_dumps(error), "error")
-    if protocol == GEMINI:
-        status = {"code": 503, "message": _ERROR_MESSAGE, "status": "UNAVAILABLE"}
-        return _Event(_dumps({"error": status}))
-    return _Event(_dumps({"error": {"type": "server_error", "message": _ERROR_MESSAGE}}))
-
-
-_EVENTS = {ANTHROPIC: _anthropic_events, RESPONSES: _responses_events, GEMINI: _gemini_events}
+    return json.dumps(_recorder(protocol).body(reply), ensure_ascii=False)
 
 
 def stream(protocol: str, reply: RecordedReply, fault: StreamFault | None = None) -> str:
     """The reply streamed as the protocol's SSE body, broken as `fault` says."""
-    events, finish_at = _EVENTS.get(protocol, _openai_events)(reply)
+    recorder = _recorder(protocol)
+    events, finish_at = recorder.events(reply)
     if fault == StreamFault.TRUNCATED:
         events = events[:finish_at]
     elif fault == StreamFault.MALFORMED:
         # the first event after the stream's start (a piece of the reply), or the only one
         at = min(1, len(events) - 1)
         broken = events[at]
-        events[at] = _Event(broken.data[: len(broken.data) // 2], broken.name)
+        events[at] = Event(broken.data[: len(broken.data) // 2], broken.name)
     elif fault == StreamFault.ERROR:
-        events = [events[0], _error_event(protocol)]
+        events = [events[0], recorder.error]
     return "".join(e.text() for e in events)
 
 

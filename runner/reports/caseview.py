@@ -22,13 +22,14 @@ from types import TracebackType
 from typing import Any
 
 from runner import protocols
-from runner.cost.usage import Tokens, cost_usd, tokens_of
+from runner.cost.usage import cost_usd, tokens_of
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, SCHEMA_MISS, TRANSPORT_MISS
 from runner.grading.tools import offered_tools
 from runner.jsontext import loads
 from runner.ledger import read_json_map
 from runner.model import ROW_ERRORS, SIDES, Case, Exchange, Outcome, ToolCall, record
 from runner.protocols.message import ANSWER_NOT_JSON
+from runner.protocols.wire import Tokens
 from runner.reports.accepted import Snapshot
 from runner.reports.expected import Miss, call_text, explain, value_text
 from runner.reports.ledgerindex import LedgerIndex, Spot
@@ -533,7 +534,7 @@ class RunCases:
                 "queued_ms": exchange.queued_ms if exchange else None,
                 "backoff_ms": exchange.backoff_ms if exchange else None,
                 "stream": exchange.stream if exchange else False,
-                "usage": self._usage(side, read.usage, called=exchange is not None),
+                "usage": self._usage(side, exchange, read.usage),
                 "raw": raw,
                 "samples": tuple(
                     SampleView(
@@ -559,11 +560,14 @@ class RunCases:
             return request_view(exchange.adapter, exchange.request, cap=cap)
         return self.inputs.stand_in(side, case, cap) if case is not None else None
 
-    def _usage(self, side: str, usage: Mapping[str, Any] | None, *, called: bool) -> UsageView:
-        tokens = tokens_of(usage)
-        price = self.inputs.price(side)
-        if not called:
+    def _usage(
+        self, side: str, exchange: Exchange | None, usage: Mapping[str, Any] | None
+    ) -> UsageView:
+        """The call's usage, read by the protocol its exchange says it spoke, and its cost."""
+        if exchange is None:
             return UsageView(None, None, "no call was recorded")
+        tokens = tokens_of(exchange.adapter, usage)
+        price = self.inputs.price(side)
         if tokens is None:
             return UsageView(None, None, "unknown: the reply reported no usage")
         if price is None:

@@ -16,10 +16,23 @@ from typing import Any
 import orjson
 
 from runner.grading.tools import ANY, CONTAINS, REGEX, matcher
+from runner.model import Miss as Code
 from runner.model import ToolCall, record
 
 VALUE_CAP = 300  # characters of one expected or received value
 _QUOTED = re.compile(r'["\\]')  # what json.dumps escapes in printable ASCII
+_BUILT_IN = {code.code: code for code in Code}  # a miss's code as its member
+_TOOL_CODES = frozenset(
+    {
+        Code.TOOL_MISSING,
+        Code.TOOL_ARG_MISSING,
+        Code.TOOL_ARG_MISMATCH,
+        Code.TOOL_ORDER,
+        Code.TOOL_UNEXPECTED,
+        Code.TOOL_UNKNOWN,
+        Code.TOOL_ARGS_SCHEMA,
+    }
+)
 
 
 @record
@@ -110,35 +123,36 @@ def explain(
     `expect` None: the case is not known (its fixture file is gone), so only the code shows.
     `answer` is the reply's parsed JSON answer (absent when it had none).
     """
-    kind, _, rest = code.partition(":")
+    name, _, rest = code.partition(":")
+    kind = _BUILT_IN.get(name)
     expected: str | None = None
     got: str | None = None
     if expect is None:
         return Miss(code, None, None, moved)
-    if kind == "missing":
-        expected = f"the reply includes {value_text(rest)} (any case)"
-    elif kind == "forbidden":
-        expected = f"the reply does not include {value_text(rest)}"
-    elif kind in ("over_budget", "too_verbose"):
-        was, _, limit = rest.partition(">")
-        unit = "characters" if kind == "over_budget" else "sentences"
-        expected, got = f"at most {limit} {unit}", f"{was} {unit}"
-    elif kind in ("regex_mismatch", "regex_forbidden", "regex_timeout"):
-        verb = {"regex_mismatch": "matches", "regex_forbidden": "does not match"}
-        expected = f"the reply {verb.get(kind, 'is searched for')} /{rest}/"
-        got = "the search timed out" if kind == "regex_timeout" else None
-    elif kind in ("field_missing", "field_mismatch"):
-        fields = expect.get("json_fields")
-        if isinstance(fields, Mapping) and rest in fields:
-            expected = f"{rest} = {value_text(fields[rest])}"
-        got = _field(answer, rest)
-    elif kind == "schema_violation":
-        expected = f"the answer fits the case's json_schema at {rest}"
-    elif kind == "empty_completion":
-        expected = "a reply with text or a tool call"
-        got = "an empty reply"
-    elif kind.startswith("tool_"):
-        expected, got = _tool(kind, rest, expect, calls, offered)
+    match kind:
+        case Code.MISSING:
+            expected = f"the reply includes {value_text(rest)} (any case)"
+        case Code.FORBIDDEN:
+            expected = f"the reply does not include {value_text(rest)}"
+        case Code.OVER_BUDGET | Code.TOO_VERBOSE:
+            was, _, limit = rest.partition(">")
+            unit = "characters" if kind is Code.OVER_BUDGET else "sentences"
+            expected, got = f"at most {limit} {unit}", f"{was} {unit}"
+        case Code.REGEX_MISMATCH | Code.REGEX_FORBIDDEN:
+            verb = "matches" if kind is Code.REGEX_MISMATCH else "does not match"
+            expected = f"the reply {verb} /{rest}/"
+        case Code.FIELD_MISSING | Code.FIELD_MISMATCH:
+            fields = expect.get("json_fields")
+            if isinstance(fields, Mapping) and rest in fields:
+                expected = f"{rest} = {value_text(fields[rest])}"
+            got = _field(answer, rest)
+        case Code.SCHEMA_VIOLATION:
+            expected = f"the answer fits the case's json_schema at {rest}"
+        case Code.EMPTY_COMPLETION:
+            expected = "a reply with text or a tool call"
+            got = "an empty reply"
+        case tool if tool in _TOOL_CODES:
+            expected, got = _tool(tool, rest, expect, calls, offered)
     return Miss(code, expected, got, moved)
 
 
@@ -151,7 +165,7 @@ def _field(answer: Any, name: str) -> str | None:
 
 
 def _tool(
-    kind: str,
+    kind: Code,
     rest: str,
     expect: Mapping[str, Any],
     calls: Sequence[ToolCall],
@@ -159,12 +173,12 @@ def _tool(
 ) -> tuple[str | None, str | None]:
     made = ", ".join(call_text(c, 120) for c in calls) or "no tool call"
     wanted = [w for w in expect.get("tool_calls") or () if isinstance(w, Mapping)]
-    if kind == "tool_missing":
+    if kind is Code.TOOL_MISSING:
         for want in wanted:
             if want.get("name") == rest:
                 return f"a call {rest}({value_text(want.get('arguments', {}))})", made
         return f"a call to {rest}", made
-    if kind in ("tool_arg_missing", "tool_arg_mismatch"):
+    if kind in (Code.TOOL_ARG_MISSING, Code.TOOL_ARG_MISMATCH):
         # a tool's name may hold a dot: the longest name that fits is the one meant
         for want in sorted(wanted, key=lambda w: -len(str(w.get("name")))):
             name = str(want.get("name"))
@@ -175,14 +189,14 @@ def _tool(
                     expected = f"{name} called with {key} {described(fields[key])}"
                     return expected, _arg(calls, name, key)
         return None, made
-    if kind == "tool_order":
+    if kind is Code.TOOL_ORDER:
         names = ", ".join(str(w.get("name")) for w in wanted)
         return f"calls in the order {names}", made
-    if kind == "tool_unexpected":
+    if kind is Code.TOOL_UNEXPECTED:
         return "no tool call", made
-    if kind == "tool_unknown":
+    if kind is Code.TOOL_UNKNOWN:
         return f"calls only to offered tools ({', '.join(offered) or 'none offered'})", made
-    if kind == "tool_args_schema":
+    if kind is Code.TOOL_ARGS_SCHEMA:
         name, _, where = rest.partition(":")
         return f"{name}'s arguments fit its parameters at {where}", made
     return None, None

@@ -206,9 +206,12 @@ def context(rep: RunReport) -> dict[str, Any]:
         "gate_chips": [(g, counts.get(g, 0)) for g in GATE_CLASSES],
         "review": [html[c] for c in shown.review if c in html],
         "review_total": rep.total(REVIEW_ORDER),
-        "review_hidden": rep.total(REVIEW_ORDER) - len(shown.review),
+        "review_brief": [b for gate in REVIEW_ORDER for b in rep.beyond.get(gate, ())],
         "unscored_cases": [html[c] for c in shown.unscored if c in html],
         "unscored_total": shown.unscored_total,
+        "unscored_brief": [
+            b for stamp in sorted(set(rep.beyond) - set(REVIEW_ORDER)) for b in rep.beyond[stamp]
+        ],
         "strata": _strata(rep),
         "strata_note": s.get("strata_note"),
         "partial": partial_line(s),

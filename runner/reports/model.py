@@ -16,15 +16,61 @@ from runner.errors import DataError, UsageError
 from runner.gate import ALIAS_SWAP, DISAGREEMENT_CHANGED, SCHEMA_MISS, TRANSPORT_MISS
 from runner.history import History, RunRow, ceiling_candidates, load_history, mapping_of, streaks
 from runner.ledger import read_json_map, read_json_object
-from runner.model import SIDES, STRATA
+from runner.model import SIDES, STRATA, record
 from runner.reports.caseview import CaseView, RunCases
 from runner.reports.runinputs import Given
 from runner.reports.verdict import Tally
 
 TREND_RUNS = 14
-HTML_TOP_CASES = 200  # review cases per gate shown in full without JavaScript; all are in the table
+HTML_TOP_CASES = 200  # cases per review gate and unscored stamp shown in full without JavaScript
+BRIEF_MISSES = 5  # miss codes a side's line in brief names before "+N more"
 REVIEW_ORDER = (DISAGREEMENT_CHANGED, ALIAS_SWAP)
 INCOMPLETE_ORDER = (TRANSPORT_MISS, SCHEMA_MISS)
+
+
+@record
+class BriefSide:
+    """One side of a case in brief: its stamps (or its pass), score and first miss codes."""
+
+    side: str
+    stamp: str
+    misses: tuple[str, ...]
+    more: int  # miss codes past those named
+
+
+@record
+class BriefCase:
+    """A review or unscored case past the first `top` of its section, as one line of the page
+    without JavaScript: what its table row says, from disagreement.json alone, so every such
+    case is listed however many there are while the page stays a few bytes a case."""
+
+    case_id: str
+    gate: str
+    stratum: str
+    sides: tuple[BriefSide, ...]
+
+
+def _brief_side(side: str, view: Mapping[str, Any]) -> BriefSide:
+    transport, schema = view.get("transport"), view.get("schema")
+    if transport not in (None, "ok"):
+        stamp = f"transport: {transport}"
+    elif schema not in (None, "ok"):
+        stamp = f"schema: {view.get('detail') or schema}"
+    elif view.get("admitted", True) is False:
+        stamp = "unscored"
+    else:
+        stamp = "passed" if view.get("passed") else f"score {view.get('task_score')}"
+    codes = [str(code) for code in view.get("misses") or () if isinstance(code, str)]
+    return BriefSide(side, stamp, tuple(codes[:BRIEF_MISSES]), max(len(codes) - BRIEF_MISSES, 0))
+
+
+def brief_of(case_id: str, case: Mapping[str, Any]) -> BriefCase:
+    return BriefCase(
+        case_id,
+        str(case.get("gate")),
+        str(case.get("stratum") or ""),
+        tuple(_brief_side(side, mapping_of(case.get(side))) for side in SIDES),
+    )
 
 
 @dataclass
@@ -45,6 +91,8 @@ class RunReport:
     # how many cases each review gate and each unscored stamp has, shown in detail or not
     totals: dict[str, int] = field(default_factory=dict)
     count: int = 0  # cases in disagreement.json
+    # every review and unscored case past `top` in its section, in brief (section, then id)
+    beyond: dict[str, list[BriefCase]] = field(default_factory=dict)
 
     tally: Tally = field(default_factory=Tally)  # counts over every case, for the verdict
     given: Given | None = field(default=None, repr=False)  # the run's inputs, if still held
@@ -125,27 +173,36 @@ def _wants_detail(case: Mapping[str, Any]) -> str | None:
     return gate if gate in REVIEW_ORDER else None
 
 
-def read_cases(
-    path: Path, top: int | None
-) -> tuple[dict[str, Mapping[str, Any]], dict[str, int], Tally]:
+@dataclass
+class Read:
+    """disagreement.json as a report reads it in one pass (`read_cases`)."""
+
+    cases: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    totals: dict[str, int] = field(default_factory=dict)
+    tally: Tally = field(default_factory=Tally)
+    beyond: dict[str, list[BriefCase]] = field(default_factory=dict)
+
+
+def read_cases(path: Path, top: int | None) -> Read:
     """Stream disagreement.json: the cases to show in detail, section totals, the tally.
 
     With `top`, each review gate and each unscored stamp keeps its first `top` cases by id
-    (the map is sorted by id), so a report's memory does not grow with the suite.
+    (the map is sorted by id) whole, and the rest of its cases in brief (`beyond`), so a
+    report's memory grows by a line a case, not by a case's detail.
     """
-    cases: dict[str, Mapping[str, Any]] = {}
-    totals: dict[str, int] = {}
-    tally = Tally()
+    read = Read()
     for case_id, case in read_json_map(path, "cases"):
         if not isinstance(case, dict):
             continue
-        tally.add(case)
+        read.tally.add(case)
         section = _wants_detail(case)
         if section is not None:
-            totals[section] = totals.get(section, 0) + 1
-        if top is None or (section is not None and totals[section] <= top):
-            cases[case_id] = case
-    return cases, totals, tally
+            read.totals[section] = read.totals.get(section, 0) + 1
+        if top is None or (section is not None and read.totals[section] <= top):
+            read.cases[case_id] = case
+        elif section is not None:
+            read.beyond.setdefault(section, []).append(brief_of(case_id, case))
+    return read
 
 
 def build_report(
@@ -178,7 +235,7 @@ def build_report(
     path = run_dir / "disagreement.json"
     if not path.exists():
         raise DataError(path, "no such file: not a finished parallax run")
-    cases, totals, tally = read_cases(path, top) if tallied else ({}, {}, Tally())
+    read = read_cases(path, top) if tallied else Read()
     notes: list[str] = []
     # a bounded window: the trend and a ceiling streak never need more, and a year of nightly
     # runs must not make every report read the whole history
@@ -194,7 +251,7 @@ def build_report(
         run_dir=run_dir,
         summary=summary,
         manifest=manifest,
-        cases=cases,
+        cases=read.cases,
         # a run a later retry completed is that night's draft: the retry is its column; another
         # partial run is a quick check, no night
         trend=[
@@ -207,9 +264,10 @@ def build_report(
         quiet_runs=streaks(history.rows),
         notes=notes,
         history_notes=history.notes,
-        totals=totals,
-        count=tally.cases,
-        tally=tally,
+        totals=read.totals,
+        count=read.tally.cases,
+        tally=read.tally,
+        beyond=read.beyond,
         given=given,
     )
 

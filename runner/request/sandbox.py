@@ -121,7 +121,9 @@ def render(template: Template, context: Mapping[str, Any]) -> str:
     token = _budget.set(Budget())
     try:
         kept, size = [], 0
-        for piece in template.root_render_func(template.new_context(dict(context))):
+        # the globals and the context merged once, as `new_context` would from a copy
+        merged = template.new_context({**template.globals, **context}, shared=True)
+        for piece in template.root_render_func(merged):
             size += len(piece)
             if size > MAX_TEXT:
                 raise Refused(f"renders more than {MAX_TEXT} characters")

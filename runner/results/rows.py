@@ -12,7 +12,7 @@ from typing import Any
 
 from runner.errors import DataError
 from runner.gate import GATE_CLASSES
-from runner.ledger import read_json_object
+from runner.ledger import read_json_map, read_json_object
 from runner.results.schema import CASES, MERGES, RUNS, SIDE_COLUMNS, Table
 
 Row = tuple[Any, ...]
@@ -20,15 +20,22 @@ Row = tuple[Any, ...]
 
 @dataclass(frozen=True)
 class RunRows:
-    """One run's rows, each in its table's column order."""
+    """One run's rows, each in its table's column order. Its case rows are read from the
+    disagreement map again as they are written (`cases`): a 20,000-case map held as rows was
+    some 110 MB, most of a finished run's peak memory."""
 
     run: Row
-    cases: list[Row]
     merges: list[Row]
+    disagreement: Path
 
     @property
     def run_id(self) -> str:
         return str(self.run[0])
+
+    def cases(self) -> Iterator[Row]:
+        """A row per case of the disagreement map, one line of it at a time."""
+        for case_id, verdict in read_json_map(self.disagreement, "cases"):
+            yield _case(self.run_id, case_id, _map(verdict))
 
 
 def finished(run_dir: Path) -> bool:
@@ -43,21 +50,18 @@ def read_rows(run_dir: Path) -> RunRows | None:
     """The rows of a finished run dir, None when it is not one (unfinished, or broken)."""
     if not (run_dir / "summary.json").is_file() or not finished(run_dir):
         return None
+    disagreement = run_dir / "disagreement.json"
     try:
         manifest = read_json_object(run_dir / "manifest.json")
         summary = read_json_object(run_dir / "summary.json")
-        cases = _map(read_json_object(run_dir / "disagreement.json").get("cases"))
+        rates = _pass_rates(disagreement)
     except DataError:
         return None
     run_id = run_dir.name
-    run = _run(run_id, run_dir, manifest, summary, cases)
+    run = _run(run_id, run_dir, manifest, summary, rates)
     if run[RUNS.names.index("suite")] is None:
         return None  # no suite named: nothing a row could be filed under
-    return RunRows(
-        run,
-        [_case(run_id, case_id, _map(v)) for case_id, v in cases.items()],
-        list(_merges(run_id, _map(manifest.get("merged")))),
-    )
+    return RunRows(run, list(_merges(run_id, _map(manifest.get("merged")))), disagreement)
 
 
 def _map(value: Any) -> dict[str, Any]:
@@ -76,10 +80,17 @@ def _epoch(text: Any) -> int | None:
         return None
 
 
-def _pass_rate(cases: Mapping[str, Any], side: str) -> float | None:
-    passed = [_map(_map(c).get(side)).get("passed") for c in cases.values()]
-    scored = [p for p in passed if isinstance(p, bool)]
-    return sum(scored) / len(scored) if scored else None
+def _pass_rates(disagreement: Path) -> dict[str, float | None]:
+    """Each side's share of passes among its scored cases, in one pass over the map."""
+    passed = dict.fromkeys(SIDE_COLUMNS, 0)
+    scored = dict.fromkeys(SIDE_COLUMNS, 0)
+    for _, verdict in read_json_map(disagreement, "cases"):
+        for side in SIDE_COLUMNS:
+            value = _map(_map(verdict).get(side)).get("passed")
+            if isinstance(value, bool):
+                scored[side] += 1
+                passed[side] += value
+    return {side: passed[side] / scored[side] if scored[side] else None for side in SIDE_COLUMNS}
 
 
 def _digest(manifest: Mapping[str, Any], key: str) -> Any:
@@ -91,7 +102,7 @@ def _run(
     run_dir: Path,
     manifest: Mapping[str, Any],
     summary: Mapping[str, Any],
-    cases: Mapping[str, Any],
+    rates: Mapping[str, float | None],
 ) -> Row:
     shard = _map(summary.get("shard") or manifest.get("shard"))
     gates = _map(summary.get("gate_counts"))
@@ -123,7 +134,7 @@ def _run(
     for side, prefix in SIDE_COLUMNS.items():
         usage = _map(sides.get(side))
         served = models.get(side)
-        values[f"{prefix}_pass_rate"] = _pass_rate(cases, side)
+        values[f"{prefix}_pass_rate"] = rates[side]
         values[f"{prefix}_cost_usd"] = usage.get("cost_usd")
         values[f"{prefix}_tokens"] = usage.get("total_tokens")
         values[f"{prefix}_models"] = _joined(served)
@@ -156,7 +167,9 @@ _INT64 = 2**63
 def _typed(table: Table, values: Mapping[str, Any]) -> Row:
     """The row in column order, each value of its column's type or null: a hand-edited
     summary (`"exit_code": "x"`, a 400-digit count, `1e400`) must not refuse a whole run on
-    PostgreSQL, which checks types where SQLite does not."""
+    PostgreSQL, which checks types where SQLite does not. A NUL, which PostgreSQL's text
+    refuses, is written as the escape `\\x00` the reports show it as: a case id may hold
+    one, and a case row without its id would refuse the whole run."""
     row = []
     for column in table.columns:
         value = values[column.name]
@@ -166,7 +179,8 @@ def _typed(table: Table, values: Mapping[str, Any]) -> Row:
             ok = type(value) in (int, float) and math.isfinite(value)
             value = float(value) if ok else None
         else:
-            ok = isinstance(value, str) and "\x00" not in value
+            ok = isinstance(value, str)
+            value = value.replace("\x00", "\\x00") if ok else None
         row.append(value if ok else None)
     return tuple(row)
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import abc
 import contextlib
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from runner.results.rows import RunRows
-from runner.results.schema import CASES, MERGES, RUNS, TABLES, Dialect
+from runner.results.schema import CASES, MERGES, RUNS, SIDE_COLUMNS, TABLES, Dialect
 
 
 class Store(abc.ABC):
@@ -49,8 +50,7 @@ class Store(abc.ABC):
             cursor.execute(RUNS.insert(self.dialect), rows.run)
             if cursor.rowcount != 1:
                 return False
-            if rows.cases:
-                cursor.executemany(CASES.insert(self.dialect), rows.cases)
+            cursor.executemany(CASES.insert(self.dialect), rows.cases())
             if rows.merges:
                 cursor.executemany(MERGES.insert(self.dialect), rows.merges)
             return True
@@ -70,3 +70,38 @@ class Store(abc.ABC):
             cursor.execute(f"SELECT {', '.join(RUNS.names)} FROM runs ORDER BY started_at, run_id")
             rows = cursor.fetchall()
         return (dict(zip(RUNS.names, row, strict=True)) for row in rows)
+
+    def suite_runs(self, suite: str, suite_dir: Path) -> list[dict[str, Any]]:
+        """A suite's recorded runs but those with a dir in `suite_dir` (read from there),
+        oldest first, each with `strata`: per side prefix and stratum, (passed, scored) of
+        its cases."""
+        mark = self.dialect.value
+        sides = ", ".join(f"SUM({p}_passed), COUNT({p}_passed)" for p in SIDE_COLUMNS.values())
+        with self.transaction() as cursor:
+            cursor.execute(
+                f"SELECT {', '.join(RUNS.names)} FROM runs WHERE suite = {mark} "
+                "ORDER BY started_at, run_id",
+                (suite,),
+            )
+            rows = (dict(zip(RUNS.names, row, strict=True)) for row in cursor.fetchall())
+            runs = {r["run_id"]: r for r in rows if not (suite_dir / r["run_id"]).is_dir()}
+            counts = []
+            ids = list(runs)
+            for start in range(0, len(ids), _CHUNK):  # within any engine's parameter limit
+                chunk = ids[start : start + _CHUNK]
+                cursor.execute(
+                    f"SELECT run_id, stratum, {sides} FROM cases WHERE run_id IN "
+                    f"({', '.join(mark for _ in chunk)}) GROUP BY run_id, stratum",
+                    chunk,
+                )
+                counts.extend(cursor.fetchall())
+        for run in runs.values():
+            run["strata"] = {p: {} for p in SIDE_COLUMNS.values()}
+        for run_id, stratum, *figures in counts:
+            for i, prefix in enumerate(SIDE_COLUMNS.values()):
+                passed, scored = figures[2 * i], figures[2 * i + 1]
+                runs[run_id]["strata"][prefix][stratum] = (int(passed or 0), int(scored))
+        return list(runs.values())
+
+
+_CHUNK = 500

@@ -398,6 +398,14 @@ def side_prices(loaded: LoadedConfig, suite: Suite) -> dict[str, Any]:
     return prices | {NOISE: prices["reference"]}
 
 
+def side_kinds(loaded: LoadedConfig, suite: Suite) -> dict[str, str]:
+    """Each ledger side's protocol, which reads its replies' usage as its price prices them;
+    the noise check calls the reference's endpoint."""
+    cfg = loaded.config.suites[suite.name]
+    kinds = {side: loaded.endpoint(getattr(cfg, side)).wire_kind for side in SIDES}
+    return kinds | {NOISE: kinds["reference"]}
+
+
 def _grader_failed(view: SideView) -> bool:
     """A grader error among its misses, or a grader that ran out of time: an unscored side
     whose reply was read (schema ok) and whose detail names it."""

@@ -22,19 +22,28 @@ from pathlib import Path
 from typing import Any
 
 from runner import logs
+from runner.batch.journal import JOURNAL
 from runner.config import LoadedConfig
 from runner.cost.budget import Budget
 from runner.errors import DataError, StorageError, UsageError
 from runner.gate import Folds
 from runner.invocation import command
-from runner.ledger import PACKED, decode_line, disk_refusal, stored, unpack_temporary, write_json
+from runner.ledger import (
+    PACKED,
+    decode_line,
+    disk_refusal,
+    open_ledger,
+    stored,
+    unpack_temporary,
+    write_json,
+)
 from runner.model import NOISE, SIDES
 from runner.regrade import heal
 from runner.reports.write import after_run
 from runner.request import sha as requestsha
 from runner.results.record import record_run
 from runner.runs.calls import meters
-from runner.runs.finalize import finalize, finished_event, side_prices
+from runner.runs.finalize import finalize, finished_event, side_kinds, side_prices
 from runner.runs.mode import RunMode
 from runner.runs.rundir import (
     config_for_run,
@@ -118,7 +127,8 @@ def _merged(
     order = _order(suite)
     for ledger, unique in (("raw.jsonl", False), ("outcomes.jsonl", True)):
         _sorted_copy([p.run_dir / ledger for p in parts], run_dir / ledger, order, unique=unique)
-    folds = Folds(suite.samples, side_prices(loaded, suite))
+    _journals([p.run_dir / JOURNAL for p in parts], run_dir / JOURNAL)
+    folds = Folds(suite.samples, side_prices(loaded, suite), side_kinds(loaded, suite))
     heal(run_dir, suite, folds)  # folds every row; grades only what a killed shard left
     if any(not p.finished for p in parts):  # what heal graded went to the end: put in order
         graded = run_dir / "outcomes.jsonl"
@@ -283,6 +293,21 @@ def _order(suite: Suite) -> Order:
         )
 
     return order
+
+
+def _journals(sources: Sequence[Path], target: Path) -> None:
+    """The shards' batch journals one after another, so the merged run's summary counts the
+    batches its shards sent together and a replay of it copies them; a torn last line (a
+    shard killed while it wrote one) is left out, as its resume left it."""
+    found = [source for source in sources if stored(source).exists()]
+    if not found:
+        return
+    with disk_refusal(target), target.open("wb") as out:
+        for source in found:
+            _, handle = open_ledger(source)
+            with handle:
+                data = handle.read()
+            out.write(data if data.endswith(b"\n") else data[: data.rfind(b"\n") + 1])
 
 
 @contextlib.contextmanager

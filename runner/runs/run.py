@@ -23,7 +23,7 @@ from runner.reports.runinputs import Given
 from runner.reports.write import REPORT_FILES, after_run
 from runner.results.record import record_run
 from runner.runs.calls import build_endpoints, call_all, close_endpoints, meters
-from runner.runs.finalize import finalize, finished_event, side_prices
+from runner.runs.finalize import finalize, finished_event, side_kinds, side_prices
 from runner.runs.mode import RunMode
 from runner.runs.plan import resume_problem, start
 from runner.runs.rundir import new_run_dir, read_manifest
@@ -154,7 +154,7 @@ async def _run_prepared(
     import structlog
 
     name = suite.name
-    folds = Folds(suite.samples, side_prices(loaded, suite))
+    folds = Folds(suite.samples, side_prices(loaded, suite), side_kinds(loaded, suite))
     if mode is RunMode.RESUME:
         assert resume_dir is not None
         run_dir = resume_dir

@@ -30,6 +30,7 @@
   const KEYS = [...SELECTS, "changed", "q", "sort", "case"];
   const DEFAULT_SORT = controls.sort.options[0].value;
   const PAGE = 200; // rows added to the table at a time
+  const INDEX_SLICE = 1000; // cases indexed for search in one idle moment
   // the gate select lists the classes in the gate's own order: sorting by class follows it
   const classRank = new Map(Array.from(controls.gate.options, (option, i) => [option.value, i]));
 
@@ -41,7 +42,7 @@
   let limit = PAGE; // how many of them the table holds
   let opened = null;
   let state = {};
-  let indexed = false; // the search index is built on the first search
+  let indexed = 0; // cases whose search words are built: ahead, while the page is idle (indexAhead)
 
   // ------------------------------------------------------------------ the data
 
@@ -509,15 +510,30 @@
     return Int32Array.from(out);
   }
 
+  // the search index of the cases up to `upTo`: each one's words, its block's texts lower-cased
+  function index(upTo) {
+    for (; indexed < upTo; indexed++) {
+      const c = cases[indexed];
+      c.words = wordsOf(c);
+      c.block.lower ||= c.block.strings.map((text) => text.toLowerCase());
+    }
+  }
+
+  // Built a slice at a time when the page is idle after it loads, so the first search does not
+  // wait for 20,000 cases to be indexed; a search before it is done indexes the rest itself.
+  function indexAhead() {
+    index(Math.min(indexed + INDEX_SLICE, cases.length));
+    if (indexed < cases.length) idle(indexAhead);
+    else performance.mark("parallax:search-ready");
+  }
+
+  const idle = (task) => (window.requestIdleCallback ? requestIdleCallback(task) : setTimeout(task, 0));
+
   // each block's texts lower-cased are searched once, then each case for the texts it holds
   function search(q) {
-    if (!indexed) {
-      for (const c of cases) c.words = wordsOf(c);
-      indexed = true;
-    }
+    index(cases.length);
     const blocks = new Set(cases.map((c) => c.block));
     for (const block of blocks) {
-      if (!block.lower) block.lower = block.strings.map((text) => text.toLowerCase());
       block.hit = Uint8Array.from(block.lower, (text) => (text.includes(q) ? 1 : 0));
     }
     for (const c of cases) {
@@ -733,6 +749,7 @@
     holder.hidden = false;
     restore(Boolean(read(location.hash).case));
     performance.mark("parallax:filters-ready"); // bench/report_scale.py reads when that was
+    idle(indexAhead);
   }
 
   const elements = Array.from(document.querySelectorAll("script.case-data"));
