@@ -187,15 +187,13 @@ def test_samples_in_the_shapes_evals_documents_import_validate_and_run(
     [run_dir] = [p for p in (out / "runs" / "evals-fuzzy").iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["admitted"], summary["unadmitted"]) == (3, 0)
-    sent = [r["body"]["messages"] for r in llmock.requests()]
-    assert [m["role"] for m in sent[0]] == [
-        "system",
-        "user",
-        "assistant",
-        "user",
-        "assistant",
-        "user",
-    ]
+    # The cases run concurrently, so the server sees them in any order; both sides send this one.
+    sent = {
+        tuple(m["role"] for m in r["body"]["messages"])
+        for r in llmock.requests()
+        if r["body"]["messages"][-1]["content"] == "Who wrote the novel Frankenstein?"
+    }
+    assert sent == {("system", "user", "assistant", "user", "assistant", "user")}
 
 
 def test_a_hosted_evals_data_file_imports_its_items(tmp_path: Path) -> None:
