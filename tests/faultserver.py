@@ -88,7 +88,12 @@ and `/v1/files/<id>/content`; Anthropic's `/v1/messages/batches`, `.../<id>`,
 `GET /v1/messages/batches?limit&after_id`, newest first, with `has_more` and `last_id`),
 OpenAI's showing each batch's `metadata` and `created_at` (epoch seconds), Anthropic's its
 `created_at` (RFC 3339) and `request_counts`, both by `server.now` (a test's fake clock may
-stand in for time.time), or `server.list_status`'s error when it is set. `server.on_create`,
+stand in for time.time), or `server.list_status`'s error when it is set; a page holds at
+most `server.list_cap` batches whatever its `limit` asks (as a provider caps its pages), and
+with `server.list_stuck` every page is the first, `has_more` forever. Each create takes the
+next of `server.create_faults` first, when there is one: `status:<code>` refuses it with that
+status (a 429's `Retry-After: 7`), `cut` makes the batch and closes the connection without
+an answer. `server.on_create`,
 when set, is called once a batch is made and before its id is sent back (a test kills the
 client there). A batch answers `in_progress` to its first <polls> (1) polls, then ends as
 <end> says:
@@ -274,6 +279,9 @@ class FaultServer:
     now: Callable[[], float] = field(default=time.time)  # a batch's created_at
     on_create: Callable[[dict[str, Any]], None] | None = None  # after a batch is made
     list_status: int | None = None  # when set, a batch list is answered this error status
+    list_cap: int | None = None  # the most batches one list page holds
+    list_stuck: bool = False  # every list page is the first, with has_more
+    create_faults: list[str] = field(default_factory=list)  # the next creates' faults, in turn
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -566,7 +574,13 @@ class FaultServer:
         if req.method == "POST" and route in ("v1/batches", "v1/messages/batches"):
             if (anthropic and end == "fail") or end == "refuse":
                 return self._error(conn, 400, "invalid request", {})
-            return self._create(conn, req, end, int(polls or "1"), anthropic=anthropic)
+            with self._lock:
+                fault = self.create_faults.pop(0) if self.create_faults else ""
+            if fault.startswith("status:"):
+                code = int(fault.removeprefix("status:"))
+                return self._error(conn, code, "try later", {"Retry-After": "7"})
+            cut = fault == "cut"
+            return self._create(conn, req, end, int(polls or "1"), anthropic=anthropic, cut=cut)
         if req.method == "GET" and route.startswith("v1/files/") and route.endswith("/content"):
             return self._content_of(conn, parts[2])
         batch_id = parts[-2] if parts[-1] in ("cancel", "results") else parts[-1]
@@ -595,7 +609,14 @@ class FaultServer:
         return self._send_json(conn, 200, {"id": file_id, "object": "file", "purpose": "batch"})
 
     def _create(
-        self, conn: socket.socket, req: Received, end: str, polls: int, *, anthropic: bool
+        self,
+        conn: socket.socket,
+        req: Received,
+        end: str,
+        polls: int,
+        *,
+        anthropic: bool,
+        cut: bool = False,
     ) -> bool:
         doc = json.loads(req.body)
         base = req.path.split("/v1/", 1)[0]
@@ -628,6 +649,8 @@ class FaultServer:
             self.batches[batch_id] = batch
         if self.on_create is not None:
             self.on_create(batch)
+        if cut:  # made, and the answer never leaves
+            return False
         return self._send_json(conn, 200, self._batch_doc(batch, poll=False))
 
     def _list(self, conn: socket.socket, query: dict[str, str], *, anthropic: bool) -> bool:
@@ -639,16 +662,16 @@ class FaultServer:
         made.sort(key=lambda b: b["created_at"], reverse=True)
         ids = [b["id"] for b in made]
         after = query.get("after_id" if anthropic else "after")
-        if after in ids:
+        if after in ids and not self.list_stuck:
             made = made[ids.index(after) + 1 :]
-        limit = int(query.get("limit", "20"))
+        limit = min(int(query.get("limit", "20")), self.list_cap or 1_000_000)
         page = [self._batch_doc(b, poll=False) for b in made[:limit]]
         return self._send_json(
             conn,
             200,
             {
                 "data": page,
-                "has_more": len(made) > limit,
+                "has_more": len(made) > limit or self.list_stuck,
                 "first_id": page[0]["id"] if page else None,
                 "last_id": page[-1]["id"] if page else None,
             },

@@ -121,9 +121,9 @@ class OpenAIBatches:
                 metadata = item.get("metadata")
                 if isinstance(metadata, dict) and metadata.get(NONCE_KEY) == intent.nonce:
                     return [item["id"]]
-            oldest = items[-1].get("created_at") if items else None
-            if not doc.get("has_more") or not items:
-                break
+            if not doc.get("has_more") or not items or items[-1]["id"] == after:
+                break  # the end, or a list that pages in place: no page further will differ
+            oldest = items[-1].get("created_at")
             if isinstance(oldest, int | float) and oldest < since:
                 break
             after = items[-1]["id"]
