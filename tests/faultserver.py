@@ -578,7 +578,8 @@ class FaultServer:
                 fault = self.create_faults.pop(0) if self.create_faults else ""
             if fault.startswith("status:"):
                 code = int(fault.removeprefix("status:"))
-                return self._error(conn, code, "try later", {"Retry-After": "7"})
+                asked = {"Retry-After": "7"} if code == 429 else {}
+                return self._error(conn, code, "try later", asked)
             cut = fault == "cut"
             return self._create(conn, req, end, int(polls or "1"), anthropic=anthropic, cut=cut)
         if req.method == "GET" and route.startswith("v1/files/") and route.endswith("/content"):

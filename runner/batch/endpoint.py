@@ -403,7 +403,9 @@ class BatchEndpoint:
                 message=message,
             )
             call.results[call.n] = (attempt, None)
-            decision = decide_retry(call.n, exc.stamp, exc.status, None, self._cfg.retry, self._rng)
+            decision = decide_retry(
+                call.n, exc.stamp, exc.status, exc.retry_after, self._cfg.retry, self._rng
+            )
             if exc.certain and decision.retry:
                 self._retry(call, attempt)
                 self._resubmit_at = max(self._resubmit_at, self._clock.now() + decision.wait)

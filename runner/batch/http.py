@@ -18,6 +18,7 @@ import httpx
 from runner import logs
 from runner.client.body import read_body
 from runner.client.record import plain_headers
+from runner.client.retry import retry_after_of
 from runner.client.stamp import CAUGHT, CONFIG_ERRORS, classify
 from runner.config import EndpointConfig
 from runner.errors import ConfigError
@@ -38,12 +39,14 @@ class Failed(Exception):
         message: str | None,
         *,
         sure: bool | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message or stamp)
         self.stamp = stamp
         self.status = status
         self.code = code  # the error body's `code` or `type`, when the server named one
         self.message = message
+        self.retry_after = retry_after  # the wait the server asked for (its Retry-After)
         self._sure = sure
 
     @property
@@ -72,7 +75,14 @@ class Failed(Exception):
 
     def unbilled(self) -> Failed:
         """The same failure of a step that creates nothing billable (an upload): sure."""
-        return Failed(self.stamp, self.status, self.code, self.message, sure=True)
+        return Failed(
+            self.stamp,
+            self.status,
+            self.code,
+            self.message,
+            sure=True,
+            retry_after=self.retry_after,
+        )
 
 
 def _code(body: bytes) -> str | None:
@@ -151,6 +161,7 @@ class BatchHttp:
         limit = cap if cap is not None else self._cfg.max_response_bytes
         buf = bytearray()
         status: int | None = None
+        received: dict[str, str] = {}
         try:
             with anyio.fail_after(self._cfg.deadline):
                 response = await self._transport.handle_async_request(request)
@@ -174,7 +185,8 @@ class BatchHttp:
         if not 200 <= status < 300:
             body = bytes(buf)
             text = _shown(body.decode("utf-8", "replace"))
-            raise Failed(classify(None, status), status, _code(body), text)
+            wait = retry_after_of(received)
+            raise Failed(classify(None, status), status, _code(body), text, retry_after=wait)
         return bytes(buf)
 
 
