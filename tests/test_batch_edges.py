@@ -5,16 +5,22 @@ for the moment, for good, or whose answer never comes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 from faultserver import FaultServer
 from structlog.testing import capture_logs
-from test_batch import START, cases, config, killed_at_create, outcome, run
+from test_batch import KEY, START, FakeClock, cases, config, killed_at_create, outcome, run
 
+from runner.batch.endpoint import BatchEndpoint, custom_id
+from runner.batch.journal import JOURNAL, Journal
+from runner.batch.lookup import Clock
 from runner.batch.provider import LIST_PAGES
 from runner.config import EndpointConfig
+from runner.model import Case
 
 KINDS = ["openai-chat", "anthropic-messages"]  # the two list APIs (Responses shares OpenAI's)
 
@@ -115,3 +121,132 @@ async def test_a_list_that_pages_in_place_is_read_twice_not_forever(
     (unfound,) = [e for e in events if e["event"] == "batch.not_found"]
     assert unfound["reason"] == "none"
     assert len(fault_server.batches) == 5  # the intent's, the three others', the new one
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("status", "stamp"), [(429, "rate_limited"), (503, "http_error")])
+async def test_a_create_refused_for_the_moment_is_sent_again_later_and_answered_once(
+    fault_server: FaultServer, tmp_path: Path, kind: str, status: int, stamp: str
+) -> None:
+    """A create the provider answers 429 (after the Retry-After it names: 7 s, far past the
+    policy's backoff) or 503 made nothing: its calls' first attempt says so and their second
+    goes as the one batch made, each call answered once from it."""
+    fault_server.create_faults = [f"status:{status}"]
+    calls = cases(2)
+    fake = FakeClock()
+    found = await run(config(fault_server, "batch:ok:1", kind), tmp_path, calls, fake=fake)
+    (batch,) = fault_server.batches.values()
+    assert len(fault_server.batch_creates()) == 2
+    assert sorted(line[0] for line in batch["lines"]) == sorted(
+        custom_id((c.id, "candidate", 0), 2) for c in calls
+    )
+    for case in calls:
+        row = outcome(found[case.id], case)
+        assert (row.transport, row.attempts) == ("ok", 2), row.detail
+        first = found[case.id].attempts[0]
+        assert (first.transport, first.status, first.error) == (stamp, status, "batch_failed:fault")
+    waited = fake.slept[0]
+    assert waited >= 7 if status == 429 else waited < 1
+    journal = Journal.read(tmp_path / JOURNAL)
+    (submitted,) = journal.submitted.values()
+    assert {r.attempt for r in submitted.requests} == {2}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_create_refused_for_good_stamps_every_call_and_is_not_sent_again(
+    fault_server: FaultServer, tmp_path: Path, kind: str
+) -> None:
+    """A 400 to the create: every call of the batch is `http_error` HTTP 400 with detail
+    `batch_failed:<reason>`, one attempt, and nothing is sent again."""
+    fault_server.create_faults = ["status:400"]
+    calls = cases(3)
+    found = await run(config(fault_server, "batch:ok:1", kind), tmp_path, calls)
+    assert len(fault_server.batch_creates()) == 1 and fault_server.batches == {}
+    for case in calls:
+        row = outcome(found[case.id], case)
+        assert (row.transport, row.attempts) == ("http_error", 1)
+        assert "batch_failed:fault" in row.detail, row.detail
+        assert found[case.id].attempts[0].status == 400
+    journal = Journal.read(tmp_path / JOURNAL)
+    assert list(journal.refused) == list(journal.intents)
+    assert journal.unsettled("cand") == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_create_whose_answer_never_came_is_not_sent_blind(
+    fault_server: FaultServer, tmp_path: Path, kind: str
+) -> None:
+    """The provider made the batch and the connection closed before its answer: the create
+    may have made a batch, so it is not sent again as if nothing had been; the calls are
+    stamped `connection_lost` (batch_failed) once each, and one batch exists."""
+    fault_server.create_faults = ["cut"]
+    calls = cases(2)
+    found = await run(config(fault_server, "batch:ok:1", kind), tmp_path, calls)
+    assert len(fault_server.batch_creates()) == 1 and len(fault_server.batches) == 1
+    for case in calls:
+        row = outcome(found[case.id], case)
+        assert (row.transport, row.attempts) == ("connection_lost", 1), row.detail
+        assert "batch_failed:connection_lost" in row.detail, row.detail
+    journal = Journal.read(tmp_path / JOURNAL)  # the intent stays open to a lookup
+    assert journal.refused == {} and len(journal.unsettled("cand")) == 1
+
+
+async def killed_waiting(cfg: EndpointConfig, run_dir: Path, calls: Sequence[Case]) -> None:
+    """A process whose waits return at once until a batch is in the journal, then is gone
+    while it waits for that batch (as a SIGKILL leaves a run)."""
+    fake = FakeClock()
+
+    async def sleep(seconds: float) -> None:
+        if Journal.read(run_dir / JOURNAL).submitted:
+            await anyio.sleep_forever()
+        await fake.sleep(seconds)
+
+    endpoint = BatchEndpoint("cand", cfg, KEY, clock=Clock(fake.now, sleep))
+    endpoint.plan(run_dir, "candidate", len(calls))
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                for case in calls:
+                    group.start_soon(endpoint.call, case, "candidate", 0)
+                while (
+                    not (run_dir / JOURNAL).exists()
+                    or not Journal.read(run_dir / JOURNAL).submitted
+                ):
+                    await anyio.sleep(0.01)
+                group.cancel_scope.cancel()
+    finally:
+        await endpoint.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_resume_after_a_refused_create_and_its_retry_sends_nothing_again(
+    fault_server: FaultServer, tmp_path: Path, kind: str
+) -> None:
+    """A 503 refused the first create and the second made the batch; the run was killed while
+    it waited. The resume knows the refused intent made nothing (it neither looks it up nor
+    sends its attempt again) and polls the retry's batch: one batch in all, each call
+    answered once, its first attempt the refusal."""
+    fault_server.now = lambda: START + 1
+    fault_server.create_faults = ["status:503"]
+    calls = cases(2)
+    cfg = config(fault_server, "batch:ok:1000000", kind)
+    await killed_waiting(cfg, tmp_path, calls)
+    (batch_id,) = fault_server.batches
+    journal = Journal.read(tmp_path / JOURNAL)
+    first, _ = journal.intents
+    assert (list(journal.refused), journal.refused[first].status) == ([first], 503)
+    fault_server.batches[batch_id]["polls_left"] = 0
+    with capture_logs() as events:
+        found = await run(cfg, tmp_path, calls)
+    assert len(fault_server.batch_creates()) == 2 and len(fault_server.batches) == 1
+    assert list_reads(fault_server) == []
+    assert [e for e in events if e["event"] == "batch.not_found"] == []
+    for case in calls:
+        row = outcome(found[case.id], case)
+        assert (row.transport, row.attempts) == ("ok", 2), row.detail
+        assert found[case.id].attempts[0].error == "batch_failed:fault"
+        assert found[case.id].request["batch"]["id"] == batch_id

@@ -28,8 +28,14 @@ a fresh nonce the batch carries as far as the provider lets it), so a kill betwe
 provider's answer and the `submitted` line is not a batch paid twice: the resume looks the
 intent's batch up at the provider (`Batcher.find`) and adopts the one it finds, journaling
 it as submitted at the intent's time; only when the provider shows none (or several that
-cannot be told apart, or cannot be asked) are the requests sent again. All times, the
-deadline's and the backoff's, come from `clock`, the seam a test drives.
+cannot be told apart, or cannot be asked) are the requests sent again. A create the provider
+answered with an error made nothing: the refusal is that attempt (retried as a live call's
+status would be, after the Retry-After it names) and is journaled (`refused`), so a resume
+takes it as it was and neither looks its intent up nor sends that attempt again. A create
+whose answer never came (a timeout, a connection lost once it was sent) may have made a batch
+nobody knows the id of: it is never sent again, its calls stamped with that fault (detail
+`batch_failed:<stamp>`). All times, the deadline's and the backoff's, come from `clock`, the
+seam a test drives.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from runner.batch.journal import (
     Ended,
     Intent,
     Journal,
+    Refused,
     Request,
     Submitted,
     epoch,
@@ -297,6 +304,16 @@ class BatchEndpoint:
                 call.started_at = min(call.started_at or when, when)
             if mine:
                 taken.append(submitted)
+        for refused in journal.refused.values():  # attempts that were refusals, as they were
+            intent = journal.intents.get(refused.nonce)
+            for request in intent.requests if intent and refused.endpoint == self.name else ():
+                waiting = self._calls.get(request.key)
+                if waiting is not None and request.attempt not in waiting.placed:
+                    waiting.results.setdefault(
+                        request.attempt, (refused.attempt(request.attempt), None)
+                    )
+        for call in self._calls.values():
+            self._advance(call)
         if self._meter is not None:
             for call in self._calls.values():
                 if call.n in call.placed:
@@ -352,7 +369,7 @@ class BatchEndpoint:
                     self._http, [line for _, line, _ in sent], self._label, nonce
                 )
             except Failed as exc:
-                self._refused(sent, exc)
+                self._refused(sent, exc, nonce)
                 continue
             submitted = Submitted(batch_id, self.name, self._cfg.kind, iso(now), requests, nonce)
             self._journal.record(submitted)  # on disk before the first poll
@@ -389,19 +406,25 @@ class BatchEndpoint:
                 self._finish(call)
         return sent
 
-    def _refused(self, sent: list[tuple[_Call, bytes, Request]], exc: Failed) -> None:
+    def _refused(self, sent: list[tuple[_Call, bytes, Request]], exc: Failed, nonce: str) -> None:
         """The provider refused (or lost) the create: each call's attempt says so, and is
-        tried again only when the create surely made nothing and its stamp is worth it."""
+        tried again only when the create surely made nothing and its stamp is worth it. A
+        sure refusal is journaled, so a resume takes it as the attempt it was."""
         message = exc.message or f"the batch could not be created: {exc.reason}"
+        refused = Refused(
+            nonce,
+            self.name,
+            str(exc.stamp),
+            exc.status,
+            f"{BATCH_FAILED}:{exc.reason}",
+            message,
+            iso(self._clock.now()),
+        )
+        if exc.certain:
+            assert self._journal is not None
+            self._journal.record(refused)
         for call, _, _ in sent:
-            attempt = Attempt(
-                n=call.n,
-                transport=str(exc.stamp),
-                elapsed_ms=None,
-                status=exc.status,
-                error=f"{BATCH_FAILED}:{exc.reason}",
-                message=message,
-            )
+            attempt = refused.attempt(call.n)
             call.results[call.n] = (attempt, None)
             decision = decide_retry(
                 call.n, exc.stamp, exc.status, exc.retry_after, self._cfg.retry, self._rng

@@ -12,7 +12,10 @@ The `submitted` line can only be written once the provider has answered the crea
 batch's id, so an `intent` line goes first: the same requests under a fresh nonce, synced
 before anything is sent, the nonce travelling with the batch as far as the provider lets it.
 An intent no `submitted` line names is a create a kill may have cut off: a resume looks its
-batch up at the provider before it sends those requests again (`BatchEndpoint`).
+batch up at the provider before it sends those requests again (`BatchEndpoint`). A create the
+provider surely refused (it answered with an error) gets a `refused` line under the intent's
+nonce instead: that intent made nothing to look up, and its requests' attempt is the refusal,
+as it was in the process that saw it, so a resume neither asks for it nor sends it again.
 
 A torn last line (a kill mid-write) is dropped as the ledgers drop one.
 """
@@ -29,13 +32,14 @@ from typing import Any
 from runner.errors import DataError
 from runner.jsontext import dumps
 from runner.ledger import disk_refusal, read_jsonl, repair_tail, stored
-from runner.model import ROW_ERRORS
+from runner.model import ROW_ERRORS, Attempt
 
 JOURNAL = "batches.jsonl"
 JOURNAL_VERSION = 1
 SUBMITTED = "submitted"
 ENDED = "ended"
 INTENT = "intent"
+REFUSED = "refused"
 
 Key = tuple[str, str, int]
 
@@ -159,6 +163,39 @@ class Ended:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A create the provider refused (or lost): the attempt its intent's requests made. Only a
+    sure refusal is journaled: a lost create may have made the batch a resume looks up."""
+
+    nonce: str
+    endpoint: str
+    stamp: str
+    status: int | None
+    error: str  # `batch_failed:<reason>`
+    message: str
+    refused_at: str  # UTC ISO-8601
+
+    def attempt(self, n: int) -> Attempt:
+        """Attempt `n` of a call this create carried."""
+        return Attempt(
+            n, self.stamp, None, status=self.status, error=self.error, message=self.message
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": JOURNAL_VERSION,
+            "event": REFUSED,
+            "nonce": self.nonce,
+            "endpoint": self.endpoint,
+            "stamp": self.stamp,
+            "status": self.status,
+            "error": self.error,
+            "message": self.message,
+            "refused_at": self.refused_at,
+        }
+
+
 class Journal:
     """A run dir's batches.jsonl, read once and appended to line by line."""
 
@@ -167,6 +204,7 @@ class Journal:
         self.intents: dict[str, Intent] = {}
         self.submitted: dict[str, Submitted] = {}
         self.ended: dict[str, Ended] = {}
+        self.refused: dict[str, Refused] = {}  # by the intent's nonce
 
     @classmethod
     def read(cls, path: Path) -> Journal:
@@ -198,6 +236,22 @@ class Journal:
                 requests=tuple(Request.from_json(r) for r in row["requests"]),
             )
             return
+        if event == REFUSED:
+            epoch(row["refused_at"])
+            status = row["status"]
+            if status is not None and type(status) is not int:
+                raise TypeError("status must be an integer")
+            found_refused = Refused(
+                nonce=str(row["nonce"]),
+                endpoint=str(row["endpoint"]),
+                stamp=str(row["stamp"]),
+                status=status,
+                error=str(row["error"]),
+                message=str(row["message"]),
+                refused_at=row["refused_at"],
+            )
+            self.refused[found_refused.nonce] = found_refused
+            return
         batch_id = row["batch_id"]
         if not isinstance(batch_id, str):
             raise TypeError("batch_id must be a string")
@@ -227,13 +281,13 @@ class Journal:
         return (s for s in self.submitted.values() if s.endpoint == endpoint)
 
     def unsettled(self, endpoint: str) -> list[Intent]:
-        """The endpoint's intents no `submitted` line names, newest first: creates a kill may
-        have cut off between the provider's answer and the journal."""
-        named = {s.nonce for s in self.submitted.values()}
+        """The endpoint's intents no `submitted` or `refused` line names, newest first:
+        creates a kill may have cut off between the provider's answer and the journal."""
+        named = {s.nonce for s in self.submitted.values()} | set(self.refused)
         found = [i for i in self.intents.values() if i.endpoint == endpoint]
         return [i for i in reversed(found) if i.nonce not in named]
 
-    def record(self, entry: Intent | Submitted | Ended) -> None:
+    def record(self, entry: Intent | Submitted | Ended | Refused) -> None:
         """Append one line, flushed and synced before this returns: a batch's id must outlive
         a kill, and a power cut, the moment it exists."""
         with disk_refusal(self.path):
@@ -246,6 +300,8 @@ class Journal:
             self.intents[entry.nonce] = entry
         elif isinstance(entry, Submitted):
             self.submitted[entry.batch_id] = entry
+        elif isinstance(entry, Refused):
+            self.refused[entry.nonce] = entry
         else:
             self.ended[entry.batch_id] = entry
 
