@@ -5,8 +5,10 @@ for the moment, for good, or whose answer never comes."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -19,7 +21,7 @@ from runner.batch.endpoint import BatchEndpoint, custom_id
 from runner.batch.journal import JOURNAL, Journal
 from runner.batch.lookup import Clock
 from runner.batch.provider import LIST_PAGES
-from runner.config import EndpointConfig
+from runner.config import EndpointConfig, Timeouts
 from runner.model import Case
 
 KINDS = ["openai-chat", "anthropic-messages"]  # the two list APIs (Responses shares OpenAI's)
@@ -176,21 +178,37 @@ async def test_a_create_refused_for_good_stamps_every_call_and_is_not_sent_again
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fault", ["connection_lost", "timeout"])
 async def test_a_create_whose_answer_never_came_is_not_sent_blind(
-    fault_server: FaultServer, tmp_path: Path, kind: str
+    fault_server: FaultServer, tmp_path: Path, kind: str, fault: str
 ) -> None:
-    """The provider made the batch and the connection closed before its answer: the create
-    may have made a batch, so it is not sent again as if nothing had been; the calls are
-    stamped `connection_lost` (batch_failed) once each, and one batch exists."""
-    fault_server.create_faults = ["cut"]
+    """The provider made the batch and its answer never came (the connection closed, or the
+    server held it past the read timeout): the create may have made a batch, so it is not
+    sent again as if nothing had been; the calls are stamped with the fault (batch_failed)
+    once each, one batch exists, and the intent stays open to a resume's lookup."""
+    release = threading.Event()
+    if fault == "connection_lost":
+        fault_server.create_faults = ["cut"]
+    else:  # held until the test is done: the client's read timeout (0.3 s) always comes first
+
+        def hold(_batch: dict[str, Any]) -> None:
+            release.wait(30)
+
+        fault_server.on_create = hold
+    cfg = config(
+        fault_server, "batch:ok:1", kind, timeout=Timeouts(connect=2, read=0.3, write=2, pool=2)
+    )
     calls = cases(2)
-    found = await run(config(fault_server, "batch:ok:1", kind), tmp_path, calls)
+    try:
+        found = await run(cfg, tmp_path, calls)
+    finally:
+        release.set()
     assert len(fault_server.batch_creates()) == 1 and len(fault_server.batches) == 1
     for case in calls:
         row = outcome(found[case.id], case)
-        assert (row.transport, row.attempts) == ("connection_lost", 1), row.detail
-        assert "batch_failed:connection_lost" in row.detail, row.detail
-    journal = Journal.read(tmp_path / JOURNAL)  # the intent stays open to a lookup
+        assert (row.transport, row.attempts) == (fault, 1), row.detail
+        assert f"batch_failed:{fault}" in row.detail, row.detail
+    journal = Journal.read(tmp_path / JOURNAL)
     assert journal.refused == {} and len(journal.unsettled("cand")) == 1
 
 
