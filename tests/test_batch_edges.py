@@ -19,7 +19,7 @@ from test_batch import KEY, START, FakeClock, cases, config, killed_at_create, o
 
 from runner.batch.endpoint import BatchEndpoint, custom_id
 from runner.batch.journal import JOURNAL, Journal
-from runner.batch.lookup import Clock
+from runner.batch.lookup import LOOKUP_TRIES, Clock
 from runner.batch.provider import LIST_PAGES
 from runner.config import EndpointConfig, Timeouts
 from runner.model import Case
@@ -106,9 +106,11 @@ async def test_a_lookup_pages_back_to_the_intents_batch_and_adopts_it(
 async def test_a_list_that_pages_in_place_is_read_twice_not_forever(
     fault_server: FaultServer, tmp_path: Path, kind: str
 ) -> None:
-    """A list that gives its first page whatever the cursor, `has_more` forever: the lookup
+    """A list that gives its first page whatever the cursor, `has_more` forever: each lookup
     sees the same last id come back and stops at the second read (not at the page bound),
-    having found nothing; the requests are sent once more, as a new batch."""
+    and since the list never ended it says it could not look (`lookup_failed`, asked again
+    as a failed read is), not that the batch is not there; the requests are sent once more,
+    as a new batch."""
     fault_server.now = lambda: START + 1
     calls = cases(2)
     cfg = config(fault_server, "batch:ok:1", kind)
@@ -118,11 +120,33 @@ async def test_a_list_that_pages_in_place_is_read_twice_not_forever(
     fault_server.list_cap, fault_server.list_stuck = 2, True
     with capture_logs() as events:
         found = await run(cfg, tmp_path, calls)
-    assert len(list_reads(fault_server)) == 2 < LIST_PAGES
+    assert len(list_reads(fault_server)) == 2 * LOOKUP_TRIES < LIST_PAGES
     assert all(outcome(found[c.id], c).transport == "ok" for c in calls)
     (unfound,) = [e for e in events if e["event"] == "batch.not_found"]
-    assert unfound["reason"] == "none"
+    assert (unfound["reason"], unfound["error"]) == ("lookup_failed", "list_unfinished")
     assert len(fault_server.batches) == 5  # the intent's, the three others', the new one
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_list_longer_than_the_page_bound_is_a_lookup_that_failed(
+    fault_server: FaultServer, tmp_path: Path, kind: str
+) -> None:
+    """More batches newer than the intent than LIST_PAGES pages hold: the lookup stops at the
+    bound and says it could not look, not that the intent's batch is not there."""
+    fault_server.now = lambda: START + 1
+    calls = cases(2)
+    cfg = config(fault_server, "batch:ok:1", kind)
+    await killed_at_create(fault_server, cfg, tmp_path, calls)
+    for i in range(LIST_PAGES + 1):
+        other_batch(fault_server, cfg, START + 100 + i, requests=3)
+    fault_server.list_cap = 1
+    with capture_logs() as events:
+        found = await run(cfg, tmp_path, calls)
+    assert len(list_reads(fault_server)) == LIST_PAGES * LOOKUP_TRIES
+    assert all(outcome(found[c.id], c).transport == "ok" for c in calls)
+    (unfound,) = [e for e in events if e["event"] == "batch.not_found"]
+    assert (unfound["reason"], unfound["error"]) == ("lookup_failed", "list_unfinished")
 
 
 @pytest.mark.anyio

@@ -34,6 +34,7 @@ from runner.batch.provider import (
     State,
     listed,
     read_results,
+    unfinished_list,
 )
 from runner.batch.rawjson import member
 from runner.jsontext import dumps, loads
@@ -99,10 +100,12 @@ class AnthropicBatches:
                     continue
                 if _total(item.get("request_counts")) == len(intent.requests):
                     found.append(item["id"])
-            if older or not doc.get("has_more") or not items or items[-1]["id"] == after:
-                break
+            if older or not doc.get("has_more") or not items:
+                return found
+            if items[-1]["id"] == after:  # a list that pages in place: no page will differ
+                raise unfinished_list()
             after = items[-1]["id"]
-        return found
+        raise unfinished_list()
 
     async def poll(self, http: BatchHttp, batch_id: str) -> Polled:
         doc = _object(await http.send("GET", f"{self._batches}/{batch_id}"))

@@ -37,6 +37,7 @@ from runner.batch.provider import (
     State,
     listed,
     read_results,
+    unfinished_list,
 )
 from runner.batch.rawjson import member
 from runner.jsontext import dumps, loads
@@ -121,13 +122,15 @@ class OpenAIBatches:
                 metadata = item.get("metadata")
                 if isinstance(metadata, dict) and metadata.get(NONCE_KEY) == intent.nonce:
                     return [item["id"]]
-            if not doc.get("has_more") or not items or items[-1]["id"] == after:
-                break  # the end, or a list that pages in place: no page further will differ
+            if not doc.get("has_more") or not items:
+                return []
+            if items[-1]["id"] == after:  # a list that pages in place: no page will differ
+                raise unfinished_list()
             oldest = items[-1].get("created_at")
             if isinstance(oldest, int | float) and oldest < since:
-                break
+                return []
             after = items[-1]["id"]
-        return []
+        raise unfinished_list()
 
     async def poll(self, http: BatchHttp, batch_id: str) -> Polled:
         doc = _object(await http.send("GET", f"{self._base}/batches/{batch_id}"))

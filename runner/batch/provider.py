@@ -31,6 +31,17 @@ LIST_PAGES = 20  # the most pages one lookup reads: a bound on a provider that p
 SKEW_SECONDS = 30.0  # how far the provider's clock may be from ours when a lookup reads times
 
 
+def unfinished_list() -> Failed:
+    """A batch list that never reached its end (it paged in place, or ran past LIST_PAGES):
+    the lookup cannot say the intent's batch is not there, so it says it could not look."""
+    return Failed(
+        Transport.HTTP_ERROR,
+        None,
+        "list_unfinished",
+        f"the provider's batch list did not end within {LIST_PAGES} pages",
+    )
+
+
 class State(StrEnum):
     """How a batch ended, in one word for every provider (the journal and summary keep it)."""
 
