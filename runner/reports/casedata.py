@@ -55,12 +55,16 @@ class Strings(dict[object, "int | None"]):
     dict's own lookup (`add` is `__getitem__`, None maps to None) and only a new text or a
     value that is not a str reaches Python (`__missing__`)."""
 
-    __slots__ = ("add", "table")
+    __slots__ = ("table",)
 
     def __init__(self) -> None:
         super().__init__({None: None})
         self.table: list[str] = []
-        self.add = self.__getitem__
+
+    @property
+    def add(self) -> Intern:
+        """The interning function (not kept on the table: a cycle would outlive its block)."""
+        return self.__getitem__
 
     def __missing__(self, value: object) -> int:
         """The index of `value`'s text, added the first time. A value that is not a str is

@@ -239,7 +239,7 @@ class RunInputs:
                 pass
             else:
                 # rendered from the config again: a `body_env` secret masked as stored
-                body = logs.scrub_body(sent, dumps(sent))
+                body = logs.scrub_body(sent, dumps(sent)) if logs.knows_secrets() else sent
                 request = {"method": None, "url": None, "body": body}
                 return request_view(sender.kind, request, cap=cap, source=Source.STANDS_IN)
         said: dict[str, Any] = {"messages": turns(PLAIN, case)}
