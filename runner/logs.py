@@ -440,6 +440,12 @@ def scrub_text(text: str) -> str:
     return _BEARER.sub(r"\1***", text) if "bearer" in text.lower() else text
 
 
+def knows_secrets() -> bool:
+    """Whether any secret is registered: without one a body needs no JSON text to be scrubbed
+    (a report renders a stand-in body for each side of every case)."""
+    return bool(_known_secrets)
+
+
 def scrub_body(body: Any, sent: bytes) -> Any:
     """A request body to store: `body` itself when `sent`, its JSON text, spells no known
     secret (nearly every one: one scan of the bytes), else `scrub_value(body)`."""

@@ -747,3 +747,31 @@ def test_a_report_s_case_details_share_its_summary_rather_than_read_it_again(gat
     with build_report(gates) as rep:
         assert rep.details().inputs.summary is rep.summary
         assert rep.details().count == rep.summary["cases"]
+
+
+def test_equal_turns_read_once_still_say_what_was_cut() -> None:
+    """Two sides sent the same turns read them once (the second view's turns are the first's),
+    and the second still says its text was cut; another cap, or other turns, are read anew."""
+    long = {"messages": [{"role": "user", "content": "x" * 50}], "model": "a"}
+    short = {"messages": [{"role": "user", "content": "short"}], "model": "b"}
+    first = request_view("openai-chat", {"body": long}, cap=10)
+    again = request_view("openai-chat", {"body": {**long, "model": "b"}}, cap=10)
+    assert first.cut and again.cut
+    assert again.turns is first.turns
+    wider = request_view("openai-chat", {"body": long}, cap=100)
+    assert not wider.cut and wider.turns[0].text == "x" * 50
+    other = request_view("openai-chat", {"body": short}, cap=10)
+    assert not other.cut and other.turns[0].text == "short"
+
+
+def test_a_string_table_keeps_each_text_once_by_its_text() -> None:
+    """Interned values are keyed by their text: `True` and `1` are two texts, not one key,
+    None stays None, and a text that needs escaping is stored as `visible` shows it."""
+    from runner.reports.casedata import Strings
+    from runner.text import visible
+
+    table = Strings()
+    s = table.add
+    ids = [s("1"), s(1), s(True), s(None), s("True"), s("a\u202eb"), s("1")]
+    assert ids == [0, 0, 1, None, 1, 2, 0]
+    assert table.table == ["1", "True", visible("a\u202eb")]

@@ -48,25 +48,32 @@ Intern = Callable[[object], "int | None"]  # a text's index in its block's table
 Detail = Callable[[CaseView], Markup]  # a view rendered as the page's HTML (case.html.j2)
 
 
-class Strings:
-    """One block's string table: each text once, shown as `visible` shows it."""
+class Strings(dict[object, "int | None"]):
+    """One block's string table: each text once, shown as `visible` shows it.
 
-    __slots__ = ("_ids", "table")
+    Interning is some 70 lookups a case, so a text already in the table is found by the
+    dict's own lookup (`add` is `__getitem__`, None maps to None) and only a new text or a
+    value that is not a str reaches Python (`__missing__`)."""
+
+    __slots__ = ("table",)
 
     def __init__(self) -> None:
-        self._ids: dict[str, int] = {}
+        super().__init__({None: None})
         self.table: list[str] = []
 
-    def add(self, value: object) -> int | None:
-        """The index of `value`'s text in the table (added the first time); None stays None."""
-        if value is None:
-            return None
-        text = value if type(value) is str else str(value)
-        found = self._ids.get(text)
-        if found is None:
-            found = self._ids[text] = len(self.table)
-            # printable ASCII has nothing to show as an escape: most texts skip the pattern
-            self.table.append(text if text.isascii() and text.isprintable() else visible(text))
+    @property
+    def add(self) -> Intern:
+        """The interning function (not kept on the table: a cycle would outlive its block)."""
+        return self.__getitem__
+
+    def __missing__(self, value: object) -> int:
+        """The index of `value`'s text, added the first time. A value that is not a str is
+        looked up by its text and never kept as a key: `True` would find the text of `1`."""
+        if type(value) is not str:
+            return self[str(value)]  # type: ignore[return-value]  # a str is never None
+        found = self[value] = len(self.table)
+        # printable ASCII has nothing to show as an escape: most texts skip the pattern
+        self.table.append(value if value.isascii() and value.isprintable() else visible(value))
         return found
 
 
@@ -206,7 +213,7 @@ def case_record(case: Mapping[str, Any], view: CaseView, row: Row, s: Intern) ->
         view.index,
         s(view.id),
         s(view.gate),
-        s(case.get("stratum") or ""),
+        s(str(case.get("stratum") or "")),  # a hand-edited one may be a list: no key
         marks.moved,
         [[s(code) for code in marks.of(side)] for side in SIDES],
         marks.delta,

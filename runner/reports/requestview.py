@@ -114,6 +114,32 @@ def _openai_turns(messages: Any, cut: _Cutter) -> tuple[str | None, list[Turn]]:
     return ("\n\n".join(systems) if systems else None), turns
 
 
+# Both sides of a case are most often sent the same turns (one prompt, two models): the last
+# turns read are kept by their JSON and the cap, and the other side's equal ones reuse them.
+_LAST: list[tuple[bytes, int, str | None, tuple[Turn, ...], bool]] = []
+
+
+def _openai_read(messages: Any, cut: _Cutter) -> tuple[str | None, tuple[Turn, ...]]:
+    """`_openai_turns`, read once for equal turns in a row."""
+    try:
+        key = orjson.dumps(messages)
+    except TypeError:  # a key or a number orjson refuses: read it as it is
+        key = b""
+    if b"null" in key:  # orjson writes NaN as null: not the same value
+        key = b""
+    if key and _LAST and _LAST[0][0] == key and _LAST[0][1] == cut.cap:
+        _, _, system, turns, was_cut = _LAST[0]
+        cut.cut = cut.cut or was_cut
+        return system, turns
+    fresh = _Cutter(cut.cap)
+    system, read = _openai_turns(messages, fresh)
+    turns = tuple(read)
+    cut.cut = cut.cut or fresh.cut
+    if key:
+        _LAST[:] = [(key, cut.cap, system, turns, fresh.cut)]
+    return system, turns
+
+
 def _anthropic_turns(messages: Any, cut: _Cutter) -> list[Turn]:
     turns: list[Turn] = []
     for message in messages if isinstance(messages, list) else ():
@@ -217,9 +243,9 @@ def request_view(
     body = body if isinstance(body, Mapping) else {}
     rest = _rest(adapter, body, cap)
     system = rest.system
-    turns: list[Turn] = []
+    turns: Sequence[Turn] = []
     if adapter == Kind.OPENAI_CHAT:
-        system, turns = _openai_turns(body.get("messages"), cut)
+        system, turns = _openai_read(body.get("messages"), cut)
     elif adapter == Kind.ANTHROPIC_MESSAGES:
         turns = _anthropic_turns(body.get("messages"), cut)
     elif "messages" in body:  # http-json: the body key by key, its own `messages` too

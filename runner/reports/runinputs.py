@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import logs
-from runner.config import LoadedConfig, Price, load_config
+from runner.config import EndpointConfig, LoadedConfig, Price, load_config
 from runner.errors import DataError, ParallaxError
 from runner.fixtures.load import FixtureFile
 from runner.fixtures.refs import CaseRefs
@@ -24,11 +24,11 @@ from runner.jsontext import dumps
 from runner.ledger import read_json_object
 from runner.model import SIDES, Case, record
 from runner.protocols import Kind, wire_for
-from runner.protocols.wire import plain, turns
+from runner.protocols.wire import Wire, plain, turns
 from runner.reports.accepted import Snapshot
 from runner.reports.expected import value_text
 from runner.reports.requestview import RequestView, Source, request_view
-from runner.request.shape import PLAIN
+from runner.request.shape import PLAIN, Shape
 from runner.runs.rundir import file_digest
 from runner.snapshot import aware_time
 from runner.suite import Suite
@@ -62,6 +62,16 @@ class Found:
         items = sorted(self.case.expect.items())
         shown = tuple((str(k), value_text(v, cap)) for k, v in items)
         return Expectation(True, self.case.path, self.case.line, shown, self.note)
+
+
+@dataclass(frozen=True)
+class _Sender:
+    """A side's endpoint as its stand-in request is rendered: protocol, config and shape."""
+
+    kind: str
+    cfg: EndpointConfig
+    shape: Shape
+    wire: Wire
 
 
 def _object(path: Path) -> tuple[dict[str, Any], str | None]:
@@ -113,6 +123,7 @@ class RunInputs:
             self.config = self._load_config()  # first: its input root is where tools may be
             self._open_fixtures()
         self._prices = {side: self._price(side) for side in SIDES}
+        self._senders: dict[str, _Sender | None] = {}
 
     # ------------------------------------------------------------------ fixtures
 
@@ -197,25 +208,40 @@ class RunInputs:
         name = block.get("name") if isinstance(block, Mapping) else None
         return name if isinstance(name, str) else None
 
+    def _sender(self, side: str) -> _Sender | None:
+        """The side's endpoint as the run's config has it, found once a side: every case of
+        a recorded endpoint asks for its stand-in request."""
+        if side not in self._senders:
+            found = None
+            name = self.endpoint_name(side)
+            if (
+                self.config is not None
+                and name is not None
+                and name in self.config.config.endpoints
+            ):
+                cfg = self.config.endpoint(name)
+                kind = (cfg.protocol or Kind.OPENAI_CHAT) if cfg.kind == "recorded" else cfg.kind
+                wire = wire_for(kind)
+                if wire is not None:
+                    found = _Sender(kind, cfg, self.config.shape(name), wire)
+            self._senders[side] = found
+        return self._senders[side]
+
     def stand_in(self, side: str, case: Case, cap: int) -> RequestView:
         """What a side that sent nothing (a recorded endpoint, a call never made) would have
         sent: its endpoint's body for the case, templates rendered, from the run's config;
         without the config, the case's own turns and tools."""
-        name = self.endpoint_name(side)
-        if self.config is not None and name in self.config.config.endpoints:
-            cfg = self.config.endpoint(name)
-            kind = (cfg.protocol or Kind.OPENAI_CHAT) if cfg.kind == "recorded" else cfg.kind
-            wire = wire_for(kind)
-            if wire is not None:
-                try:
-                    sent = wire.body(cfg, self.config.shape(name), case)
-                except ParallaxError:
-                    pass
-                else:
-                    # rendered from the config again: a `body_env` secret masked as stored
-                    body = logs.scrub_body(sent, dumps(sent))
-                    request = {"method": None, "url": None, "body": body}
-                    return request_view(kind, request, cap=cap, source=Source.STANDS_IN)
+        sender = self._sender(side)
+        if sender is not None:
+            try:
+                sent = sender.wire.body(sender.cfg, sender.shape, case)
+            except ParallaxError:
+                pass
+            else:
+                # rendered from the config again: a `body_env` secret masked as stored
+                body = logs.scrub_body(sent, dumps(sent)) if logs.knows_secrets() else sent
+                request = {"method": None, "url": None, "body": body}
+                return request_view(sender.kind, request, cap=cap, source=Source.STANDS_IN)
         said: dict[str, Any] = {"messages": turns(PLAIN, case)}
         if case.tools:
             said["tools"] = plain(case.tools)

@@ -115,7 +115,19 @@ def _code(text: str) -> str:
     """A miss code as the table's `miss` filter holds it: as it is (spaces kept, so a link
     naming the real code finds it), on one line (a newline or tab in a needle shown as its
     escape, so a newline can separate codes in an attribute), at most CODE_CAP characters."""
-    return visible(text, one_line=True)[:CODE_CAP]
+    found = _CODES.get(text)
+    if found is None:
+        found = visible(text, one_line=True)[:CODE_CAP]
+        if len(text) <= CODE_CAP:  # a hostile run's codes are each new and long: kept bounded
+            if len(_CODES) >= _CODES_KEPT:
+                _CODES.clear()
+            _CODES[text] = found
+    return found
+
+
+# a run's miss codes are a handful, read twice for each of 20,000 cases (the tally and the row)
+_CODES: dict[str, str] = {}
+_CODES_KEPT = 4096
 
 
 def stamp_code(view: Mapping[str, Any]) -> str | None:
@@ -135,21 +147,30 @@ def _score(view: Mapping[str, Any]) -> float | None:
 
 
 def marks_of(case: Mapping[str, Any]) -> Marks:
-    """The table's marks of one case of disagreement.json (a hand-edited one reads as empty)."""
-    moved_sides = [s for s in SIDES if s in strings_of(case.get("moved"))]
+    """The table's marks of one case of disagreement.json (a hand-edited one reads as empty).
+    Read twice for every case of a run (the tally, then the case's row): one pass a side."""
+    moved_by = strings_of(case.get("moved"))
+    moved_sides = [s for s in SIDES if s in moved_by]
     moved = "both" if len(moved_sides) == len(SIDES) else "".join(moved_sides)
-    views = {side: mapping_of(case.get(side)) for side in SIDES}
-    stamps = tuple((s, code) for s, v in views.items() if (code := stamp_code(v)) is not None)
-    sided = []
-    for side, view in views.items():
+    sided, stamps, scores = [], [], []
+    failed, passed = [], []
+    for side in SIDES:
+        view = mapping_of(case.get(side))
         codes = {_code(m) for m in strings_of(view.get("misses")) if m.strip()}
-        codes.update(code for stamped, code in stamps if stamped == side)
+        stamp = stamp_code(view)
+        if stamp is not None:
+            stamps.append((side, stamp))
+            codes.add(stamp)
         sided.append((side, tuple(sorted(codes))))
-    ref, cand = _score(views["reference"]), _score(views["candidate"])
+        scores.append(_score(view))
+        verdict = view.get("passed")
+        if verdict is False:
+            failed.append(side)
+        elif verdict is True:
+            passed.append(side)
+    ref, cand = scores
     delta = cand - ref if ref is not None and cand is not None else None
-    failed = tuple(side for side, v in views.items() if v.get("passed") is False)
-    passed = tuple(side for side, v in views.items() if v.get("passed") is True)
-    return Marks(moved, tuple(sided), stamps, delta, failed, passed)
+    return Marks(moved, tuple(sided), tuple(stamps), delta, tuple(failed), tuple(passed))
 
 
 def request_sides(summary: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
