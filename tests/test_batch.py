@@ -341,12 +341,14 @@ async def test_per_request_errors_are_stamped_as_live_and_retried_as_live(
     assert len(fault_server.batch_creates()) == 2  # the retries went as one second batch
 
 
-async def killed(cfg: EndpointConfig, run_dir: Path, calls: Sequence[Case]) -> None:
+async def killed(
+    cfg: EndpointConfig, run_dir: Path, calls: Sequence[Case], clock: Clock | None = None
+) -> None:
     """A process that submits the calls' batch and is gone while it waits, as a SIGKILL
-    leaves a run: its clock never wakes it, its tasks are cancelled once the journal has
-    the batch."""
+    leaves a run: its clock (by default) never wakes it, its tasks are cancelled once the
+    journal has the batch."""
     stuck = Clock(START.__float__, lambda _seconds: anyio.sleep_forever())
-    endpoint = BatchEndpoint("cand", cfg, KEY, clock=stuck)
+    endpoint = BatchEndpoint("cand", cfg, KEY, clock=clock or stuck)
     endpoint.plan(run_dir, "candidate", len(calls))
     try:
         with anyio.fail_after(30):

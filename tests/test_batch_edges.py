@@ -15,9 +15,18 @@ import httpx
 import pytest
 from faultserver import FaultServer
 from structlog.testing import capture_logs
-from test_batch import KEY, START, FakeClock, cases, config, killed_at_create, outcome, run
+from test_batch import (
+    START,
+    FakeClock,
+    cases,
+    config,
+    killed,
+    killed_at_create,
+    outcome,
+    run,
+)
 
-from runner.batch.endpoint import BatchEndpoint, custom_id
+from runner.batch.endpoint import custom_id
 from runner.batch.journal import JOURNAL, Journal
 from runner.batch.lookup import LOOKUP_TRIES, Clock
 from runner.batch.provider import LIST_PAGES
@@ -246,21 +255,7 @@ async def killed_waiting(cfg: EndpointConfig, run_dir: Path, calls: Sequence[Cas
             await anyio.sleep_forever()
         await fake.sleep(seconds)
 
-    endpoint = BatchEndpoint("cand", cfg, KEY, clock=Clock(fake.now, sleep))
-    endpoint.plan(run_dir, "candidate", len(calls))
-    try:
-        with anyio.fail_after(30):
-            async with anyio.create_task_group() as group:
-                for case in calls:
-                    group.start_soon(endpoint.call, case, "candidate", 0)
-                while (
-                    not (run_dir / JOURNAL).exists()
-                    or not Journal.read(run_dir / JOURNAL).submitted
-                ):
-                    await anyio.sleep(0.01)
-                group.cancel_scope.cancel()
-    finally:
-        await endpoint.aclose()
+    await killed(cfg, run_dir, calls, Clock(fake.now, sleep))
 
 
 @pytest.mark.anyio
