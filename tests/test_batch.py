@@ -607,21 +607,26 @@ async def test_an_anthropic_intent_whose_fitting_batches_are_none_of_its_own_sen
 ) -> None:
     """The kill came before the create left: two other batches of the same size fit the
     intent, both end, and neither's results carry its nonce, so the requests are sent again
-    (`none`) and neither foreign batch is taken for the run's."""
+    (`none`); the one still open when the other ended is not taken for the run's by
+    elimination."""
     fault_server.now = lambda: START + 1
     calls = cases(2)
     cfg = config(fault_server, "batch:ok:1", "anthropic-messages")
     batch_id = await killed_at_create(fault_server, cfg, tmp_path, calls)
     del fault_server.batches[batch_id]
     foreign_batch(fault_server, cfg, 2)
+    (first,) = set(fault_server.batches)
     foreign_batch(fault_server, cfg, 2)
-    others = set(fault_server.batches)
+    (later,) = set(fault_server.batches) - {first}
+    fault_server.batches[later]["polls_left"] = 3  # left alone once the first ended
+    others = {first, later}
     with capture_logs() as events:
         found = await run(cfg, tmp_path, calls)
     assert all(outcome(found[c.id], c).transport == "ok" for c in calls)
     assert {found[c.id].request["batch"]["id"] for c in calls}.isdisjoint(others)
     (unfound,) = [e for e in events if e["event"] == "batch.not_found"]
     assert (unfound["reason"], unfound["candidates"]) == ("none", [])
+    assert not [e for e in events if e["event"] == "batch.adopted"]
 
 
 @pytest.mark.anyio

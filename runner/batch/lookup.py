@@ -24,6 +24,7 @@ import anyio
 from runner.batch.http import BatchHttp, Failed
 from runner.batch.journal import Intent
 from runner.batch.provider import Batcher
+from runner.model import Transport
 
 LOOKUP_TRIES = 3  # a lookup the provider fails transiently is asked again, then given up
 FIRST_WAIT_SECONDS = 1.0  # before the second try; each next wait doubles
@@ -76,13 +77,14 @@ async def told_apart(
     cap: int,
     going: Callable[[], bool],
 ) -> list[str]:
-    """Of several batches that fit `intent`, the one whose results carry its nonce, or the
-    one left when every other ended without it (or cannot be read); none when all ended
-    without it. Those still open are given back when `until` passes or a stop came (`going`
-    false): still ambiguous. Each is polled, backing off to `poll_max`, as a batch is."""
+    """Of several batches that fit `intent`, the one whose results carry its nonce; none
+    when every one ended without it (or cannot be read). Those still open are given back when
+    `until` passes or a stop came (`going` false): still ambiguous. No batch is taken for
+    the intent's by elimination: the kill may have come before its create left. Each is
+    polled, backing off to `poll_max`, as a batch is."""
     left = list(ids)
     wait = FIRST_WAIT_SECONDS
-    while len(left) > 1:
+    while left:
         for batch_id in list(left):
             try:
                 polled = await batcher.poll(http, batch_id)
@@ -90,13 +92,13 @@ async def told_apart(
                     continue
                 found = await batcher.results(http, batch_id, polled, cap)
             except Failed as exc:
-                if not exc.passing:  # it cannot be read: not one a resume could adopt
-                    left.remove(batch_id)
+                if not exc.passing or exc.stamp is Transport.TOO_LARGE:
+                    left.remove(batch_id)  # it cannot be read: not one a resume could adopt
                 continue
             if any(intent.nonce in result.custom_id for result in found):
                 return [batch_id]
             left.remove(batch_id)
-        if len(left) <= 1 or not going() or clock.now() + wait > until:
+        if not left or not going() or clock.now() + wait > until:
             break
         await clock.sleep(wait)
         wait = min(wait * 2, poll_max)
