@@ -263,8 +263,10 @@ BATCH_NOT_FOUND = _event(
     "warning",
     "endpoint, nonce, requests, reason, error, candidates",
     "a resume looked up a batch a killed run was about to create and did not adopt one "
-    "(`reason` `none`: the provider shows none; `ambiguous`: several fit, named in "
-    "`candidates`; `lookup_failed`: its batch list could not be read, `error` says why): "
+    "(`reason` `none`: the provider shows none, or none of those that fit named the intent's "
+    "nonce in its results; `ambiguous`: several fit and did not end before the intent's "
+    "`batch_deadline`, named in `candidates`; `lookup_failed`: its batch list could not be "
+    "read, `error` says why): "
     "`requests` of its requests are sent again, so with `ambiguous` or `lookup_failed` a "
     "batch may be paid twice",
 )

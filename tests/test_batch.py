@@ -162,15 +162,15 @@ async def test_a_batch_answers_every_call_as_the_live_call_would_and_is_journale
         response = found[case.id].response
         assert response is not None and response.body.startswith('{"')
         assert response.body in sent and ", " in response.body  # as sent, not re-encoded
+    journal = Journal.read(tmp_path / JOURNAL)
+    (submitted,) = journal.submitted.values()
     for case in calls:
         row = outcome(found[case.id], case)
         assert (row.transport, row.schema, row.misses) == ("ok", "ok", ())
         assert row.elapsed_ms is None and row.ttft_ms is None
         assert found[case.id].request["batch"]["custom_id"] == custom_id(
-            (case.id, "candidate", 0), 1
+            (case.id, "candidate", 0), 1, submitted.nonce
         )
-    journal = Journal.read(tmp_path / JOURNAL)
-    (submitted,) = journal.submitted.values()
     assert sorted(r.case_id for r in submitted.requests) == [c.id for c in calls]
     assert journal.ended[submitted.batch_id].state == "completed"
     assert KEY not in (tmp_path / JOURNAL).read_text()
@@ -573,28 +573,85 @@ async def test_an_intent_the_provider_shows_no_batch_for_is_sent_once_more(
 
 
 @pytest.mark.anyio
-async def test_an_anthropic_intent_two_batches_fit_adopts_neither_and_names_them(
+async def test_an_anthropic_intent_two_batches_fit_is_told_apart_by_its_results(
     fault_server: FaultServer, tmp_path: Path
 ) -> None:
-    """A message batch carries no nonce: when another batch of the same size was made in the
-    same moment nothing tells the two apart, so neither is adopted (nor polled, nor
-    cancelled); the requests are sent again and the warning names both candidates."""
+    """A message batch carries no metadata: when another batch of the same size was made in
+    the same moment the list cannot tell the two apart, so the resume polls both until they
+    end and adopts the one whose results' custom_ids carry the intent's nonce. Nothing is
+    created and every call is answered from the run's own batch."""
     fault_server.now = lambda: START + 1
     calls = cases(2)
     cfg = config(fault_server, "batch:ok:1", "anthropic-messages")
     batch_id = await killed_at_create(fault_server, cfg, tmp_path, calls)
     foreign_batch(fault_server, cfg, 2)
     (other,) = set(fault_server.batches) - {batch_id}
+    fault_server.batches[batch_id]["polls_left"] = 3  # the foreign one ends first
+    creates = len(fault_server.batch_creates())
     with capture_logs() as events:
         found = await run(cfg, tmp_path, calls)
-    assert len(fault_server.batch_creates()) == 3
+    assert len(fault_server.batch_creates()) == creates
+    for case in calls:
+        row = outcome(found[case.id], case)
+        assert (row.transport, row.attempts) == ("ok", 1), row.detail
+        assert found[case.id].request["batch"]["id"] == batch_id
+    assert [e["batch_id"] for e in events if e["event"] == "batch.adopted"] == [batch_id]
+    assert not [e for e in events if e["event"] == "batch.not_found"]
+    polled = {r.path.rsplit("/", 1)[-1] for r in fault_server.received() if r.method == "GET"}
+    assert {batch_id, other} <= polled
+
+
+@pytest.mark.anyio
+async def test_an_anthropic_intent_whose_fitting_batches_are_none_of_its_own_sends_again(
+    fault_server: FaultServer, tmp_path: Path
+) -> None:
+    """The kill came before the create left: two other batches of the same size fit the
+    intent, both end, and neither's results carry its nonce, so the requests are sent again
+    (`none`); the one still open when the other ended is not taken for the run's by
+    elimination."""
+    fault_server.now = lambda: START + 1
+    calls = cases(2)
+    cfg = config(fault_server, "batch:ok:1", "anthropic-messages")
+    batch_id = await killed_at_create(fault_server, cfg, tmp_path, calls)
+    del fault_server.batches[batch_id]
+    foreign_batch(fault_server, cfg, 2)
+    (first,) = set(fault_server.batches)
+    foreign_batch(fault_server, cfg, 2)
+    (later,) = set(fault_server.batches) - {first}
+    fault_server.batches[later]["polls_left"] = 3  # left alone once the first ended
+    others = {first, later}
+    with capture_logs() as events:
+        found = await run(cfg, tmp_path, calls)
+    assert all(outcome(found[c.id], c).transport == "ok" for c in calls)
+    assert {found[c.id].request["batch"]["id"] for c in calls}.isdisjoint(others)
+    (unfound,) = [e for e in events if e["event"] == "batch.not_found"]
+    assert (unfound["reason"], unfound["candidates"]) == ("none", [])
+    assert not [e for e in events if e["event"] == "batch.adopted"]
+
+
+@pytest.mark.anyio
+async def test_an_anthropic_intent_two_batches_fit_past_its_deadline_adopts_neither(
+    fault_server: FaultServer, tmp_path: Path
+) -> None:
+    """Two batches that fit and neither ends before the intent's `batch_deadline`: nothing
+    tells them apart, so neither is adopted (nor cancelled), the requests are sent again and
+    the warning names both candidates."""
+    fault_server.now = lambda: START + 1
+    calls = cases(2)
+    cfg = config(fault_server, "batch:ok:1", "anthropic-messages", batch_deadline=600)
+    batch_id = await killed_at_create(fault_server, cfg, tmp_path, calls)
+    foreign_batch(fault_server, cfg, 2)
+    (other,) = set(fault_server.batches) - {batch_id}
+    for stuck in (batch_id, other):
+        fault_server.batches[stuck]["end"] = "never"
+    with capture_logs() as events:
+        found = await run(cfg, tmp_path, calls)
     assert all(outcome(found[c.id], c).transport == "ok" for c in calls)
     assert {found[c.id].request["batch"]["id"] for c in calls}.isdisjoint({batch_id, other})
     (unfound,) = [e for e in events if e["event"] == "batch.not_found"]
     assert unfound["reason"] == "ambiguous"
     assert sorted(unfound["candidates"]) == sorted([batch_id, other])
-    polled = {r.path.rsplit("/", 1)[-1] for r in fault_server.received() if r.method == "GET"}
-    assert batch_id not in polled and other not in polled
+    assert not any(fault_server.batches[b]["cancelled"] for b in (batch_id, other))
 
 
 @pytest.mark.anyio

@@ -173,8 +173,9 @@ async def test_a_create_refused_for_the_moment_is_sent_again_later_and_answered_
     found = await run(config(fault_server, "batch:ok:1", kind), tmp_path, calls, fake=fake)
     (batch,) = fault_server.batches.values()
     assert len(fault_server.batch_creates()) == 2
+    (submitted,) = Journal.read(tmp_path / JOURNAL).submitted.values()
     assert sorted(line[0] for line in batch["lines"]) == sorted(
-        custom_id((c.id, "candidate", 0), 2) for c in calls
+        custom_id((c.id, "candidate", 0), 2, submitted.nonce) for c in calls
     )
     for case in calls:
         row = outcome(found[case.id], case)

@@ -11,9 +11,10 @@ live API), and `canceled` and `expired` a request that never ran.
 
 A message batch takes no metadata, and neither its list (`GET /v1/messages/batches`, newest
 first) nor its retrieve shows its requests or their custom_ids (only the results do, once it
-has ended), so no nonce can travel with it. A lookup matches what the list does show: a batch
-created between the intent and the create's `deadline` after it (give or take the clocks'
-skew) with as many requests as the intent; one such batch is the one, several are ambiguous.
+has ended), so the nonce travels only in the custom_ids. A lookup matches what the list does
+show: a batch created between the intent and the create's `deadline` after it (give or take
+the clocks' skew) with as many requests as the intent; one such batch is the one, and several
+are told apart by their results once they end (`lookup.told_apart`).
 """
 
 from __future__ import annotations

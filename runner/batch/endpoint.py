@@ -27,8 +27,9 @@ never submits a request that is in one: a result comes back to the call and atte
 a fresh nonce the batch carries as far as the provider lets it), so a kill between the
 provider's answer and the `submitted` line is not a batch paid twice: the resume looks the
 intent's batch up at the provider (`Batcher.find`) and adopts the one it finds, journaling
-it as submitted at the intent's time; only when the provider shows none (or several that
-cannot be told apart, or cannot be asked) are the requests sent again. A create the provider
+it as submitted at the intent's time (of several that fit, the one whose results carry the
+nonce in their custom_ids); only when the provider shows none (or several that do not end
+in time to be told apart, or cannot be asked) are the requests sent again. A create the provider
 answered with an error made nothing: the refusal is that attempt (retried as a live call's
 status would be, after the Retry-After it names) and is journaled (`refused`), so a resume
 takes it as it was and neither looks its intent up nor sends that attempt again. A create
@@ -67,7 +68,7 @@ from runner.batch.journal import (
     epoch,
     iso,
 )
-from runner.batch.lookup import SYSTEM_CLOCK, Clock, Unfound, look_up
+from runner.batch.lookup import SYSTEM_CLOCK, Clock, Unfound, look_up, told_apart
 from runner.batch.openai_batches import OpenAIBatches
 from runner.batch.provider import (
     BATCH_CANCELLED,
@@ -107,12 +108,13 @@ BATCHERS: dict[str, Callable[[EndpointConfig], Batcher]] = {
 }
 
 
-def custom_id(key: Key, attempt: int) -> str:
-    """A request's custom_id: its side, sample and attempt, then its case id when that is
+def custom_id(key: Key, attempt: int, nonce: str) -> str:
+    """A request's custom_id: its side, sample and attempt and its batch's nonce (what tells
+    two batches of a list apart once they end, `told_apart`), then its case id when that is
     plain enough for every provider, else (after `_` instead of `-`) the id's digest. The
     journal maps it back to the call either way."""
     case_id, side, sample = key
-    head = f"{SIDE_MARKS.get(side, 'x')}{sample}a{attempt}"
+    head = f"{SIDE_MARKS.get(side, 'x')}{sample}a{attempt}-{nonce}"
     if _PLAIN_ID.fullmatch(case_id) and len(head) + 1 + len(case_id) <= CUSTOM_ID_CHARS:
         return f"{head}-{case_id}"
     return f"{head}_{hashlib.sha256(case_id.encode()).hexdigest()[:32]}"
@@ -257,6 +259,18 @@ class BatchEndpoint:
                 self._batcher, self._http, intent, self._cfg.deadline, self._clock
             )
             ids = [batch_id for batch_id in ids if batch_id not in journal.submitted]
+            if len(ids) > 1:  # several fit: their results tell which carries the nonce
+                ids = await told_apart(
+                    self._batcher,
+                    self._http,
+                    intent,
+                    ids,
+                    self._clock,
+                    until=epoch(intent.intent_at) + self._cfg.batch_deadline,
+                    poll_max=self._cfg.batch_poll_max_seconds,
+                    cap=self._cfg.max_response_bytes * len(intent.requests) + (1 << 20),
+                    going=may_start,
+                )
             if len(ids) == 1:
                 journal.record(
                     Submitted(
@@ -333,34 +347,39 @@ class BatchEndpoint:
             if call.exchange is None:
                 call.done.set()
 
-    def _chunks(self, calls: Sequence[_Call]) -> Iterator[list[tuple[_Call, bytes, Request]]]:
-        """The calls as the batches the provider takes: by its count and size limits."""
+    def _chunks(
+        self, calls: Sequence[_Call]
+    ) -> Iterator[tuple[str, list[tuple[_Call, bytes, Request]]]]:
+        """The calls as the batches the provider takes (by its count and size limits), each
+        with the fresh nonce its custom_ids carry."""
         chunk: list[tuple[_Call, bytes, Request]] = []
         size = 0
+        nonce = secrets.token_hex(NONCE_BYTES)
         for call in calls:
-            request = Request(custom_id(call.key, call.n), *call.key, call.n)
+            request = Request(custom_id(call.key, call.n, nonce), *call.key, call.n)
             line = self._batcher.line(request.custom_id, call.body)
             if chunk and (
                 len(chunk) >= self._batcher.max_requests
                 or size + len(line) + 1 > self._batcher.max_bytes
             ):
-                yield chunk
-                chunk, size = [], 0
+                yield nonce, chunk
+                chunk, size, nonce = [], 0, secrets.token_hex(NONCE_BYTES)
+                request = Request(custom_id(call.key, call.n, nonce), *call.key, call.n)
+                line = self._batcher.line(request.custom_id, call.body)
             chunk.append((call, line, request))
             size += len(line) + 1
         if chunk:
-            yield chunk
+            yield nonce, chunk
 
     async def _submit(self, calls: Sequence[_Call]) -> None:
         """Send the calls' next attempts as batches, each reserved against the budget first
         and journaled before it is polled."""
-        for chunk in list(self._chunks(calls)):
+        for nonce, chunk in list(self._chunks(calls)):
             sent = self._reserve(chunk)
             if not sent:
                 continue
             now = self._clock.now()
             requests = tuple(r for _, _, r in sent)
-            nonce = secrets.token_hex(NONCE_BYTES)
             assert self._journal is not None
             # on disk before the create: a kill before its id is journaled leaves the nonce
             self._journal.record(Intent(nonce, self.name, self._cfg.kind, iso(now), requests))
