@@ -550,10 +550,12 @@ def test_the_misses_column_says_which_side_missed(browser: Browser, tmp_path: Pa
     report = in_thread(_sided, tmp_path)
     found = {}
     with browser.open(report) as tab:
+        # the texts the rows hold, not innerText: that is "" for a row whose group the
+        # browser has not laid out yet (`content-visibility: auto`), as under load
         for case_id in ("both", "cand", "easy-a"):
             row = tab.page.locator(f"tr.case[data-id='{case_id}']")
             found[case_id] = (
-                row.locator("td.misses div").all_inner_texts(),
+                row.locator("td.misses div").all_text_contents(),
                 row.get_attribute("data-miss-reference"),
                 row.get_attribute("data-miss-candidate"),
             )
