@@ -213,13 +213,14 @@ async def test_a_create_refused_for_good_stamps_every_call_and_is_not_sent_again
 @pytest.mark.anyio
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("fault", ["connection_lost", "timeout"])
-async def test_a_create_whose_answer_never_came_is_not_sent_blind(
+async def test_a_create_whose_answer_never_came_is_looked_up_at_once_and_read(
     fault_server: FaultServer, tmp_path: Path, kind: str, fault: str
 ) -> None:
     """The provider made the batch and its answer never came (the connection closed, or the
-    server held it past the read timeout): the create may have made a batch, so it is not
-    sent again as if nothing had been; the calls are stamped with the fault (batch_failed)
-    once each, one batch exists, and the intent stays open to a resume's lookup."""
+    server held it past the read timeout): the create is not sent again as if nothing had
+    been made, and the batch is not left paid for and unread: it is looked up at once, as a
+    resume would, adopted, and every call is answered from it once."""
+    fault_server.now = lambda: START + 1  # the provider's clock, as the fake one reads
     release = threading.Event()
     if fault == "connection_lost":
         fault_server.create_faults = ["cut"]
@@ -234,14 +235,43 @@ async def test_a_create_whose_answer_never_came_is_not_sent_blind(
     )
     calls = cases(2)
     try:
-        found = await run(cfg, tmp_path, calls)
+        with capture_logs() as events:
+            found = await run(cfg, tmp_path, calls)
     finally:
         release.set()
-    assert len(fault_server.batch_creates()) == 1 and len(fault_server.batches) == 1
+    assert len(fault_server.batch_creates()) == 1
+    (batch_id,) = fault_server.batches
     for case in calls:
         row = outcome(found[case.id], case)
-        assert (row.transport, row.attempts) == (fault, 1), row.detail
-        assert f"batch_failed:{fault}" in row.detail, row.detail
+        assert (row.transport, row.attempts) == ("ok", 1), row.detail
+        assert found[case.id].request["batch"]["id"] == batch_id
+    assert [e["batch_id"] for e in events if e["event"] == "batch.adopted"] == [batch_id]
+    journal = Journal.read(tmp_path / JOURNAL)
+    assert journal.refused == {} and journal.unsettled("cand") == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_create_whose_answer_never_came_and_made_nothing_is_not_sent_blind(
+    fault_server: FaultServer, tmp_path: Path, kind: str
+) -> None:
+    """The connection closed after the create was sent and the provider shows no batch for
+    it: the lookup cannot prove nothing was made (a list may lag), so the create is not
+    sent again; the calls are stamped with the fault (batch_failed) once each, and the
+    intent stays open to a resume's lookup."""
+    fault_server.now = lambda: START + 1
+    fault_server.create_faults = ["cut"]
+    fault_server.on_create = lambda batch: fault_server.batches.pop(batch["id"])
+    calls = cases(2)
+    with capture_logs() as events:
+        found = await run(config(fault_server, "batch:ok:1", kind), tmp_path, calls)
+    assert len(fault_server.batch_creates()) == 1 and fault_server.batches == {}
+    for case in calls:
+        row = outcome(found[case.id], case)
+        assert (row.transport, row.attempts) == ("connection_lost", 1), row.detail
+        assert "batch_failed:connection_lost" in row.detail, row.detail
+    (unfound,) = [e for e in events if e["event"] == "batch.not_found"]
+    assert unfound["reason"] == "none"
     journal = Journal.read(tmp_path / JOURNAL)
     assert journal.refused == {} and len(journal.unsettled("cand")) == 1
 

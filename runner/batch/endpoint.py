@@ -34,8 +34,9 @@ answered with an error made nothing: the refusal is that attempt (retried as a l
 status would be, after the Retry-After it names) and is journaled (`refused`), so a resume
 takes it as it was and neither looks its intent up nor sends that attempt again. A create
 whose answer never came (a timeout, a connection lost once it was sent) may have made a batch
-nobody knows the id of: it is never sent again, its calls stamped with that fault (detail
-`batch_failed:<stamp>`). All times, the deadline's and the backoff's, come from `clock`, the
+nobody knows the id of: its intent is looked up at once, as a resume would, and the batch
+found is polled and read; none found, it is never sent again (a list may lag behind the
+create), its calls stamped with that fault (detail `batch_failed:<stamp>`). All times, the deadline's and the backoff's, come from `clock`, the
 seam a test drives.
 """
 
@@ -255,26 +256,11 @@ class BatchEndpoint:
             ]
             if not waiting:
                 continue
-            ids, error = await look_up(
-                self._batcher, self._http, intent, self._cfg.deadline, self._clock
-            )
-            ids = [batch_id for batch_id in ids if batch_id not in journal.submitted]
-            if len(ids) > 1:  # several fit: their results tell which carries the nonce
-                ids = await told_apart(
-                    self._batcher,
-                    self._http,
-                    intent,
-                    ids,
-                    self._clock,
-                    until=epoch(intent.intent_at) + self._cfg.batch_deadline,
-                    poll_max=self._cfg.batch_poll_max_seconds,
-                    cap=self._cfg.max_response_bytes * len(intent.requests) + (1 << 20),
-                    going=may_start,
-                )
-            if len(ids) == 1:
+            found = await self._find(intent, len(waiting))
+            if found is not None:
                 journal.record(
                     Submitted(
-                        ids[0],
+                        found,
                         self.name,
                         intent.kind,
                         intent.intent_at,
@@ -282,24 +268,48 @@ class BatchEndpoint:
                         intent.nonce,
                     )
                 )
-                self._log.info(
-                    logs.BATCH_ADOPTED,
-                    endpoint=self.name,
-                    batch_id=ids[0],
-                    nonce=intent.nonce,
-                    requests=len(intent.requests),
-                )
-                continue
-            why = Unfound.LOOKUP_FAILED if error else Unfound.AMBIGUOUS if ids else Unfound.NONE
-            self._log.warning(
-                logs.BATCH_NOT_FOUND,
-                endpoint=self.name,
-                nonce=intent.nonce,
-                requests=len(waiting),
-                reason=why,
-                error=error,
-                candidates=ids,
+
+    async def _find(self, intent: Intent, waiting: int) -> str | None:
+        """The provider's batch that is `intent`'s, looked up as a resume does (of several
+        that fit, the one whose results carry its nonce), logged as adopted or not found."""
+        journal = self._journal
+        assert journal is not None, "plan() first"
+        ids, error = await look_up(
+            self._batcher, self._http, intent, self._cfg.deadline, self._clock
+        )
+        ids = [batch_id for batch_id in ids if batch_id not in journal.submitted]
+        if len(ids) > 1:  # several fit: their results tell which carries the nonce
+            ids = await told_apart(
+                self._batcher,
+                self._http,
+                intent,
+                ids,
+                self._clock,
+                until=epoch(intent.intent_at) + self._cfg.batch_deadline,
+                poll_max=self._cfg.batch_poll_max_seconds,
+                cap=self._cfg.max_response_bytes * len(intent.requests) + (1 << 20),
+                going=may_start,
             )
+        if len(ids) == 1:
+            self._log.info(
+                logs.BATCH_ADOPTED,
+                endpoint=self.name,
+                batch_id=ids[0],
+                nonce=intent.nonce,
+                requests=len(intent.requests),
+            )
+            return ids[0]
+        why = Unfound.LOOKUP_FAILED if error else Unfound.AMBIGUOUS if ids else Unfound.NONE
+        self._log.warning(
+            logs.BATCH_NOT_FOUND,
+            endpoint=self.name,
+            nonce=intent.nonce,
+            requests=waiting,
+            reason=why,
+            error=error,
+            candidates=ids,
+        )
+        return None
 
     def _reopen(self) -> None:
         """Take up the batches the journal holds for these calls (a resume's): their
@@ -382,14 +392,20 @@ class BatchEndpoint:
             requests = tuple(r for _, _, r in sent)
             assert self._journal is not None
             # on disk before the create: a kill before its id is journaled leaves the nonce
-            self._journal.record(Intent(nonce, self.name, self._cfg.kind, iso(now), requests))
+            intent = Intent(nonce, self.name, self._cfg.kind, iso(now), requests)
+            self._journal.record(intent)
             try:
                 batch_id = await self._batcher.submit(
                     self._http, [line for _, line, _ in sent], self._label, nonce
                 )
             except Failed as exc:
-                self._refused(sent, exc, nonce)
-                continue
+                # an answer that never came may hide a batch made: looked up now, as a resume
+                # would, so its results are read rather than paid for and left
+                found = None if exc.certain else await self._find(intent, len(requests))
+                if found is None:
+                    self._refused(sent, exc, nonce)
+                    continue
+                batch_id = found
             submitted = Submitted(batch_id, self.name, self._cfg.kind, iso(now), requests, nonce)
             self._journal.record(submitted)  # on disk before the first poll
             self._log.info(
