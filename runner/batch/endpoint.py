@@ -36,8 +36,8 @@ takes it as it was and neither looks its intent up nor sends that attempt again.
 whose answer never came (a timeout, a connection lost once it was sent) may have made a batch
 nobody knows the id of: its intent is looked up at once, as a resume would, and the batch
 found is polled and read; none found, it is never sent again (a list may lag behind the
-create), its calls stamped with that fault (detail `batch_failed:<stamp>`). All times, the deadline's and the backoff's, come from `clock`, the
-seam a test drives.
+create), its calls stamped with that fault (detail `batch_failed:<stamp>`). All times, the
+deadline's and the backoff's, come from `clock`, the seam a test drives.
 """
 
 from __future__ import annotations
