@@ -255,20 +255,22 @@ BATCH_ADOPTED = _event(
     "info",
     "endpoint, batch_id, nonce, requests",
     "a resume found at the provider the batch a killed run had created but not yet written to "
-    "`batches.jsonl` (its intent's `nonce`): it is journaled and polled, its requests not sent "
-    "again",
+    "`batches.jsonl` (its intent's `nonce`), or a run the batch whose create's answer never "
+    "came: it is journaled and polled, its requests not sent again",
 )
 BATCH_NOT_FOUND = _event(
     "batch.not_found",
     "warning",
     "endpoint, nonce, requests, reason, error, candidates",
-    "a resume looked up a batch a killed run was about to create and did not adopt one "
+    "a resume looked up a batch a killed run was about to create, or a run the batch whose "
+    "create's answer never came, and did not adopt one "
     "(`reason` `none`: the provider shows none, or none of those that fit named the intent's "
     "nonce in its results; `ambiguous`: several fit and did not end before the intent's "
     "`batch_deadline`, named in `candidates`; `lookup_failed`: its batch list could not be "
     "read, `error` says why): "
-    "`requests` of its requests are sent again, so with `ambiguous` or `lookup_failed` a "
-    "batch may be paid twice",
+    "on a resume `requests` of its requests are sent again, so with `ambiguous` or "
+    "`lookup_failed` a batch may be paid twice; after a create whose answer never came they "
+    "are not, and its calls keep that fault's stamp",
 )
 BATCH_FILE_ORPHANED = _event(
     "batch.file_orphaned",
