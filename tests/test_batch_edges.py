@@ -224,14 +224,15 @@ async def test_a_create_whose_answer_never_came_is_looked_up_at_once_and_read(
     release = threading.Event()
     if fault == "connection_lost":
         fault_server.create_faults = ["cut"]
-    else:  # held until the test is done: the client's read timeout (0.3 s) always comes first
+    else:  # held until the test is done: the client's read timeout (2 s) always comes first,
+        # and the lookup, polls and download after it have the same 2 s each, loaded or not
 
         def hold(_batch: dict[str, Any]) -> None:
             release.wait(30)
 
         fault_server.on_create = hold
     cfg = config(
-        fault_server, "batch:ok:1", kind, timeout=Timeouts(connect=2, read=0.3, write=2, pool=2)
+        fault_server, "batch:ok:1", kind, timeout=Timeouts(connect=2, read=2, write=2, pool=2)
     )
     calls = cases(2)
     try:
