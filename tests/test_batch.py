@@ -504,6 +504,22 @@ async def killed_at_create(
     return made[0]
 
 
+async def resumed_from(
+    server: FaultServer, cfg: EndpointConfig, run_dir: Path, calls: Sequence[Case], batch_id: str
+) -> list[dict[str, Any]]:
+    """A resume that must create no batch and answer every call once, from `batch_id`: the
+    events it logged."""
+    creates = len(server.batch_creates())
+    with capture_logs() as events:
+        found = await run(cfg, run_dir, calls)
+    assert len(server.batch_creates()) == creates
+    for case in calls:
+        row = outcome(found[case.id], case)
+        assert (row.transport, row.attempts) == ("ok", 1), row.detail
+        assert found[case.id].request["batch"]["id"] == batch_id
+    return events
+
+
 def foreign_batch(server: FaultServer, cfg: EndpointConfig, requests: int) -> None:
     """A batch someone else made at the same provider, at the same moment."""
     assert cfg.base_url is not None
@@ -530,15 +546,8 @@ async def test_a_kill_between_the_create_and_its_journal_line_adopts_the_batch_o
         foreign_batch(fault_server, cfg, 2)
     else:
         assert fault_server.batches[batch_id]["metadata"]["parallax_nonce"] == intent.nonce
-    creates = len(fault_server.batch_creates())
     fault_server.batches[batch_id]["polls_left"] = 0
-    with capture_logs() as events:
-        found = await run(cfg, tmp_path, calls)
-    assert len(fault_server.batch_creates()) == creates
-    for case in calls:
-        row = outcome(found[case.id], case)
-        assert (row.transport, row.attempts) == ("ok", 1), row.detail
-        assert found[case.id].request["batch"]["id"] == batch_id
+    events = await resumed_from(fault_server, cfg, tmp_path, calls, batch_id)
     journal = Journal.read(tmp_path / JOURNAL)
     (submitted,) = journal.submitted.values()
     assert (submitted.batch_id, submitted.nonce) == (batch_id, intent.nonce)
@@ -587,14 +596,7 @@ async def test_an_anthropic_intent_two_batches_fit_is_told_apart_by_its_results(
     foreign_batch(fault_server, cfg, 2)
     (other,) = set(fault_server.batches) - {batch_id}
     fault_server.batches[batch_id]["polls_left"] = 3  # the foreign one ends first
-    creates = len(fault_server.batch_creates())
-    with capture_logs() as events:
-        found = await run(cfg, tmp_path, calls)
-    assert len(fault_server.batch_creates()) == creates
-    for case in calls:
-        row = outcome(found[case.id], case)
-        assert (row.transport, row.attempts) == ("ok", 1), row.detail
-        assert found[case.id].request["batch"]["id"] == batch_id
+    events = await resumed_from(fault_server, cfg, tmp_path, calls, batch_id)
     assert [e["batch_id"] for e in events if e["event"] == "batch.adopted"] == [batch_id]
     assert not [e for e in events if e["event"] == "batch.not_found"]
     polled = {r.path.rsplit("/", 1)[-1] for r in fault_server.received() if r.method == "GET"}

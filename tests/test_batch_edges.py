@@ -23,6 +23,7 @@ from test_batch import (
     killed,
     killed_at_create,
     outcome,
+    resumed_from,
     run,
 )
 
@@ -92,14 +93,7 @@ async def test_a_lookup_pages_back_to_the_intents_batch_and_adopts_it(
     older = [other_batch(fault_server, cfg, START - 1000 - i) for i in range(4)]
     fault_server.batches[batch_id]["polls_left"] = 0
     fault_server.list_cap = 2
-    creates = len(fault_server.batch_creates())
-    with capture_logs() as events:
-        found = await run(cfg, tmp_path, calls)
-    assert len(fault_server.batch_creates()) == creates
-    for case in calls:
-        row = outcome(found[case.id], case)
-        assert (row.transport, row.attempts) == ("ok", 1), row.detail
-        assert found[case.id].request["batch"]["id"] == batch_id
+    events = await resumed_from(fault_server, cfg, tmp_path, calls, batch_id)
     adopted = [e["batch_id"] for e in events if e["event"] == "batch.adopted"]
     assert adopted == [batch_id]
     cursor = "after" if kind == "openai-chat" else "after_id"
