@@ -35,7 +35,7 @@ from runner.gate import GATE_CLASSES
 from runner.ledger import read_json_object
 from runner.model import SIDES, STRATA
 from runner.runs.mode import RunMode
-from runner.runs.names import started_of
+from runner.runs.names import run_order, started_of
 from runner.runs.selection import partial_line
 from runner.text import visible
 
@@ -321,13 +321,12 @@ def run_labels(rows: Sequence[RunRow]) -> list[str]:
     return unique_labels(forms)
 
 
-def _order(run_dir: Path) -> tuple[str, int, str]:
-    """Names start with their UTC second; within one second the summary's mtime decides."""
+def _order(run_dir: Path) -> tuple[str, str, str]:
     try:
-        finished = (run_dir / "summary.json").stat().st_mtime_ns
-    except OSError:
-        finished = 0
-    return (run_dir.name.split("-", 1)[0], finished, run_dir.name)
+        finished = read_json_object(run_dir / "summary.json").get("finished_at")
+    except DataError:  # no summary (unfinished) or a broken one: no end to sort by
+        finished = None
+    return run_order(run_dir.name, finished if isinstance(finished, str) else None)
 
 
 def run_dirs(suite_dir: Path) -> list[Path]:

@@ -29,8 +29,10 @@ from relkit import PARALLAX, RUN_TIMEOUT, SECRET_PREFIX, run_parallax
 
 from runner.config import load_config
 from runner.gate import GATE_CLASSES
+from runner.history import run_dirs
 from runner.results.schema import CASES as CASES_TABLE
 from runner.results.schema import MERGES, RUNS
+from runner.results.store import in_run_order
 from runner.retention import prune
 
 # a test here runs several parallax processes and database servers: bounded as a hung run is,
@@ -295,6 +297,24 @@ def test_a_suites_history_reads_sqlite_as_the_files_say_its_rows_alone_and_an_ou
     broken, err = _history(root)
     assert broken == from_files
     assert err == "parallax: runs/parallax.db: DatabaseError; read the run dirs\n", err
+
+
+def test_runs_of_one_second_sort_by_their_end_from_their_dirs_and_from_their_rows(
+    tmp_path: Path,
+) -> None:
+    """Two runs started in one second: their dirs and their database rows sort the same way,
+    by when each finished, whatever their names' random part says."""
+    ends = {"20261202T144856Z-8e24d4": ".200+00:00", "20261202T144856Z-7cadbe": ".900+00:00"}
+    for name, end in ends.items():
+        (tmp_path / name).mkdir()
+        summary = {"finished_at": f"2026-12-02T14:48:57{end}"}
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "20261202T144856Z-000000").mkdir()  # unfinished: no summary, no end yet
+    rows = [{"run_id": n, "finished_at": f"2026-12-02T14:48:57{e}"} for n, e in ends.items()]
+    rows.append({"run_id": "20261202T144856Z-000000", "finished_at": None})
+    oldest_first = ["20261202T144856Z-000000", *ends]
+    assert [d.name for d in run_dirs(tmp_path)] == oldest_first
+    assert [r["run_id"] for r in in_run_order(reversed(rows))] == oldest_first
 
 
 def test_a_bad_results_url_is_a_config_error(tmp_path: Path, fault_server: FaultServer) -> None:

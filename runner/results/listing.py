@@ -16,7 +16,7 @@ from runner.model import STRATA
 from runner.results.record import DB_NAME, open_store, outage_errors, run_dirs, where
 from runner.results.rows import read_rows
 from runner.results.schema import RUNS, SIDE_COLUMNS
-from runner.results.store import Store
+from runner.results.store import Store, in_run_order
 
 T = TypeVar("T")
 
@@ -92,7 +92,7 @@ def _strata(counts: Mapping[str | None, tuple[int, int]]) -> dict[str, dict[str,
 def _from_files(runs_dir: Path) -> list[dict[str, Any]]:
     found = [rows.run for d in run_dirs(runs_dir) if (rows := read_rows(d)) is not None]
     runs = [dict(zip(RUNS.names, row, strict=True)) for row in found]
-    return sorted(runs, key=lambda r: (r["started_at"] or "", r["run_id"]))
+    return in_run_order(runs)
 
 
 def _rate(value: Any) -> str:

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from runner.results.rows import RunRows
 from runner.results.schema import CASES, MERGES, RUNS, SIDE_COLUMNS, TABLES, Dialect
+from runner.runs.names import run_order
 
 
 class Store(abc.ABC):
@@ -67,9 +68,9 @@ class Store(abc.ABC):
     def runs(self) -> Iterator[dict[str, Any]]:
         """Every recorded run, oldest first."""
         with self.transaction() as cursor:
-            cursor.execute(f"SELECT {', '.join(RUNS.names)} FROM runs ORDER BY started_at, run_id")
+            cursor.execute(f"SELECT {', '.join(RUNS.names)} FROM runs")
             rows = cursor.fetchall()
-        return (dict(zip(RUNS.names, row, strict=True)) for row in rows)
+        return iter(in_run_order(dict(zip(RUNS.names, row, strict=True)) for row in rows))
 
     def suite_runs(self, suite: str, suite_dir: Path) -> list[dict[str, Any]]:
         """A suite's recorded runs but those with a dir in `suite_dir` (read from there),
@@ -79,11 +80,10 @@ class Store(abc.ABC):
         sides = ", ".join(f"SUM({p}_passed), COUNT({p}_passed)" for p in SIDE_COLUMNS.values())
         with self.transaction() as cursor:
             cursor.execute(
-                f"SELECT {', '.join(RUNS.names)} FROM runs WHERE suite = {mark} "
-                "ORDER BY started_at, run_id",
-                (suite,),
+                f"SELECT {', '.join(RUNS.names)} FROM runs WHERE suite = {mark}", (suite,)
             )
-            rows = (dict(zip(RUNS.names, row, strict=True)) for row in cursor.fetchall())
+            found = cursor.fetchall()
+            rows = in_run_order(dict(zip(RUNS.names, row, strict=True)) for row in found)
             runs = {r["run_id"]: r for r in rows if not (suite_dir / r["run_id"]).is_dir()}
             counts = []
             ids = list(runs)
@@ -105,3 +105,8 @@ class Store(abc.ABC):
 
 
 _CHUNK = 500
+
+
+def in_run_order(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs table rows oldest first, as their run dirs sort (`runner.runs.names.run_order`)."""
+    return sorted(runs, key=lambda r: run_order(r["run_id"], r["finished_at"]))

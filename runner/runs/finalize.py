@@ -328,7 +328,8 @@ def _summary(
         "parent": manifest.get("parent"),
         "parent_finished": manifest.get("parent_finished"),
         "started_at": manifest.get("started_at"),
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        # to the millisecond: two runs of one second sort by it (`runner.runs.names.run_order`)
+        "finished_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
         "exit_code": exit_code,
         "verdict": _verdict_word(exit_code),
         "cases": len(results),
