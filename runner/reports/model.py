@@ -96,6 +96,8 @@ class RunReport:
 
     tally: Tally = field(default_factory=Tally)  # counts over every case, for the verdict
     given: Given | None = field(default=None, repr=False)  # the run's inputs, if still held
+    # False: only the cases' replies are read (JUnit), so the snapshot's entries are not
+    tallied: bool = True
     _details: RunCases | None = field(default=None, repr=False)
 
     def every_case(self) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -109,7 +111,7 @@ class RunReport:
         """The run's case details, its ledgers indexed once for every page a report writes
         (`close` ends it); the files' problems join the notes."""
         if self._details is None:
-            self._details = RunCases(self.run_dir, self.summary, self.given)
+            self._details = RunCases(self.run_dir, self.summary, self.given, accepted=self.tallied)
             self.note(self._details.notes)
         return self._details
 
@@ -221,7 +223,8 @@ def build_report(
     page without JavaScript show those); None keeps every case.
     `page_runs` reads at least that many runs back, for the history page. `given`: the
     run's config and suite, when this process just made the run. `tallied` False: neither
-    the tally nor the cases shown are read (JUnit reads each case as it writes it).
+    the tally, the cases shown nor the snapshot are read (JUnit reads each case's replies as
+    it writes it).
     """
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: no such run directory")  # as replay and promote say
@@ -269,6 +272,7 @@ def build_report(
         tally=read.tally,
         beyond=read.beyond,
         given=given,
+        tallied=tallied,
     )
 
 
