@@ -35,7 +35,7 @@ from runner.ledger import map_entry
 from runner.model import SIDES
 from runner.reports.caseview import CaseView, RunCases, SampleView, SideDetail
 from runner.reports.requestview import RequestView
-from runner.reports.verdict import Marks, marks_of
+from runner.reports.verdict import marks_of
 from runner.text import visible
 from runner.workers import available, ordered
 
@@ -199,18 +199,16 @@ def view_record(view: CaseView, s: Intern) -> Json:
 @dataclass(frozen=True)
 class Row:
     """What the case table says of a case beyond its view: the sides whose request changed
-    since the snapshot, and the ratio gates that paired it (both from the whole run), and
-    its marks as the report's tally read them (`Tally.marks`)."""
+    since the snapshot, and the ratio gates that paired it (both from the whole run)."""
 
     requested: Mapping[str, tuple[str, ...]]
     paired: Mapping[str, tuple[str, ...]]
-    marks: Mapping[str, Marks]
 
 
 def case_record(case: Mapping[str, Any], view: CaseView, row: Row, s: Intern) -> Json:
     """One case: its place in disagreement.json (`n`), what its row shows and its filters
     read (report.js's `matches`), and its detail."""
-    marks = row.marks.get(view.id) or marks_of(case)  # a case the tally did not read
+    marks = marks_of(case)
     return [
         view.index,
         s(view.id),

@@ -161,7 +161,7 @@ def blocks(rep: RunReport, shown: NoScript, paired: Mapping[str, tuple[str, ...]
     in `shown`."""
     job = Blocks(
         rep.details(),
-        Row(request_sides(rep.summary), paired, rep.tally.marks),
+        Row(request_sides(rep.summary), paired),
         frozenset([*shown.review, *shown.unscored]),
         functools.partial(
             environment().get_template("case.html.j2").module.case_detail,  # type: ignore[attr-defined]

@@ -196,7 +196,7 @@ def read_cases(path: Path, top: int | None) -> Read:
     for case_id, case in read_json_map(path, "cases"):
         if not isinstance(case, dict):
             continue
-        read.tally.add(case_id, case)
+        read.tally.add(case)
         section = _wants_detail(case)
         if section is not None:
             read.totals[section] = read.totals.get(section, 0) + 1

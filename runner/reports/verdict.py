@@ -147,8 +147,8 @@ def _score(view: Mapping[str, Any]) -> float | None:
 
 
 def marks_of(case: Mapping[str, Any]) -> Marks:
-    """The table's marks of one case of disagreement.json (a hand-edited one reads as empty),
-    read once a case of a run (`Tally.add`): one pass a side."""
+    """The table's marks of one case of disagreement.json (a hand-edited one reads as empty).
+    Read twice for every case of a run (the tally, then the case's row): one pass a side."""
     moved_by = strings_of(case.get("moved"))
     moved_sides = [s for s in SIDES if s in moved_by]
     moved = "both" if len(moved_sides) == len(SIDES) else "".join(moved_sides)
@@ -203,8 +203,6 @@ class Tally:
     stamps: dict[str, Counter[str]] = field(default_factory=dict)  # code -> cases per side
     stamped: Counter[str] = field(default_factory=Counter)  # code -> cases, either side
     drift: Counter[str] = field(default_factory=Counter)  # alias_swap details
-    # each case's marks by id: its row in the page's data reads them here, not again
-    marks: dict[str, Marks] = field(default_factory=dict)
     both: int = 0  # cases on which both sides moved
     cases: int = 0
 
@@ -212,8 +210,8 @@ class Tally:
         """How many cases the `moved` filter shows for this choice."""
         return self.both if moved == "both" else self.moved[moved]
 
-    def add(self, case_id: str, case: Mapping[str, Any]) -> None:
-        marks = self.marks[case_id] = marks_of(case)
+    def add(self, case: Mapping[str, Any]) -> None:
+        marks = marks_of(case)
         gate = str(case.get("gate"))
         self.cases += 1
         self.gates[gate] += 1
