@@ -458,3 +458,30 @@ def test_a_report_reads_its_own_run_as_a_night_until_a_retry_exists(tmp_path: Pa
         [r.counts_as_night for r in load_history(suite, until=retry.name, last=3).rows],
     )
     assert expected == actual
+
+
+def test_listing_a_suites_runs_reads_a_summary_only_where_two_runs_share_a_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A year of 20,000-case nights is 140 MB of summaries: a run's end is read only to order
+    it among the runs that started in its second."""
+    import runner.history as history
+
+    ends = {
+        "20261201T030000Z-aaaaaa": "2026-12-01T03:05:00.000+00:00",
+        "20261202T030000Z-bbbbbb": "2026-12-02T03:04:00.900+00:00",
+        "20261202T030000Z-aaaaaa": "2026-12-02T03:04:01.100+00:00",
+    }
+    for name, end in ends.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps({"finished_at": end}))
+    read: list[str] = []
+    real = history.read_json_object
+
+    def counted(path: Path, **kwargs: Any) -> dict[str, Any]:
+        read.append(path.parent.name)
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(history, "read_json_object", counted)
+    assert [d.name for d in history.run_dirs(tmp_path)] == list(ends)
+    assert sorted(read) == sorted(list(ends)[1:])  # the two of one second, by their end
