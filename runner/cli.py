@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from runner.errors import (
     InternalError,
     ParallaxError,
     UsageError,
+    bug_trace,
 )
 
 if TYPE_CHECKING:
@@ -696,8 +696,7 @@ def _failed(exc: ParallaxError, command: str | None) -> int:
     decider = exc.decider if isinstance(exc, Errors) else exc  # what the exit code is of
     fields: dict[str, Any] = {"errors": each} if len(each) > 1 else {}
     if isinstance(exc, InternalError):  # what a bug report needs
-        found = "".join(traceback.format_exception(exc.cause))
-        fields["traceback"] = found[-4000:]
+        fields["traceback"] = found = bug_trace(exc)
         if exc.run_dir is not None:
             fields["run_dir"] = str(exc.run_dir)
         if command not in _LOG_STREAM:  # no log line to carry it: stderr, above the line

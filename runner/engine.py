@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from runner.errors import ParallaxError
+from runner.errors import ParallaxError, first_cause
 from runner.model import Case, Endpoint, Exchange
 from runner.shutdown import NotStarted
 
@@ -90,6 +90,4 @@ async def execute(
         found = errors.subgroup(lambda exc: isinstance(exc, ParallaxError))
         if found is None:
             raise
-        while isinstance(found, BaseExceptionGroup):
-            found = found.exceptions[0]
-        raise found from None
+        raise first_cause(found) from None

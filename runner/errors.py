@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import errno
 import sys
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -191,13 +192,43 @@ class InternalError(ParallaxError):
     ) -> None:
         self.cause = cause
         self.run_dir = run_dir
-        leaf = cause  # an error inside a task group is named, not the group that carried it
-        while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
-            leaf = leaf.exceptions[0]
+        leaf = first_cause(cause)
         detail = " ".join(str(leaf).split())[:300]
         found = f"{type(leaf).__name__}: {detail}" if detail else type(leaf).__name__
         left = f"; {then}" if then else ""
         super().__init__(f"internal error (a bug in parallax), {found}{left}")
+
+
+def first_cause(exc: BaseException) -> BaseException:
+    """The first exception a (nested) exception group carries, or `exc` itself: an error
+    inside a task group is named, not the group that carried it."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def bug_trace(exc: BaseException, limit: int = 4000) -> str:
+    """The traceback a bug report needs, at most `limit` characters: that of the first cause
+    (its own chain included), whose innermost frame is the bug, then one line naming what else
+    the task group carried. Cutting the whole group's text instead loses that frame as soon as
+    the group holds a few errors (the streams the bug broke, each with its own trace)."""
+    if isinstance(exc, InternalError):
+        exc = exc.cause
+    leaf = first_cause(exc)
+    found = "".join(traceback.format_exception(leaf))[-limit:]
+    if leaf is exc:
+        return found
+    others = _group_leaves(exc)[1:]
+    names = ", ".join(type(other).__name__ for other in others[:MAX_LISTED])
+    more = f" and {len(others) - MAX_LISTED} more" if len(others) > MAX_LISTED else ""
+    errors = "error" if len(others) == 1 else "errors"
+    return f"{found}(raised in a task group with {len(others)} other {errors}: {names}{more})\n"
+
+
+def _group_leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _group_leaves(inner)]
+    return [exc]
 
 
 def reason_of(exc: ValueError) -> str:

@@ -107,7 +107,8 @@ RUN_FAILED = _event(
     "error",
     "command, exit_code, error, message, errors, traceback, run_dir",
     "`run`, `replay` or `serve` refused to start, ended on bad input (64, 65, 78) or stopped "
-    "on a bug (70, with `traceback` and the `run_dir` it left to finish); `error` is the "
+    "on a bug (70, with `traceback`, the bug's own trace, and the `run_dir` it left to "
+    "finish); `error` is the "
     "class (`UsageError`, `DataError`, `FixtureError`, `ConfigError`, `SuiteLocked`, "
     "`InternalError`), `message` scrubbed (several errors joined by `; `, and each one's "
     "line in `errors`, as stderr shows them)",

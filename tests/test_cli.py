@@ -1548,6 +1548,42 @@ def test_a_bug_after_calls_began_exits_70_and_leaves_a_run_dir_that_resumes(
     assert (code, gates(run_dir)) == (fresh, gates(other))
 
 
+def test_a_bugs_traceback_keeps_its_own_frame_whatever_else_its_task_group_carried() -> None:
+    """The traceback a bug's log line carries is cut to a bound. Cut from the whole task
+    group's text, a group of a few long errors (the streams the bug broke) pushed out the one
+    frame a bug report needs, the bug's own. It is the first cause's trace, then one line
+    naming the rest."""
+    import traceback
+
+    import anyio
+
+    from runner.errors import InternalError, bug_trace
+
+    def the_bug() -> None:
+        raise OverflowError("int too large to convert to float")
+
+    def a_broken_stream() -> None:  # a long trace, as each stream's error has in a run
+        raise anyio.BrokenResourceError("x" * 1500)
+
+    caught: list[Exception] = []
+    for _ in range(4):  # one bug, then three broken streams
+        try:
+            a_broken_stream() if caught else the_bug()
+        except Exception as exc:
+            caught.append(exc)
+    group = ExceptionGroup("unhandled errors in a TaskGroup", caught)
+    assert "in the_bug" not in "".join(traceback.format_exception(group))[-4000:]  # the old cut
+
+    found = bug_trace(InternalError(ExceptionGroup("outer", [group])))
+    assert len(found) <= 4100
+    assert "in the_bug" in found and "OverflowError: int too large" in found
+    assert found.endswith(
+        "(raised in a task group with 3 other errors: "
+        "BrokenResourceError, BrokenResourceError, BrokenResourceError)\n"
+    )
+    assert bug_trace(caught[0]) == "".join(traceback.format_exception(caught[0]))
+
+
 def test_a_bug_in_a_command_without_a_run_exits_70_with_its_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

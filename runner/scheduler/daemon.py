@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import os
 import time
-import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,7 +16,15 @@ import anyio
 
 from runner import logs
 from runner.config import LoadedConfig
-from runner.errors import ConfigError, InternalError, ParallaxError, StorageError, UsageError
+from runner.errors import (
+    ConfigError,
+    InternalError,
+    ParallaxError,
+    StorageError,
+    UsageError,
+    bug_trace,
+    first_cause,
+)
 from runner.health import heartbeat_path, write_pointer
 from runner.lock import SuiteLocked, daemon_lock, is_locked
 from runner.runs.mode import RunMode
@@ -55,17 +62,6 @@ class SystemClock:
     async def sleep_until(self, when: datetime) -> None:
         while (delay := (when - self.now()).total_seconds()) > 0:
             await anyio.sleep(min(delay, self.recheck_seconds))
-
-
-def _first_cause(exc: BaseException) -> BaseException:
-    """The first exception a (nested) exception group carries, or `exc` itself."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
-
-
-def _traceback(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(exc))[-4000:]
 
 
 @dataclass
@@ -227,12 +223,12 @@ class Daemon:
                 group.cancel_scope.cancel()
         except Exception as exc:  # the scheduler itself failed, not a run (runs are caught)
             self._safe_heartbeat("crashed")
-            cause = _first_cause(exc)  # what failed, not the task group that carried it
+            cause = first_cause(exc)  # what failed, not the task group that carried it
             self._log.error(
                 logs.SCHEDULER_CRASHED,
                 error=type(cause).__name__,
                 message=str(cause),
-                traceback=_traceback(exc),
+                traceback=bug_trace(exc),
             )
             return EXIT_CRASHED
         self._safe_heartbeat("stopped")
@@ -520,7 +516,7 @@ class Daemon:
                 error=type(exc).__name__,
                 message=str(exc),
                 exit_code=exc.exit_code if isinstance(exc, ParallaxError) else None,
-                traceback=None if isinstance(exc, ParallaxError) else _traceback(exc),
+                traceback=None if isinstance(exc, ParallaxError) else bug_trace(exc),
             )
         finally:
             self._pruning = None
@@ -577,7 +573,7 @@ class Daemon:
                 elapsed_s=round(time.monotonic() - t0, 3),
                 traceback=None
                 if isinstance(exc, ParallaxError) and not isinstance(exc, InternalError)
-                else _traceback(exc),
+                else bug_trace(exc),
             )
             return
         self._log.info(
