@@ -654,8 +654,9 @@ def test_every_attempt_of_a_retried_call_is_shown(fault_server: Any, tmp_path: P
     (tmp_path / "cases.jsonl").write_text(
         json.dumps({"id": "c1", "prompt": "word1", "expect": {"must_include": ["word1"]}}) + "\n"
     )
-    endpoints = endpoint_toml("ref", fault_server.url("flaky:1", "ref"))
-    endpoints += endpoint_toml("cand", fault_server.url("ok"))
+    # long timeouts: the retry must be answered, however busy the machine
+    endpoints = endpoint_toml("ref", fault_server.url("flaky:1", "ref"), deadline=30, read=20)
+    endpoints += endpoint_toml("cand", fault_server.url("ok"), deadline=30, read=20)
     run_dir, _, _ = run_suite(load_config(write_config(tmp_path, endpoints, suite_toml("s"))), "s")
     view = next(iter(case_views(run_dir)))
     attempts = view.reference.attempts

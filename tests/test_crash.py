@@ -182,7 +182,10 @@ def _suite(root: Path, server: FaultServer, tag: str) -> Path:
         else:
             server.prompt_modes[prompt] = "slow:0.04"
     endpoints = "".join(
-        endpoint_toml(side, server.url("ok", side, tag), concurrency=2, backoff=0.15)
+        # long timeouts: a reply late on a busy machine must not change a row between runs
+        endpoint_toml(
+            side, server.url("ok", side, tag), concurrency=2, backoff=0.15, deadline=30, read=20
+        )
         for side in ("ref", "cand")
     )
     return write_config(root, endpoints, suite_toml("live"))

@@ -207,7 +207,8 @@ def test_sides_that_wait_differently_on_one_server_show_its_latency_and_no_gate(
     assert all(r["backoff_ms"] == 0 for r in side["reference"])
     assert max(r["queued_ms"] for r in side["candidate"]) >= 200  # a slot and the rpm: apart
     medians = {name: statistics.median(r["elapsed_ms"] for r in got) for name, got in side.items()}
-    assert 0.5 <= medians["candidate"] / medians["reference"] <= 2.0, medians
+    # the wrong figure was x38.99; a loaded machine's own jitter stays well inside x3
+    assert 1 / 3 <= medians["candidate"] / medians["reference"] <= 3.0, medians
     # the exchange's figure is its final attempt's, the reply that was graded
     for line in (run_dir / "raw.jsonl").read_text("utf-8").splitlines():
         exchange = json.loads(line)

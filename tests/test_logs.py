@@ -188,8 +188,11 @@ def test_serve_stops_as_on_sigterm_when_its_stdout_is_closed(
     assert said[-1]["reason"] == "stdout_closed"
     [stopping] = [e for e in said if e["event"] == "scheduler.stopping"]
     assert stopping["reason"] == "stdout_closed"
-    [cancelled] = [e for e in said if e["event"] == "scheduler.job_cancelled"]
-    assert (cancelled["suite"], cancelled["resumable"]) == ("slow", True)
+    # the per-second suite's run may be cut too if its calls are still out at the grace's end
+    [cancelled] = [
+        e for e in said if e["event"] == "scheduler.job_cancelled" and e["suite"] == "slow"
+    ]
+    assert cancelled["resumable"] is True
     manifest = json.loads((Path(cancelled["run_dir"]) / "manifest.json").read_text())
     assert manifest["finished_at"] is None
 

@@ -198,9 +198,10 @@ def test_four_shards_merged_equal_one_unsharded_run(
     assert _untimed(finished) == _untimed([e for e in events_whole if e["event"] == "run.finished"])
 
     # replay, report and promote read the merged run as one
+    before = _run_dirs(sharded)
     done = run_parallax("replay", merged, cwd=sharded)
     assert done.returncode == 3, done.stderr
-    replayed = max(_run_dirs(sharded), key=lambda p: p.stat().st_mtime_ns)
+    replayed = _new_dir(sharded, before)
     assert (replayed / "outcomes.jsonl").read_bytes() == (merged / "outcomes.jsonl").read_bytes()
     assert json.loads((replayed / "disagreement.json").read_text()) == json.loads(
         (merged / "disagreement.json").read_text()
