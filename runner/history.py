@@ -74,14 +74,14 @@ class RunRow:
     parent: str | None = None  # the run dir a retry or replay started from
     retried_by: str | None = None  # the later --retry-unscored run that stands for this night
     partial: Mapping[str, Any] | None = None  # a partial run's selection (summary's `partial`)
-    shard: bool = False  # one shard's cases: the run `parallax merge` makes stands for the night
+    shard: str | None = None  # one shard's cases (`1/4`): the merge of all stands for the night
 
     @property
     def counts_as_night(self) -> bool:
         return (
             self.retried_by is None
             and self.partial is None
-            and not self.shard
+            and self.shard is None
             and RunMode.read(self.mode) not in NOT_A_NIGHT
         )
 
@@ -108,6 +108,7 @@ class RunRow:
             "parent": self.parent,
             "retried_by": self.retried_by,
             "partial": dict(self.partial) if self.partial is not None else None,
+            "shard": self.shard,
             "paired": finite(self.paired),
             "noise_floor": finite(self.noise_floor),
             "usage": finite(self.usage),
@@ -245,8 +246,19 @@ def _row(run_dir: Path, summary: Mapping[str, Any], quiet: frozenset[str] | None
         parent=_str(summary.get("parent")),
         # anything but null marks it partial: a hand-edited selection is still no night
         partial=None if summary.get("partial") is None else mapping_of(summary.get("partial")),
-        shard=summary.get("shard") is not None,
+        shard=_shard(summary.get("shard")),
     )
+
+
+def _shard(value: Any) -> str | None:
+    """`index/count` of a shard's summary (`--shard`'s own form), read tolerantly: anything
+    but null marks it a shard, as a hand-edited selection still marks a run partial."""
+    if value is None:
+        return None
+    index, count = (
+        (value.get(key) for key in ("index", "count")) if isinstance(value, dict) else (None, None)
+    )
+    return f"{index}/{count}" if type(index) is int and type(count) is int else "?"
 
 
 def _calls(sides: Mapping[str, Any]) -> dict[str, dict[str, int]]:
@@ -558,6 +570,8 @@ def _under(run: Mapping[str, Any]) -> list[str]:
         lines.append(f"from the results database: {run['recorded']}")
     if (partial := partial_line(run)) is not None:
         lines.append(f"{partial}: not a night")
+    if run.get("shard"):
+        lines.append(f"shard {run['shard']}: not a night, the merge of all shards stands for it")
     if run.get("retried_by"):
         lines.append(f"retried by {run['retried_by']}: not a night, the retry stands for it")
     if run.get("paired", {}).get("text"):

@@ -475,3 +475,37 @@ def test_a_retried_shard_stands_for_the_run_it_retried_in_a_folder_merge(
     assert summary["unadmitted"] == 0 and summary["cases"] == len(CASES)
     made_of = json.loads((merged / "manifest.json").read_text())["merged"]["shards"]
     assert made_of[2]["run_id"] == retry.name
+
+    # history lists each shard's run as one, not as a night and not as a replay: the merge is
+    # the night (the cut shard is the retry's, as any retried run is)
+    done = run_parallax("history", "--json", cwd=root)
+    assert done.returncode == 0, done.stderr
+    (suite,) = json.loads(done.stdout)["suites"]
+    shard_of_run = {run["run_id"]: run["shard"] for run in suite["runs"]}
+    assert shard_of_run == {
+        **{d.name: f"{i}/{N}" for i, d in enumerate(shards)},
+        retry.name: f"2/{N}",
+        merged.name: None,
+    }
+    assert suite["nights"] == 1
+    done = run_parallax("history", cwd=root)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout.count(": not a night, the merge of all shards stands for it")
+    assert said == N + 1
+    assert f"shard 3/{N}: not a night" in done.stdout
+    done = run_parallax("history", "--html", cwd=root)
+    assert done.returncode == 0, done.stderr
+    page = (root / "runs" / "s" / "index.html").read_text("utf-8")
+    assert "1 night(s) and 1 run(s) completed by a later retry" in page
+    assert f"and {N} shard run(s), listed but not nights" in page
+    assert "replay(s)" not in page
+    assert page.count(", not a night</span>") == N + 1
+    assert f'<span class="tag">shard 1/{N}, not a night</span>' in page
+
+    # a shard run dir elsewhere (another pod's volume) is the results database's row: the same
+    shutil.move(shards[0], tmp_path / "elsewhere")
+    done = run_parallax("history", cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count(": not a night, the merge of all shards stands for it") == N + 1
+    _, away = done.stdout.split(f"from the results database: {shards[0]}", 1)
+    assert away.lstrip().startswith(f"shard 0/{N}: not a night")

@@ -79,6 +79,7 @@ class RunLine:
     href: str  # relative to the page: the run's report.html
     night: bool  # False for a replay, a partial run and a run a later retry stands for
     partial: bool  # a partial run (`run --case`, `--stratum`)
+    shard: str  # one shard's run (`1/4`, as `--shard` names it), or ""
     retried_by: str  # the label of the retry that stands for this run's night, or ""
     mode: str
     verdict: str
@@ -102,6 +103,7 @@ class Page:
     replays: int
     retried: int  # runs a later --retry-unscored run stands for
     partials: int  # partial runs (`run --case`, `--stratum`) a later retry does not stand for
+    shards: int  # whole shards' runs a later retry does not stand for (their merge is the night)
     charts: Mapping[str, Chart]
     changes: tuple[Mapping[str, Any], ...]  # history.model_changes, oldest first, labelled
     retire_after: int | None  # None: not known (no config), no ceiling candidates shown
@@ -184,6 +186,7 @@ def _line(
         href=_href(row, page_dir),
         night=row.counts_as_night,
         partial=row.partial is not None,
+        shard=row.shard or "",
         retried_by=by_id.get(row.retried_by, row.retried_by) if row.retried_by else "",
         mode=row.mode or "?",
         verdict=row.verdict or "?",
@@ -226,6 +229,9 @@ def build_page(
     by_id = {row.run_id: label_of[row.run_dir] for row in nights}
     retried = sum(1 for row in rows if row.retried_by)
     partials = sum(1 for row in rows if row.partial is not None and not row.retried_by)
+    shards = sum(
+        1 for row in rows if row.shard is not None and row.partial is None and not row.retried_by
+    )
     return Page(
         suite=suite,
         runs=tuple(
@@ -233,9 +239,10 @@ def build_page(
             for row, label in reversed(list(zip(rows, labels, strict=True)))
         ),
         nights=len(nights),
-        replays=len(rows) - len(nights) - retried - partials,
+        replays=len(rows) - len(nights) - retried - partials - shards,
         retried=retried,
         partials=partials,
+        shards=shards,
         charts=charts(nights, [label_of[row.run_dir] for row in nights]),
         changes=tuple({**c, "label": by_id.get(c["run_id"], c["run_id"])} for c in changes),
         retire_after=retire_after,

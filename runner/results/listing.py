@@ -73,6 +73,9 @@ def _as_history(row: Mapping[str, Any]) -> dict[str, Any]:
             for side, p in SIDE_COLUMNS.items()
         },
         "partial": {} if row["partial"] else None,  # how many of which cases: not recorded
+        "shard": None
+        if row["shard_count"] is None
+        else f"{row['shard_index']}/{row['shard_count']}",
         "recorded": row["run_dir"] or "",
     }
 
