@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import time_machine
 from faultserver import FaultServer
 from hypothesis import given
 from hypothesis import strategies as st
@@ -151,8 +152,10 @@ def test_every_reader_reads_a_compressed_run_as_the_plain_one(tmp_path: Path) ->
     assert (old / "raw.jsonl.gz").exists() and not (plain / "raw.jsonl.gz").exists()
     loaded = load_config(project.config)
 
-    write_reports(old)
-    write_reports(plain)
+    # one frozen clock for both: report.html says when it was written, to the second
+    with time_machine.travel(datetime(2026, 12, 2, 3, tzinfo=UTC), tick=False):
+        write_reports(old)
+        write_reports(plain)
     for name in ("report.md", "report.html"):
         packed_text = _unpacked(old / name).replace("raw.jsonl.gz", "raw.jsonl")
         assert packed_text == _unpacked(plain / name).replace(str(plain), str(old)), name
