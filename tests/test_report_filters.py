@@ -527,6 +527,40 @@ def test_a_link_to_a_case_past_the_rows_shown_draws_it_and_opens_it(
         assert box is not None and -1 < box["y"] < 400
 
 
+# each group of the table: its rows, and whether the browser lays it out (a group skipped as
+# off screen is not visible to `checkVisibility` asked about `content-visibility: auto`)
+GROUPS = """() => Array.from(document.querySelectorAll("#cases > tbody"), (group) => ({
+  visibility: getComputedStyle(group).contentVisibility,
+  rows: Array.from(group.rows, (row) => row.dataset.id || row.className),
+  laidOut: group.rows[0].checkVisibility({ contentVisibilityAuto: true }),
+}))"""
+FIRST_LAID_OUT = (
+    "() => document.querySelector('#cases > tbody').rows[0]"
+    ".checkVisibility({ contentVisibilityAuto: true })"
+)
+
+
+def test_the_rows_are_in_groups_the_browser_lays_out_only_on_screen(
+    browser: Browser, many: Path
+) -> None:
+    """The 200 rows drawn are 8 tbodies of 25, each `content-visibility: auto`: the first is
+    laid out once in view, the last (far below a 400 px window) is skipped. An opened
+    case's detail sits right under its row, in its row's group."""
+    with browser.open(many, height=400) as tab:
+        tab.page.locator("#c-0").scroll_into_view_if_needed()
+        tab.page.wait_for_function(FIRST_LAID_OUT)  # decided at the frame after the scroll
+        groups = tab.page.evaluate(GROUPS)
+        assert [g["rows"] for g in groups] == [
+            [f"m-{i:03d}" for i in range(start, start + 25)] for start in range(0, 200, 25)
+        ]
+        assert {g["visibility"] for g in groups} == {"auto"}
+        assert not groups[-1]["laidOut"]
+        tab.page.click("#c-30 a.open")
+        tab.page.wait_for_selector("tr.detail section.case-detail[data-id='m-030']")
+        second = tab.page.evaluate(GROUPS)[1]["rows"]
+        assert second[4:7] == ["m-029", "m-030", "detail"] and len(second) == 26
+
+
 def _sided(root: Path) -> Path:
     """After a promote, both sides left case `both` unscored, each its own way (the reference
     timed out, the candidate answered an HTML page), and the candidate alone timed out on

@@ -20,7 +20,6 @@
   if (!form || !table || !holder || !more) return;
   const controls = form.elements;
   const shown = document.getElementById("shown");
-  const body = table.tBodies[0];
   const moreButton = more.querySelector("button");
   const SIDES = ["reference", "candidate"];
   // each names a side (or a ratio gate: paired) among the case's tokens
@@ -30,6 +29,7 @@
   const KEYS = [...SELECTS, "changed", "q", "sort", "case"];
   const DEFAULT_SORT = controls.sort.options[0].value;
   const PAGE = 200; // rows added to the table at a time
+  const GROUP = 25; // rows a tbody: report.css's contain-intrinsic-size is this many rows high
   const INDEX_SLICE = 1000; // cases indexed for search in one idle moment
   // the gate select lists the classes in the gate's own order: sorting by class follows it
   const classRank = new Map(Array.from(controls.gate.options, (option, i) => [option.value, i]));
@@ -623,14 +623,18 @@
   }
 
   // The table holds the first `limit` cases kept, in order, and an opened case's detail
-  // under its row; "Show more" (or scrolling down to it) adds the next PAGE.
+  // under its row; "Show more" (or scrolling down to it) adds the next PAGE. The rows are in
+  // groups of GROUP, a tbody each, which the browser styles and lays out only while on screen
+  // (report.css): a filter at 20,000 cases costs the rows in view, not all of them.
   function draw() {
-    const rows = document.createDocumentFragment();
-    for (const c of kept.slice(0, limit)) {
-      rows.append(rowOf(c));
-      if (c.detail) rows.append(c.detail);
-    }
-    body.replaceChildren(rows);
+    const groups = [];
+    kept.slice(0, limit).forEach((c, i) => {
+      if (i % GROUP === 0) groups.push(document.createElement("tbody"));
+      const group = groups.at(-1);
+      group.append(rowOf(c));
+      if (c.detail) group.append(c.detail);
+    });
+    table.replaceChildren(table.tHead, ...groups);
     const left = kept.length - Math.min(limit, kept.length);
     more.hidden = left === 0;
     moreButton.textContent = `Show ${Math.min(PAGE, left)} more (${left} not shown yet)`;
