@@ -627,13 +627,11 @@
   // groups of GROUP, a tbody each, which the browser styles and lays out only while on screen
   // (report.css): a filter at 20,000 cases costs the rows in view, not all of them.
   function draw() {
+    const rows = kept.slice(0, limit);
     const groups = [];
-    kept.slice(0, limit).forEach((c, i) => {
-      if (i % GROUP === 0) groups.push(document.createElement("tbody"));
-      const group = groups.at(-1);
-      group.append(rowOf(c));
-      if (c.detail) group.append(c.detail);
-    });
+    for (let at = 0; at < rows.length; at += GROUP) {
+      groups.push(h("tbody", null, rows.slice(at, at + GROUP).map((c) => [rowOf(c), c.detail])));
+    }
     table.replaceChildren(table.tHead, ...groups);
     const left = kept.length - Math.min(limit, kept.length);
     more.hidden = left === 0;
